@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+# Everything installs into .venv (torch/torchvision pinned by constraints.txt to the builds this
+# machine serves locally; the project itself declares ranges in pyproject.toml).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install run test test-gpu bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# The default pipeline with a coordinator and daemon (`dora up`), torn down also when interrupted.
+run: install
+	@mkdir -p out
+	@set -e; \
+	trap 'dora down >/dev/null 2>&1 || true' EXIT INT TERM; \
+	dora up; \
+	dora start dataflow.yml --attach
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-gpu: install
+	$(BIN)/python -m pytest -q -m gpu
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

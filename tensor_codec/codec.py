@@ -1,0 +1,43 @@
+"""encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from . import lifetimes
+from .transports import get_transport, transport_for_message
+from .tree import unflatten
+from .wire import make_plan, parse_header, read_metadata
+
+__all__ = ["encode", "decode"]
+
+
+def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
+    """Turn `obj` into one message: ``(pyarrow.Array, metadata dict)``.
+
+    Raises `EncodeError` naming the path of anything unsupported. Nothing the caller passed is
+    retained: later in-place changes to `obj` do not change the message.
+    """
+    chosen = get_transport(transport)
+    return chosen.encode(make_plan(obj))
+
+
+def decode(value: Any, metadata: dict, *, copy: bool = False, name: str | None = None) -> Any:
+    """Restore the object of one message, validating everything before reading data.
+
+    By default tensors are zero-copy views of `value` where the layout allows; they are tracked
+    (see `tc.scope`, `tc.release`, `tc.keep`) and must not be written in place. ``copy=True``
+    returns tensors that own their memory. `name` (an input id) appears in error messages.
+    """
+    transport_name, text = read_metadata(metadata)
+    transport = transport_for_message(transport_name)
+    header, leaves = parse_header(text, transport_name, transport.leaf_keys, transport.header_keys)
+    materialized = transport.materialize(value, header, leaves, copy=copy)
+    obj, handed_out = unflatten(header["tree"], materialized.tensors, leaves)
+    if materialized.borrowed is not None:
+        lifetimes.register_message(
+            name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, header["tree"]
+        )
+    return obj

@@ -1,0 +1,102 @@
+"""The one table of dtypes the wire format knows: wire name, item size, torch dtype.
+
+Wire names are torch's own attribute names (``torch.float32`` -> ``"float32"``), so a reader in
+another language can map them without guessing. The item size is part of the wire contract and
+is fixed here, not read from torch: a test checks that torch agrees.
+
+Dtypes that a given torch build lacks (float8 / float4 in older releases) stay in the table and
+resolve to ``None``: encoding cannot produce them and decoding refuses them with a clear error.
+Quantized dtypes and the sub-byte ``int1..int7`` / ``uint1..uint7`` shells are not supported
+(torch has no copy kernel for the latter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DecodeError, EncodeError, format_path
+
+__all__ = ["WireDType", "WIRE_DTYPES", "by_name", "by_torch", "supported_torch_dtypes"]
+
+
+@dataclass(frozen=True)
+class WireDType:
+    name: str
+    itemsize: int
+    torch_dtype: torch.dtype | None  # None where this torch build lacks the dtype
+    is_bool: bool = False
+    can_require_grad: bool = False  # floating point and complex dtypes
+
+
+# (wire name, item size in bytes, autograd-capable). Order is for humans; the format uses names.
+_TABLE: tuple[tuple[str, int, bool], ...] = (
+    ("bool", 1, False),
+    ("uint8", 1, False),
+    ("int8", 1, False),
+    ("uint16", 2, False),
+    ("int16", 2, False),
+    ("uint32", 4, False),
+    ("int32", 4, False),
+    ("uint64", 8, False),
+    ("int64", 8, False),
+    ("float16", 2, True),
+    ("bfloat16", 2, True),
+    ("float32", 4, True),
+    ("float64", 8, True),
+    ("complex32", 4, True),
+    ("complex64", 8, True),
+    ("complex128", 16, True),
+    ("float8_e4m3fn", 1, True),
+    ("float8_e4m3fnuz", 1, True),
+    ("float8_e5m2", 1, True),
+    ("float8_e5m2fnuz", 1, True),
+    ("float8_e8m0fnu", 1, True),
+    ("float4_e2m1fn_x2", 1, True),
+)
+
+WIRE_DTYPES: dict[str, WireDType] = {
+    name: WireDType(
+        name=name,
+        itemsize=size,
+        torch_dtype=getattr(torch, name, None),
+        is_bool=(name == "bool"),
+        can_require_grad=grad,
+    )
+    for name, size, grad in _TABLE
+}
+
+_BY_TORCH: dict[torch.dtype, WireDType] = {
+    d.torch_dtype: d for d in WIRE_DTYPES.values() if d.torch_dtype is not None
+}
+
+
+def supported_torch_dtypes() -> list[torch.dtype]:
+    """Every torch dtype this build can encode and decode."""
+    return list(_BY_TORCH)
+
+
+def by_torch(dtype: torch.dtype, path: tuple) -> WireDType:
+    try:
+        return _BY_TORCH[dtype]
+    except KeyError:
+        raise EncodeError(
+            f"unsupported dtype at `{format_path(path)}`: expected one of "
+            f"{', '.join(sorted(d.name for d in _BY_TORCH.values()))}, got {dtype}"
+        ) from None
+
+
+def by_name(name: object, where: str) -> WireDType:
+    entry = WIRE_DTYPES.get(name) if isinstance(name, str) else None
+    if entry is None:
+        raise DecodeError(
+            f"{where}: expected a dtype name from the wire table "
+            f"({', '.join(WIRE_DTYPES)}), got {name!r}"
+        )
+    if entry.torch_dtype is None:
+        raise DecodeError(
+            f"{where}: dtype {name!r} is valid on the wire but this torch build "
+            f"({torch.__version__}) does not have it"
+        )
+    return entry

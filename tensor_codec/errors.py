@@ -1,0 +1,65 @@
+"""The codec's exception hierarchy.
+
+One root (`CodecError`) so callers can catch everything the codec raises, and subclasses that also
+derive from the matching built-in (the pyarrow pattern), so ``except TypeError`` / ``except
+ValueError`` keep working for callers that do not know about this package.
+
+Messages name *where* (a path into the structure, msgspec-style ``$.boxes[2]``, or a header field),
+*what was expected* and *what came*.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "EncodeError",
+    "DecodeError",
+    "MessageTooLargeError",
+    "SharedViewWriteError",
+    "ReleasedError",
+    "format_path",
+]
+
+
+class CodecError(Exception):
+    """Root of every error raised by tensor_codec."""
+
+
+class EncodeError(CodecError, TypeError):
+    """The object cannot be encoded (unsupported type, dtype, layout or value)."""
+
+
+class DecodeError(CodecError, ValueError):
+    """A received message is malformed, inconsistent or not a tensor_codec message."""
+
+
+class MessageTooLargeError(CodecError, ValueError):
+    """The message does not fit any route dora can carry for this node.
+
+    The text names ``shared_memory_pool_size`` and the size needed.
+    """
+
+
+class SharedViewWriteError(CodecError, RuntimeError):
+    """A zero-copy view of a received message was written in place.
+
+    Received views share memory with the sender and with every other receiver of the same
+    message; writing into them corrupts what those read (failure mode 5).
+    """
+
+
+class ReleasedError(CodecError, RuntimeError):
+    """A received object was used (kept, released) after its message had been released."""
+
+
+def format_path(parts: tuple | list) -> str:
+    """``("boxes", 2, "xy")`` -> ``$.boxes[2].xy``; keys that are not identifiers are quoted."""
+    out = ["$"]
+    for part in parts:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif isinstance(part, str) and part.isidentifier():
+            out.append(f".{part}")
+        else:
+            out.append(f"[{part!r}]")
+    return "".join(out)

@@ -1,0 +1,186 @@
+"""Tensor kinds: plain tensors and each torchvision TVTensor class, with their attributes.
+
+Each kind has a stable wire tag (never ``str(type(x))``), knows which attributes its class carries,
+turns them into JSON and back (validating what arrives), and rebuilds an instance around a plain
+tensor. Rebuilding uses ``Tensor.as_subclass`` plus the classes' public attributes, so it keeps any
+shape the sender had (torchvision's constructors would add dims to a 2-D Image or reject a
+batched BoundingBoxes) and does not copy.
+
+torchvision is optional: without it only plain tensors are known, and a message carrying a
+TVTensor is refused with a clear error. Attributes an older torchvision lacks (``clamping_mode``)
+are left out on encode and ignored on decode.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from .errors import DecodeError
+
+__all__ = ["TensorKind", "kind_of", "kind_by_tag", "all_kinds"]
+
+try:  # pragma: no cover - exercised by whichever environment runs the tests
+    from torchvision import tv_tensors as _tvt
+except ImportError:  # pragma: no cover
+    _tvt = None
+
+_MAX_CANVAS = 1 << 31
+
+
+class TensorKind:
+    """A plain tensor: no attributes."""
+
+    tag = "tensor"
+    cls: type = torch.Tensor
+    attribute_names: tuple[str, ...] = ()
+    optional_attribute_names: tuple[str, ...] = ()  # tolerated when missing or unknown here
+
+    @functools.cached_property
+    def node_keys(self) -> frozenset:
+        """Keys a tree node of this kind may carry."""
+        return frozenset({"t", "leaf", "grad", *self.attribute_names, *self.optional_attribute_names})
+
+    @functools.cached_property
+    def required_node_keys(self) -> frozenset:
+        return frozenset({"t", "leaf", *self.attribute_names})
+
+
+    def attributes(self, x: torch.Tensor) -> dict[str, Any]:
+        """Attributes of `x` as JSON values, in a fixed order."""
+        return {}
+
+    def parse_attributes(self, node: dict, where: str) -> dict[str, Any]:
+        """Validate the attributes a received node carries; return them as Python values."""
+        return {}
+
+    def wrap(self, plain: torch.Tensor, attrs: dict[str, Any]) -> torch.Tensor:
+        return plain
+
+    def wrap_like(self, plain: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Rebuild `plain` with the class and attributes of `like` (used by structure maps)."""
+        return plain
+
+
+class _PlainSubclassKind(TensorKind):
+    """TVTensors without attributes: Image, Video, Mask."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.tag = f"tv.{cls.__name__}"
+
+    def wrap(self, plain, attrs):
+        return plain.as_subclass(self.cls)
+
+    def wrap_like(self, plain, like):
+        return plain.as_subclass(self.cls)
+
+
+def _canvas_to_json(value) -> list[int]:
+    return [int(value[0]), int(value[1])]
+
+
+def _parse_canvas(node: dict, where: str) -> tuple[int, int]:
+    value = node.get("canvas_size")
+    if type(value) is list and len(value) == 2:
+        h, w = value
+        if type(h) is int and type(w) is int and 0 <= h < _MAX_CANVAS and 0 <= w < _MAX_CANVAS:
+            return (h, w)
+    raise DecodeError(f"{where}.canvas_size: expected [height, width] as two integers in [0, 2**31), got {value!r}")
+
+
+class _BoundingBoxesKind(TensorKind):
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.tag = "tv.BoundingBoxes"
+        self.formats = {m.name: m for m in _tvt.BoundingBoxFormat}
+        # clamping_mode arrived in torchvision 0.23; tolerate releases without it, both ways.
+        self.has_clamping = "clamping_mode" in getattr(cls, "__annotations__", {})
+        self.attribute_names = ("format", "canvas_size")
+        self.optional_attribute_names = ("clamping_mode",)
+
+    def attributes(self, x):
+        attrs = {"format": x.format.name, "canvas_size": _canvas_to_json(x.canvas_size)}
+        if self.has_clamping:
+            attrs["clamping_mode"] = x.clamping_mode
+        return attrs
+
+    def parse_attributes(self, node, where):
+        fmt = node.get("format")
+        if type(fmt) is not str or fmt not in self.formats:
+            raise DecodeError(f"{where}.format: expected one of {sorted(self.formats)}, got {fmt!r}")
+        attrs = {"format": self.formats[fmt], "canvas_size": _parse_canvas(node, where)}
+        if "clamping_mode" in node:
+            mode = node["clamping_mode"]
+            if mode not in (None, "soft", "hard"):
+                raise DecodeError(f"{where}.clamping_mode: expected 'soft', 'hard' or null, got {mode!r}")
+            if self.has_clamping:
+                attrs["clamping_mode"] = mode
+        return attrs
+
+    def wrap(self, plain, attrs):
+        out = plain.as_subclass(self.cls)
+        out.format = attrs["format"]
+        out.canvas_size = attrs["canvas_size"]
+        if self.has_clamping:
+            # A sender whose torchvision predates clamping_mode gets torchvision's default.
+            out.clamping_mode = attrs.get("clamping_mode", "soft")
+        return out
+
+    def wrap_like(self, plain, like):
+        return _tvt.wrap(plain, like=like)
+
+
+class _KeyPointsKind(TensorKind):
+    attribute_names = ("canvas_size",)
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.tag = "tv.KeyPoints"
+
+    def attributes(self, x):
+        return {"canvas_size": _canvas_to_json(x.canvas_size)}
+
+    def parse_attributes(self, node, where):
+        return {"canvas_size": _parse_canvas(node, where)}
+
+    def wrap(self, plain, attrs):
+        out = plain.as_subclass(self.cls)
+        out.canvas_size = attrs["canvas_size"]
+        return out
+
+    def wrap_like(self, plain, like):
+        return _tvt.wrap(plain, like=like)
+
+
+_KINDS: list[TensorKind] = [TensorKind()]
+if _tvt is not None:
+    for _name in ("Image", "Video", "Mask"):
+        if hasattr(_tvt, _name):
+            _KINDS.append(_PlainSubclassKind(getattr(_tvt, _name)))
+    _KINDS.append(_BoundingBoxesKind(_tvt.BoundingBoxes))
+    if hasattr(_tvt, "KeyPoints"):
+        _KINDS.append(_KeyPointsKind(_tvt.KeyPoints))
+
+_BY_TYPE: dict[type, TensorKind] = {k.cls: k for k in _KINDS}
+_BY_TAG: dict[str, TensorKind] = {k.tag: k for k in _KINDS}
+# Tags this build may meet from a peer with a newer torchvision, for a precise error.
+_KNOWN_TV_TAGS = {"tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"}
+
+
+def all_kinds() -> list[TensorKind]:
+    return list(_KINDS)
+
+
+def kind_of(x: object) -> TensorKind | None:
+    """The kind of `x` by exact type (a subclass is a different type and is not accepted)."""
+    return _BY_TYPE.get(type(x))
+
+
+def kind_by_tag(tag: str, where: str) -> TensorKind | None:
+    kind = _BY_TAG.get(tag)
+    if kind is None and tag in _KNOWN_TV_TAGS:
+        raise DecodeError(f"{where}.t: {tag!r} needs a torchvision that provides it; this process has none")
+    return kind

@@ -1,0 +1,239 @@
+"""Lifetimes of received zero-copy objects (failure modes 4 and 5).
+
+A zero-copy decode hands out tensors that view memory someone else owns (dora's shared memory,
+which the sender reuses once every receiver has dropped it, and which every receiver of the same
+message maps). A *message* is the unit here: its parts are kept or released together.
+
+* ``with tc.scope(): obj = tc.receive(event)``: every message received inside the scope is
+  released when it ends.
+* ``tc.release(obj)``: release the messages behind `obj` now.
+* Releasing checks each leaf's version counter against the value recorded when it was handed
+  out; a leaf written in place (directly or through any view of it, which shares the counter)
+  raises `SharedViewWriteError` naming the input and the path. Then every leaf of the message is
+  detached from the shared memory (it becomes an empty tensor), so the memory goes back to the
+  sender at once even if a reference to the structure lingers.
+* ``tc.keep(obj)``: copy `obj` out as one unit. Each message behind it is copied once, as one
+  block, and its leaves become views of that owned block with their exact strides, so every part
+  stays valid for as long as any part is used.
+
+Writes that bypass the version counter (through ``.numpy()`` or a raw pointer) cannot be seen;
+the docs say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from .errors import ReleasedError, SharedViewWriteError, format_path
+from .tree import iter_tensors, leaf_paths, map_tensors
+
+__all__ = ["Scope", "scope", "release", "keep", "register_message", "is_borrowed"]
+
+log = logging.getLogger("tensor_codec")
+
+
+class Message:
+    """One zero-copy decoded message: what it borrows and the leaves handed out from it."""
+
+    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "tree", "released", "__weakref__")
+
+    def __init__(self, name, borrowed, leaves, plain_leaves, locations, tree):
+        self.name = name
+        self.borrowed = borrowed
+        self.leaves = [weakref.ref(t) for t in leaves]
+        # A TVTensor and its plain alias share one version counter; reading the plain one skips
+        # __torch_function__.
+        self.versions = [t._version for t in plain_leaves]
+        self.locations = locations
+        self.tree = tree  # the received tree, for paths in error messages
+        self.released = False
+
+    def path(self, index: int) -> str:
+        return format_path(leaf_paths(self.tree)[index])
+
+    def describe(self) -> str:
+        return f"input '{self.name}'" if self.name else "received message"
+
+    def release(self) -> list[str]:
+        """Detach every leaf; -> a description of each leaf written in place since hand-out."""
+        if self.released:
+            return []
+        problems = []
+        for index, (ref, version) in enumerate(zip(self.leaves, self.versions)):
+            leaf = ref()
+            if leaf is None:
+                continue
+            with torch._C.DisableTorchFunctionSubclass():
+                now = leaf._version
+            if now != version:
+                problems.append(
+                    f"{self.describe()} at `{self.path(index)}`: a zero-copy view was written in place "
+                    f"(version {version} -> {now})"
+                )
+            _detach(leaf)
+        self.released = True
+        self.borrowed = None
+        return problems
+
+
+def _detach(leaf: torch.Tensor) -> None:
+    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+        torch.Tensor.set_(leaf)
+
+
+# id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
+_handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
+_local = threading.local()
+
+
+def _forget(key: int):
+    def callback(_ref, key=key):
+        _handouts.pop(key, None)
+
+    return callback
+
+
+def register_message(
+    name: str | None,
+    borrowed: torch.Tensor,
+    leaves: list[torch.Tensor],
+    plain_leaves: list[torch.Tensor],
+    locations: list[int],
+    tree: Any,
+) -> Message:
+    """Track the leaves handed out from one zero-copy message (`leaves`: as handed out, maybe
+    TVTensors; `plain_leaves`: the same tensors as plain aliases)."""
+    message = Message(name, borrowed, leaves, plain_leaves, locations, tree)
+    for i, leaf in enumerate(leaves):
+        key = id(leaf)
+        _handouts[key] = (weakref.ref(leaf, _forget(key)), message, i)
+    stack = getattr(_local, "scopes", None)
+    if stack:
+        stack[-1]._adopt(message, leaves)
+    return message
+
+
+def _message_of(t: torch.Tensor) -> tuple[Message, int] | None:
+    entry = _handouts.get(id(t))
+    if entry is None or entry[0]() is not t:
+        return None
+    return entry[1], entry[2]
+
+
+def is_borrowed(t: torch.Tensor) -> bool:
+    """Whether `t` is a live zero-copy leaf of a received message."""
+    found = _message_of(t)
+    return found is not None and not found[0].released
+
+
+def _raise_problems(problems: list[str]) -> None:
+    if problems:
+        raise SharedViewWriteError(
+            "; ".join(problems)
+            + ". Received views share memory with the sender and every other receiver: copy before "
+            "writing (tc.keep(obj), tensor.clone(), or tc.receive(event, copy=True))."
+        )
+
+
+class Scope:
+    """Releases every message received inside it when it ends (see module doc)."""
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._leaves: list[torch.Tensor] = []  # strong: a leaf written then dropped is still checked
+
+    def _adopt(self, message: Message, leaves: list[torch.Tensor]) -> None:
+        self._messages.append(message)
+        self._leaves.extend(leaves)
+
+    def __enter__(self) -> "Scope":
+        stack = getattr(_local, "scopes", None)
+        if stack is None:
+            stack = _local.scopes = []
+        stack.append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        stack = _local.scopes
+        if stack and stack[-1] is self:
+            stack.pop()
+        else:  # exited out of order (generators, threads): remove wherever it is
+            try:
+                stack.remove(self)
+            except ValueError:
+                pass
+        problems = []
+        for message in self._messages:
+            problems.extend(message.release())
+        self._messages.clear()
+        self._leaves.clear()
+        if problems and exc_type is not None:
+            # Do not mask the exception already on its way; still say what was found.
+            log.error("while leaving a tensor_codec scope: %s", "; ".join(problems))
+            return None
+        _raise_problems(problems)
+        return None
+
+
+def scope() -> Scope:
+    """``with tc.scope(): ...``: release everything received inside when the block ends."""
+    return Scope()
+
+
+def _leaves_of(obj: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+
+    def collect(t, original):
+        found.append(original)
+        return t
+
+    map_tensors(collect, obj)
+    return found
+
+
+def release(obj: Any) -> None:
+    """Release every received message behind `obj` now (all of their parts, not only `obj`'s)."""
+    messages: dict[int, Message] = {}
+    for t in iter_tensors(obj):
+        hit = _message_of(t)
+        if hit is not None:
+            messages.setdefault(id(hit[0]), hit[0])
+    problems = []
+    for message in messages.values():
+        problems.extend(message.release())
+    _raise_problems(problems)
+
+
+def keep(obj: Any) -> Any:
+    """A copy of `obj` that owns its memory, made as one unit (see module doc)."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def copy(plain: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
+        hit = _message_of(original)
+        if hit is not None:
+            message, index = hit
+            if message.released:
+                raise ReleasedError(
+                    f"{message.describe()} at `{message.path(index)}`: the message was "
+                    "already released; call tc.keep() inside the scope that received it"
+                )
+            block = copies.get(id(message))
+            if block is None:
+                block = copies[id(message)] = message.borrowed.clone()
+            out = torch.empty(0, dtype=plain.dtype).set_(
+                block.untyped_storage(), message.locations[index] // plain.element_size(), plain.shape, plain.stride()
+            )
+        else:
+            # Not a leaf we handed out (an ordinary tensor, or a view derived from one): clone it,
+            # keeping its strides where they are dense.
+            out = plain.detach().clone(memory_format=torch.preserve_format)
+        if plain.requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    return map_tensors(copy, obj)

@@ -1,0 +1,46 @@
+"""The transport seam: one small interface, chosen per message by the ``tc.transport`` tag.
+
+A transport decides where a planned message's bytes live and how a receiver reaches them: host
+bytes in the Arrow value (``"host"``), or, in later work, GPU memory shared across processes.
+Transports are imported on first use from this fixed table, so ``import tensor_codec`` never
+loads CUDA code and a name that arrives in a message can only select one of these.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import DecodeError, EncodeError
+from .base import Materialized, Transport
+
+__all__ = ["Transport", "Materialized", "get_transport", "transport_for_message", "TRANSPORT_NAMES"]
+
+# name -> "module:Class" inside this package
+_TABLE = {
+    "host": ".host:HostTransport",
+}
+TRANSPORT_NAMES = tuple(_TABLE)
+_loaded: dict[str, Transport] = {}
+
+
+def _load(name: str) -> Transport:
+    transport = _loaded.get(name)
+    if transport is None:
+        module_name, _, cls_name = _TABLE[name].partition(":")
+        module = importlib.import_module(module_name, __name__)
+        transport = _loaded[name] = getattr(module, cls_name)()
+    return transport
+
+
+def get_transport(name: object) -> Transport:
+    """A transport for sending; unknown names are a caller error."""
+    if name not in _TABLE:
+        raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r}")
+    return _load(name)
+
+
+def transport_for_message(name: str) -> Transport:
+    """A transport named by a received message."""
+    if name not in _TABLE:
+        raise DecodeError(f"tc.transport: expected one of {list(_TABLE)}, got {name!r}")
+    return _load(name)

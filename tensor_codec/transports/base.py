@@ -1,0 +1,40 @@
+"""What every transport provides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+import torch
+
+from ..wire import Plan, ReceivedLeaf
+
+
+@dataclass
+class Materialized:
+    """Decoded leaf tensors, plus what a zero-copy result borrows.
+
+    `borrowed` is None when the tensors own their memory (a copy was made); otherwise it is the
+    buffer they view, kept by the lifetime registry so `keep()` can copy a message in one go.
+    `locations` are each leaf's byte offset inside `borrowed`.
+    """
+
+    tensors: list[torch.Tensor]
+    borrowed: torch.Tensor | None
+    locations: list[int]
+
+
+class Transport(Protocol):
+    name: str
+    leaf_keys: frozenset  # per-leaf header keys this transport adds
+    header_keys: frozenset  # top-level header keys this transport adds
+
+    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
+        """Lay the planned message out; -> (Arrow value, the codec's metadata)."""
+
+    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
+        """Lay the planned message out straight into a dora output (one pass) and send it."""
+
+    def materialize(self, value: Any, header: dict, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
+        """Validate the transport's fields against `value` and build the leaf tensors."""

@@ -1,0 +1,144 @@
+"""Host transport: every leaf's bytes in the Arrow value, one flat UInt8 buffer.
+
+Layout (docs/wire-format.md, "Host transport"): leaves in depth-first order, leaf i at
+``offset[i] = align_up(offset[i-1] + nbytes[i-1], 64)`` with ``offset[0] = 0``; the padding is
+zero; the buffer ends exactly at the last leaf's end. A receiver requires exactly this layout, so
+offsets are in bounds and never overlap.
+
+Sending writes each tensor straight into dora's send buffer (``send_output_raw``): a dense tensor
+is one byte copy, a non-contiguous one is compacted by one strided copy. Receiving views the Arrow
+buffer through DLPack without copying; a message whose buffer is not 64-byte aligned (dora hands
+small messages over at arbitrary addresses) is copied once into aligned memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from .. import dora_limits
+from ..errors import DecodeError
+from ..layout import Destination, write_leaf
+from ..wire import Plan, ReceivedLeaf, header_metadata
+from .base import Materialized
+
+ALIGNMENT = 64
+SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
+_UINT8 = pa.uint8()
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
+    """Canonical offsets for leaves of the given sizes, and the total buffer length."""
+    offsets = []
+    end = 0
+    for n in nbytes:
+        start = _align(end) if offsets else 0
+        offsets.append(start)
+        end = start + n
+    return offsets, end
+
+
+def _write(plan: Plan, offsets: list[int], dest: Destination) -> None:
+    end = 0
+    for leaf, start in zip(plan.leaves, offsets):
+        if start > end:
+            # Padding is zero: deterministic bytes, and no stale memory leaks to receivers.
+            ctypes.memset(dest.address + end, 0, start - end)
+        write_leaf(leaf, dest, start)
+        end = start + leaf.nbytes
+
+
+class HostTransport:
+    name = "host"
+    leaf_keys = frozenset({"offset"})
+    header_keys = frozenset()
+
+    def _metadata(self, plan: Plan) -> tuple[dict, list[int], int]:
+        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+        metadata = header_metadata(plan, self.name, [{"offset": o} for o in offsets])
+        return metadata, offsets, total
+
+    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
+        metadata, offsets, total = self._metadata(plan)
+        buf = pa.allocate_buffer(total)  # Arrow's allocator aligns to 64 bytes
+        dest = Destination(buf.address, lambda: torch.frombuffer(buf, dtype=torch.uint8))
+        if total:
+            _write(plan, offsets, dest)
+        dest.release()
+        return pa.Array.from_buffers(_UINT8, total, [None, buf]), metadata
+
+    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
+        codec_metadata, offsets, total = self._metadata(plan)
+        dora_limits.check_route(node, output_id, total)
+        merged = dict(metadata)
+        merged.update(codec_metadata)
+        with dora_limits.translate_send_errors(node, output_id, total):
+            with node.send_output_raw(output_id, total, metadata=merged) as sample:
+                if total:
+                    view = torch.frombuffer(sample, dtype=torch.uint8)
+                    dest = Destination(view.data_ptr(), lambda: view)
+                    try:
+                        _write(plan, offsets, dest)
+                    finally:
+                        # No view of dora's buffer may outlive the send: dora reuses it.
+                        dest.release()
+                        del view, dest
+
+    def materialize(self, value: Any, header: dict, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
+        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
+        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
+            got = leaf.fields["offset"]
+            if type(got) is not int or got != expected:
+                raise DecodeError(
+                    f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
+                    f"to {ALIGNMENT} bytes), got {got!r}"
+                )
+        address = _checked_address(value, total)
+        if copy or total < SMALL_MESSAGE_BYTES or address % ALIGNMENT:
+            # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
+            # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
+            # the bookkeeping a borrowed view needs.
+            base = torch.empty(total, dtype=torch.uint8)
+            if total:
+                ctypes.memmove(base.data_ptr(), address, total)
+            borrowed = None
+        else:
+            base = torch.from_dlpack(value)  # a view; its storage keeps the Arrow buffer alive
+            borrowed = base
+        storage = base.untyped_storage()
+        tensors = []
+        for i, (leaf, start) in enumerate(zip(leaves, offsets)):
+            if leaf.dtype.is_bool and leaf.nbytes and bool((base[start : start + leaf.nbytes] > 1).any()):
+                # Any byte other than 0/1 in a bool tensor is undefined behaviour in torch.
+                raise DecodeError(f"tc.header.leaves[{i}]: expected bool bytes 0 or 1, got other values")
+            t = _empty(leaf.dtype.torch_dtype)
+            t.set_(storage, start // leaf.dtype.itemsize, leaf.shape, leaf.strides)
+            tensors.append(t)
+        return Materialized(tensors, borrowed, offsets)
+
+
+def _empty(dtype: torch.dtype) -> torch.Tensor:
+    # A view of an empty uint8 tensor: no allocation, and no "ComplexHalf is experimental" warning.
+    return torch.empty(0, dtype=torch.uint8).view(dtype)
+
+
+def _checked_address(value: Any, total: int) -> int:
+    """The address of the Arrow value's first byte, after checking it is what the header says."""
+    if not isinstance(value, pa.Array):
+        raise DecodeError(f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}")
+    if value.type != _UINT8:
+        raise DecodeError(f"value: expected Arrow type uint8, got {value.type}")
+    if len(value) != total:
+        raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value)}")
+    if total == 0:
+        return 0
+    if value.null_count:
+        raise DecodeError(f"value: expected no nulls, got {value.null_count}")
+    return value.buffers()[1].address + value.offset

@@ -1,0 +1,228 @@
+"""Wire format v1: the metadata keys, the JSON header, and the checks every receiver runs.
+
+A message is an Arrow value plus flat metadata. The codec's metadata keys all start with ``tc.``
+so a caller's own keys (and dora's ``timestamp``) sit beside them:
+
+* ``tc.version``   int, the format version (1);
+* ``tc.transport`` str, which transport laid out the bytes (``"host"``; later ``"cuda-ipc"``);
+* ``tc.header``    str, compact JSON: ``{"leaves": [...], "tree": ...}`` plus transport fields.
+
+Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
+own location fields (host: ``offset``). Everything is validated here before a single data byte
+is interpreted: version, sizes, types, a dtype whitelist, layouts whose every element lies inside
+the leaf's bytes. The full specification is docs/wire-format.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .dtypes import WireDType, by_name
+from .errors import DecodeError, EncodeError
+from .layout import MAX_DIM, MAX_RANK, LeafLayout, check_leaf_layout, plan_leaf
+from .tree import flatten
+
+__all__ = [
+    "VERSION",
+    "KEY_VERSION",
+    "KEY_TRANSPORT",
+    "KEY_HEADER",
+    "RESERVED_PREFIX",
+    "MAX_HEADER_CHARS",
+    "MAX_LEAVES",
+    "Plan",
+    "ReceivedLeaf",
+    "make_plan",
+    "header_metadata",
+    "read_metadata",
+    "parse_header",
+    "parse_leaves",
+]
+
+VERSION = 1
+RESERVED_PREFIX = "tc."
+KEY_VERSION = "tc.version"
+KEY_TRANSPORT = "tc.transport"
+KEY_HEADER = "tc.header"
+
+MAX_HEADER_CHARS = 16 << 20  # JSON text of the header
+MAX_LEAVES = 100_000  # tensors per message
+
+_COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
+# Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass
+class Plan:
+    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout."""
+
+    tree: Any
+    leaves: list[LeafLayout]
+    paths: list[tuple]
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(leaf.nbytes for leaf in self.leaves)
+
+
+def make_plan(obj: Any) -> Plan:
+    tree, found = flatten(obj)
+    if len(found) > MAX_LEAVES:
+        raise EncodeError(f"too many tensors at `$`: expected at most {MAX_LEAVES} per message, got {len(found)}")
+    leaves = [plan_leaf(tensor, path) for tensor, path in found]
+    return Plan(tree, leaves, [path for _, path in found])
+
+
+def header_metadata(plan: Plan, transport: str, leaf_fields: list[dict], extra: dict | None = None) -> dict:
+    """The codec's metadata for a planned message; `leaf_fields` are the transport's per-leaf keys."""
+    leaves = []
+    for leaf, fields in zip(plan.leaves, leaf_fields):
+        entry = {"dtype": leaf.dtype.name, "shape": list(leaf.shape), "strides": list(leaf.strides), "nbytes": leaf.nbytes}
+        entry.update(fields)
+        leaves.append(entry)
+    header = {"leaves": leaves, "tree": plan.tree}
+    if extra:
+        header.update(extra)
+    text = _JSON.encode(header)
+    if len(text) > MAX_HEADER_CHARS:
+        raise EncodeError(f"structure too large at `$`: header is {len(text)} characters, expected at most {MAX_HEADER_CHARS}")
+    return {KEY_VERSION: VERSION, KEY_TRANSPORT: transport, KEY_HEADER: text}
+
+
+# --------------------------------------------------------------------------------------------
+# Receiving
+
+
+@dataclass(slots=True)
+class ReceivedLeaf:
+    dtype: WireDType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    nbytes: int
+    fields: dict  # the raw leaf entry; the transport reads and validates its own keys from it
+
+
+def _reject_constant(name: str):
+    raise DecodeError(f"tc.header: expected strict JSON, got the non-standard constant {name}")
+
+
+# One decoder, made once (json.loads with options builds a new one per call).
+_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def read_metadata(metadata: Any) -> tuple[str, str]:
+    """Check the codec's metadata keys. -> (transport name, header JSON text)."""
+    if not isinstance(metadata, dict):
+        raise DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
+    version = metadata.get(KEY_VERSION)
+    if version is None:
+        raise DecodeError(
+            f"metadata: expected key {KEY_VERSION!r} (not a tensor_codec message?), got keys {sorted(map(str, metadata))[:8]}"
+        )
+    if type(version) is not int or version != VERSION:
+        raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r}")
+    transport = metadata.get(KEY_TRANSPORT)
+    if type(transport) is not str:
+        raise DecodeError(f"{KEY_TRANSPORT}: expected a transport name string, got {transport!r}")
+    text = metadata.get(KEY_HEADER)
+    if type(text) is not str:
+        raise DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
+    if len(text) > MAX_HEADER_CHARS:
+        raise DecodeError(f"{KEY_HEADER}: expected at most {MAX_HEADER_CHARS} characters, got {len(text)}")
+    return transport, text
+
+
+# A stream repeats the same header for every message of the same shape. Validation is a pure
+# function of the header text and the transport, so its result is cached by exactly those (the
+# data checks against the buffer still run for every message). Bounded in entries and text size.
+_CACHE_ENTRIES = 256
+_CACHE_MAX_TEXT = 64 << 10
+_header_cache: collections.OrderedDict = collections.OrderedDict()
+
+
+def parse_header(text: str, transport_name: str, leaf_keys: frozenset, header_keys: frozenset) -> tuple[dict, list[ReceivedLeaf]]:
+    """Parse and validate the header text. -> (header object, validated leaf table)."""
+    key = (transport_name, text)
+    hit = _header_cache.get(key)
+    if hit is not None:
+        return hit
+    try:
+        header = _JSON_DECODER.decode(text)
+    except DecodeError:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise DecodeError(f"{KEY_HEADER}: expected valid JSON, got a parse error: {str(e)[:200]}") from None
+    if type(header) is not dict:
+        raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
+    leaves = parse_leaves(header, leaf_keys, header_keys)
+    if len(text) <= _CACHE_MAX_TEXT:
+        _header_cache[key] = (header, leaves)
+        if len(_header_cache) > _CACHE_ENTRIES:
+            _header_cache.popitem(last=False)
+    return header, leaves
+
+
+def parse_leaves(header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset) -> list[ReceivedLeaf]:
+    """Validate the leaf table (and the header's top-level keys) without touching any data."""
+    allowed_top = _allowed_top_keys(transport_header_keys)
+    if not header.keys() <= allowed_top:
+        extra = header.keys() - allowed_top
+        raise DecodeError(f"tc.header: expected only keys {sorted(allowed_top)}, got unexpected {sorted(extra)}")
+    if "tree" not in header:
+        raise DecodeError("tc.header: expected key 'tree', missing")
+    raw = header.get("leaves")
+    if type(raw) is not list:
+        raise DecodeError(f"tc.header.leaves: expected a list, got {type(raw).__name__}")
+    if len(raw) > MAX_LEAVES:
+        raise DecodeError(f"tc.header.leaves: expected at most {MAX_LEAVES} entries, got {len(raw)}")
+    allowed = _allowed_leaf_keys(transport_leaf_keys)
+    out = []
+    for i, entry in enumerate(raw):
+        if type(entry) is not dict or entry.keys() != allowed:
+            _leaf_keys_error(entry, allowed, f"tc.header.leaves[{i}]")
+        dtype = by_name(entry["dtype"], f"tc.header.leaves[{i}].dtype")
+        shape = _int_list(entry["shape"], i, "shape")
+        strides = _int_list(entry["strides"], i, "strides")
+        nbytes = entry["nbytes"]
+        if type(nbytes) is not int or not 0 <= nbytes <= MAX_DIM:
+            raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r}")
+        check_leaf_layout(dtype, shape, strides, nbytes, f"tc.header.leaves[{i}]")
+        # `entry` itself carries the transport's keys (validated by the transport).
+        out.append(ReceivedLeaf(dtype, shape, strides, nbytes, entry))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _allowed_top_keys(transport_header_keys: frozenset) -> frozenset:
+    return frozenset({"leaves", "tree"}) | transport_header_keys
+
+
+@functools.lru_cache(maxsize=None)
+def _allowed_leaf_keys(transport_leaf_keys: frozenset) -> frozenset:
+    return frozenset(_COMMON_LEAF_KEYS) | transport_leaf_keys
+
+
+def _leaf_keys_error(entry: Any, allowed: frozenset, where: str):
+    if type(entry) is not dict:
+        raise DecodeError(f"{where}: expected an object, got {type(entry).__name__}")
+    missing, unexpected = allowed - entry.keys(), entry.keys() - allowed
+    raise DecodeError(
+        f"{where}: expected keys {sorted(allowed)}, got"
+        + (f" missing {sorted(missing)}" if missing else "")
+        + (f" unexpected {sorted(unexpected)}" if unexpected else "")
+    )
+
+
+def _int_list(value: Any, index: int, field: str) -> tuple[int, ...]:
+    if type(value) is not list or len(value) > MAX_RANK:
+        what = f"{len(value)} entries" if type(value) is list else type(value).__name__
+        raise DecodeError(f"tc.header.leaves[{index}].{field}: expected a list of at most {MAX_RANK} integers, got {what}")
+    for v in value:
+        if type(v) is not int or not 0 <= v <= MAX_DIM:
+            raise DecodeError(f"tc.header.leaves[{index}].{field}: expected integers in [0, 2**62], got {v!r}")
+    return tuple(value)

@@ -1,0 +1,130 @@
+"""Nested structures, scalars, namedtuples, PackedSequences, and encode-side errors."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.utils.rnn import PackedSequence, pack_sequence, pad_packed_sequence
+
+import tensor_codec as tc
+from tensor_codec.testing import assert_identical, make_detection_sample, make_packed_sequences
+
+
+def round_trip(obj, **kwargs):
+    return tc.decode(*tc.encode(obj), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None, True, False, 0, -(2**63), 2**63 - 1, 1.5, -0.0, "", "text ünïcode ✓",
+        [], (), {}, [1, [2, (3, None)]], {"a": {"b": {"c": [1.0, "x"]}}}, {1: "int key", "s": 2},
+        (torch.zeros(2), "tag", 3),
+    ],
+    ids=repr,
+)
+def test_plain_values_and_containers_round_trip(obj):
+    assert_identical(round_trip(obj), obj)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_floats_round_trip(value):
+    out = round_trip([value])
+    assert_identical(out, [value])
+
+
+def test_bool_and_int_stay_distinct():
+    out = round_trip([True, 1, 0, False])
+    assert [type(v) for v in out] == [bool, int, int, bool]
+
+
+def test_detection_sample_round_trips_with_every_part_intact():
+    sample = make_detection_sample()
+    assert_identical(round_trip(sample), sample)
+    assert_identical(round_trip(sample, copy=True), sample)
+
+
+@pytest.mark.parametrize("name", sorted(make_packed_sequences()))
+def test_packed_sequences_round_trip_as_one_unit(name):
+    packed = make_packed_sequences()[name]
+    restored = round_trip(packed)
+    assert type(restored) is PackedSequence
+    assert_identical(restored, packed)
+    padded, lengths = pad_packed_sequence(restored, batch_first=True)
+    expected, expected_lengths = pad_packed_sequence(packed, batch_first=True)
+    assert torch.equal(padded, expected) and torch.equal(lengths, expected_lengths)
+
+
+def test_packed_sequence_inside_a_structure():
+    packed = pack_sequence([torch.ones(3, 2), torch.zeros(1, 2)])
+    obj = {"seq": packed, "ids": [7, 8]}
+    assert_identical(round_trip(obj), obj)
+
+
+Pose = collections.namedtuple("Pose", ["position", "angle"])
+
+
+def test_unregistered_namedtuple_comes_back_equal_with_same_name_and_fields():
+    obj = Pose(torch.tensor([1.0, 2.0]), 0.5)
+    out = round_trip(obj)
+    assert type(out).__name__ == "Pose" and out._fields == ("position", "angle")
+    assert torch.equal(out.position, obj.position) and out.angle == 0.5
+
+
+def test_registered_namedtuple_comes_back_as_its_class():
+    @tc.register_namedtuple
+    class Grasp(collections.namedtuple("Grasp", ["width", "score"])):
+        pass
+
+    out = round_trip([Grasp(0.08, 0.9)])
+    assert type(out[0]) is Grasp and out[0] == Grasp(0.08, 0.9)
+
+
+@pytest.mark.parametrize(
+    "obj, path, found",
+    [
+        ({"boxes": [torch.zeros(1), torch.zeros(1), np.zeros(3)]}, "$.boxes[2]", "numpy.ndarray"),
+        ({"meta": {"when": object()}}, "$.meta.when", "builtins.object"),
+        ([{1.5: "float key"}], "$[0]", "float"),
+        ({"p": torch.nn.Parameter(torch.zeros(2))}, "$.p", "Parameter"),
+        ({"x": np.float32(1.0)}, "$.x", "numpy.float32"),
+        ({"s": {1, 2}}, "$.s", "builtins.set"),
+        ({"big": 2**64}, "$.big", "int64"),
+        ({"odd key": b"bytes"}, "$['odd key']", "builtins.bytes"),
+    ],
+)
+def test_unsupported_input_names_its_path_and_type(obj, path, found):
+    with pytest.raises(tc.EncodeError, match=None) as info:
+        tc.encode(obj)
+    message = str(info.value)
+    assert f"`{path}`" in message and found in message
+    assert isinstance(info.value, TypeError) and isinstance(info.value, tc.CodecError)
+
+
+@pytest.mark.parametrize(
+    "tensor, what",
+    [
+        (torch.zeros(2, 2).to_sparse(), "sparse"),
+        (torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.qint8), "quantized"),
+        (torch.zeros(3, device="meta"), "meta"),
+    ],
+)
+def test_unsupported_tensors_are_refused_with_their_kind(tensor, what):
+    with pytest.raises(tc.EncodeError, match=what):
+        tc.encode({"t": tensor})
+
+
+def test_self_referencing_structure_fails_cleanly():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(tc.EncodeError, match="too deep"):
+        tc.encode(loop)
+
+
+def test_unknown_transport_is_an_encode_error():
+    with pytest.raises(tc.EncodeError, match="transport"):
+        tc.encode(torch.zeros(1), transport="carrier-pigeon")
