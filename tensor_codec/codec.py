@@ -8,7 +8,6 @@ import pyarrow as pa
 
 from . import lifetimes
 from .transports import get_transport, transport_for_message
-from .tree import unflatten
 from .wire import make_plan, parse_header, read_metadata
 
 __all__ = ["encode", "decode"]
@@ -33,9 +32,10 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, name: str | None =
     """
     transport_name, text = read_metadata(metadata)
     transport = transport_for_message(transport_name)
-    header, leaves = parse_header(text, transport_name, transport.leaf_keys, transport.header_keys)
-    materialized = transport.materialize(value, header, leaves, copy=copy)
-    obj, handed_out = unflatten(header["tree"], materialized.tensors, leaves)
+    header, leaves, build, prepared = parse_header(text, transport_name, transport)
+    materialized = transport.materialize(value, prepared, leaves, copy=copy)
+    handed_out: list = []
+    obj = build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
         lifetimes.register_message(
             name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, header["tree"]

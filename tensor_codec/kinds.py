@@ -52,6 +52,10 @@ class TensorKind:
         """Attributes of `x` as JSON values, in a fixed order."""
         return {}
 
+    def attribute_key(self, x: torch.Tensor) -> tuple:
+        """The attribute values of `x`, hashable, for caching what depends on them."""
+        return ()
+
     def parse_attributes(self, node: dict, where: str) -> dict[str, Any]:
         """Validate the attributes a received node carries; return them as Python values."""
         return {}
@@ -101,6 +105,9 @@ class _BoundingBoxesKind(TensorKind):
         self.attribute_names = ("format", "canvas_size")
         self.optional_attribute_names = ("clamping_mode",)
 
+    def attribute_key(self, x):
+        return (x.format, tuple(x.canvas_size), getattr(x, "clamping_mode", None))
+
     def attributes(self, x):
         attrs = {"format": x.format.name, "canvas_size": _canvas_to_json(x.canvas_size)}
         if self.has_clamping:
@@ -139,6 +146,9 @@ class _KeyPointsKind(TensorKind):
     def __init__(self, cls: type):
         self.cls = cls
         self.tag = "tv.KeyPoints"
+
+    def attribute_key(self, x):
+        return (tuple(x.canvas_size),)
 
     def attributes(self, x):
         return {"canvas_size": _canvas_to_json(x.canvas_size)}

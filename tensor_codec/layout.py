@@ -50,6 +50,19 @@ class LeafLayout:
     # Sender side only: the tensor to copy from and whether a raw byte copy of its span suffices.
     source: torch.Tensor | None = None
     raw_span: bool = False
+    broadcast: tuple[int, ...] = ()  # dims narrowed to size 1 in `source`
+
+    def with_source(self, t: torch.Tensor) -> "LeafLayout":
+        """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
+        if t.requires_grad:
+            t = t.detach()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        for d in self.broadcast:
+            t = t.narrow(d, 0, 1)
+        return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
 
 
 def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -59,6 +72,15 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
         strides[i] = step
         step *= max(shape[i], 1)
     return tuple(strides)
+
+
+def _is_row_major(shape, strides) -> bool:
+    step = 1
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] != 1 and strides[i] != step:
+            return False
+        step *= shape[i]
+    return True
 
 
 def _dense_span(shape, strides) -> int | None:
@@ -103,13 +125,13 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
         reduced = reduced.narrow(d, 0, 1)
     span = _dense_span(shape, strides)
     if span is not None:
-        return LeafLayout(dtype, shape, strides, span * dtype.itemsize, reduced, raw_span=True)
+        return LeafLayout(dtype, shape, strides, span * dtype.itemsize, reduced, True, tuple(broadcast))
 
     # Compact: row-major over the reduced shape, broadcast dims keep stride 0.
     compact = list(contiguous_strides(reduced.shape))
     for d in broadcast:
         compact[d] = 0
-    return LeafLayout(dtype, shape, tuple(compact), reduced.numel() * dtype.itemsize, reduced, raw_span=False)
+    return LeafLayout(dtype, shape, tuple(compact), reduced.numel() * dtype.itemsize, reduced, False, tuple(broadcast))
 
 
 # Below this size a plain memmove beats torch's copy (no dispatch); above it torch's copy runs on
@@ -172,6 +194,8 @@ def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> N
         if nbytes != 0:
             raise DecodeError(f"{where}.nbytes: expected 0 for a tensor with no elements, got {nbytes}")
         return
+    if nbytes == numel * dtype.itemsize and _is_row_major(shape, strides):
+        return  # the common case, checked in one pass
     span = _dense_span(shape, strides)
     if span is None:
         raise DecodeError(

@@ -30,7 +30,9 @@ from .kinds import TensorKind, kind_by_tag, kind_of
 __all__ = [
     "MAX_DEPTH",
     "flatten",
+    "tensor_node",
     "unflatten",
+    "compile_tree",
     "map_tensors",
     "iter_tensors",
     "leaf_paths",
@@ -93,12 +95,8 @@ def _encode(x: Any, path: tuple, leaves: list, depth: int) -> Any:
     if kind is not None:
         # Work on a plain alias: property reads on a TVTensor go through __torch_function__ (slow).
         plain = x if tx is torch.Tensor else x.as_subclass(torch.Tensor)
-        node = {"t": kind.tag, "leaf": len(leaves)}
-        node.update(kind.attributes(x))
-        if plain.requires_grad:
-            node["grad"] = True
         leaves.append((plain, path))
-        return node
+        return tensor_node(kind, x, plain, len(leaves) - 1)
     if x is None or tx is bool or tx is str:
         return x
     if tx is int:
@@ -151,6 +149,15 @@ def _encode(x: Any, path: tuple, leaves: list, depth: int) -> Any:
     raise EncodeError(f"unsupported type at `{format_path(path)}`: expected {_SUPPORTED}, got {what}{hint}")
 
 
+def tensor_node(kind: TensorKind, x: torch.Tensor, plain: torch.Tensor, index: int) -> dict:
+    """The tree node of tensor `x` (`plain`: the same as a plain tensor), leaf number `index`."""
+    node = {"t": kind.tag, "leaf": index}
+    node.update(kind.attributes(x))
+    if plain.requires_grad:
+        node["grad"] = True
+    return node
+
+
 def _registered_name(tx: type) -> str:
     for name, cls in _NAMEDTUPLES.items():
         if cls is tx:
@@ -160,35 +167,45 @@ def _registered_name(tx: type) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Decoding (input is hostile: check every type and key before use)
+#
+# A received tree is validated once and compiled into a builder: a function that turns the leaf
+# tensors of a message into the object. Messages of a stream repeat their header, so the header
+# cache (wire.parse_header) keeps the builder and later messages skip validation entirely.
+
+Builder = Callable[[list, list], Any]  # (leaf tensors, handed-out leaves to append to) -> object
 
 
-class _LeafCursor:
-    __slots__ = ("tensors", "next", "leaves", "outputs")
+class _Compiler:
+    __slots__ = ("leaves", "next")
 
-    def __init__(self, tensors: list[torch.Tensor], leaves: list):
-        self.tensors = tensors
-        self.leaves = leaves  # the validated leaf table (wire.ReceivedLeaf), for dtypes
-        self.outputs: list[torch.Tensor] = []
+    def __init__(self, leaves: list):
+        self.leaves = leaves  # the validated leaf table (wire.ReceivedLeaf)
         self.next = 0
 
 
+def compile_tree(tree: Any, leaves: list) -> Builder:
+    """Validate a received tree against its leaf table; -> a builder for its objects."""
+    compiler = _Compiler(leaves)
+    builder = _compile(tree, compiler, "tc.header.tree", 0)
+    if compiler.next != len(leaves):
+        raise DecodeError(
+            f"tc.header.tree: expected every one of the {len(leaves)} leaves to be referenced, "
+            f"got {compiler.next} references"
+        )
+    return builder
+
+
 def unflatten(tree: Any, tensors: list[torch.Tensor], leaves: list) -> tuple[Any, list[torch.Tensor]]:
-    """Rebuild the object from a received tree and its decoded leaf tensors.
+    """Rebuild an object from a received tree and its decoded leaf tensors (validating the tree).
 
     -> (object, the leaf objects as handed out: TVTensors where the tree says so).
     """
-    cursor = _LeafCursor(tensors, leaves)
-    out = _decode(tree, cursor, "tc.header.tree", 0)
-    if cursor.next != len(tensors):
-        raise DecodeError(
-            f"tc.header.tree: expected every one of the {len(tensors)} leaves to be referenced, "
-            f"got {cursor.next} references"
-        )
-    return out, cursor.outputs
+    out: list[torch.Tensor] = []
+    return compile_tree(tree, leaves)(tensors, out), out
 
 
 def leaf_paths(tree: Any) -> list[tuple]:
-    """Path parts of each leaf of a tree that `unflatten` accepted, in leaf order (for messages)."""
+    """Path parts of each leaf of a tree that `compile_tree` accepted, in leaf order (for messages)."""
     paths: list[tuple] = []
 
     def walk(node, path):
@@ -214,16 +231,20 @@ def leaf_paths(tree: Any) -> list[tuple]:
     return paths
 
 
-def _decode(node: Any, cur: _LeafCursor, where: str, depth: int) -> Any:
+def _constant(value: Any) -> Builder:
+    return lambda tensors, out: value
+
+
+def _compile(node: Any, comp: _Compiler, where: str, depth: int) -> Builder:
     if depth > MAX_DEPTH:
         raise DecodeError(f"{where}: expected at most {MAX_DEPTH} nesting levels, got more")
     tn = type(node)
-    if node is None or tn is bool or tn is int or tn is str:
-        if tn is int and not _INT64_MIN <= node <= _INT64_MAX:
+    if node is None or tn is bool or tn is str or tn is float:
+        return _constant(node)
+    if tn is int:
+        if not _INT64_MIN <= node <= _INT64_MAX:
             raise DecodeError(f"{where}: expected an int64 value, got {node}")
-        return node
-    if tn is float:
-        return node
+        return _constant(node)
     if tn is not dict:
         raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
     tag = node.get("t")
@@ -231,15 +252,18 @@ def _decode(node: Any, cur: _LeafCursor, where: str, depth: int) -> Any:
         raise DecodeError(f"{where}.t: expected a string tag, got {tag!r}")
     kind = kind_by_tag(tag, where)
     if kind is not None:
-        return _decode_tensor(node, kind, cur, where)
+        return _compile_tensor(node, kind, comp, where)
     if tag in ("list", "tuple"):
         _expect_keys(node, {"t", "items"}, where)
         items = _expect_list(node, "items", where)
-        values = [_decode(v, cur, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
-        return values if tag == "list" else tuple(values)
+        parts = [_compile(v, comp, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
+        if tag == "list":
+            return lambda tensors, out: [b(tensors, out) for b in parts]
+        return lambda tensors, out: tuple([b(tensors, out) for b in parts])
     if tag == "dict":
         _expect_keys(node, {"t", "items"}, where)
-        out = {}
+        seen = set()
+        pairs = []
         for i, pair in enumerate(_expect_list(node, "items", where)):
             here = f"{where}.items[{i}]"
             if type(pair) is not list or len(pair) != 2:
@@ -247,78 +271,92 @@ def _decode(node: Any, cur: _LeafCursor, where: str, depth: int) -> Any:
             key = pair[0]
             if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
                 raise DecodeError(f"{here}[0]: expected a str or int64 key, got {key!r}")
-            if key in out:
+            if key in seen:
                 raise DecodeError(f"{here}[0]: expected unique keys, got {key!r} twice")
-            out[key] = _decode(pair[1], cur, f"{here}[1]", depth + 1)
-        return out
+            seen.add(key)
+            pairs.append((key, _compile(pair[1], comp, f"{here}[1]", depth + 1)))
+        return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
     if tag == "float":
         _expect_keys(node, {"t", "v"}, where)
         special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-        if node["v"] not in special:
+        if type(node["v"]) is not str or node["v"] not in special:
             raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {node['v']!r}")
-        return special[node["v"]]
+        return _constant(special[node["v"]])
     if tag == "PackedSequence":
-        return _decode_packed_sequence(node, cur, where, depth)
+        return _compile_packed_sequence(node, comp, where, depth)
     if tag == "namedtuple":
-        return _decode_namedtuple(node, cur, where, depth)
+        return _compile_namedtuple(node, comp, where, depth)
     raise DecodeError(
         f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
         f"PackedSequence, float), got {tag!r}"
     )
 
 
-def _decode_tensor(node: dict, kind: TensorKind, cur: _LeafCursor, where: str) -> torch.Tensor:
+def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: str) -> Builder:
     keys = node.keys()
     if not (keys <= kind.node_keys and keys >= kind.required_node_keys):
         _expect_keys(node, kind.node_keys, where, required=kind.required_node_keys)
     index = node["leaf"]
-    if type(index) is not int or index != cur.next or index >= len(cur.tensors):
-        expected = cur.next if cur.next < len(cur.tensors) else "none (all leaves used)"
+    if type(index) is not int or index != comp.next or index >= len(comp.leaves):
+        expected = comp.next if comp.next < len(comp.leaves) else "none (all leaves used)"
         raise DecodeError(f"{where}.leaf: expected leaf index {expected}, got {index!r}")
-    cur.next += 1
+    comp.next += 1
     attrs = kind.parse_attributes(node, where)
-    tensor = cur.tensors[index]
     grad = node.get("grad", False)
     if grad is not False:
         if grad is not True:
             raise DecodeError(f"{where}.grad: expected true or absent, got {grad!r}")
-        dtype = cur.leaves[index].dtype
+        dtype = comp.leaves[index].dtype
         if not dtype.can_require_grad:
             raise DecodeError(
                 f"{where}.grad: only floating point and complex tensors can require grad, got dtype {dtype.name}"
             )
-        tensor.requires_grad_(True)
-    out = kind.wrap(tensor, attrs)
-    cur.outputs.append(out)
-    return out
+    wrap = kind.wrap
+
+    def build(tensors, out):
+        tensor = tensors[index]
+        if grad:
+            tensor.requires_grad_(True)
+        obj = wrap(tensor, attrs)
+        out.append(obj)
+        return obj
+
+    build.tensor_leaf = index  # lets PackedSequence checks see which leaf a part is
+    return build
 
 
-def _decode_packed_sequence(node: dict, cur: _LeafCursor, where: str, depth: int) -> PackedSequence:
+def _compile_packed_sequence(node: dict, comp: _Compiler, where: str, depth: int) -> Builder:
     fields = _PACKED_FIELDS
     _expect_keys(node, {"t", *fields}, where)
-    parts = {f: _decode(node[f], cur, f"{where}.{f}", depth + 1) for f in fields}
+    parts = []
     for f in fields:
-        value = parts[f]
-        if value is None and f in ("sorted_indices", "unsorted_indices"):
+        part = node[f]
+        optional = f in ("sorted_indices", "unsorted_indices")
+        if part is None and optional:
+            parts.append(None)
             continue
-        if type(value) is not torch.Tensor:
-            raise DecodeError(f"{where}.{f}: expected a tensor, got {_json_type(node[f])}")
-    batch_sizes = parts["batch_sizes"]
-    if batch_sizes.dtype != torch.int64 or batch_sizes.dim() != 1:
-        raise DecodeError(
-            f"{where}.batch_sizes: expected a 1-D int64 tensor, got {batch_sizes.dim()}-D {batch_sizes.dtype}"
-        )
-    for f in ("sorted_indices", "unsorted_indices"):
-        value = parts[f]
-        if value is not None and (value.dtype != torch.int64 or value.dim() != 1):
-            raise DecodeError(f"{where}.{f}: expected a 1-D int64 tensor, got {value.dim()}-D {value.dtype}")
-    if (parts["sorted_indices"] is None) != (parts["unsorted_indices"] is None):
+        if not _is_tensor_node(part, f"{where}.{f}"):
+            raise DecodeError(f"{where}.{f}: expected a tensor, got {_json_type(part)}")
+        builder = _compile(part, comp, f"{where}.{f}", depth + 1)
+        leaf = comp.leaves[builder.tensor_leaf]
+        if f != "data" and (leaf.dtype.name != "int64" or len(leaf.shape) != 1):
+            raise DecodeError(f"{where}.{f}: expected a 1-D int64 tensor, got {len(leaf.shape)}-D {leaf.dtype.name}")
+        parts.append(builder)
+    if (parts[2] is None) != (parts[3] is None):
         raise DecodeError(f"{where}: expected sorted_indices and unsorted_indices both present or both null")
-    # tuple.__new__ keeps exactly what was sent; the public constructor would recompute indices.
-    return tuple.__new__(PackedSequence, tuple(parts[f] for f in fields))
+
+    def build(tensors, out):
+        # tuple.__new__ keeps exactly what was sent; the public constructor would recompute indices.
+        return tuple.__new__(PackedSequence, tuple(None if b is None else b(tensors, out) for b in parts))
+
+    return build
 
 
-def _decode_namedtuple(node: dict, cur: _LeafCursor, where: str, depth: int) -> tuple:
+def _is_tensor_node(node: Any, where: str) -> bool:
+    return type(node) is dict and type(node.get("t")) is str and kind_by_tag(node["t"], where) is not None
+
+
+def _compile_namedtuple(node: dict, comp: _Compiler, where: str, depth: int) -> Builder:
     _expect_keys(node, {"t", "name", "fields", "items"}, where)
     name, fields = node["name"], node["fields"]
     if type(name) is not str or not 0 < len(name) <= _MAX_NAME:
@@ -332,11 +370,11 @@ def _decode_namedtuple(node: dict, cur: _LeafCursor, where: str, depth: int) -> 
     items = _expect_list(node, "items", where)
     if len(items) != len(fields):
         raise DecodeError(f"{where}.items: expected {len(fields)} items (one per field), got {len(items)}")
-    values = [_decode(v, cur, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
+    parts = [_compile(v, comp, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
     cls = _NAMEDTUPLES.get(name)
     if cls is None or list(cls._fields) != fields:
         cls = _generic_namedtuple(name, tuple(fields), where)
-    return cls(*values)
+    return lambda tensors, out: cls(*[b(tensors, out) for b in parts])
 
 
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: str) -> type:

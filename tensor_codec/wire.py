@@ -21,10 +21,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .dtypes import WireDType, by_name
 from .errors import DecodeError, EncodeError
 from .layout import MAX_DIM, MAX_RANK, LeafLayout, check_leaf_layout, plan_leaf
-from .tree import flatten
+from .kinds import kind_of
+from .tree import compile_tree, flatten, tensor_node
 
 __all__ = [
     "VERSION",
@@ -54,23 +57,59 @@ MAX_LEAVES = 100_000  # tensors per message
 
 _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# check_circular=False: the codec builds the tree itself and it cannot contain cycles.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
 @dataclass
 class Plan:
-    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout."""
+    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout.
+
+    `signature` is set for single-tensor messages: everything the header depends on, hashable,
+    so a transport can cache the metadata it derives from the plan.
+    """
 
     tree: Any
     leaves: list[LeafLayout]
     paths: list[tuple]
+    signature: tuple | None = None
 
     @property
     def data_bytes(self) -> int:
         return sum(leaf.nbytes for leaf in self.leaves)
 
 
+# Streams send the same layout again and again; most big messages are one tensor or TVTensor.
+# For those the plan is cached by a signature of everything it depends on.
+_PLAN_CACHE_ENTRIES = 256
+_plan_cache: collections.OrderedDict = collections.OrderedDict()
+
+
 def make_plan(obj: Any) -> Plan:
+    kind = kind_of(obj)
+    plain = None
+    if kind is not None:
+        plain = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
+    # Only dense tensors have strides to key on; anything else takes the general path and its errors.
+    if plain is not None and plain.layout is torch.strided and not plain.is_nested:
+        signature = (
+            kind.tag, plain.dtype, plain.layout, plain.shape, plain.stride(),
+            plain.requires_grad, plain.is_conj(), plain.is_neg(), kind.attribute_key(obj),
+        )
+        cached = _plan_cache.get(signature)
+        if cached is not None:
+            tree, template = cached
+            return Plan(tree, [template.with_source(plain)], [()], signature)
+        leaf = plan_leaf(plain, ())
+        tree = tensor_node(kind, obj, plain, 0)
+        _plan_cache[signature] = (tree, LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast))
+        if len(_plan_cache) > _PLAN_CACHE_ENTRIES:
+            _plan_cache.popitem(last=False)
+        return Plan(tree, [leaf], [()], signature)
+    return _make_plan(obj)
+
+
+def _make_plan(obj: Any) -> Plan:
     tree, found = flatten(obj)
     if len(found) > MAX_LEAVES:
         raise EncodeError(f"too many tensors at `$`: expected at most {MAX_LEAVES} per message, got {len(found)}")
@@ -145,8 +184,11 @@ _CACHE_MAX_TEXT = 64 << 10
 _header_cache: collections.OrderedDict = collections.OrderedDict()
 
 
-def parse_header(text: str, transport_name: str, leaf_keys: frozenset, header_keys: frozenset) -> tuple[dict, list[ReceivedLeaf]]:
-    """Parse and validate the header text. -> (header object, validated leaf table)."""
+def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, list[ReceivedLeaf], Any, Any]:
+    """Parse and validate the header text.
+
+    -> (header object, validated leaf table, tree builder, the transport's prepared layout).
+    """
     key = (transport_name, text)
     hit = _header_cache.get(key)
     if hit is not None:
@@ -159,12 +201,13 @@ def parse_header(text: str, transport_name: str, leaf_keys: frozenset, header_ke
         raise DecodeError(f"{KEY_HEADER}: expected valid JSON, got a parse error: {str(e)[:200]}") from None
     if type(header) is not dict:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
-    leaves = parse_leaves(header, leaf_keys, header_keys)
+    leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys)
+    entry = (header, leaves, compile_tree(header["tree"], leaves), transport.prepare(header, leaves))
     if len(text) <= _CACHE_MAX_TEXT:
-        _header_cache[key] = (header, leaves)
+        _header_cache[key] = entry
         if len(_header_cache) > _CACHE_ENTRIES:
             _header_cache.popitem(last=False)
-    return header, leaves
+    return entry
 
 
 def parse_leaves(header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset) -> list[ReceivedLeaf]:

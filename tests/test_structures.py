@@ -116,6 +116,29 @@ def test_unsupported_input_names_its_path_and_type(obj, path, found):
 def test_unsupported_tensors_are_refused_with_their_kind(tensor, what):
     with pytest.raises(tc.EncodeError, match=what):
         tc.encode({"t": tensor})
+    with pytest.raises(tc.EncodeError, match=what):  # at the top level too
+        tc.encode(tensor)
+
+
+def test_repeated_single_tensor_messages_reuse_the_plan_but_never_the_data():
+    first = torch.arange(12.0).reshape(3, 4).t()
+    second = torch.arange(100.0, 112.0).reshape(3, 4).t()
+    v1, m1 = tc.encode(first)
+    v2, m2 = tc.encode(second)
+    assert m1 == m2  # same layout, same header
+    m1["mine"] = 1  # the returned metadata is the caller's to change
+    assert "mine" not in tc.encode(first)[1]
+    assert torch.equal(tc.decode(v1, m1), first) and torch.equal(tc.decode(v2, m2), second)
+
+
+def test_same_shape_with_other_attributes_gets_its_own_header():
+    from torchvision import tv_tensors as tvt
+
+    a = tvt.BoundingBoxes(torch.zeros(2, 4), format="XYXY", canvas_size=(10, 10))
+    b = tvt.BoundingBoxes(torch.zeros(2, 4), format="XYXY", canvas_size=(20, 10))
+    c = tvt.BoundingBoxes(torch.zeros(2, 4), format="XYWH", canvas_size=(10, 10))
+    outs = [tc.decode(*tc.encode(x)) for x in (a, b, c, a)]
+    assert [(o.format.name, o.canvas_size) for o in outs] == [("XYXY", (10, 10)), ("XYXY", (20, 10)), ("XYWH", (10, 10)), ("XYXY", (10, 10))]
 
 
 def test_self_referencing_structure_fails_cleanly():

@@ -36,5 +36,11 @@ class Transport(Protocol):
     def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
         """Lay the planned message out straight into a dora output (one pass) and send it."""
 
-    def materialize(self, value: Any, header: dict, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
-        """Validate the transport's fields against `value` and build the leaf tensors."""
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
+        """Validate the transport's own header and leaf fields; -> what `materialize` needs.
+
+        Runs once per distinct header (its result is cached with the header).
+        """
+
+    def materialize(self, value: Any, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
+        """Check `value` against the prepared header and build the leaf tensors."""

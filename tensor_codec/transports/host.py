@@ -13,9 +13,11 @@ small messages over at arbitrary addresses) is copied once into aligned memory.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -60,10 +62,25 @@ class HostTransport:
     leaf_keys = frozenset({"offset"})
     header_keys = frozenset()
 
+    def __init__(self) -> None:
+        self._metadata_cache: collections.OrderedDict = collections.OrderedDict()
+
     def _metadata(self, plan: Plan) -> tuple[dict, list[int], int]:
+        """-> (the codec's metadata, leaf offsets, total bytes); cached for single-tensor plans.
+
+        The metadata dict is shared with the cache: callers copy it before handing it out.
+        """
+        if plan.signature is not None:
+            cached = self._metadata_cache.get(plan.signature)
+            if cached is not None:
+                return cached
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
-        metadata = header_metadata(plan, self.name, [{"offset": o} for o in offsets])
-        return metadata, offsets, total
+        entry = (header_metadata(plan, self.name, [{"offset": o} for o in offsets]), offsets, total)
+        if plan.signature is not None:
+            self._metadata_cache[plan.signature] = entry
+            if len(self._metadata_cache) > 256:
+                self._metadata_cache.popitem(last=False)
+        return entry
 
     def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
         metadata, offsets, total = self._metadata(plan)
@@ -72,7 +89,7 @@ class HostTransport:
         if total:
             _write(plan, offsets, dest)
         dest.release()
-        return pa.Array.from_buffers(_UINT8, total, [None, buf]), metadata
+        return pa.Array.from_buffers(_UINT8, total, [None, buf]), dict(metadata)
 
     def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
         codec_metadata, offsets, total = self._metadata(plan)
@@ -82,63 +99,75 @@ class HostTransport:
         with dora_limits.translate_send_errors(node, output_id, total):
             with node.send_output_raw(output_id, total, metadata=merged) as sample:
                 if total:
-                    view = torch.frombuffer(sample, dtype=torch.uint8)
-                    dest = Destination(view.data_ptr(), lambda: view)
+                    array = np.frombuffer(sample, dtype=np.uint8)
+                    dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))
                     try:
                         _write(plan, offsets, dest)
                     finally:
                         # No view of dora's buffer may outlive the send: dora reuses it.
                         dest.release()
-                        del view, dest
+                        del array, dest
 
-    def materialize(self, value: Any, header: dict, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
-        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
-        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int]:
+        """-> (offsets, total length), after checking every offset is the canonical one."""
+        offsets = []
+        total = 0  # end of the previous leaf
+        for i, leaf in enumerate(leaves):
+            expected = (total + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
             got = leaf.fields["offset"]
             if type(got) is not int or got != expected:
                 raise DecodeError(
                     f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
                     f"to {ALIGNMENT} bytes), got {got!r}"
                 )
-        address = _checked_address(value, total)
-        if copy or total < SMALL_MESSAGE_BYTES or address % ALIGNMENT:
+            offsets.append(expected)
+            total = expected + leaf.nbytes
+        return offsets, total
+
+    def materialize(self, value: Any, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
+        offsets, total = prepared
+        _check_value(value, total)
+        if copy or total < SMALL_MESSAGE_BYTES:
             # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
             # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
             # the bookkeeping a borrowed view needs.
             base = torch.empty(total, dtype=torch.uint8)
             if total:
-                ctypes.memmove(base.data_ptr(), address, total)
+                ctypes.memmove(base.data_ptr(), value.buffers()[1].address + value.offset, total)
             borrowed = None
         else:
             base = torch.from_dlpack(value)  # a view; its storage keeps the Arrow buffer alive
-            borrowed = base
+            if base.data_ptr() % ALIGNMENT:
+                base = base.clone()  # torch's allocator aligns to 64 bytes
+                borrowed = None
+            else:
+                borrowed = base
         storage = base.untyped_storage()
         tensors = []
         for i, (leaf, start) in enumerate(zip(leaves, offsets)):
             if leaf.dtype.is_bool and leaf.nbytes and bool((base[start : start + leaf.nbytes] > 1).any()):
                 # Any byte other than 0/1 in a bool tensor is undefined behaviour in torch.
                 raise DecodeError(f"tc.header.leaves[{i}]: expected bool bytes 0 or 1, got other values")
-            t = _empty(leaf.dtype.torch_dtype)
+            t = _empty(leaf.dtype)
             t.set_(storage, start // leaf.dtype.itemsize, leaf.shape, leaf.strides)
             tensors.append(t)
         return Materialized(tensors, borrowed, offsets)
 
 
-def _empty(dtype: torch.dtype) -> torch.Tensor:
-    # A view of an empty uint8 tensor: no allocation, and no "ComplexHalf is experimental" warning.
-    return torch.empty(0, dtype=torch.uint8).view(dtype)
+def _empty(dtype) -> torch.Tensor:
+    if dtype.name == "complex32":
+        # A view of an empty uint8 tensor avoids torch's "ComplexHalf is experimental" warning.
+        return torch.empty(0, dtype=torch.uint8).view(dtype.torch_dtype)
+    return torch.empty(0, dtype=dtype.torch_dtype)
 
 
-def _checked_address(value: Any, total: int) -> int:
-    """The address of the Arrow value's first byte, after checking it is what the header says."""
+def _check_value(value: Any, total: int) -> None:
+    """The Arrow value must be exactly what the header describes."""
     if not isinstance(value, pa.Array):
         raise DecodeError(f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}")
     if value.type != _UINT8:
         raise DecodeError(f"value: expected Arrow type uint8, got {value.type}")
     if len(value) != total:
         raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value)}")
-    if total == 0:
-        return 0
-    if value.null_count:
+    if total and value.null_count:
         raise DecodeError(f"value: expected no nulls, got {value.null_count}")
-    return value.buffers()[1].address + value.offset

@@ -1,0 +1,126 @@
+"""The two nodes of bench/dora_latency.py (one script, role from argv): a sender that sends one
+message at a time and a receiver that turns each into a usable tensor, records the latency and
+acks. Latency = receiver's `monotonic_ns` when the tensor is usable minus the sender's just before
+it started preparing the message (one machine, one clock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import torch
+from dora import Node
+
+import tensor_codec as tc
+
+MB = 1 << 20
+
+
+def make_tensor(layout: str, nbytes: int) -> torch.Tensor:
+    """A float32 tensor of `nbytes` logical bytes in the given layout."""
+    n = nbytes // 4
+    cols = 1024
+    rows = n // cols
+    g = torch.Generator().manual_seed(nbytes)
+    if layout == "contiguous":
+        return torch.randn(rows, cols, generator=g)
+    if layout == "transposed":
+        return torch.randn(cols, rows, generator=g).t()
+    if layout == "strided_crop":
+        return torch.randn(2 * rows, 2 * cols, generator=g)[::2, 1::2]
+    raise ValueError(layout)
+
+
+def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> None:
+    metadata["t0"] = time.monotonic_ns()
+    if contender == "tc":
+        tc.send(node, "out", tensor, metadata)
+    elif contender == "raw":  # plain send_output_raw of the same bytes (contiguous input only)
+        source = tensor.numpy().reshape(-1).view(np.uint8)
+        with node.send_output_raw("out", source.nbytes, metadata=metadata) as buf:
+            np.frombuffer(buf, np.uint8)[:] = source
+    elif contender == "contiguous+raw":  # t.contiguous(), then the plain raw send
+        source = tensor.contiguous().numpy().reshape(-1).view(np.uint8)
+        with node.send_output_raw("out", source.nbytes, metadata=metadata) as buf:
+            np.frombuffer(buf, np.uint8)[:] = source
+    elif contender == "pa.array":  # the common pattern
+        node.send_output("out", pa.array(tensor.contiguous().numpy().ravel()), metadata)
+    else:
+        raise ValueError(contender)
+
+
+def usable(event: dict) -> torch.Tensor:
+    metadata = event["metadata"]
+    contender = metadata["contender"]
+    shape = tuple(metadata["shape"])
+    if contender == "tc":
+        return tc.receive(event)
+    if contender in ("raw", "contiguous+raw"):
+        return torch.from_dlpack(event["value"]).view(torch.float32).view(shape)
+    if contender == "pa.array":
+        return torch.from_numpy(event["value"].to_numpy(zero_copy_only=False)).reshape(shape)
+    raise ValueError(contender)
+
+
+def run_sender() -> None:
+    plan = json.loads(os.environ["PLAN"])
+    node = Node()
+    tensors = {}
+    queue = []  # (layout, contender, size, warmup)
+    for size in plan["sizes_mb"]:
+        for layout in plan["layouts"]:
+            tensors[(layout, size)] = make_tensor(layout, size * MB)
+        for rep in range(plan["warmup"] + plan["reps"]):
+            for layout, contenders in plan["layouts"].items():
+                for contender in contenders:
+                    queue.append((layout, contender, size, rep < plan["warmup"]))
+    seq = 0
+    waiting_since = None
+    lost = 0
+    for event in node:
+        if event["type"] != "INPUT":
+            continue
+        now = time.monotonic()
+        if event["id"] == "ack":
+            waiting_since = None
+        elif waiting_since is not None and now - waiting_since > 3.0:
+            lost += 1  # dora dropped the message or its ack: move on
+            waiting_since = None
+        if waiting_since is None:
+            if seq == len(queue):
+                break
+            layout, contender, size, warmup = queue[seq]
+            tensor = tensors[(layout, size)]
+            send(node, contender, tensor, {"seq": seq, "layout": layout, "contender": contender, "size_mb": size, "warmup": warmup, "shape": list(tensor.shape)})
+            seq += 1
+            waiting_since = time.monotonic()
+    node.send_output("done", pa.array([lost], pa.int64()))
+
+
+def run_receiver() -> None:
+    node = Node()
+    results = []
+    for event in node:
+        if event["type"] != "INPUT":
+            continue
+        if event["id"] == "done":
+            break
+        metadata = event["metadata"]
+        with tc.scope():
+            tensor = usable(event)
+            t1 = time.monotonic_ns()
+            ok = tensor.shape == tuple(metadata["shape"]) and tensor.dtype == torch.float32
+            if not metadata["warmup"]:
+                results.append({k: metadata[k] for k in ("layout", "contender", "size_mb")} | {"latency_ns": t1 - metadata["t0"], "ok": bool(ok)})
+            del tensor
+        node.send_output("ack", pa.array([], pa.uint8()), {"seq": metadata["seq"]})
+    with open(os.environ["RESULTS"], "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    {"sender": run_sender, "receiver": run_receiver}[sys.argv[1]]()

@@ -1,0 +1,34 @@
+"""Run every benchmark of issue 2 and print its ratios (`make bench`).
+
+    small_message.py   encode + decode of a 1 KB BoundingBoxes (goal < 50 us)
+    decode_scaling.py  decoding 64 MB vs 1 KB (goal within 2x: receiving is O(1))
+    dora_latency.py    end-to-end latency through real dora dataflows against plain
+                       send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import decode_scaling  # noqa: E402
+import dora_latency  # noqa: E402
+import small_message  # noqa: E402
+
+
+def main() -> None:
+    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}\n")
+    small_message.main()
+    print()
+    decode_scaling.main()
+    print()
+    dora_latency.main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()
