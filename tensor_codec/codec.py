@@ -38,6 +38,6 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, name: str | None =
     obj = build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
         lifetimes.register_message(
-            name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, header["tree"]
+            name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, leaves, header["tree"]
         )
     return obj

@@ -28,29 +28,18 @@ DAEMON_LIMIT_BYTES = 64 << 20
 # Encoded size on the daemon path is 9/8 of the payload plus framing; keep 64 KiB of margin.
 DAEMON_PATH_MAX_PAYLOAD = DAEMON_LIMIT_BYTES * 8 // 9 - (64 << 10)
 
-class _NodeState:
-    __slots__ = ("node", "pool", "source", "warned")
-
-    def __init__(self, node: Any):
-        self.node = node  # held, so id(node) cannot be reused while the entry exists
-        self.pool, self.source = _read_pool_size(node)
-        self.warned: set[str] = set()
-
-
-_states: dict[int, _NodeState] = {}
-
-
-def _state(node: Any) -> _NodeState:
-    state = _states.get(id(node))
-    if state is None or state.node is not node:
-        state = _states[id(node)] = _NodeState(node)
-    return state
+# Warn once per (node, output, pool). Keyed by id: dora's Node supports neither weak references
+# nor attributes, and holding the node would keep it (and its outputs) alive past its user's last
+# reference. A reused id can at worst skip a duplicate warning.
+_warned: set[tuple[int, str, int]] = set()
 
 
 def pool_size(node: Any) -> tuple[int, str]:
-    """-> (bytes, where the value comes from) for this node's shared-memory pool."""
-    state = _state(node)
-    return state.pool, state.source
+    """-> (bytes, where the value comes from) for this node's shared-memory pool.
+
+    Read on every call: `node.node_config()` costs about a microsecond.
+    """
+    return _read_pool_size(node)
 
 
 def _read_pool_size(node: Any) -> tuple[int, str]:
@@ -97,9 +86,9 @@ def check_route(node: Any, output_id: str, nbytes: int) -> None:
             f"shared_memory_pool_size of {_mib(pool)} (from {source}), and dora's fallback path is "
             f"limited to {_mib(DAEMON_PATH_MAX_PAYLOAD)}: {advice}"
         )
-    warned = _state(node).warned
-    if output_id not in warned:
-        warned.add(output_id)
+    key = (id(node), output_id, pool)
+    if key not in _warned and len(_warned) < 4096:
+        _warned.add(key)
         log.warning(
             "output '%s': message of %s does not fit this node's shared_memory_pool_size of %s (from %s) "
             "and takes dora's slow fallback path; %s",

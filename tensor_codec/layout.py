@@ -52,8 +52,9 @@ class LeafLayout:
     raw_span: bool = False
     broadcast: tuple[int, ...] = ()  # dims narrowed to size 1 in `source`
 
-    def with_source(self, t: torch.Tensor) -> "LeafLayout":
+    def with_source(self, t: torch.Tensor, path: tuple = ()) -> "LeafLayout":
         """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
+        _check_storage(t, path)
         if t.requires_grad:
             t = t.detach()
         if t.is_conj():
@@ -63,6 +64,26 @@ class LeafLayout:
         for d in self.broadcast:
             t = t.narrow(d, 0, 1)
         return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
+
+
+def _check_storage(t: torch.Tensor, path: tuple) -> None:
+    """The tensor's storage must hold every element it addresses. A storage resized or freed
+    after the view was made (``untyped_storage().resize_(0)``) would otherwise be read at a null
+    or dangling address; torch itself crashes on such a tensor."""
+    numel = t.numel()
+    if numel == 0:
+        return
+    if t.is_contiguous():
+        last = t.storage_offset() + numel - 1
+    else:
+        last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    needed = (last + 1) * t.element_size()
+    held = t.untyped_storage().nbytes()
+    if held < needed:
+        raise EncodeError(
+            f"unsupported tensor at `{format_path(path)}`: its storage holds {held} bytes, the view "
+            f"needs {needed} (was the storage resized or freed after the view was made?)"
+        )
 
 
 def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -104,6 +125,7 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
     dtype = by_torch(t.dtype, path)
     if t.dim() > MAX_RANK:
         raise EncodeError(f"unsupported tensor at `{format_path(path)}`: expected at most {MAX_RANK} dims, got {t.dim()}")
+    _check_storage(t, path)
     if t.requires_grad:
         t = t.detach()
     # conj / neg are lazy bits: storage holds the unconjugated values. Materialize them.
@@ -166,7 +188,7 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
         return
     src = leaf.source
     if leaf.raw_span:
-        if leaf.nbytes <= _MEMMOVE_MAX and not src.is_cuda:
+        if leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu:
             # Dense layouts address bytes from data_ptr() up (strides are never negative).
             ctypes.memmove(dest.address + start, src.data_ptr(), leaf.nbytes)
             return
@@ -185,11 +207,18 @@ def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> N
     """Receiver-side validation of one leaf's layout; raises DecodeError naming the field."""
     if len(strides) != len(shape):
         raise DecodeError(f"{where}.strides: expected {len(shape)} entries (one per dim of shape), got {len(strides)}")
-    numel = 1
+    # The product of the non-zero sizes bounds every partial product torch forms (it multiplies
+    # sizes left to right), so an empty tensor cannot smuggle in sizes that overflow int64.
+    numel, nonzero = 1, 1
     for sz in shape:
         numel *= sz
-    if numel * dtype.itemsize > MAX_DIM:
-        raise DecodeError(f"{where}.shape: expected at most {MAX_DIM} logical bytes, got {numel * dtype.itemsize}")
+        if sz:
+            nonzero *= sz
+    if nonzero * dtype.itemsize > MAX_DIM:
+        raise DecodeError(
+            f"{where}.shape: expected at most {MAX_DIM} logical bytes (product of the non-zero sizes "
+            f"times the item size), got {nonzero * dtype.itemsize}"
+        )
     if numel == 0:
         if nbytes != 0:
             raise DecodeError(f"{where}.nbytes: expected 0 for a tensor with no elements, got {nbytes}")

@@ -11,12 +11,14 @@ message maps). A *message* is the unit here: its parts are kept or released toge
   out; a leaf written in place (directly or through any view of it, which shares the counter)
   raises `SharedViewWriteError` naming the input and the path. Then every leaf of the message is
   detached from the shared memory (it becomes an empty tensor), so the memory goes back to the
-  sender at once even if a reference to the structure lingers.
+  sender even if a reference to the structure lingers; views the user derived keep it alive,
+  safely, until they are dropped.
 * ``tc.keep(obj)``: copy `obj` out as one unit. Each message behind it is copied once, as one
   block, and its leaves become views of that owned block with their exact strides, so every part
   stays valid for as long as any part is used.
 
-Writes that bypass the version counter (through ``.numpy()`` or a raw pointer) cannot be seen;
+Writes that bypass the version counter (through ``.numpy()``, ``.data``, which has a counter of
+its own, or a raw pointer) cannot be seen;
 the docs say so.
 """
 
@@ -38,11 +40,15 @@ log = logging.getLogger("tensor_codec")
 
 
 class Message:
-    """One zero-copy decoded message: what it borrows and the leaves handed out from it."""
+    """One zero-copy decoded message: what it borrows and the leaves handed out from it.
 
-    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "tree", "released", "__weakref__")
+    `lock` orders release against keep across threads; `layouts` are the leaves' dtype, shape
+    and strides as handed out, so keep never depends on a leaf's live (mutable) metadata.
+    """
 
-    def __init__(self, name, borrowed, leaves, plain_leaves, locations, tree):
+    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "layouts", "tree", "released", "lock", "__weakref__")
+
+    def __init__(self, name, borrowed, leaves, plain_leaves, locations, layouts, tree):
         self.name = name
         self.borrowed = borrowed
         self.leaves = [weakref.ref(t) for t in leaves]
@@ -50,8 +56,10 @@ class Message:
         # __torch_function__.
         self.versions = [t._version for t in plain_leaves]
         self.locations = locations
+        self.layouts = layouts
         self.tree = tree  # the received tree, for paths in error messages
         self.released = False
+        self.lock = threading.Lock()
 
     def path(self, index: int) -> str:
         return format_path(leaf_paths(self.tree)[index])
@@ -61,6 +69,10 @@ class Message:
 
     def release(self) -> list[str]:
         """Detach every leaf; -> a description of each leaf written in place since hand-out."""
+        with self.lock:
+            return self._release()
+
+    def _release(self) -> list[str]:
         if self.released:
             return []
         problems = []
@@ -104,11 +116,13 @@ def register_message(
     leaves: list[torch.Tensor],
     plain_leaves: list[torch.Tensor],
     locations: list[int],
+    layouts: list,
     tree: Any,
 ) -> Message:
     """Track the leaves handed out from one zero-copy message (`leaves`: as handed out, maybe
-    TVTensors; `plain_leaves`: the same tensors as plain aliases)."""
-    message = Message(name, borrowed, leaves, plain_leaves, locations, tree)
+    TVTensors; `plain_leaves`: the same tensors as plain aliases; `layouts`: the validated leaf
+    table, with each leaf's dtype, shape and strides)."""
+    message = Message(name, borrowed, leaves, plain_leaves, locations, layouts, tree)
     for i, leaf in enumerate(leaves):
         key = id(leaf)
         _handouts[key] = (weakref.ref(leaf, _forget(key)), message, i)
@@ -217,16 +231,18 @@ def keep(obj: Any) -> Any:
         hit = _message_of(original)
         if hit is not None:
             message, index = hit
-            if message.released:
-                raise ReleasedError(
-                    f"{message.describe()} at `{message.path(index)}`: the message was "
-                    "already released; call tc.keep() inside the scope that received it"
-                )
             block = copies.get(id(message))
             if block is None:
-                block = copies[id(message)] = message.borrowed.clone()
-            out = torch.empty(0, dtype=plain.dtype).set_(
-                block.untyped_storage(), message.locations[index] // plain.element_size(), plain.shape, plain.stride()
+                with message.lock:  # a release in another thread cannot interleave
+                    if message.released:
+                        raise ReleasedError(
+                            f"{message.describe()} at `{message.path(index)}`: the message was "
+                            "already released; call tc.keep() inside the scope that received it"
+                        )
+                    block = copies[id(message)] = message.borrowed.clone()
+            layout = message.layouts[index]
+            out = torch.empty(0, dtype=torch.uint8).view(layout.dtype.torch_dtype).set_(
+                block.untyped_storage(), message.locations[index] // layout.dtype.itemsize, layout.shape, layout.strides
             )
         else:
             # Not a leaf we handed out (an ordinary tensor, or a view derived from one): clone it,

@@ -42,6 +42,7 @@ __all__ = [
 MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_NAME = 256
+_MAX_FIELDS = 1024  # namedtuple fields accepted from the network (building a class costs O(fields))
 
 _SUPPORTED = (
     "a torch.Tensor, a TVTensor (Image, Video, Mask, BoundingBoxes, KeyPoints), a PackedSequence, "
@@ -176,15 +177,16 @@ Builder = Callable[[list, list], Any]  # (leaf tensors, handed-out leaves to app
 
 
 class _Compiler:
-    __slots__ = ("leaves", "next")
+    __slots__ = ("leaves", "next", "nodes")
 
     def __init__(self, leaves: list):
         self.leaves = leaves  # the validated leaf table (wire.ReceivedLeaf)
         self.next = 0
+        self.nodes = 0  # tree nodes compiled: what a cached builder costs to keep
 
 
-def compile_tree(tree: Any, leaves: list) -> Builder:
-    """Validate a received tree against its leaf table; -> a builder for its objects."""
+def compile_tree(tree: Any, leaves: list) -> tuple[Builder, int]:
+    """Validate a received tree against its leaf table; -> (a builder for its objects, node count)."""
     compiler = _Compiler(leaves)
     builder = _compile(tree, compiler, "tc.header.tree", 0)
     if compiler.next != len(leaves):
@@ -192,7 +194,7 @@ def compile_tree(tree: Any, leaves: list) -> Builder:
             f"tc.header.tree: expected every one of the {len(leaves)} leaves to be referenced, "
             f"got {compiler.next} references"
         )
-    return builder
+    return builder, compiler.nodes
 
 
 def unflatten(tree: Any, tensors: list[torch.Tensor], leaves: list) -> tuple[Any, list[torch.Tensor]]:
@@ -201,7 +203,7 @@ def unflatten(tree: Any, tensors: list[torch.Tensor], leaves: list) -> tuple[Any
     -> (object, the leaf objects as handed out: TVTensors where the tree says so).
     """
     out: list[torch.Tensor] = []
-    return compile_tree(tree, leaves)(tensors, out), out
+    return compile_tree(tree, leaves)[0](tensors, out), out
 
 
 def leaf_paths(tree: Any) -> list[tuple]:
@@ -235,11 +237,21 @@ def _constant(value: Any) -> Builder:
     return lambda tensors, out: value
 
 
+_SHARED_CONSTANTS = {None: _constant(None), True: _constant(True), False: _constant(False)}
+
+
 def _compile(node: Any, comp: _Compiler, where: str, depth: int) -> Builder:
     if depth > MAX_DEPTH:
         raise DecodeError(f"{where}: expected at most {MAX_DEPTH} nesting levels, got more")
+    comp.nodes += 1
     tn = type(node)
-    if node is None or tn is bool or tn is str or tn is float:
+    if node is None or tn is bool:
+        return _SHARED_CONSTANTS[node]
+    if tn is str:
+        return _constant(node)
+    if tn is float:
+        if not math.isfinite(node):  # 1e400 parses to inf; non-finite floats use {"t": "float"}
+            raise DecodeError(f"{where}: expected a finite number, got {node!r}")
         return _constant(node)
     if tn is int:
         if not _INT64_MIN <= node <= _INT64_MAX:
@@ -361,20 +373,28 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: str, depth: int) -> 
     name, fields = node["name"], node["fields"]
     if type(name) is not str or not 0 < len(name) <= _MAX_NAME:
         raise DecodeError(f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name!r}")
-    if (
-        type(fields) is not list
-        or not all(type(f) is str and f.isidentifier() and not f.startswith("_") for f in fields)
-        or len(set(fields)) != len(fields)
-    ):
+    if type(fields) is not list or len(fields) > _MAX_FIELDS:
+        what = f"{len(fields)} fields" if type(fields) is list else _json_type(fields)
+        raise DecodeError(f"{where}.fields: expected a list of at most {_MAX_FIELDS} field names, got {what}")
+    if not all(type(f) is str and f.isidentifier() and not f.startswith("_") and len(f) <= _MAX_NAME for f in fields) or len(
+        set(fields)
+    ) != len(fields):
         raise DecodeError(f"{where}.fields: expected a list of distinct identifiers not starting with '_', got {fields!r}")
     items = _expect_list(node, "items", where)
     if len(items) != len(fields):
         raise DecodeError(f"{where}.items: expected {len(fields)} items (one per field), got {len(items)}")
     parts = [_compile(v, comp, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
-    cls = _NAMEDTUPLES.get(name)
-    if cls is None or list(cls._fields) != fields:
-        cls = _generic_namedtuple(name, tuple(fields), where)
-    return lambda tensors, out: cls(*[b(tensors, out) for b in parts])
+    field_tuple = tuple(fields)
+    generic = _generic_namedtuple(name, field_tuple, where)
+
+    def build(tensors, out):
+        # Looked up per object, so a class registered after this header was first seen is used.
+        cls = _NAMEDTUPLES.get(name)
+        if cls is None or cls._fields != field_tuple:
+            cls = generic
+        return cls(*[b(tensors, out) for b in parts])
+
+    return build
 
 
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: str) -> type:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,10 +91,13 @@ def make_plan(obj: Any) -> Plan:
     plain = None
     if kind is not None:
         plain = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
-    # Only dense tensors have strides to key on; anything else takes the general path and its errors.
-    if plain is not None and plain.layout is torch.strided and not plain.is_nested:
+    # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
+    # quantized, other devices) takes the general path and its errors.
+    if plain is not None and plain.layout is torch.strided and (plain.is_cpu or plain.is_cuda) and not (
+        plain.is_nested or plain.is_quantized
+    ):
         signature = (
-            kind.tag, plain.dtype, plain.layout, plain.shape, plain.stride(),
+            kind.tag, plain.dtype, plain.shape, plain.stride(), plain.device.type,
             plain.requires_grad, plain.is_conj(), plain.is_neg(), kind.attribute_key(obj),
         )
         cached = _plan_cache.get(signature)
@@ -181,7 +185,13 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
 # data checks against the buffer still run for every message). Bounded in entries and text size.
 _CACHE_ENTRIES = 256
 _CACHE_MAX_TEXT = 64 << 10
+# Parsed and compiled, a header costs far more memory than its text (a closure per tree node), so
+# only small trees are cached, and all cached trees together stay under a node budget.
+_CACHE_MAX_NODES = 4096
+_CACHE_NODE_BUDGET = 100_000
 _header_cache: collections.OrderedDict = collections.OrderedDict()
+_cache_nodes = 0
+_cache_lock = threading.Lock()
 
 
 def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, list[ReceivedLeaf], Any, Any]:
@@ -192,7 +202,7 @@ def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, 
     key = (transport_name, text)
     hit = _header_cache.get(key)
     if hit is not None:
-        return hit
+        return hit[:4]
     try:
         header = _JSON_DECODER.decode(text)
     except DecodeError:
@@ -202,12 +212,23 @@ def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, 
     if type(header) is not dict:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
     leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys)
-    entry = (header, leaves, compile_tree(header["tree"], leaves), transport.prepare(header, leaves))
-    if len(text) <= _CACHE_MAX_TEXT:
-        _header_cache[key] = entry
-        if len(_header_cache) > _CACHE_ENTRIES:
-            _header_cache.popitem(last=False)
+    build, nodes = compile_tree(header["tree"], leaves)
+    entry = (header, leaves, build, transport.prepare(header, leaves))
+    if len(text) <= _CACHE_MAX_TEXT and nodes + len(leaves) <= _CACHE_MAX_NODES:
+        _remember(key, entry, nodes + len(leaves))
     return entry
+
+
+def _remember(key: tuple, entry: tuple, cost: int) -> None:
+    global _cache_nodes
+    with _cache_lock:  # misses only; hits read the dict without it
+        if key in _header_cache:
+            return
+        _header_cache[key] = entry + (cost,)
+        _cache_nodes += cost
+        while _header_cache and (len(_header_cache) > _CACHE_ENTRIES or _cache_nodes > _CACHE_NODE_BUDGET):
+            _, evicted = _header_cache.popitem(last=False)
+            _cache_nodes -= evicted[-1]
 
 
 def parse_leaves(header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset) -> list[ReceivedLeaf]:

@@ -3,6 +3,7 @@ into shared views detected by the version counter (failure mode 5)."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import re
 import logging
@@ -193,3 +194,54 @@ def test_small_packed_sequences_are_plain_owned_values():
     with tc.scope():
         got = tc.receive(event(packed))
     assert_identical(got, packed)  # < 4 KiB: copied, so nothing to release
+
+
+def test_concurrent_encode_decode_from_several_threads_is_exact():
+    """The header, plan and metadata caches and the lifetime registry are shared by threads."""
+    errors = []
+
+    def worker(seed: int):
+        try:
+            for i in range(150):
+                shape = (8 + (seed + i) % 5, 64)  # a few layouts per thread, shared across threads
+                obj = {"x": torch.full(shape, float(seed * 1000 + i)).t(), "boxes": big_sample(seed)["boxes"]}
+                with tc.scope():
+                    got = tc.receive(event(obj, f"t{seed}"))
+                    assert_identical(got, obj)
+                    kept = tc.keep(got)
+                assert_identical(kept, obj)
+        except Exception as e:  # surfaced below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_keep_racing_release_never_returns_released_memory():
+    """Review finding: keep() in one thread and release() in another once produced empty tensors."""
+    outcomes = collections.Counter()
+    for _ in range(300):
+        obj = tc.receive(event({"a": torch.randn(64, 32), "b": torch.randn(2048)}))
+        result = {}
+
+        def keeper():
+            try:
+                result["kept"] = tc.keep(obj)
+            except tc.ReleasedError:
+                result["kept"] = None
+
+        thread = threading.Thread(target=keeper)
+        thread.start()
+        tc.release(obj)
+        thread.join()
+        kept = result["kept"]
+        if kept is None:
+            outcomes["released first"] += 1
+        else:
+            assert kept["a"].shape == (64, 32) and kept["b"].shape == (2048,)
+            outcomes["kept first"] += 1
+    assert sum(outcomes.values()) == 300

@@ -151,3 +151,27 @@ def test_self_referencing_structure_fails_cleanly():
 def test_unknown_transport_is_an_encode_error():
     with pytest.raises(tc.EncodeError, match="transport"):
         tc.encode(torch.zeros(1), transport="carrier-pigeon")
+
+
+def test_meta_tensor_after_a_same_shaped_real_one_is_still_refused():
+    """Review finding: the single-tensor plan cache once let a meta tensor reach a raw copy."""
+    tc.encode(torch.zeros(4))
+    with pytest.raises(tc.EncodeError, match="meta"):
+        tc.encode(torch.empty(4, device="meta"))
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_tensor_whose_storage_was_freed_is_refused_not_read(nested):
+    tc.encode(torch.zeros(4))  # a cached plan for the same layout must not skip the check
+    t = torch.zeros(4)
+    t.untyped_storage().resize_(0)
+    with pytest.raises(tc.EncodeError, match="storage holds 0 bytes, the view needs 16"):
+        tc.encode({"t": t} if nested else t)
+
+
+def test_a_namedtuple_registered_after_its_header_was_seen_is_used():
+    Late = collections.namedtuple("Late", ["a"])
+    first = round_trip(Late(1))
+    assert type(first) is not Late
+    tc.register_namedtuple(Late)
+    assert type(round_trip(Late(2))) is Late

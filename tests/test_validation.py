@@ -101,6 +101,8 @@ def test_header_size_cap():
         ({"offset": 64}, ["leaves[0].offset", "expected 0", "got 64"]),
         ({"offset": "0"}, ["leaves[0].offset", "'0'"]),
         ({"shape": [2**40, 2**40], "strides": [2**40, 1], "nbytes": 2**62}, ["leaves[0].shape", "logical bytes"]),
+        ({"shape": [2**62, 2**62, 0], "strides": [0, 0, 0], "nbytes": 0}, ["leaves[0].shape", "non-zero sizes"]),
+        ({"shape": [2**32, 2**32, 0], "strides": [0, 0, 0], "nbytes": 0}, ["leaves[0].shape", "non-zero sizes"]),
     ],
 )
 def test_leaf_defects_name_the_field(changes, fragments):
@@ -184,6 +186,7 @@ def test_bool_bytes_other_than_zero_or_one_are_refused():
         ({"t": "namedtuple", "name": "P", "fields": ["x", "x"], "items": [1, 2]}, ["tree.fields", "distinct"]),
         ({"t": "namedtuple", "name": "P", "fields": ["if"], "items": [1]}, ["tree.fields", "keyword"]),
         ([1, 2], ["tree", "array"]),
+        ({"t": "namedtuple", "name": "Wide", "fields": [f"f{i}" for i in range(1025)], "items": list(range(1025))}, ["tree.fields", "at most 1024", "1025 fields"]),
         ({"t": "list", "items": [2**70]}, ["items[0]", "int64"]),
     ],
 )
@@ -238,3 +241,34 @@ def test_receive_requires_an_input_event():
         tc.receive({"type": "STOP"})
     with pytest.raises(tc.DecodeError, match="'value'"):
         tc.receive({"type": "INPUT", "metadata": {}})
+
+
+def test_the_header_cache_keeps_only_small_trees_within_a_node_budget():
+    """Review finding: 256 cached headers of 31,000 nodes each retained 2 GB."""
+    from tensor_codec import wire
+
+    value, metadata = message(torch.zeros(2, 4))
+    big_tree = {"t": "list", "items": [{"t": "tensor", "leaf": 0}] + [0] * 10_000}
+
+    def replace(header):
+        header["tree"] = big_tree
+
+    big = edit_header(metadata, replace)
+    tc.decode(value, big)
+    assert ("host", big["tc.header"]) not in wire._header_cache
+    for i in range(400):  # distinct medium trees: the budget, not the entry count, binds
+        tree = {"t": "list", "items": [{"t": "tensor", "leaf": 0}, i] + [0] * 1000}
+        tc.decode(value, edit_header(metadata, lambda h, tree=tree: h.__setitem__("tree", tree)))
+    assert wire._cache_nodes <= wire._CACHE_NODE_BUDGET
+    assert wire._cache_nodes == sum(entry[-1] for entry in wire._header_cache.values())
+
+
+def test_a_number_too_large_for_a_float_is_refused_not_read_as_infinity():
+    value, metadata = message(torch.zeros(2, 4))
+
+    def replace(header):
+        header["tree"] = {"t": "list", "items": [{"t": "tensor", "leaf": 0}, 12345.5]}
+
+    edited = edit_header(metadata, replace)
+    edited["tc.header"] = edited["tc.header"].replace("12345.5", "1e400")
+    expect_error(value, edited, "items[1]", "finite number", "inf")

@@ -149,7 +149,10 @@ class HostTransport:
                 # Any byte other than 0/1 in a bool tensor is undefined behaviour in torch.
                 raise DecodeError(f"tc.header.leaves[{i}]: expected bool bytes 0 or 1, got other values")
             t = _empty(leaf.dtype)
-            t.set_(storage, start // leaf.dtype.itemsize, leaf.shape, leaf.strides)
+            try:
+                t.set_(storage, start // leaf.dtype.itemsize, leaf.shape, leaf.strides)
+            except RuntimeError as e:  # the checks above should make this unreachable
+                raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
             tensors.append(t)
         return Materialized(tensors, borrowed, offsets)
 
