@@ -37,12 +37,8 @@ _warned: set[tuple[int, str, int]] = set()
 def pool_size(node: Any) -> tuple[int, str]:
     """-> (bytes, where the value comes from) for this node's shared-memory pool.
 
-    Read on every call: `node.node_config()` costs about a microsecond.
+    Read on every call, not cached: `node.node_config()` costs about a microsecond.
     """
-    return _read_pool_size(node)
-
-
-def _read_pool_size(node: Any) -> tuple[int, str]:
     try:
         config = node.node_config()
     except Exception:  # a mock or an older dora: fall through to env / default

@@ -33,6 +33,7 @@ __all__ = [
     "Destination",
     "check_leaf_layout",
     "contiguous_strides",
+    "leaf_view",
 ]
 
 MAX_RANK = 64  # dims per tensor accepted on the wire
@@ -100,6 +101,13 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
         strides[i] = step
         step *= max(shape[i], 1)
     return tuple(strides)
+
+
+def leaf_view(storage: torch.UntypedStorage, dtype: WireDType, byte_offset: int, shape, strides) -> torch.Tensor:
+    """A tensor of `dtype` viewing `storage` from `byte_offset` (a multiple of the item size)."""
+    # Viewing an empty uint8 tensor as complex32 avoids torch's "ComplexHalf is experimental" warning.
+    t = torch.empty(0, dtype=torch.uint8).view(dtype.torch_dtype) if dtype.name == "complex32" else torch.empty(0, dtype=dtype.torch_dtype)
+    return t.set_(storage, byte_offset // dtype.itemsize, shape, strides)
 
 
 def _is_row_major(shape, strides) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .errors import ReleasedError, SharedViewWriteError, format_path
+from .layout import leaf_view
 from .tree import iter_tensors, leaf_paths, map_tensors
 
 __all__ = ["Scope", "scope", "release", "keep", "register_message", "is_borrowed"]
@@ -241,9 +242,7 @@ def keep(obj: Any) -> Any:
                         )
                     block = copies[id(message)] = message.borrowed.clone()
             layout = message.layouts[index]
-            out = torch.empty(0, dtype=torch.uint8).view(layout.dtype.torch_dtype).set_(
-                block.untyped_storage(), message.locations[index] // layout.dtype.itemsize, layout.shape, layout.strides
-            )
+            out = leaf_view(block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides)
         else:
             # Not a leaf we handed out (an ordinary tensor, or a view derived from one): clone it,
             # keeping its strides where they are dense.

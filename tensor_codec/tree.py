@@ -31,7 +31,6 @@ __all__ = [
     "MAX_DEPTH",
     "flatten",
     "tensor_node",
-    "unflatten",
     "compile_tree",
     "map_tensors",
     "iter_tensors",
@@ -195,15 +194,6 @@ def compile_tree(tree: Any, leaves: list) -> tuple[Builder, int]:
             f"got {compiler.next} references"
         )
     return builder, compiler.nodes
-
-
-def unflatten(tree: Any, tensors: list[torch.Tensor], leaves: list) -> tuple[Any, list[torch.Tensor]]:
-    """Rebuild an object from a received tree and its decoded leaf tensors (validating the tree).
-
-    -> (object, the leaf objects as handed out: TVTensors where the tree says so).
-    """
-    out: list[torch.Tensor] = []
-    return compile_tree(tree, leaves)[0](tensors, out), out
 
 
 def leaf_paths(tree: Any) -> list[tuple]:

@@ -66,14 +66,14 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 class Plan:
     """An object taken apart, nothing copied yet: the tree and each tensor's wire layout.
 
-    `signature` is set for single-tensor messages: everything the header depends on, hashable,
-    so a transport can cache the metadata it derives from the plan.
+    `memo` is set when the plan comes from the plan cache: a dict, shared by every plan of the same
+    layout, where a transport keeps what it derives from the plan (its metadata), by transport name.
     """
 
     tree: Any
     leaves: list[LeafLayout]
     paths: list[tuple]
-    signature: tuple | None = None
+    memo: dict | None = None
 
     @property
     def data_bytes(self) -> int:
@@ -102,14 +102,14 @@ def make_plan(obj: Any) -> Plan:
         )
         cached = _plan_cache.get(signature)
         if cached is not None:
-            tree, template = cached
-            return Plan(tree, [template.with_source(plain)], [()], signature)
+            tree, template, memo = cached
+            return Plan(tree, [template.with_source(plain)], [()], memo)
         leaf = plan_leaf(plain, ())
-        tree = tensor_node(kind, obj, plain, 0)
-        _plan_cache[signature] = (tree, LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast))
+        tree, memo = tensor_node(kind, obj, plain, 0), {}
+        _plan_cache[signature] = (tree, LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast), memo)
         if len(_plan_cache) > _PLAN_CACHE_ENTRIES:
             _plan_cache.popitem(last=False)
-        return Plan(tree, [leaf], [()], signature)
+        return Plan(tree, [leaf], [()], memo)
     return _make_plan(obj)
 
 

@@ -13,7 +13,6 @@ small messages over at arbitrary addresses) is copied once into aligned memory.
 
 from __future__ import annotations
 
-import collections
 import ctypes
 from typing import Any
 
@@ -23,7 +22,7 @@ import torch
 
 from .. import dora_limits
 from ..errors import DecodeError
-from ..layout import Destination, write_leaf
+from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
 from .base import Materialized
 
@@ -62,24 +61,18 @@ class HostTransport:
     leaf_keys = frozenset({"offset"})
     header_keys = frozenset()
 
-    def __init__(self) -> None:
-        self._metadata_cache: collections.OrderedDict = collections.OrderedDict()
-
     def _metadata(self, plan: Plan) -> tuple[dict, list[int], int]:
-        """-> (the codec's metadata, leaf offsets, total bytes); cached for single-tensor plans.
+        """-> (the codec's metadata, leaf offsets, total bytes), memoized with a cached plan.
 
-        The metadata dict is shared with the cache: callers copy it before handing it out.
+        The metadata dict may be shared with that memo: callers copy it before handing it out.
         """
-        if plan.signature is not None:
-            cached = self._metadata_cache.get(plan.signature)
-            if cached is not None:
-                return cached
+        memo = plan.memo
+        if memo is not None and self.name in memo:
+            return memo[self.name]
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
         entry = (header_metadata(plan, self.name, [{"offset": o} for o in offsets]), offsets, total)
-        if plan.signature is not None:
-            self._metadata_cache[plan.signature] = entry
-            if len(self._metadata_cache) > 256:
-                self._metadata_cache.popitem(last=False)
+        if memo is not None:
+            memo[self.name] = entry
         return entry
 
     def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
@@ -110,18 +103,14 @@ class HostTransport:
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int]:
         """-> (offsets, total length), after checking every offset is the canonical one."""
-        offsets = []
-        total = 0  # end of the previous leaf
-        for i, leaf in enumerate(leaves):
-            expected = (total + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
+        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
             got = leaf.fields["offset"]
             if type(got) is not int or got != expected:
                 raise DecodeError(
                     f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
                     f"to {ALIGNMENT} bytes), got {got!r}"
                 )
-            offsets.append(expected)
-            total = expected + leaf.nbytes
         return offsets, total
 
     def materialize(self, value: Any, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
@@ -148,20 +137,12 @@ class HostTransport:
             if leaf.dtype.is_bool and leaf.nbytes and bool((base[start : start + leaf.nbytes] > 1).any()):
                 # Any byte other than 0/1 in a bool tensor is undefined behaviour in torch.
                 raise DecodeError(f"tc.header.leaves[{i}]: expected bool bytes 0 or 1, got other values")
-            t = _empty(leaf.dtype)
             try:
-                t.set_(storage, start // leaf.dtype.itemsize, leaf.shape, leaf.strides)
+                t = leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides)
             except RuntimeError as e:  # the checks above should make this unreachable
                 raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
             tensors.append(t)
         return Materialized(tensors, borrowed, offsets)
-
-
-def _empty(dtype) -> torch.Tensor:
-    if dtype.name == "complex32":
-        # A view of an empty uint8 tensor avoids torch's "ComplexHalf is experimental" warning.
-        return torch.empty(0, dtype=torch.uint8).view(dtype.torch_dtype)
-    return torch.empty(0, dtype=dtype.torch_dtype)
 
 
 def _check_value(value: Any, total: int) -> None:
