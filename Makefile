@@ -7,6 +7,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
+# dora 1.1 resolves a node `path:` that is not a file (our console scripts) with `uv run which`
+# when uv is on PATH (dora-rs-cli installs it); inside this pip-managed project uv would then try
+# to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
+export UV_NO_PROJECT := 1
 
 .PHONY: install run test test-gpu bench clean
 

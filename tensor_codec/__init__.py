@@ -5,6 +5,7 @@
     obj = tc.decode(value, metadata)            # the inverse
     tc.send(node, "output_id", obj, metadata)   # encode straight into dora's send buffer
     obj = tc.receive(event)                     # decode a dora INPUT event
+    tc.send_plain(node, "image", hwc_tensor)    # flat bytes for non-codec consumers
 
 See README.md and docs/wire-format.md.
 """
@@ -21,6 +22,7 @@ from .errors import (
 )
 from .lifetimes import keep, release, scope
 from .pinning import pin_memory
+from .plain import plain_bytes, send_plain
 from .tree import map_tensors, register_namedtuple
 from .wire import VERSION as WIRE_VERSION
 
@@ -31,6 +33,8 @@ __all__ = [
     "decode",
     "send",
     "receive",
+    "send_plain",
+    "plain_bytes",
     "scope",
     "release",
     "keep",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import torch
 
 from . import lifetimes
 from .transports import get_transport, transport_for_message
@@ -23,17 +24,20 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     return chosen.encode(make_plan(obj))
 
 
-def decode(value: Any, metadata: dict, *, copy: bool = False, name: str | None = None) -> Any:
+def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None, name: str | None = None) -> Any:
     """Restore the object of one message, validating everything before reading data.
 
     By default tensors are zero-copy views of `value` where the layout allows; they are tracked
     (see `tc.scope`, `tc.release`, `tc.keep`) and must not be written in place. ``copy=True``
-    returns tensors that own their memory. `name` (an input id) appears in error messages.
+    returns tensors that own their memory. `device` ("cpu", "cuda", "cuda:1", a torch.device)
+    restores every tensor onto that device with its exact strides (one copy of the whole
+    message; such tensors own their memory). `name` (an input id) appears in error messages.
     """
+    target = _target_device(device)
     transport_name, text = read_metadata(metadata)
     transport = transport_for_message(transport_name)
     header, leaves, build, prepared = parse_header(text, transport_name, transport)
-    materialized = transport.materialize(value, prepared, leaves, copy=copy)
+    materialized = transport.materialize(value, prepared, leaves, copy=copy, device=target)
     handed_out: list = []
     obj = build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
@@ -41,3 +45,19 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, name: str | None =
             name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, leaves, header["tree"]
         )
     return obj
+
+
+def _target_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but CUDA is not available on this machine")
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    if target.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return target

@@ -26,12 +26,13 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     chosen.send(node, output_id, make_plan(obj), dict(metadata) if metadata else {})
 
 
-def receive(event: Any, *, copy: bool = False) -> Any:
-    """Decode the object of a dora INPUT event (see `decode`); the input id names errors."""
+def receive(event: Any, *, copy: bool = False, device: Any = None) -> Any:
+    """Decode the object of a dora INPUT event (see `decode`, also for `device`); the input id
+    names errors."""
     if not isinstance(event, dict) or event.get("type") != "INPUT":
         kind = event.get("type") if isinstance(event, dict) else type(event).__name__
         raise DecodeError(f"event.type: expected 'INPUT', got {kind!r}")
     for key in ("value", "metadata"):
         if key not in event:
             raise DecodeError(f"event: expected key {key!r}, missing")
-    return decode(event["value"], event["metadata"], copy=copy, name=event.get("id"))
+    return decode(event["value"], event["metadata"], copy=copy, device=device, name=event.get("id"))

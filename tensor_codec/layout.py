@@ -106,7 +106,11 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
 def leaf_view(storage: torch.UntypedStorage, dtype: WireDType, byte_offset: int, shape, strides) -> torch.Tensor:
     """A tensor of `dtype` viewing `storage` from `byte_offset` (a multiple of the item size)."""
     # Viewing an empty uint8 tensor as complex32 avoids torch's "ComplexHalf is experimental" warning.
-    t = torch.empty(0, dtype=torch.uint8).view(dtype.torch_dtype) if dtype.name == "complex32" else torch.empty(0, dtype=dtype.torch_dtype)
+    device = storage.device
+    if dtype.name == "complex32":
+        t = torch.empty(0, dtype=torch.uint8, device=device).view(dtype.torch_dtype)
+    else:
+        t = torch.empty(0, dtype=dtype.torch_dtype, device=device)
     return t.set_(storage, byte_offset // dtype.itemsize, shape, strides)
 
 

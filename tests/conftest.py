@@ -45,6 +45,47 @@ def dora_cli() -> str:
     return path
 
 
+def node_script(name: str) -> str:
+    """Absolute path of one of the project's console scripts (installed next to the interpreter,
+    or on PATH); fails clearly when the project is not installed in this environment."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"console script {name!r} not found: install the project (pip install -e .) in this environment")
+    return found
+
+
+def script_node(node_id: str, script: str, *, inputs=None, outputs=None, env=None, extra=None) -> dict:
+    """A dataflow node entry running a console script of the project by absolute path."""
+    node = {"id": node_id, "path": node_script(script)}
+    if inputs:
+        node["inputs"] = inputs
+    if outputs:
+        node["outputs"] = outputs
+    if env:
+        node["env"] = {k: str(v) for k, v in env.items()}
+    if extra:
+        node.update(extra)
+    return node
+
+
+def dora_env(*, repo_on_pythonpath: bool = True) -> dict:
+    """Environment for dora commands: console scripts and dora on PATH, uv kept out of projects
+    (see the Makefile), and (by default) the repository importable for test-only nodes."""
+    env = dict(os.environ)
+    bindirs = [str(Path(sys.executable).parent)]
+    dora = dora_executable()
+    if dora:
+        bindirs.append(str(Path(dora).parent))
+    env["PATH"] = os.pathsep.join(bindirs + [env.get("PATH", "")])
+    env["UV_NO_PROJECT"] = "1"
+    if repo_on_pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 def python_node(node_id: str, script: Path | str, *, inputs=None, outputs=None, env=None, extra=None) -> dict:
     """A dataflow node entry that runs `script` with this interpreter (no venv assumptions)."""
     node = {"id": node_id, "path": sys.executable, "args": f"-u {script}"}
@@ -64,8 +105,13 @@ def run_dataflow(dora_cli: str, workdir: Path, nodes: list[dict], *, timeout: fl
     workdir.mkdir(parents=True, exist_ok=True)
     flow = workdir / "dataflow.yml"
     flow.write_text(json.dumps({"nodes": nodes}, indent=2))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return run_flow_file(dora_cli, flow, timeout=timeout)
+
+
+def run_flow_file(dora_cli: str, flow: Path, *, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`dora run` an existing dataflow file in its own directory; output saved next to it."""
+    workdir = flow.parent
+    env = env or dora_env()
     proc = subprocess.run(
         [dora_cli, "run", str(flow)], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "tensor_codec"
-SOURCES = sorted(PACKAGE.rglob("*.py"))
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tensor_codec"
+SOURCES = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "nodes").rglob("*.py"))
 
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "joblib"}
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
 FORBIDDEN_ATTRIBUTES = {("torch", "load"), ("np", "load"), ("numpy", "load")}
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_pickle_eval_or_torch_load(path):
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):

@@ -42,5 +42,11 @@ class Transport(Protocol):
         Runs once per distinct header (its result is cached with the header).
         """
 
-    def materialize(self, value: Any, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
-        """Check `value` against the prepared header and build the leaf tensors."""
+    def materialize(
+        self, value: Any, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+    ) -> Materialized:
+        """Check `value` against the prepared header and build the leaf tensors.
+
+        `device`: where the tensors must live (None: wherever this transport puts them). Tensors
+        placed on another device than the message's own own their memory.
+        """

@@ -113,9 +113,13 @@ class HostTransport:
                 )
         return offsets, total
 
-    def materialize(self, value: Any, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool) -> Materialized:
+    def materialize(
+        self, value: Any, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+    ) -> Materialized:
         offsets, total = prepared
         _check_value(value, total)
+        if device is not None and device.type != "cpu":
+            copy = False  # the host bytes are only read once, by the copy onto the device
         if copy or total < SMALL_MESSAGE_BYTES:
             # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
             # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
@@ -131,12 +135,20 @@ class HostTransport:
                 borrowed = None
             else:
                 borrowed = base
-        storage = base.untyped_storage()
-        tensors = []
         for i, (leaf, start) in enumerate(zip(leaves, offsets)):
             if leaf.dtype.is_bool and leaf.nbytes and bool((base[start : start + leaf.nbytes] > 1).any()):
                 # Any byte other than 0/1 in a bool tensor is undefined behaviour in torch.
                 raise DecodeError(f"tc.header.leaves[{i}]: expected bool bytes 0 or 1, got other values")
+        if device is not None and device.type != "cpu":
+            # One host-to-device copy of the whole message, then the same views on the device:
+            # exact strides (broadcast dims included) survive, and nothing borrows dora's memory.
+            on_device = torch.empty(total, dtype=torch.uint8, device=device)
+            if total:
+                on_device.copy_(base)
+            base, borrowed = on_device, None
+        storage = base.untyped_storage()
+        tensors = []
+        for i, (leaf, start) in enumerate(zip(leaves, offsets)):
             try:
                 t = leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides)
             except RuntimeError as e:  # the checks above should make this unreachable

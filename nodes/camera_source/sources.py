@@ -1,0 +1,146 @@
+"""Where frames come from. Each source returns (C, H, W) uint8 tensors on the node's device, or
+None when it has no more frames."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from ..common.pattern import render
+from .config import CameraConfig
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+class SourceError(RuntimeError):
+    """A source that cannot be opened or read: names the setting and what went wrong."""
+
+
+class FrameSource(Protocol):
+    pattern: bool  # frames carry the synthetic index pattern (a receiver can verify content)
+
+    def read(self, index: int) -> torch.Tensor | None: ...
+
+    def close(self) -> None: ...
+
+
+class SyntheticSource:
+    pattern = True
+
+    def __init__(self, width: int, height: int, channels: int, device: torch.device):
+        self.size = (height, width)
+        self.channels = channels
+        self.device = device
+
+    def read(self, index: int) -> torch.Tensor:
+        return render(index % 2**32, *self.size, channels=self.channels, device=self.device)
+
+    def close(self) -> None:
+        pass
+
+
+def _fit(frame: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Resize to WIDTH x HEIGHT unless they are 0 (native size) or already right."""
+    if not width or frame.shape[-2:] == (height, width):
+        return frame
+    from torchvision.transforms.v2 import functional as F
+
+    return F.resize(frame, [height, width], antialias=True)
+
+
+class OpenCVSource:
+    """A V4L2/USB camera (SOURCE=camera) or a video file (SOURCE=video) through OpenCV."""
+
+    pattern = False
+
+    def __init__(self, config: CameraConfig, device: torch.device):
+        try:
+            import cv2
+        except ImportError:
+            raise SourceError(
+                f"SOURCE={config.source}: needs OpenCV, which is not installed "
+                "(pip install 'dora-tensor-codec[camera]')"
+            ) from None
+        self.cv2 = cv2
+        self.config = config
+        self.device = device
+        self.is_camera = config.source == "camera"
+        target = config.source_path
+        if self.is_camera and target.isdigit():
+            target = int(target)
+        elif not self.is_camera and not Path(target).is_file():
+            raise SourceError(f"SOURCE_PATH: expected a video file, got {config.source_path!r} (not found)")
+        self.capture = cv2.VideoCapture(target)
+        if not self.capture.isOpened():
+            raise SourceError(f"SOURCE_PATH: OpenCV could not open {config.source_path!r} as a {config.source}")
+        if self.is_camera and config.width:
+            self.capture.set(cv2.CAP_PROP_FRAME_WIDTH, config.width)
+            self.capture.set(cv2.CAP_PROP_FRAME_HEIGHT, config.height)
+            self.capture.set(cv2.CAP_PROP_FPS, config.fps or 30)
+
+    CAMERA_RETRIES = 10  # a camera may fail a read now and then; a file that fails has ended
+
+    def read(self, index: int) -> torch.Tensor | None:
+        ok, bgr = self.capture.read()
+        if not ok and self.config.loop and not self.is_camera:
+            self.capture.set(self.cv2.CAP_PROP_POS_FRAMES, 0)
+            ok, bgr = self.capture.read()
+        for _ in range(self.CAMERA_RETRIES if self.is_camera and not ok else 0):
+            time.sleep(0.01)
+            ok, bgr = self.capture.read()
+            if ok:
+                break
+        if not ok:
+            return None
+        pixels = torch.from_numpy(bgr).to(self.device)
+        if pixels.dim() == 2:
+            chw = pixels[None]
+        else:
+            chw = pixels.permute(2, 0, 1).flip(0)  # BGR -> RGB
+        return _fit(chw.contiguous(), self.config.width, self.config.height)
+
+    def close(self) -> None:
+        self.capture.release()
+
+
+class ImageFolderSource:
+    """JPEG/PNG files of a folder in name order (SOURCE=images), decoded by torchvision."""
+
+    pattern = False
+
+    def __init__(self, config: CameraConfig, device: torch.device):
+        folder = Path(config.source_path)
+        if not folder.is_dir():
+            raise SourceError(f"SOURCE_PATH: expected a folder of images, got {config.source_path!r} (not a folder)")
+        self.files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not self.files:
+            raise SourceError(f"SOURCE_PATH: expected {', '.join(IMAGE_SUFFIXES)} files in {config.source_path!r}, found none")
+        self.config = config
+        self.device = device
+        self.position = 0
+
+    def read(self, index: int) -> torch.Tensor | None:
+        from torchvision.io import ImageReadMode, decode_image, read_file
+
+        if self.position >= len(self.files):
+            if not self.config.loop:
+                return None
+            self.position = 0
+        path = self.files[self.position]
+        self.position += 1
+        frame = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
+        return _fit(frame.to(self.device), self.config.width, self.config.height)
+
+    def close(self) -> None:
+        pass
+
+
+def open_source(config: CameraConfig, device: torch.device) -> FrameSource:
+    if config.source == "synthetic":
+        return SyntheticSource(config.width, config.height, config.channels, device)
+    if config.source in ("camera", "video"):
+        return OpenCVSource(config, device)
+    return ImageFolderSource(config, device)

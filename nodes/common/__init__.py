@@ -1,0 +1,1 @@
+"""Pieces every node shares: settings, device choice, the message protocol, reports."""

@@ -1,0 +1,39 @@
+"""Metadata keys the nodes put next to tensor_codec's own (`tc.*`) on every message.
+
+Senders number each output's messages so any receiver can count what is good, missing, out of
+order or duplicated, and time what it got. A reliable sender (one with an `ack` input) resends a
+message until the receiver acknowledges its `seq` on the same `stream`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+SEQ = "seq"  # 0, 1, 2, ... per stream
+COUNT = "count"  # messages the stream will send in all; 0 = open-ended
+STREAM = "stream"  # an id unique to one run of one sending node's output
+SENT_NS = "sent_ns"  # wall clock (time.time_ns) just before the send, for latency
+CHECKSUM = "checksum"  # content digest (see digest.py)
+CASE = "case"  # what the payload is, for reports
+EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
+WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output
+
+# Image messages, in the form dora's image nodes use, plus the frame's own fields.
+ENCODING = "encoding"  # "rgb8", "bgr8", "mono8", "jpeg"
+WIDTH = "width"
+HEIGHT = "height"
+FRAME = "frame"  # frame index
+CAPTURE_NS = "capture_ns"  # wall clock when the frame was captured or rendered
+PATTERN = "pattern"  # pattern.PATTERN_NAME on synthetic frames: content can be verified
+
+ACK_INPUT = "ack"
+ACK_OUTPUT = "ack"
+
+
+def new_stream_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def now_ns() -> int:
+    return time.time_ns()

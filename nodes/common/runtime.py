@@ -1,0 +1,78 @@
+"""The small amount of dora plumbing every node's `main()` shares."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+__all__ = ["setup_logging", "declared_inputs", "declared_outputs", "Pacer", "drain"]
+
+
+def setup_logging(name: str) -> logging.Logger:
+    """Lines on stderr prefixed with the node's name; dora collects them into its logs."""
+    logging.basicConfig(level=logging.INFO, format=f"{name}: %(levelname)s %(message)s")
+    return logging.getLogger(name)
+
+
+def _node_config(node: Any) -> dict:
+    try:
+        config = node.node_config()
+    except Exception:  # a test double without node_config
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def declared_inputs(node: Any) -> set[str]:
+    """The input ids the dataflow YAML gives this node (optional inputs switch features on)."""
+    return set(_node_config(node).get("inputs") or {})
+
+
+def declared_outputs(node: Any) -> set[str]:
+    """The output ids the dataflow YAML gives this node (dora ignores sends to undeclared ones)."""
+    return set(_node_config(node).get("outputs") or [])
+
+
+def drain(node: Any) -> list[dict]:
+    """Every event already queued, without blocking (a source's way to see STOP and acks).
+
+    `node.next(timeout=...)` is not used for waiting: in dora 1.1 each timeout builds an error
+    event with a backtrace and costs about 5 ms.
+    """
+    events = []
+    while True:
+        event = node.try_recv()
+        if event is None:
+            return events
+        events.append(event)
+
+
+class Pacer:
+    """Deadlines at a fixed rate without drift; after a stall it restarts from now instead of
+    bursting to catch up. rate 0 = no pacing."""
+
+    def __init__(self, rate: float, clock=time.monotonic):
+        self.period = 1.0 / rate if rate > 0 else 0.0
+        self.clock = clock
+        self.deadline: float | None = None
+
+    def wait_time(self) -> float:
+        """Seconds until the next send is due (0 = now)."""
+        if not self.period or self.deadline is None:
+            return 0.0
+        return max(0.0, self.deadline - self.clock())
+
+    def sent(self) -> None:
+        if not self.period:
+            return
+        now = self.clock()
+        if self.deadline is None or now - self.deadline > self.period:
+            self.deadline = now + self.period
+        else:
+            self.deadline += self.period
+
+    def sleep(self, limit: float = 0.002) -> None:
+        """Sleep until the deadline, at most `limit` seconds (so the caller can poll events)."""
+        pause = min(self.wait_time(), limit)
+        if pause > 0:
+            time.sleep(pause)

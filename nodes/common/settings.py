@@ -1,0 +1,148 @@
+"""Node settings: one table per node is the single source for parsing, defaults and the manifest.
+
+dora hands a node its `env:` values as strings. Each node declares its settings as `Setting`s;
+`load_settings(env, table)` parses every one (or raises `SettingError` naming the setting, the
+value that came and what is allowed), and `manifest.py` writes the same table into the node's
+`dora-node.yml`, so the documentation cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["Setting", "SettingError", "load_settings", "parse_size", "parse_sizes", "parse_device_spec"]
+
+
+class SettingError(ValueError):
+    """A bad node setting: the message names the setting, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: str  # a key of PARSERS; also the type shown in the manifest
+    default: str
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def parse(self, raw: str) -> Any:
+        try:
+            value = PARSERS[self.type](raw, self)
+        except SettingError as e:
+            raise SettingError(f"{self.name}: {e}") from None
+        return value
+
+
+def _int(raw: str, s: Setting) -> int:
+    low = s.minimum
+    allowed = "an integer" + (f" >= {int(low)}" if low is not None else "")
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise SettingError(f"expected {allowed}, got {raw!r}") from None
+    if low is not None and value < low:
+        raise SettingError(f"expected {allowed}, got {value}")
+    return value
+
+
+def _float(raw: str, s: Setting) -> float:
+    low = s.minimum
+    allowed = "a number" + (f" >= {low:g}" if low is not None else "")
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SettingError(f"expected {allowed}, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")) or (low is not None and value < low):
+        raise SettingError(f"expected {allowed}, got {raw!r}")
+    return value
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(raw: str, s: Setting) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingError(f"expected 1/0 (or true/false), got {raw!r}")
+
+
+def _choice(raw: str, s: Setting) -> str:
+    text = raw.strip().lower()
+    if text not in s.choices:
+        raise SettingError(f"expected one of {', '.join(s.choices)}, got {raw!r}")
+    return text
+
+
+def _text(raw: str, s: Setting) -> str:
+    return raw.strip()
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
+_BINARY = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(raw: str) -> int:
+    """'4096', '512KB', '16MB', '1.5MiB' -> bytes. KB, MB and GB are 1024-based (1MB = 2**20
+    bytes, so sizes divide evenly into tensor elements); KiB, MiB and GiB mean the same."""
+    m = _SIZE.match(raw)
+    if not m:
+        raise SettingError(f"expected a size such as 4096, 512KB or 16MB, got {raw!r}")
+    number, unit = float(m.group(1)), (m.group(2) or "B").lower()
+    value = number * _BINARY[unit[0]]
+    if value != int(value):
+        raise SettingError(f"expected a whole number of bytes, got {raw!r}")
+    return int(value)
+
+
+def parse_sizes(raw: str) -> tuple[int, ...]:
+    parts = [p for p in raw.split(",") if p.strip()]
+    if not parts:
+        raise SettingError(f"expected a comma-separated list of sizes such as 1MB,16MB, got {raw!r}")
+    return tuple(parse_size(p) for p in parts)
+
+
+def _sizes(raw: str, s: Setting) -> tuple[int, ...]:
+    return parse_sizes(raw)
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def parse_device_spec(raw: str) -> str:
+    text = raw.strip().lower()
+    if not _DEVICE.match(text):
+        raise SettingError(f"expected auto, cpu, cuda or cuda:N, got {raw!r}")
+    return text
+
+
+def _device(raw: str, s: Setting) -> str:
+    return parse_device_spec(raw)
+
+
+PARSERS: dict[str, Callable[[str, Setting], Any]] = {
+    "int": _int,
+    "float": _float,
+    "bool": _bool,
+    "choice": _choice,
+    "string": _text,
+    "path": _text,
+    "sizes": _sizes,
+    "device": _device,
+}
+
+
+def load_settings(env: Mapping[str, str], table: Sequence[Setting]) -> dict[str, Any]:
+    """Parse every setting of `table` from `env` (missing or empty -> the default)."""
+    out: dict[str, Any] = {}
+    for setting in table:
+        raw = env.get(setting.name)
+        if raw is None or raw.strip() == "":
+            raw = setting.default
+        out[setting.name] = setting.parse(raw)
+    return out

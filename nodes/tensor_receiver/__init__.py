@@ -1,0 +1,1 @@
+"""Tensor receiver node: restores every message, verifies it, counts, times and reports."""

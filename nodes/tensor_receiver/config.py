@@ -1,0 +1,32 @@
+"""Settings of the tensor receiver (the table is also its `dora-node.yml` env section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..common.settings import Setting, load_settings
+
+ACK_OUTPUT = "ack"
+
+SETTINGS = (
+    Setting("DEVICE", "device", "auto", "Where received tensors are restored: auto (CUDA when present), cpu, cuda or cuda:N."),
+    Setting("VERIFY", "choice", "full", "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte. `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.", ("full", "index", "none")),
+    Setting("REPORT", "path", "", "Write the final report as JSON to this path (relative to the dataflow's directory); empty = no file."),
+    Setting("STRICT", "bool", "0", "Exit with status 1 if any message was bad or missing (or none came), so a dataflow can serve as a test."),
+    Setting("PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports; 0 = none.", minimum=0),
+)
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    device: str = "auto"
+    verify: str = "full"
+    report: str = ""
+    strict: bool = False
+    progress_s: float = 1.0
+
+
+def load_config(env: Mapping[str, str]) -> ReceiverConfig:
+    v = load_settings(env, SETTINGS)
+    return ReceiverConfig(device=v["DEVICE"], verify=v["VERIFY"], report=v["REPORT"], strict=v["STRICT"], progress_s=v["PROGRESS_S"])

@@ -1,0 +1,145 @@
+"""The receiver's per-message logic, without dora: restore, verify, count, time."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import tensor_codec as tc
+
+from ..common import protocol as P
+from ..common.device import synchronize
+from ..common.stats import Latencies, SeqTracker
+from .verify import Mismatch, restore_plain_image, verify
+
+log = logging.getLogger("tensor-receiver")
+
+MAX_FAILURES_KEPT = 20
+
+
+@dataclass
+class InputStats:
+    received: int = 0
+    good: int = 0
+    bad: int = 0
+    rejected: int = 0  # deliberately corrupted messages, refused as they must be
+    duplicates: int = 0
+    out_of_order: int = 0
+    trackers: dict[str, SeqTracker] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # stream -> announced total (0 = open)
+    latency: Latencies = field(default_factory=Latencies)
+    first_ns: int | None = None
+    last_ns: int | None = None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        return sum(t.missing(self.counts.get(s, 0)) for s, t in self.trackers.items())
+
+    @property
+    def expected(self) -> int | None:
+        if not self.counts or not all(self.counts.values()):
+            return None
+        return sum(self.counts.values())
+
+    @property
+    def fps(self) -> float | None:
+        if self.received < 2 or self.first_ns is None or self.last_ns == self.first_ns:
+            return None
+        return (self.received - 1) / ((self.last_ns - self.first_ns) / 1e9)
+
+    def to_dict(self) -> dict:
+        return {
+            "received": self.received,
+            "good": self.good,
+            "bad": self.bad,
+            "rejected": self.rejected,
+            "missing": self.missing,
+            "out_of_order": self.out_of_order,
+            "duplicates": self.duplicates,
+            "expected": self.expected,
+            "fps": self.fps,
+            "latency_ms": self.latency.summary(),
+            "failures": list(self.failures),
+        }
+
+
+class Receiver:
+    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns):
+        self.device = device
+        self.verify_mode = verify_mode
+        self.clock_ns = clock_ns
+        self.inputs: dict[str, InputStats] = {}
+
+    def handle(self, event: dict) -> str:
+        """One INPUT event -> 'good', 'bad', 'rejected' or 'duplicate'. Never raises."""
+        name = str(event.get("id"))
+        metadata = event.get("metadata") or {}
+        stats = self.inputs.setdefault(name, InputStats())
+        arrival = self.clock_ns()
+        stats.first_ns = stats.first_ns or arrival
+        stats.last_ns = arrival
+        seq, stream = metadata.get(P.SEQ), str(metadata.get(P.STREAM, ""))
+        if type(seq) is int and seq >= 0:
+            seen = stats.trackers.setdefault(stream, SeqTracker()).see(seq)
+            if seen == "duplicate":
+                stats.duplicates += 1
+                return "duplicate"
+            stats.out_of_order += seen == "late"
+            count = metadata.get(P.COUNT)
+            if type(count) is int and count >= 0:
+                stats.counts[stream] = count
+        stats.received += 1
+        rejecting = metadata.get(P.EXPECT) == "reject"
+        try:
+            with tc.scope():
+                obj = self._restore(event, metadata)
+                synchronize(self.device)
+                sent = metadata.get(P.SENT_NS)
+                if type(sent) is int:
+                    stats.latency.add((self.clock_ns() - sent) / 1e6)
+                if rejecting:
+                    return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
+                verify(obj, metadata, self.verify_mode)
+                del obj
+        except tc.CodecError as e:
+            if rejecting:
+                stats.rejected += 1
+                log.info("%s: refused corrupted message %s as expected: %s", name, metadata.get(P.CASE), e)
+                return "rejected"
+            return self._bad(name, stats, metadata, f"{type(e).__name__}: {e}")
+        except Mismatch as e:
+            return self._bad(name, stats, metadata, str(e))
+        except Exception as e:  # never die on one message
+            return self._bad(name, stats, metadata, f"unexpected {type(e).__name__}: {e}")
+        stats.good += 1
+        return "good"
+
+    def _restore(self, event: dict, metadata: dict) -> Any:
+        if P.ENCODING in metadata and "tc.version" not in metadata:
+            image = restore_plain_image(event.get("value"), metadata)
+            return image if self.device.type == "cpu" else tc.map_tensors(lambda p, o: p.to(self.device), image)
+        return tc.receive(event, device=None if self.device.type == "cpu" else self.device)
+
+    def _bad(self, name: str, stats: InputStats, metadata: dict, reason: str) -> str:
+        stats.bad += 1
+        what = f"seq {metadata.get(P.SEQ)} ({metadata.get(P.CASE) or metadata.get(P.FRAME, '?')}): {reason}"
+        if len(stats.failures) < MAX_FAILURES_KEPT:
+            stats.failures.append(what[:500])
+        log.error("%s: bad message %s", name, what[:2000])
+        return "bad"
+
+    # -- reports -----------------------------------------------------------------------------
+
+    @property
+    def ok(self) -> bool:
+        if not self.inputs or not any(s.received for s in self.inputs.values()):
+            return False
+        return all(s.bad == 0 and s.missing == 0 for s in self.inputs.values())
+
+    def report(self) -> dict:
+        return {"ok": self.ok, "device": str(self.device), "verify": self.verify_mode, "inputs": {k: v.to_dict() for k, v in self.inputs.items()}}

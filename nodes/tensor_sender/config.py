@@ -1,0 +1,74 @@
+"""Settings of the tensor sender (the table is also its `dora-node.yml` env section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..common.settings import Setting, SettingError, load_settings
+
+OUTPUT = "tensors"
+ACK_INPUT = "ack"
+
+SETTINGS = (
+    Setting("MODE", "choice", "suite", "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.", ("suite", "random", "safetensors")),
+    Setting("SIZES", "sizes", "1MB,16MB", "random mode: tensor sizes, comma-separated (KB/MB/GB are 1024-based; each a multiple of 4 bytes)."),
+    Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send."),
+    Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless."),
+    Setting("RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0),
+    Setting("WINDOW", "int", "8", "With an `ack` input wired: messages sent but not yet acknowledged, at most.", minimum=1),
+    Setting("RETRY_S", "float", "1.0", "With an `ack` input wired: resend a message unacknowledged for this many seconds (dora 1.1 can drop messages under load).", minimum=0.01),
+    Setting("ACK_TIMEOUT_S", "float", "30", "With an `ack` input wired: give up on a message (log it, count it lost) after this many seconds.", minimum=0.1),
+    Setting("CORRUPT", "bool", "0", "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them."),
+    Setting("SEED", "int", "0", "Seed of the suite and of random payloads.", minimum=0),
+    Setting("DEVICE", "device", "auto", "Where payloads live before sending: auto (CUDA when present), cpu, cuda or cuda:N."),
+)
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    mode: str = "suite"
+    sizes: tuple[int, ...] = (1 << 20, 16 << 20)
+    file: str = ""
+    count: int | None = None  # None = each payload once; 0 = endless
+    rate: float = 0.0
+    window: int = 8
+    retry_s: float = 1.0
+    ack_timeout_s: float = 30.0
+    corrupt: bool = False
+    seed: int = 0
+    device: str = "auto"
+
+
+def _count(raw: str) -> int | None:
+    text = raw.strip().lower()
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise SettingError(f"COUNT: expected all, 0 (endless) or a number of messages, got {raw!r}")
+
+
+def load_config(env: Mapping[str, str]) -> SenderConfig:
+    v = load_settings(env, SETTINGS)
+    config = SenderConfig(
+        mode=v["MODE"],
+        sizes=v["SIZES"],
+        file=v["FILE"],
+        count=_count(v["COUNT"]),
+        rate=v["RATE"],
+        window=v["WINDOW"],
+        retry_s=v["RETRY_S"],
+        ack_timeout_s=v["ACK_TIMEOUT_S"],
+        corrupt=v["CORRUPT"],
+        seed=v["SEED"],
+        device=v["DEVICE"],
+    )
+    bad = [s for s in config.sizes if s % 4 or s == 0]
+    if config.mode == "random" and bad:
+        raise SettingError(f"SIZES: expected non-zero multiples of 4 bytes (float32 tensors), got {bad}")
+    if config.mode == "safetensors" and not config.file:
+        raise SettingError("FILE: expected the path of a .safetensors file for MODE=safetensors, got nothing")
+    if config.corrupt and config.count == 0:
+        raise SettingError("CORRUPT: expected 0 with COUNT=0 (corrupted messages go into a finite run), got 1")
+    return config

@@ -1,0 +1,91 @@
+"""Console script `tc-tensor-sender`: see ../README.md and dora-node.yml."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import tensor_codec as tc
+
+from ..common import protocol as P
+from ..common.device import resolve_device
+from ..common.runtime import Pacer, declared_inputs, drain, setup_logging
+from ..common.settings import SettingError
+from .config import ACK_INPUT, OUTPUT, load_config
+from .delivery import Delivery
+from .payloads import corrupted_messages, make_payloads
+from .sender import TensorSender
+
+
+def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> None:
+    """Send message `seq`; a message that cannot be sent is logged and counted lost."""
+    outgoing = sender.message(seq)
+    outgoing.metadata[P.SENT_NS] = P.now_ns()
+    try:
+        if outgoing.raw is not None:
+            node.send_output(OUTPUT, outgoing.raw, outgoing.metadata)
+        else:
+            tc.send(node, OUTPUT, outgoing.obj, outgoing.metadata)
+    except tc.CodecError as e:
+        log.error("message %d (%s) not sent: %s", seq, outgoing.metadata.get(P.CASE), e)
+        delivery.forget(seq)
+
+
+def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
+    """Apply acks; -> True when dora asked the node to stop."""
+    stop = False
+    for event in events:
+        if event["type"] == "STOP":
+            stop = True
+        elif event["type"] == "INPUT" and event["id"] == ACK_INPUT:
+            metadata = event.get("metadata") or {}
+            seq = metadata.get(P.SEQ)
+            if metadata.get(P.STREAM) == sender.stream and isinstance(seq, int):
+                delivery.ack(seq)
+    return stop
+
+
+def main() -> int:
+    log = setup_logging("tensor-sender")
+    try:
+        config = load_config(os.environ)
+        device = resolve_device(config.device)
+        payloads = make_payloads(config, device)
+    except SettingError as e:
+        log.error("%s", e)
+        return 2
+    from dora import Node
+
+    node = Node()
+    corrupted = corrupted_messages(config.seed) if config.corrupt else ()
+    reliable = ACK_INPUT in declared_inputs(node)
+    sender = TensorSender(payloads, config.count, corrupted, wants_ack=reliable)
+    delivery = Delivery(sender.total, reliable=reliable, window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s)
+    pacer = Pacer(config.rate)
+    log.info("%s mode on %s: %s messages%s", config.mode, device, sender.total or "endless", ", acknowledged" if reliable else "")
+    while True:
+        if handle_events(drain(node), sender, delivery) or delivery.finished:
+            break
+        now = time.monotonic()
+        for seq in delivery.retransmissions(now):
+            send(node, sender, delivery, seq, log)
+        if delivery.can_send_new() and pacer.wait_time() == 0:
+            send(node, sender, delivery, delivery.take_new(now), log)
+            pacer.sent()
+        elif delivery.all_taken and not reliable:
+            break
+        else:
+            time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
+    for seq in delivery.lost:
+        log.error("message %d was never acknowledged", seq)
+    print(
+        f"tensor sender: {delivery.next_seq} messages sent, {delivery.retransmits} retransmitted, "
+        f"{len(delivery.lost)} lost",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

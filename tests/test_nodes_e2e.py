@@ -1,0 +1,142 @@
+"""The nodes in real dora dataflows: the default pipeline with `dora run` and with `dora up` /
+`dora start`, a receiver that meets corrupted messages, and the nodes reused by name from a
+directory outside the repository."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, dora_env, python_node, run_dataflow, run_flow_file, script_node, tail
+
+pytestmark = pytest.mark.dora
+
+
+def read_report(path):
+    assert path.exists(), f"no report at {path}"
+    return json.loads(path.read_text())
+
+
+def assert_clean(report, inputs):
+    assert report["ok"], json.dumps(report, indent=1)
+    assert set(report["inputs"]) == set(inputs)
+    for name, stats in report["inputs"].items():
+        assert stats["bad"] == 0 and stats["missing"] == 0, (name, stats)
+        assert stats["expected"] and stats["received"] == stats["expected"], (name, stats)
+        assert stats["good"] + stats["rejected"] == stats["received"], (name, stats)
+
+
+def check_default_report(report):
+    from tensor_codec.testing import make_suite
+
+    assert_clean(report, {"frames", "suite", "load"})
+    inputs = report["inputs"]
+    assert inputs["frames"]["good"] == 150
+    assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
+    assert inputs["load"]["good"] == 40
+    assert inputs["frames"]["latency_ms"]["p50"] is not None
+
+
+def copy_default_pipeline(tmp_path):
+    flow = tmp_path / "dataflow.yml"
+    shutil.copy(ROOT / "dataflow.yml", flow)
+    return flow
+
+
+def test_default_pipeline_with_dora_run(dora_cli, tmp_path):
+    flow = copy_default_pipeline(tmp_path)
+    proc = run_flow_file(dora_cli, flow, timeout=120)
+    assert proc.returncode == 0, tail(proc)
+    assert "tensor receiver summary: PASS" in proc.stdout + proc.stderr
+    check_default_report(read_report(tmp_path / "out" / "receiver-report.json"))
+
+
+def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
+    flow = copy_default_pipeline(tmp_path)
+    env = dora_env()
+    subprocess.run([dora_cli, "up"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
+    try:
+        proc = subprocess.run(
+            [dora_cli, "start", str(flow), "--attach"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        subprocess.run([dora_cli, "down"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, tail(proc)
+    check_default_report(read_report(tmp_path / "out" / "receiver-report.json"))
+
+
+def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_path):
+    report_path = tmp_path / "report.json"
+    nodes = [
+        python_node(
+            "corrupter",
+            ROOT / "tests" / "dora_nodes" / "corrupt_sender.py",
+            inputs={"tick": "dora/timer/millis/50"},
+            outputs=["tensors"],
+        ),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
+            inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100}},
+            env={"REPORT": report_path, "STRICT": 0},
+        ),
+    ]
+    proc = run_dataflow(dora_cli, tmp_path, nodes)
+    assert proc.returncode == 0, tail(proc)
+    stats = read_report(report_path)["inputs"]["tensors"]
+    assert (stats["received"], stats["good"], stats["bad"], stats["missing"]) == (6, 2, 4, 0), stats
+    reasons = "\n".join(stats["failures"])
+    assert "truncated buffer" in reasons and "expected 4000 bytes" in reasons
+    assert "broken header" in reasons and "tc.header" in reasons
+    assert "no codec keys" in reasons and "tc.version" in reasons
+    assert "wrong checksum" in reasons and "checksum: expected crc32:00000000" in reasons
+    log = proc.stdout + proc.stderr
+    assert log.count("bad message") >= 4  # each one logged with its reason
+
+
+def test_nodes_are_reusable_by_name_from_any_directory(dora_cli, tmp_path_factory):
+    """A user's own dataflow, outside the repository, names the installed console scripts."""
+    import torch
+    from safetensors.torch import save_file
+
+    workdir = tmp_path_factory.mktemp("user_project")
+    assert ROOT not in workdir.parents
+    save_file({"weights": torch.randn(64, 32), "bias": torch.arange(32, dtype=torch.int64)}, str(workdir / "model.safetensors"))
+    flow = workdir / "my_flow.yml"
+    flow.write_text(
+        """\
+nodes:
+  - id: cam
+    path: tc-camera-source
+    outputs: [image]
+    env: {WIDTH: "320", HEIGHT: "240", FPS: "50", FRAMES: "20", FORMAT: raw, DEVICE: cpu}
+  - id: weights
+    path: tc-tensor-sender
+    inputs:
+      ack: {source: check/ack, queue_size: 64}
+    outputs: [tensors]
+    env: {MODE: safetensors, FILE: model.safetensors, COUNT: "6"}
+  - id: check
+    path: tc-tensor-receiver
+    inputs:
+      frames: {source: cam/image, queue_size: 64}
+      weights: {source: weights/tensors, queue_size: 64}
+    outputs: [ack]
+    env: {REPORT: report.json, STRICT: "1"}
+"""
+    )
+    env = dora_env(repo_on_pythonpath=False)
+    env.pop("UV_NO_PROJECT")  # a plain user directory: dora's uv lookup must work as is
+    proc = subprocess.run(
+        [dora_cli, "run", str(flow)], cwd=workdir, env=env, capture_output=True, text=True, timeout=120
+    )
+    (workdir / "dora-output.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, tail(proc)
+    report = read_report(workdir / "report.json")
+    assert_clean(report, {"frames", "weights"})
+    assert report["inputs"]["frames"]["good"] == 20
+    assert report["inputs"]["weights"]["good"] == 6
