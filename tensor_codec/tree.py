@@ -348,8 +348,11 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: str, depth: int
         raise DecodeError(f"{where}: expected sorted_indices and unsorted_indices both present or both null")
 
     def build(tensors, out):
+        values = [None if b is None else b(tensors, out) for b in parts]
+        if values[1].device.type != "cpu":  # decoded onto a GPU: torch keeps batch_sizes on the CPU
+            values[1] = values[1].cpu()
         # tuple.__new__ keeps exactly what was sent; the public constructor would recompute indices.
-        return tuple.__new__(PackedSequence, tuple(None if b is None else b(tensors, out) for b in parts))
+        return tuple.__new__(PackedSequence, tuple(values))
 
     return build
 

@@ -1,0 +1,131 @@
+"""Camera source without a daemon: frame messages, the real sources, pacing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torchvision import tv_tensors
+from torchvision.io import write_png
+
+from tensor_codec_nodes.camera_source.camera import Camera
+from tensor_codec_nodes.camera_source.config import CameraConfig, load_config
+from tensor_codec_nodes.camera_source.sources import ImageFolderSource, OpenCVSource, SourceError, SyntheticSource, open_source
+from tensor_codec_nodes.common import protocol as P
+from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
+from tensor_codec_nodes.common.runtime import Pacer
+
+CPU = torch.device("cpu")
+
+
+def synthetic_camera(**overrides) -> Camera:
+    config = CameraConfig(**{"width": 160, "height": 120, "frames": 3, **overrides})
+    return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU), stream="s1")
+
+
+def test_codec_frames_are_images_with_dora_image_metadata():
+    camera = synthetic_camera()
+    frames = []
+    while (message := camera.next_frame()) is not None:
+        frames.append(message)
+    assert len(frames) == 3 and camera.finished
+    for i, (image, metadata) in enumerate(frames):
+        assert type(image) is tv_tensors.Image and image.dtype == torch.uint8 and image.shape == (3, 120, 160)
+        assert torch.equal(image.as_subclass(torch.Tensor), render(i, 120, 160))
+        assert metadata[P.ENCODING] == "rgb8" and (metadata[P.WIDTH], metadata[P.HEIGHT]) == (160, 120)
+        assert (metadata[P.FRAME], metadata[P.SEQ], metadata[P.COUNT], metadata[P.STREAM]) == (i, i, 3, "s1")
+        assert metadata[P.PATTERN] == PATTERN_NAME and isinstance(metadata[P.CAPTURE_NS], int)
+
+
+def test_raw_frames_are_hwc_views_and_mono_is_mono8():
+    hwc, metadata = synthetic_camera(format="raw").next_frame()
+    assert hwc.shape == (120, 160, 3) and type(hwc) is torch.Tensor
+    mono, metadata = synthetic_camera(channels=1).next_frame()
+    assert mono.shape == (1, 120, 160) and metadata[P.ENCODING] == "mono8"
+
+
+def test_endless_camera_never_finishes():
+    camera = synthetic_camera(frames=0)
+    for _ in range(5):
+        assert camera.next_frame() is not None
+    assert not camera.finished
+
+
+def write_images(folder, count, size=(3, 48, 64)):
+    folder.mkdir()
+    for i in range(count):
+        write_png(torch.full(size, 40 * i, dtype=torch.uint8), str(folder / f"img_{i:02d}.png"))
+    (folder / "notes.txt").write_text("not an image")
+
+
+def test_image_folder_in_name_order_resized_and_looped(tmp_path):
+    write_images(tmp_path / "imgs", 3)
+    config = load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "32", "HEIGHT": "24", "LOOP": "1"})
+    source = open_source(config, CPU)
+    frames = [source.read(i) for i in range(4)]
+    assert all(f.shape == (3, 24, 32) and f.dtype == torch.uint8 for f in frames)
+    assert [int(f[0, 0, 0]) for f in frames] == [0, 40, 80, 0]
+
+
+def test_image_folder_native_size_ends_without_loop(tmp_path):
+    write_images(tmp_path / "imgs", 2)
+    config = load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0"})
+    camera = Camera(config, open_source(config, CPU))
+    messages = [camera.next_frame() for _ in range(3)]
+    assert messages[0][0].shape == (3, 48, 64) and messages[2] is None
+    assert P.PATTERN not in messages[0][1]
+
+
+def test_missing_sources_are_clear_errors(tmp_path):
+    with pytest.raises(SourceError, match="SOURCE_PATH: expected a folder of images, got '.*nowhere' \\(not a folder\\)"):
+        open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "nowhere")}), CPU)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="expected .jpg, .jpeg, .png files in"):
+        open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "empty")}), CPU)
+    with pytest.raises(SourceError, match="SOURCE_PATH: expected a video file, got '.*clip.avi' \\(not found\\)"):
+        open_source(load_config({"SOURCE": "video", "SOURCE_PATH": str(tmp_path / "clip.avi")}), CPU)
+
+
+def test_video_file_through_opencv(tmp_path):
+    cv2 = pytest.importorskip("cv2")
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    for i in range(5):
+        bgr = np.zeros((48, 64, 3), dtype=np.uint8)
+        bgr[..., 2] = 200  # red in BGR order
+        bgr[..., 0] = 20 * i
+        writer.write(bgr)
+    writer.release()
+    config = load_config({"SOURCE": "video", "SOURCE_PATH": str(path), "WIDTH": "0", "HEIGHT": "0"})
+    source = open_source(config, CPU)
+    assert isinstance(source, OpenCVSource)
+    frames = []
+    while (frame := source.read(len(frames))) is not None:
+        frames.append(frame)
+    source.close()
+    assert len(frames) == 5
+    first = frames[0]
+    assert first.shape == (3, 48, 64) and first.is_contiguous()
+    assert abs(int(first[0].float().mean()) - 200) < 10  # red channel first: BGR became RGB
+    assert abs(int(frames[4][2].float().mean()) - 80) < 10
+
+
+def test_pacer_keeps_the_rate_without_drift_or_bursts():
+    now = [0.0]
+    pacer = Pacer(10, clock=lambda: now[0])
+    assert pacer.wait_time() == 0
+    pacer.sent()
+    assert pacer.wait_time() == pytest.approx(0.1)
+    now[0] = 0.1
+    pacer.sent()  # on time: the next deadline is 0.2, not 0.2 + lateness
+    now[0] = 0.15
+    assert pacer.wait_time() == pytest.approx(0.05)
+    now[0] = 1.0  # a long stall: restart from now instead of bursting
+    pacer.sent()
+    assert pacer.wait_time() == pytest.approx(0.1)
+    assert Pacer(0).wait_time() == 0
+
+
+def test_synthetic_index_wraps_past_32_bits():
+    source = SyntheticSource(160, 120, 3, CPU)
+    assert read_index(source.read(2**32 + 7)) == 7

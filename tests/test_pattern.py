@@ -1,0 +1,61 @@
+"""The synthetic pattern: deterministic, carries its index, survives JPEG at quality 75."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision.io import decode_jpeg, encode_jpeg
+
+from tensor_codec_nodes.common.pattern import check_size, read_index, render
+
+SIZES = [(56, 64), (240, 320), (480, 640), (1080, 1920)]
+INDICES = [0, 1, 77, 65535, 2**31 + 5, 2**32 - 1]
+
+
+@pytest.mark.parametrize("height, width", SIZES)
+@pytest.mark.parametrize("channels", [3, 1])
+def test_frames_carry_their_index(height, width, channels):
+    for index in INDICES:
+        frame = render(index, height, width, channels=channels)
+        assert frame.shape == (channels, height, width) and frame.dtype == torch.uint8
+        assert read_index(frame) == index
+
+
+def test_rendering_is_deterministic_and_frames_differ():
+    a, b = render(10, 120, 160), render(10, 120, 160)
+    assert torch.equal(a, b)
+    assert not torch.equal(render(10, 120, 160), render(11, 120, 160))
+
+
+@pytest.mark.parametrize("height, width", [(240, 320), (1080, 1920), (2160, 3840)])
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_index_survives_jpeg_quality_75(height, width, channels):
+    for index in (3, 123456789, 2**32 - 2):
+        frame = render(index, height, width, channels=channels)
+        restored = decode_jpeg(encode_jpeg(frame, quality=75))
+        assert read_index(restored) == index
+
+
+def test_a_damaged_strip_does_not_decode_to_a_wrong_index():
+    frame = render(1234, 240, 320)
+    frame[:, :16, :16] = 255 - frame[:, :16, :16]  # flip the first cell
+    assert read_index(frame) is None
+
+
+def test_too_small_frames_and_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="frame size: expected at least 64 px wide"):
+        check_size(100, 32)
+    with pytest.raises(ValueError, match="index: expected 0 <= index < 2\\*\\*32"):
+        render(-1, 240, 320)
+    with pytest.raises(ValueError, match="channels: expected 1 or 3, got 2"):
+        render(0, 240, 320, channels=2)
+    assert read_index(torch.zeros(3, 20, 20, dtype=torch.uint8)) is None
+    assert read_index(torch.zeros(4, 240, 320, dtype=torch.uint8)) is None
+
+
+@pytest.mark.gpu
+def test_cuda_renders_the_same_bytes_as_the_cpu():
+    for index in INDICES:
+        on_gpu = render(index, 1080, 1920, device="cuda")
+        assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), render(index, 1080, 1920))
+        assert read_index(on_gpu) == index

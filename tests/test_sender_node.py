@@ -1,0 +1,144 @@
+"""Tensor sender without a daemon: payloads, schedule, checksums, delivery with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tensor_codec as tc
+from tensor_codec.testing import make_suite
+from tensor_codec_nodes.common import protocol as P
+from tensor_codec_nodes.common.digest import content_digest
+from tensor_codec_nodes.common.settings import SettingError
+from tensor_codec_nodes.tensor_sender.config import load_config
+from tensor_codec_nodes.tensor_sender.delivery import Delivery
+from tensor_codec_nodes.tensor_sender.main import handle_events
+from tensor_codec_nodes.tensor_sender.payloads import (
+    Payload,
+    corrupted_messages,
+    make_payloads,
+    random_payloads,
+    safetensors_payloads,
+)
+from tensor_codec_nodes.tensor_sender.sender import TensorSender
+
+CPU = torch.device("cpu")
+
+
+def test_suite_payloads_cover_every_case_with_checksums_that_survive_the_codec():
+    payloads = make_payloads(load_config({}), CPU)
+    assert [p.case for p in payloads] == [f"suite/{name}" for name in make_suite()]
+    sender = TensorSender(payloads, None)
+    assert sender.total == len(payloads)
+    for seq in range(sender.total):
+        out = sender.message(seq)
+        restored = tc.decode(*tc.encode(out.obj))
+        assert content_digest(restored) == out.metadata[P.CHECKSUM], out.metadata[P.CASE]
+
+
+def test_metadata_numbers_every_message():
+    sender = TensorSender([Payload("a", torch.ones(2))], count=3, stream="abc", wants_ack=True)
+    metadata = [sender.message(s).metadata for s in range(3)]
+    assert [m[P.SEQ] for m in metadata] == [0, 1, 2]
+    assert all(m[P.COUNT] == 3 and m[P.STREAM] == "abc" and m[P.WANTS_ACK] is True for m in metadata)
+    assert P.WANTS_ACK not in TensorSender([Payload("a", torch.ones(2))], count=1).message(0).metadata
+
+
+def test_count_cycles_payloads_and_zero_is_endless():
+    payloads = [Payload("a", torch.zeros(1)), Payload("b", torch.ones(1))]
+    sender = TensorSender(payloads, count=5)
+    assert sender.total == 5
+    assert [sender.message(s).metadata[P.CASE] for s in range(5)] == ["a", "b", "a", "b", "a"]
+    assert TensorSender(payloads, count=0).total == 0
+
+
+def test_corrupted_messages_are_spread_through_the_run_and_marked():
+    payloads = [Payload(f"p{i}", torch.full((2,), float(i))) for i in range(12)]
+    corrupted = corrupted_messages(0)
+    sender = TensorSender(payloads, None, corrupted)
+    assert sender.total == 12 + len(corrupted)
+    kinds = [sender.message(s) for s in range(sender.total)]
+    rejects = [s for s, m in enumerate(kinds) if m.raw is not None]
+    assert len(rejects) == len(corrupted) and rejects[0] > 0 and rejects[-1] < sender.total - 1
+    assert all(kinds[s].metadata[P.EXPECT] == "reject" for s in rejects)
+    assert [m.metadata[P.CASE] for m in kinds if m.raw is None] == [p.case for p in payloads]
+    for s in rejects:  # each really is refused by the codec
+        with pytest.raises(tc.CodecError):
+            tc.decode(kinds[s].raw, kinds[s].metadata)
+
+
+def test_random_payloads_have_the_sizes_and_differ_per_message():
+    (one_k, four_k) = random_payloads((1024, 4096), seed=1, device=CPU)
+    assert one_k.obj.nbytes == 1024 and four_k.obj.dtype == torch.float32 and one_k.case == "random/1KB"
+    first, digest_first = one_k.build(0)
+    first = first.clone()
+    second, digest_second = one_k.build(1)
+    assert digest_first != digest_second and not torch.equal(first.view(torch.int32), second.view(torch.int32))
+    assert digest_second == content_digest(second)
+
+
+def test_safetensors_payloads_in_name_order(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "m.safetensors"
+    tensors = {"w": torch.randn(4, 3), "a_bias": torch.arange(5, dtype=torch.int16), "half": torch.randn(2, 2).half()}
+    save_file(tensors, str(path))
+    payloads = safetensors_payloads(str(path), CPU)
+    assert [p.case for p in payloads] == ["file/a_bias", "file/half", "file/w"]
+    for p in payloads:
+        assert torch.equal(p.obj, tensors[p.case.removeprefix("file/")])
+
+
+def test_bad_safetensors_files_are_setting_errors(tmp_path):
+    with pytest.raises(SettingError, match="FILE: expected a .safetensors file, got '.*missing.safetensors' \\(not found\\)"):
+        safetensors_payloads(str(tmp_path / "missing.safetensors"), CPU)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\xff" * 64)
+    with pytest.raises(SettingError, match="FILE: expected a valid .safetensors file"):
+        safetensors_payloads(str(junk), CPU)
+
+
+def test_unreliable_delivery_sends_each_once():
+    d = Delivery(3, reliable=False)
+    seqs = []
+    while d.can_send_new():
+        seqs.append(d.take_new(0.0))
+    assert seqs == [0, 1, 2] and d.finished and d.retransmissions(100.0) == []
+
+
+def test_reliable_delivery_windows_retransmits_and_gives_up():
+    d = Delivery(5, reliable=True, window=2, retry_s=1.0, give_up_s=3.0)
+    assert [d.take_new(0.0), d.take_new(0.0)] == [0, 1]
+    assert not d.can_send_new()  # window full
+    d.ack(0)
+    assert d.can_send_new() and d.take_new(0.5) == 2
+    assert d.retransmissions(0.9) == []
+    assert d.retransmissions(1.0) == [1]  # unacked for retry_s
+    assert d.retransmissions(1.6) == [2] and d.retransmits == 2
+    d.ack(2)
+    assert d.retransmissions(3.0) == [] and d.lost == [1]  # past give_up_s
+    d.ack(99)  # unknown acks are ignored
+    while d.can_send_new():
+        d.ack(d.take_new(4.0))
+    assert d.finished and d.next_seq == 5
+
+
+def test_a_message_that_cannot_be_sent_is_counted_lost():
+    d = Delivery(2, reliable=True)
+    d.forget(d.take_new(0.0))
+    assert d.lost == [0] and not d.unacked
+
+
+def test_acks_of_other_streams_are_ignored():
+    sender = TensorSender([Payload("a", torch.ones(1))], count=3, stream="mine")
+    d = Delivery(3, reliable=True)
+    for _ in range(3):
+        d.take_new(0.0)
+    events = [
+        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
+        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 1, P.STREAM: "someone-else"}},
+        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: "2", P.STREAM: "mine"}},
+    ]
+    assert handle_events(events, sender, d) is False
+    assert set(d.unacked) == {1, 2}
+    assert handle_events([{"type": "STOP"}], sender, d) is True
