@@ -129,3 +129,16 @@ def test_pacer_keeps_the_rate_without_drift_or_bursts():
 def test_synthetic_index_wraps_past_32_bits():
     source = SyntheticSource(160, 120, 3, CPU)
     assert read_index(source.read(2**32 + 7)) == 7
+
+
+def test_an_undecodable_image_is_skipped_and_counted(tmp_path):
+    write_images(tmp_path / "imgs", 2)
+    (tmp_path / "imgs" / "img_00b.png").write_bytes(b"\x89PNG broken")
+    config = load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0"})
+    source = open_source(config, CPU)
+    frames = [source.read(i) for i in range(3)]
+    assert [int(f[0, 0, 0]) for f in frames[:2]] == [0, 40] and frames[2] is None
+    assert source.skipped == 1
+
+    looping = open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0", "LOOP": "1"}), CPU)
+    assert [int(looping.read(i)[0, 0, 0]) for i in range(6)] == [0, 40] * 3 and looping.skipped == 1

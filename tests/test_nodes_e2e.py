@@ -140,3 +140,30 @@ nodes:
     assert_clean(report, {"frames", "weights"})
     assert report["inputs"]["frames"]["good"] == 20
     assert report["inputs"]["weights"]["good"] == 6
+
+
+@pytest.mark.gpu
+def test_every_node_on_cuda(dora_cli, tmp_path):
+    report_path = tmp_path / "report.json"
+    nodes = [
+        script_node("camera", "tc-camera-source", outputs=["image"], env={"FRAMES": 60, "FPS": 60, "WIDTH": 1920, "HEIGHT": 1080, "DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"}),
+        script_node("raw-camera", "tc-camera-source", outputs=["image"], env={"FRAMES": 30, "FORMAT": "raw", "DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"}),
+        script_node(
+            "sender", "tc-tensor-sender", inputs={"ack": {"source": "receiver/ack", "queue_size": 256}}, outputs=["tensors"],
+            env={"MODE": "suite", "DEVICE": "cuda", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node(
+            "receiver", "tc-tensor-receiver",
+            inputs={
+                "frames": {"source": "camera/image", "queue_size": 64},
+                "raw": {"source": "raw-camera/image", "queue_size": 64},
+                "suite": {"source": "sender/tensors", "queue_size": 256},
+            },
+            outputs=["ack"], env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1},
+        ),
+    ]
+    proc = run_dataflow(dora_cli, tmp_path, nodes, timeout=180)
+    assert proc.returncode == 0, tail(proc)
+    report = read_report(report_path)
+    assert report["device"].startswith("cuda")
+    assert_clean(report, {"frames", "raw", "suite"})

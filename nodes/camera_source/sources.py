@@ -3,6 +3,7 @@ None when it has no more frames."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Protocol
@@ -13,6 +14,8 @@ from ..common.pattern import render
 from .config import CameraConfig
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+log = logging.getLogger("camera-source")
 
 
 class SourceError(RuntimeError):
@@ -121,18 +124,31 @@ class ImageFolderSource:
         self.config = config
         self.device = device
         self.position = 0
+        self.skipped = 0
+        self.bad: set[Path] = set()
 
     def read(self, index: int) -> torch.Tensor | None:
+        """The next decodable image; a file that does not decode is logged, counted, skipped."""
         from torchvision.io import ImageReadMode, decode_image, read_file
 
-        if self.position >= len(self.files):
-            if not self.config.loop:
-                return None
-            self.position = 0
-        path = self.files[self.position]
-        self.position += 1
-        frame = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
-        return _fit(frame.to(self.device), self.config.width, self.config.height)
+        for _ in range(len(self.files) + 1):
+            if self.position >= len(self.files):
+                if not self.config.loop or len(self.bad) == len(self.files):
+                    return None
+                self.position = 0
+            path = self.files[self.position]
+            self.position += 1
+            if path in self.bad:
+                continue
+            try:
+                frame = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
+            except (RuntimeError, ValueError) as e:
+                self.bad.add(path)
+                self.skipped += 1
+                log.warning("skipped %s: not a decodable image (%s)", path, e)
+                continue
+            return _fit(frame.to(self.device), self.config.width, self.config.height)
+        return None
 
     def close(self) -> None:
         pass

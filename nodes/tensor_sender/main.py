@@ -73,8 +73,6 @@ def main() -> int:
         if delivery.can_send_new() and pacer.wait_time() == 0:
             send(node, sender, delivery, delivery.take_new(now), log)
             pacer.sent()
-        elif delivery.all_taken and not reliable:
-            break
         else:
             time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
     for seq in delivery.lost:
