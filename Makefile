@@ -22,13 +22,19 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# The default pipeline with a coordinator and daemon (`dora up`), torn down also when interrupted.
+# The default pipeline with a coordinator and daemon (`dora up`), torn down (`dora down`) when it
+# ends or is interrupted. A coordinator that was already running is used and left running.
 run: install
 	@mkdir -p out
 	@set -e; \
-	trap 'dora down >/dev/null 2>&1 || true' EXIT INT TERM; \
-	dora up; \
-	dora start dataflow.yml --attach
+	if dora check >/dev/null 2>&1; then \
+		echo "make run: using the dora coordinator already running (left running afterwards)"; \
+	else \
+		trap 'dora down >/dev/null 2>&1 || true' EXIT INT TERM; \
+		dora up; \
+	fi; \
+	dora start dataflow.yml --attach; \
+	echo "make run: report written to out/receiver-report.json"
 
 test: install
 	$(BIN)/python -m pytest -q

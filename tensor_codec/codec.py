@@ -58,6 +58,8 @@ def _target_device(device: Any) -> torch.device | None:
         raise ValueError(f"device: {device!r} asked for, but CUDA is not available on this machine")
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", torch.cuda.current_device())
+    if target.type == "cuda" and target.index >= torch.cuda.device_count():
+        raise ValueError(f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}")
     if target.type not in ("cpu", "cuda"):
         raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     return target

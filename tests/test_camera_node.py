@@ -142,3 +142,49 @@ def test_an_undecodable_image_is_skipped_and_counted(tmp_path):
 
     looping = open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0", "LOOP": "1"}), CPU)
     assert [int(looping.read(i)[0, 0, 0]) for i in range(6)] == [0, 40] * 3 and looping.skipped == 1
+
+
+def test_sixteen_bit_images_become_rgb8(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    write_png(torch.full((3, 24, 32), 200, dtype=torch.uint8), str(tmp_path / "imgs" / "a.png"))
+    source = open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0"}), CPU)
+    from torchvision.transforms.v2 import functional as F
+
+    from tensor_codec_nodes.camera_source.sources import _fit
+
+    deep = F.to_dtype(torch.full((3, 24, 32), 200, dtype=torch.uint8), torch.uint16, scale=True)
+    assert _fit(deep, 0, 0).dtype == torch.uint8 and int(_fit(deep, 0, 0)[0, 0, 0]) == 200
+    assert source.read(0).dtype == torch.uint8
+
+
+class RecordingNode:
+    def __init__(self, fail_first: int = 0):
+        self.fail_first, self.sent = fail_first, []
+
+    def node_config(self):
+        return {}
+
+    def send_output_raw(self, output_id, length, metadata=None):
+        if self.fail_first:
+            self.fail_first -= 1
+            raise RuntimeError("no room")
+        from test_send import FakeSample
+
+        return FakeSample(self, output_id, length, metadata)
+
+
+def test_emit_sends_frames_and_survives_send_failures(caplog):
+    import logging
+
+    from tensor_codec_nodes.camera_source.main import MAX_FAILURES_IN_A_ROW, emit
+
+    node = RecordingNode(fail_first=2)
+    camera = synthetic_camera(frames=5)
+    log = logging.getLogger("test")
+    while emit(node, camera, log):
+        pass
+    assert (camera.sent, camera.failed, len(node.sent)) == (3, 2, 3)
+    assert [m[2][P.FRAME] for m in node.sent] == [2, 3, 4] and all(P.SENT_NS in m[2] for m in node.sent)
+    assert "frame 1 skipped: RuntimeError" in caplog.text
+    broken = synthetic_camera(frames=0)
+    assert sum(1 for _ in iter(lambda: emit(RecordingNode(fail_first=10**6), broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1

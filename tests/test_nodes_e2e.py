@@ -58,14 +58,21 @@ def test_default_pipeline_with_dora_run(dora_cli, tmp_path):
 def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
     flow = copy_default_pipeline(tmp_path)
     env = dora_env()
-    subprocess.run([dora_cli, "up"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
+    # Like `make run`: use a coordinator that is already up, else start one and take it down.
+    already_up = subprocess.run([dora_cli, "check"], env=env, capture_output=True, timeout=60).returncode == 0
+    if not already_up:
+        subprocess.run([dora_cli, "up"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     try:
         proc = subprocess.run(
             [dora_cli, "start", str(flow), "--attach"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
     finally:
-        subprocess.run([dora_cli, "down"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+        if not already_up:
+            subprocess.run([dora_cli, "down"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, tail(proc)
+    output = proc.stdout + proc.stderr
+    assert "tensor receiver: " in output  # progress lines reach the attached terminal
+    assert "tensor receiver summary: PASS" in output
     check_default_report(read_report(tmp_path / "out" / "receiver-report.json"))
 
 
@@ -96,6 +103,16 @@ def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_p
     assert "wrong checksum" in reasons and "checksum: expected crc32:00000000" in reasons
     log = proc.stdout + proc.stderr
     assert log.count("bad message") >= 4  # each one logged with its reason
+
+
+def test_strict_receiver_fails_the_dataflow(dora_cli, tmp_path):
+    nodes = [
+        python_node("corrupter", ROOT / "tests" / "dora_nodes" / "corrupt_sender.py", inputs={"tick": "dora/timer/millis/50"}, outputs=["tensors"]),
+        script_node("receiver", "tc-tensor-receiver", inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100}}, env={"STRICT": 1}),
+    ]
+    proc = run_dataflow(dora_cli, tmp_path, nodes)
+    assert proc.returncode != 0
+    assert "tensor receiver summary: FAIL" in proc.stdout + proc.stderr
 
 
 def test_nodes_are_reusable_by_name_from_any_directory(dora_cli, tmp_path_factory):

@@ -13,7 +13,7 @@ from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
 from tensor_codec_nodes.common.stats import Latencies, SeqTracker
-from tensor_codec_nodes.tensor_receiver.receiver import Receiver
+from tensor_codec_nodes.tensor_receiver.receiver import Receiver, ack_for
 from tensor_codec_nodes.tensor_receiver.report import progress_line, summary_table
 from tensor_codec_nodes.tensor_sender.payloads import corrupted_messages
 
@@ -191,3 +191,34 @@ def test_restores_onto_cuda_with_every_attribute():
     assert receiver.handle(codec_frame_event(0)) == "good"
     assert receiver.handle(raw_frame_event(1)) == "good"
     assert receiver.ok
+
+
+def test_an_input_that_never_delivers_fails_the_run():
+    receiver = Receiver(CPU, inputs={"frames", "tensors"})
+    receiver.handle(codec_event(torch.ones(2), 0, count=1))
+    assert not receiver.ok
+    assert receiver.report()["inputs"]["frames"]["received"] == 0
+    assert "frames" in summary_table(receiver.report())
+
+
+def test_messages_without_anything_to_check_are_counted_unverified():
+    receiver = Receiver(CPU)
+    value, metadata = tc.encode(torch.ones(3))
+    assert receiver.handle({"type": "INPUT", "id": "x", "value": value, "metadata": metadata}) == "good"
+    assert receiver.report()["inputs"]["x"]["unverified"] == 1
+    assert receiver.handle(codec_event(torch.ones(3), 0, input_id="x")) == "good"
+    assert receiver.report()["inputs"]["x"]["unverified"] == 1
+
+
+def test_duplicates_do_not_count_towards_the_message_rate():
+    ticks = iter(range(0, 10**10, 10**9))  # one second per event
+    receiver = Receiver(CPU, clock_ns=lambda: next(ticks))
+    for seq in (0, 1, 1, 1, 2):
+        receiver.handle(codec_event(torch.ones(1), seq))
+    assert receiver.report()["inputs"]["tensors"]["fps"] == pytest.approx(0.5)  # 3 messages over 4 s
+
+
+def test_acks_only_for_senders_that_want_them():
+    assert ack_for({P.SEQ: 4, P.STREAM: "s", P.WANTS_ACK: True}) == {P.SEQ: 4, P.STREAM: "s"}
+    assert ack_for({P.SEQ: 4, P.STREAM: "s"}) is None
+    assert ack_for({P.SEQ: "4", P.WANTS_ACK: True}) is None

@@ -12,11 +12,12 @@ from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.tensor_sender.config import load_config
 from tensor_codec_nodes.tensor_sender.delivery import Delivery
-from tensor_codec_nodes.tensor_sender.main import handle_events
+from tensor_codec_nodes.tensor_sender.main import handle_events, send
 from tensor_codec_nodes.tensor_sender.payloads import (
     Payload,
     corrupted_messages,
     make_payloads,
+    move_keeping_layout,
     random_payloads,
     safetensors_payloads,
 )
@@ -142,3 +143,57 @@ def test_acks_of_other_streams_are_ignored():
     assert handle_events(events, sender, d) is False
     assert set(d.unacked) == {1, 2}
     assert handle_events([{"type": "STOP"}], sender, d) is True
+
+
+@pytest.mark.parametrize("count", [1, 2, 6, 57])
+def test_corrupted_messages_fit_inside_any_count(count):
+    corrupted = corrupted_messages(0)
+    sender = TensorSender([Payload("p", torch.ones(1))], count, corrupted)
+    kinds = ["C" if sender.message(s).raw is not None else "p" for s in range(sender.total)]
+    assert kinds.count("p") == count and kinds.count("C") == len(corrupted)
+    assert [sender.message(s).metadata[P.CASE] for s in range(sender.total) if kinds[s] == "C"] == [c[0] for c in corrupted]
+
+
+def test_moving_payloads_keeps_every_failure_mode_layout():
+    from tensor_codec.testing import make_layout_cases
+
+    for name, t in make_layout_cases().items():
+        moved = move_keeping_layout(t, CPU)
+        assert (moved.shape, moved.stride(), moved.storage_offset()) == (t.shape, t.stride(), t.storage_offset()), name
+        assert (moved.is_conj(), moved.is_neg(), moved.requires_grad) == (t.is_conj(), t.is_neg(), t.requires_grad), name
+        assert content_digest(moved) == content_digest(t), name
+        if t.untyped_storage().nbytes():
+            assert moved.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), name
+
+
+def test_a_closed_ack_input_stops_a_reliable_sender_only():
+    sender = TensorSender([Payload("a", torch.ones(1))], count=3)
+    closed = [{"type": "INPUT_CLOSED", "id": "ack"}]
+    assert handle_events(closed, sender, Delivery(3, reliable=True)) is True
+    assert handle_events(closed, sender, Delivery(3, reliable=False)) is False
+
+
+class FailingNode:
+    def node_config(self):
+        return {}
+
+    def send_output_raw(self, *args, **kwargs):
+        raise RuntimeError("dora says no")
+
+    def send_output(self, *args, **kwargs):
+        raise RuntimeError("dora says no")
+
+
+def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
+    import logging
+
+    sender = TensorSender([Payload("a", torch.ones(1))], count=2)
+    delivery = Delivery(2, reliable=False)
+    send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test"))
+    assert delivery.lost == [0]
+    assert "message 0 (a) not sent: RuntimeError: dora says no" in caplog.text
+
+
+def test_count_must_be_ascii_digits():
+    with pytest.raises(SettingError, match="COUNT: expected all"):
+        load_config({"COUNT": "\u00b2"})

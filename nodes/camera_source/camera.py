@@ -27,6 +27,9 @@ class Camera:
         self.source = source
         self.stream = stream or P.new_stream_id()
         self.index = 0
+        self.sent = 0
+        self.failed = 0  # frames that could not be read or sent (counted, skipped)
+        self.failures_in_a_row = 0
 
     @property
     def finished(self) -> bool:

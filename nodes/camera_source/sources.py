@@ -46,11 +46,13 @@ class SyntheticSource:
 
 
 def _fit(frame: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """Resize to WIDTH x HEIGHT unless they are 0 (native size) or already right."""
-    if not width or frame.shape[-2:] == (height, width):
-        return frame
+    """uint8, resized to WIDTH x HEIGHT unless they are 0 (native size) or already right."""
     from torchvision.transforms.v2 import functional as F
 
+    if frame.dtype != torch.uint8:  # 16-bit PNGs and the like: the output is always rgb8 / mono8
+        frame = F.to_dtype(frame, torch.uint8, scale=True)
+    if not width or frame.shape[-2:] == (height, width):
+        return frame
     return F.resize(frame, [height, width], antialias=True)
 
 
@@ -102,7 +104,7 @@ class OpenCVSource:
         if pixels.dim() == 2:
             chw = pixels[None]
         else:
-            chw = pixels.permute(2, 0, 1).flip(0)  # BGR -> RGB
+            chw = pixels.permute(2, 0, 1)[:3].flip(0)  # BGR(A) -> RGB
         return _fit(chw.contiguous(), self.config.width, self.config.height)
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ SPEC = NodeSpec(
             OUTPUT,
             "One frame per message: a tensor_codec message (FORMAT=codec) or flat HWC bytes (FORMAT=raw).",
             {
-                "encoding": "rgb8 (3 channels) or mono8 (1 channel): the pixel format, as dora's image nodes name it",
+                "encoding": "rgb8 (3 channels) or mono8 (1 channel): the pixel format, as dora's image nodes name it. With FORMAT=codec the value is a tensor_codec message (tc.* keys), not flat bytes: wire dora's plot/record nodes to FORMAT=raw",
                 "width": "frame width in px",
                 "height": "frame height in px",
                 "frame": "frame index, 0, 1, 2, ...",

@@ -10,15 +10,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..common import protocol as P
 from ..common.device import resolve_device
-from ..common.runtime import declared_outputs, setup_logging
+from ..common.runtime import declared_inputs, declared_outputs, setup_logging
 from ..common.settings import SettingError
 from .config import ACK_OUTPUT, load_config
-from .receiver import Receiver
+from .receiver import Receiver, ack_for
 from .report import progress_line, summary_table
 
 _EMPTY = pa.array([], type=pa.uint8())
+
+
+def _is_timeout(event: dict) -> bool:
+    return "timed out" in str(event.get("error", "")).lower()
 
 
 def main() -> int:
@@ -32,18 +35,23 @@ def main() -> int:
     from dora import Node
 
     node = Node()
-    receiver = Receiver(device, config.verify)
+    receiver = Receiver(device, config.verify, inputs=declared_inputs(node))
     acks = ACK_OUTPUT in declared_outputs(node)
     last_progress = time.monotonic()
     # Let the event stream run out instead of breaking on STOP: dora delivers STOP (and
-    # INPUT_CLOSED) before inputs still queued, and breaking would lose them.
-    for event in node:
-        if event["type"] != "INPUT":
-            continue
-        receiver.handle(event)
-        metadata = event.get("metadata") or {}
-        if acks and metadata.get(P.WANTS_ACK) is True and type(metadata.get(P.SEQ)) is int:
-            node.send_output(ACK_OUTPUT, _EMPTY, {P.SEQ: metadata[P.SEQ], P.STREAM: str(metadata.get(P.STREAM, ""))})
+    # INPUT_CLOSED) before inputs still queued, and breaking would lose them. The timeout only
+    # wakes the loop for progress lines while nothing arrives.
+    while True:
+        event = node.next(timeout=config.progress_s) if config.progress_s else node.next()
+        if event is None:
+            break
+        if event["type"] == "INPUT":
+            receiver.handle(event)
+            ack = ack_for(event.get("metadata") or {})
+            if acks and ack is not None:
+                node.send_output(ACK_OUTPUT, _EMPTY, ack)
+        elif event["type"] == "ERROR" and not _is_timeout(event):
+            log.error("dora reported: %s", str(event.get("error"))[:500])
         del event
         if config.progress_s and time.monotonic() - last_progress >= config.progress_s:
             last_progress = time.monotonic()

@@ -25,6 +25,7 @@ MAX_FAILURES_KEPT = 20
 class InputStats:
     received: int = 0
     good: int = 0
+    unverified: int = 0  # good, but carried nothing to check against (no checksum, no pattern)
     bad: int = 0
     rejected: int = 0  # deliberately corrupted messages, refused as they must be
     duplicates: int = 0
@@ -56,6 +57,7 @@ class InputStats:
         return {
             "received": self.received,
             "good": self.good,
+            "unverified": self.unverified,
             "bad": self.bad,
             "rejected": self.rejected,
             "missing": self.missing,
@@ -69,11 +71,14 @@ class InputStats:
 
 
 class Receiver:
-    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns):
+    """`inputs`: the input ids the dataflow wires to this node; one that never delivers a
+    message makes the run fail (a source that silently sent nothing is not a pass)."""
+
+    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns, inputs=()):
         self.device = device
         self.verify_mode = verify_mode
         self.clock_ns = clock_ns
-        self.inputs: dict[str, InputStats] = {}
+        self.inputs: dict[str, InputStats] = {name: InputStats() for name in sorted(inputs)}
 
     def handle(self, event: dict) -> str:
         """One INPUT event -> 'good', 'bad', 'rejected' or 'duplicate'. Never raises."""
@@ -81,8 +86,6 @@ class Receiver:
         metadata = event.get("metadata") or {}
         stats = self.inputs.setdefault(name, InputStats())
         arrival = self.clock_ns()
-        stats.first_ns = stats.first_ns or arrival
-        stats.last_ns = arrival
         seq, stream = metadata.get(P.SEQ), str(metadata.get(P.STREAM, ""))
         if type(seq) is int and seq >= 0:
             seen = stats.trackers.setdefault(stream, SeqTracker()).see(seq)
@@ -94,6 +97,9 @@ class Receiver:
             if type(count) is int and count >= 0:
                 stats.counts[stream] = count
         stats.received += 1
+        if stats.first_ns is None:
+            stats.first_ns = arrival
+        stats.last_ns = arrival
         rejecting = metadata.get(P.EXPECT) == "reject"
         try:
             with tc.scope():
@@ -104,7 +110,7 @@ class Receiver:
                     stats.latency.add((self.clock_ns() - sent) / 1e6)
                 if rejecting:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
-                verify(obj, metadata, self.verify_mode)
+                checked = verify(obj, metadata, self.verify_mode)
                 del obj
         except tc.CodecError as e:
             if rejecting:
@@ -117,6 +123,7 @@ class Receiver:
         except Exception as e:  # never die on one message
             return self._bad(name, stats, metadata, f"unexpected {type(e).__name__}: {e}")
         stats.good += 1
+        stats.unverified += not checked
         return "good"
 
     def _restore(self, event: dict, metadata: dict) -> Any:
@@ -137,9 +144,17 @@ class Receiver:
 
     @property
     def ok(self) -> bool:
-        if not self.inputs or not any(s.received for s in self.inputs.values()):
+        if not self.inputs:
             return False
-        return all(s.bad == 0 and s.missing == 0 for s in self.inputs.values())
+        return all(s.received and s.bad == 0 and s.missing == 0 for s in self.inputs.values())
 
     def report(self) -> dict:
         return {"ok": self.ok, "device": str(self.device), "verify": self.verify_mode, "inputs": {k: v.to_dict() for k, v in self.inputs.items()}}
+
+
+def ack_for(metadata: dict) -> dict | None:
+    """The ack to send for a message (its seq and stream), or None if its sender wants none."""
+    seq = metadata.get(P.SEQ)
+    if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
+        return None
+    return {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}

@@ -41,16 +41,22 @@ def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
     return tv_tensors.Image(chw)
 
 
-def verify(obj: Any, metadata: dict, mode: str) -> None:
+def verify(obj: Any, metadata: dict, mode: str) -> bool:
+    """Raise Mismatch if `obj` is not what `metadata` promises; -> whether anything was checked
+    (a message with neither a checksum nor an image description decodes, but proves nothing)."""
     if mode == "none":
-        return
+        return False
+    checked = False
     expected = metadata.get(P.CHECKSUM)
     if expected is not None:
         got = content_digest(obj)
         if got != expected:
             raise Mismatch(f"checksum: expected {expected}, got {got}")
+        checked = True
     if metadata.get(P.ENCODING) in CHANNELS:
         verify_frame(obj, metadata, mode)
+        checked = True
+    return checked
 
 
 def verify_frame(obj: Any, metadata: dict, mode: str) -> None:

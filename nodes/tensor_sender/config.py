@@ -44,7 +44,7 @@ def _count(raw: str) -> int | None:
     text = raw.strip().lower()
     if text == "all":
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     raise SettingError(f"COUNT: expected all, 0 (endless) or a number of messages, got {raw!r}")
 

@@ -27,21 +27,24 @@ def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> None:
             node.send_output(OUTPUT, outgoing.raw, outgoing.metadata)
         else:
             tc.send(node, OUTPUT, outgoing.obj, outgoing.metadata)
-    except tc.CodecError as e:
-        log.error("message %d (%s) not sent: %s", seq, outgoing.metadata.get(P.CASE), e)
+    except Exception as e:  # one payload that cannot be sent must not end the node
+        log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
 
 
 def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
-    """Apply acks; -> True when dora asked the node to stop."""
+    """Apply acks; -> True when the node should stop: dora asked it to, or the `ack` input
+    closed (the receiver is gone, so nothing would ever be acknowledged)."""
     stop = False
     for event in events:
         if event["type"] == "STOP":
             stop = True
+        elif event["type"] == "INPUT_CLOSED" and event.get("id") == ACK_INPUT and delivery.reliable:
+            stop = True
         elif event["type"] == "INPUT" and event["id"] == ACK_INPUT:
             metadata = event.get("metadata") or {}
             seq = metadata.get(P.SEQ)
-            if metadata.get(P.STREAM) == sender.stream and isinstance(seq, int):
+            if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
                 delivery.ack(seq)
     return stop
 
@@ -75,8 +78,11 @@ def main() -> int:
             pacer.sent()
         else:
             time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
+    unfinished = sorted(delivery.unacked) + list(range(delivery.next_seq, delivery.total))
     for seq in delivery.lost:
         log.error("message %d was never acknowledged", seq)
+    if unfinished:
+        log.error("stopped with %d messages not delivered (first: %d)", len(unfinished), unfinished[0])
     print(
         f"tensor sender: {delivery.next_seq} messages sent, {delivery.retransmits} retransmitted, "
         f"{len(delivery.lost)} lost",

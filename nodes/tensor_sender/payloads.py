@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,15 @@ class Payload:
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
-    """Move every tensor of a structure, keeping TVTensor classes and attributes; a
-    PackedSequence moves the torch way (its batch_sizes stay on the CPU)."""
+    """Move every tensor of a structure with its exact layout (see `move_keeping_layout`), keeping
+    TVTensor classes and attributes; a PackedSequence moves the torch way (batch_sizes stay on
+    the CPU)."""
     if device.type == "cpu":
         return obj
     if isinstance(obj, PackedSequence):
         return obj.to(device)
     if isinstance(obj, torch.Tensor):
-        return tc.map_tensors(lambda plain, original: plain.to(device), obj)
+        return tc.map_tensors(lambda plain, original: move_keeping_layout(plain, device), obj)
     if isinstance(obj, dict):
         return {k: to_device(v, device) for k, v in obj.items()}
     if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):
@@ -54,6 +56,25 @@ def to_device(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_device(v, device) for v in obj)
     return obj
+
+
+def move_keeping_layout(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device` as the same view of a copy of its whole storage: strides, storage offset,
+    stride-0 dims, overlaps and the conj / neg bits survive, so the failure-mode layouts are
+    still those layouts on a GPU (`t.to(device)` would hand over compact copies)."""
+    storage = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+    moved_storage = storage.to(device, copy=True).untyped_storage()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex32 is "experimental"
+        moved = torch.empty(0, dtype=t.dtype, device=device)
+    moved.set_(moved_storage, t.storage_offset(), t.shape, t.stride())
+    if t.is_conj():
+        moved = moved.conj()
+    if t.is_neg():
+        moved = torch._neg_view(moved)  # the only way to rebuild a lazy negation
+    if t.requires_grad:
+        moved.requires_grad_(True)
+    return moved
 
 
 def suite_payloads(seed: int, device: torch.device) -> list[Payload]:

@@ -32,11 +32,12 @@ class TensorSender:
         self.wants_ack = wants_ack
         n_payload = len(payloads) if count is None else count
         self.total = n_payload + len(corrupted) if n_payload else 0
+        # Corrupted message j goes after payload message floor((j+1) * n / (k+1)): spread evenly,
+        # in order, and always inside the run however small COUNT is.
         self.corrupt_at: dict[int, tuple[str, pa.Array, dict]] = {}
-        if corrupted:
-            step = max(1, n_payload // (len(corrupted) + 1))
-            for j, message in enumerate(corrupted):
-                self.corrupt_at[(j + 1) * step + j] = message
+        k = len(corrupted)
+        for j, message in enumerate(corrupted if n_payload else ()):
+            self.corrupt_at[(j + 1) * n_payload // (k + 1) + j] = message
 
     def _payload_index(self, seq: int) -> int:
         before = sum(1 for s in self.corrupt_at if s < seq)
