@@ -20,7 +20,7 @@ CPU = torch.device("cpu")
 
 def synthetic_camera(**overrides) -> Camera:
     config = CameraConfig(**{"width": 160, "height": 120, "frames": 3, **overrides})
-    return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU), stream="s1")
+    return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU, hwc=config.format == "raw"), stream="s1")
 
 
 def test_codec_frames_are_images_with_dora_image_metadata():
@@ -40,6 +40,7 @@ def test_codec_frames_are_images_with_dora_image_metadata():
 def test_raw_frames_are_hwc_views_and_mono_is_mono8():
     hwc, metadata = synthetic_camera(format="raw").next_frame()
     assert hwc.shape == (120, 160, 3) and type(hwc) is torch.Tensor
+    assert hwc.is_contiguous()  # rendered interleaved: sending it is one plain copy
     mono, metadata = synthetic_camera(channels=1).next_frame()
     assert mono.shape == (1, 120, 160) and metadata[P.ENCODING] == "mono8"
 

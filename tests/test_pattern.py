@@ -59,3 +59,21 @@ def test_cuda_renders_the_same_bytes_as_the_cpu():
         on_gpu = render(index, 1080, 1920, device="cuda")
         assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), render(index, 1080, 1920))
         assert read_index(on_gpu) == index
+
+
+def test_hwc_frames_hold_the_same_values_interleaved():
+    chw, hwc = render(9, 120, 160), render(9, 120, 160, hwc=True)
+    assert torch.equal(chw, hwc) and hwc.permute(1, 2, 0).is_contiguous() and read_index(hwc) == 9
+
+
+def test_same_pixels_is_torch_equal_for_any_layouts():
+    from tensor_codec_nodes.common.pattern import same_pixels
+
+    a, b = render(2, 120, 160), render(2, 120, 160, hwc=True)
+    assert same_pixels(a, a.clone()) and same_pixels(b, b.clone()) and same_pixels(a, b)
+    for frame in (a.clone(), b.clone()):
+        frame[1, 60, 80] ^= 1
+        assert not same_pixels(frame, a) and not same_pixels(a, frame)
+    assert not same_pixels(a, a[:, :, :-1]) and not same_pixels(a, a.float())
+    odd = render(2, 57, 65)
+    assert same_pixels(odd, odd.clone())  # not a multiple of 8 bytes: byte comparison

@@ -33,13 +33,14 @@ class FrameSource(Protocol):
 class SyntheticSource:
     pattern = True
 
-    def __init__(self, width: int, height: int, channels: int, device: torch.device):
+    def __init__(self, width: int, height: int, channels: int, device: torch.device, hwc: bool = False):
         self.size = (height, width)
         self.channels = channels
         self.device = device
+        self.hwc = hwc  # FORMAT=raw sends interleaved rgb8: render it that way, no reordering pass
 
     def read(self, index: int) -> torch.Tensor:
-        return render(index % 2**32, *self.size, channels=self.channels, device=self.device)
+        return render(index % 2**32, *self.size, channels=self.channels, device=self.device, hwc=self.hwc)
 
     def close(self) -> None:
         pass
@@ -158,7 +159,7 @@ class ImageFolderSource:
 
 def open_source(config: CameraConfig, device: torch.device) -> FrameSource:
     if config.source == "synthetic":
-        return SyntheticSource(config.width, config.height, config.channels, device)
+        return SyntheticSource(config.width, config.height, config.channels, device, hwc=config.format == "raw")
     if config.source in ("camera", "video"):
         return OpenCVSource(config, device)
     return ImageFolderSource(config, device)
