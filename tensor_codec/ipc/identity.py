@@ -1,0 +1,60 @@
+"""Who and where a process is, for CUDA IPC: the same kernel (host), the same physical GPU.
+
+CUDA IPC handles only open on the machine that made them, on the same physical GPU. A message
+carries the producer's host identity and the GPU's UUID; a receiver compares them with its own
+and refuses, naming both, instead of failing inside the driver. The host identity is the
+kernel's boot id (shared by every process and container of one running kernel, new at every
+boot) plus the host name for people to read. GPUs are matched by UUID, so the same physical GPU
+seen under another index (CUDA_VISIBLE_DEVICES) is found.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+
+__all__ = ["host_identity", "host_name", "pid_namespace", "gpu_uuid", "local_index_of_uuid"]
+
+
+@functools.lru_cache(maxsize=1)
+def host_identity() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:  # not Linux: fall back to the host name alone
+        boot = ""
+    return f"{boot}@{socket.gethostname()}" if boot else socket.gethostname()
+
+
+def host_name(identity: str) -> str:
+    """The human part of a host identity."""
+    return identity.rsplit("@", 1)[-1]
+
+
+@functools.lru_cache(maxsize=1)
+def pid_namespace() -> str:
+    """Process ids are only comparable inside one pid namespace (containers have their own)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def gpu_uuid(index: int) -> str:
+    """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
+    import torch
+
+    raw = torch.cuda.get_device_properties(index).uuid
+    text = str(raw)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def local_index_of_uuid(uuid: str) -> int | None:
+    """This process's CUDA index for a GPU UUID, or None if it cannot see that GPU."""
+    import torch
+
+    for index in range(torch.cuda.device_count()):
+        if gpu_uuid(index) == uuid:
+            return index
+    return None

@@ -1,0 +1,296 @@
+"""A release ledger in shared memory: who still uses what a producer sent by CUDA IPC.
+
+A producer that shares GPU memory must keep it alive, and unchanged, until every receiver is done
+with it, without trusting receivers to stay alive or to get every message (dora 1.1 can drop
+messages). The ledger is one small shared-memory file per producer process with a ring of slots,
+one slot per message in flight:
+
+* the producer `publish`es a slot (its generation goes up, so a stale reference can never match)
+  with the number of receivers the dataflow gives the output;
+* each receiver `claim`s the slot when it decodes the message (refused if the producer already
+  reclaimed it) and `release`s it when the views are released, leaving an interprocess event
+  handle recorded after its last use, so the producer can fence its stream on it;
+* the producer `collect`s finished slots: every claim released (or its process gone), and either
+  every expected receiver claimed or the claim timeout passed (the message was dropped on the
+  way). Only then may the memory be reused.
+
+Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
+so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
+
+Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
+
+    0   u64  generation      (0 = never used)
+    8   u32  state           (0 free, 1 live)
+    12  u16  expected        (receivers the producer expects)
+    14  u16  claims
+    16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
+    24  u64  nbytes          (for reports)
+    32  HOLDERS x 80 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released, 3 released+event),
+                             u64 reserved, 64-byte event handle
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+__all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished"]
+
+MAGIC = b"tcledg01"
+HEADER_BYTES = 64
+HOLDERS = 16
+HOLDER_BYTES = 80
+EVENT_HANDLE_BYTES = 64
+SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, published_ns, nbytes
+HOLDER = struct.Struct("<iIQ")  # pid, state, reserved (+ 64-byte event handle after it)
+SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
+SHM_DIR = "/dev/shm"
+
+FREE, LIVE = 0, 1
+EMPTY, HOLDING, RELEASED, RELEASED_WITH_EVENT = 0, 1, 2, 3
+
+
+class LedgerError(RuntimeError):
+    """A slot that cannot be claimed or released (expired, full, unknown ledger)."""
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """What a message carries to name its slot."""
+
+    ledger: str  # file name under /dev/shm
+    slot: int
+    generation: int
+
+
+@dataclass
+class Finished:
+    """A collected slot: its memory may be reused after the producer's stream waits on `events`."""
+
+    slot: int
+    events: list[bytes]
+    token: object
+
+
+def _now_ns() -> int:
+    return time.monotonic_ns()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+class _File:
+    """An mmap'ed file under /dev/shm with per-slot record locks."""
+
+    def __init__(self, name: str, size: int | None, create: bool):
+        if "/" in name or not name.startswith("tc-"):
+            raise LedgerError(f"ledger: expected a name like 'tc-...', got {name!r}")
+        self.name = name
+        self.path = os.path.join(SHM_DIR, name)
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            self.fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:
+            raise LedgerError(f"ledger: {name!r} does not exist (its producer has exited?)") from None
+        try:
+            if create:
+                os.ftruncate(self.fd, size)
+            actual = os.fstat(self.fd).st_size
+            if actual < HEADER_BYTES:
+                raise LedgerError(f"ledger: {name!r} is {actual} bytes, expected at least {HEADER_BYTES}")
+            self.map = mmap.mmap(self.fd, actual)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.size = actual
+        self.thread_lock = threading.Lock()
+
+    def locked(self, start: int, length: int):
+        return _RangeLock(self, start, length)
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        finally:
+            os.close(self.fd)
+
+
+class _RangeLock:
+    def __init__(self, f: _File, start: int, length: int):
+        self.f, self.start, self.length = f, start, length
+
+    def __enter__(self):
+        self.f.thread_lock.acquire()
+        try:
+            fcntl.lockf(self.f.fd, fcntl.LOCK_EX, self.length, self.start)
+        except BaseException:
+            self.f.thread_lock.release()
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            fcntl.lockf(self.f.fd, fcntl.LOCK_UN, self.length, self.start)
+        finally:
+            self.f.thread_lock.release()
+
+
+def _slot_offset(slot: int) -> int:
+    return HEADER_BYTES + slot * SLOT_BYTES
+
+
+class Ledger:
+    """The producer's side: publish slots, collect finished ones. One per producer process."""
+
+    def __init__(self, slots: int = 1024, *, claim_timeout_s: float = 10.0, name: str | None = None):
+        if not 1 <= slots <= 65536:
+            raise ValueError(f"slots: expected 1..65536, got {slots}")
+        self.slots = slots
+        self.claim_timeout_ns = int(claim_timeout_s * 1e9)
+        self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.file = _File(self.name, HEADER_BYTES + slots * SLOT_BYTES, create=True)
+        self.file.map[0:16] = MAGIC + struct.pack("<II", slots, SLOT_BYTES)
+        self.pid = os.getpid()
+        self.live: dict[int, tuple[int, object]] = {}  # slot -> (generation, producer's token)
+        self.next_slot = 0
+        self.closed = False
+
+    def publish(self, expected: int, nbytes: int, token: object) -> SlotRef:
+        """Take a free slot for a message to `expected` receivers; `token` (what keeps the memory
+        alive) comes back from `collect` when the slot is finished. Raises LedgerError if every
+        slot is in use."""
+        if not 0 <= expected <= HOLDERS:
+            raise ValueError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
+        for _ in range(self.slots):
+            slot = self.next_slot
+            self.next_slot = (self.next_slot + 1) % self.slots
+            if slot in self.live:
+                continue
+            start = _slot_offset(slot)
+            with self.file.locked(start, SLOT_BYTES):
+                generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
+                self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
+                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, _now_ns(), nbytes)
+            self.live[slot] = (generation, token)
+            return SlotRef(self.name, slot, generation)
+        raise LedgerError(f"ledger: all {self.slots} slots hold messages still in use")
+
+    def collect(self, *, now_ns: int | None = None) -> list[Finished]:
+        """Free every finished slot; -> what the producer may now let go of (after fencing its
+        stream on the receivers' release events)."""
+        now = _now_ns() if now_ns is None else now_ns
+        done = []
+        for slot, (generation, token) in list(self.live.items()):
+            events = self._finish_if_done(slot, generation, now)
+            if events is not None:
+                del self.live[slot]
+                done.append(Finished(slot, events, token))
+        return done
+
+    def _finish_if_done(self, slot: int, generation: int, now: int) -> list[bytes] | None:
+        start = _slot_offset(slot)
+        m = self.file.map
+        with self.file.locked(start, SLOT_BYTES):
+            gen, state, expected, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
+            if gen != generation or state != LIVE:
+                raise LedgerError(f"ledger: slot {slot} was changed by another process")
+            events, holding = [], 0
+            for h in range(claims):
+                at = start + 32 + h * HOLDER_BYTES
+                pid, hstate, _ = HOLDER.unpack_from(m, at)
+                if hstate == HOLDING:
+                    if _pid_alive(pid):
+                        holding += 1
+                        continue
+                    # A receiver died holding it: its CUDA context, and its use, are gone.
+                elif hstate == RELEASED_WITH_EVENT:
+                    events.append(bytes(m[at + 16 : at + 16 + EVENT_HANDLE_BYTES]))
+            if holding or (claims < expected and now - published < self.claim_timeout_ns):
+                return None
+            SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
+            return events
+
+    def bytes_live(self) -> int:
+        return sum(self.nbytes(slot) for slot in self.live)
+
+    def nbytes(self, slot: int) -> int:
+        return SLOT_HEAD.unpack_from(self.file.map, _slot_offset(slot))[5]
+
+    def close(self) -> None:
+        """Remove the file (receivers that mapped it keep their mapping until they close it)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.unlink(self.file.path)
+        except FileNotFoundError:
+            pass
+        self.file.close()
+
+
+class LedgerView:
+    """A receiver's side of one producer's ledger: claim and release slots."""
+
+    def __init__(self, name: str):
+        self.file = _File(name, None, create=False)
+        magic, slots, slot_bytes = self.file.map[0:8], *struct.unpack_from("<II", self.file.map, 8)
+        if magic != MAGIC or slot_bytes != SLOT_BYTES or self.file.size < HEADER_BYTES + slots * SLOT_BYTES:
+            self.file.close()
+            raise LedgerError(f"ledger: {name!r} is not a tensor_codec ledger of this version")
+        self.slots = slots
+        self.pid = os.getpid()
+
+    def _check(self, ref: SlotRef) -> int:
+        if type(ref.slot) is not int or not 0 <= ref.slot < self.slots:
+            raise LedgerError(f"ledger slot: expected 0..{self.slots - 1}, got {ref.slot!r}")
+        return _slot_offset(ref.slot)
+
+    def claim(self, ref: SlotRef) -> None:
+        """Register this process as a user of the message; LedgerError if it is gone."""
+        start = self._check(ref)
+        m = self.file.map
+        with self.file.locked(start, SLOT_BYTES):
+            gen, state, expected, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
+            if gen != ref.generation or state != LIVE:
+                raise LedgerError(
+                    f"message expired: its producer reclaimed the memory (slot {ref.slot}, generation "
+                    f"{ref.generation}, now {gen}); it came after the producer's claim timeout"
+                )
+            if claims >= HOLDERS:
+                raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
+            HOLDER.pack_into(m, start + 32 + claims * HOLDER_BYTES, self.pid, HOLDING, 0)
+            SLOT_HEAD.pack_into(m, start, gen, state, expected, claims + 1, published, nbytes)
+
+    def release(self, ref: SlotRef, event_handle: bytes | None = None) -> None:
+        """This process is done with the message (after `event_handle`, if given, completes)."""
+        start = self._check(ref)
+        m = self.file.map
+        with self.file.locked(start, SLOT_BYTES):
+            gen, state, _, claims, _, _ = SLOT_HEAD.unpack_from(m, start)
+            if gen != ref.generation or state != LIVE:
+                return  # already collected (this process was taken for dead, or released twice)
+            for h in range(claims):
+                at = start + 32 + h * HOLDER_BYTES
+                pid, hstate, _ = HOLDER.unpack_from(m, at)
+                if pid == self.pid and hstate == HOLDING:
+                    if event_handle is not None:
+                        if len(event_handle) != EVENT_HANDLE_BYTES:
+                            raise LedgerError(f"event handle: expected {EVENT_HANDLE_BYTES} bytes, got {len(event_handle)}")
+                        m[at + 16 : at + 16 + EVENT_HANDLE_BYTES] = event_handle
+                    HOLDER.pack_into(m, at, pid, RELEASED_WITH_EVENT if event_handle else RELEASED, 0)
+                    return
+
+    def close(self) -> None:
+        self.file.close()
