@@ -1,0 +1,172 @@
+"""The CUDA IPC transport's message fields, validated before anything is opened.
+
+Two parts (see docs/cuda-ipc-design.md): the producer's identity, inside the cached header
+(`producer`), and the fields that change with every message, as flat metadata keys
+(`tc.ipc.*`). A receiver treats both as hostile: types, sizes, ranges, encodings, and only then
+the identity checks (same kernel, not the receiving process itself).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DecodeError
+from .identity import host_identity, host_name, pid_namespace
+from .ledger import SlotRef
+
+__all__ = [
+    "IpcFields",
+    "Producer",
+    "IPC_KEYS",
+    "parse_ipc_fields",
+    "ipc_metadata",
+    "parse_producer",
+    "check_same_machine",
+    "EVENT_HANDLE_BYTES",
+]
+
+EVENT_HANDLE_BYTES = 64
+CUDA_IPC_HANDLE_BYTES = 64
+MAX_HANDLE_BYTES = 1 << 20  # an expandable-segments handle lists one entry per page
+MAX_BUFFER_BYTES = 1 << 48
+MAX_SLOTS = 65536
+
+KEY_HANDLE = "tc.ipc.handle"
+KEY_OFFSET = "tc.ipc.offset"
+KEY_SIZE = "tc.ipc.size"
+KEY_EVENT = "tc.ipc.event"
+KEY_SLOT = "tc.ipc.slot"
+KEY_GENERATION = "tc.ipc.generation"
+IPC_KEYS = (KEY_HANDLE, KEY_OFFSET, KEY_SIZE, KEY_EVENT, KEY_SLOT, KEY_GENERATION)
+
+_GPU = re.compile(r"^(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]{7,63}$")
+_LEDGER = re.compile(r"^tc-[0-9]{1,10}-[0-9a-f]{12}$")
+_PRODUCER_KEYS = frozenset({"host", "pidns", "pid", "gpu", "ledger"})
+
+
+@dataclass(frozen=True)
+class IpcFields:
+    handle: bytes  # torch's sharable handle of the producer's segment
+    offset: int  # of the message buffer inside the segment
+    size: int  # bytes of the message buffer
+    event: bytes  # interprocess event recorded after the producer's last write
+    slot: int
+    generation: int
+
+    def slot_ref(self, ledger: str) -> SlotRef:
+        return SlotRef(ledger, self.slot, self.generation)
+
+
+@dataclass(frozen=True)
+class Producer:
+    host: str
+    pidns: str
+    pid: int
+    gpu: str
+    ledger: str
+
+
+def _int(metadata: dict, key: str, low: int, high: int) -> int:
+    value = metadata.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise DecodeError(f"{key}: expected an integer {low}..{high}, got {value!r}")
+    return value
+
+
+def _b64(metadata: dict, key: str, min_bytes: int, max_bytes: int) -> bytes:
+    text = metadata.get(key)
+    if type(text) is not str or len(text) > (max_bytes + 2) // 3 * 4:
+        shown = text if type(text) is not str else f"{len(text)} characters"
+        raise DecodeError(f"{key}: expected base64 of {min_bytes}..{max_bytes} bytes, got {shown!r}")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise DecodeError(f"{key}: expected base64 text, got characters outside the alphabet or bad padding") from None
+    if not min_bytes <= len(raw) <= max_bytes:
+        raise DecodeError(f"{key}: expected {min_bytes}..{max_bytes} bytes, got {len(raw)}")
+    return raw
+
+
+def _check_handle(raw: bytes) -> None:
+    """torch's sharable handle: a bare 64-byte cudaIpc handle, or [version][kind][payload] with
+    kind 'c' (a 64-byte cudaIpc handle) or 'e' (expandable segments)."""
+    if len(raw) == CUDA_IPC_HANDLE_BYTES:
+        return
+    kind = raw[1:2]
+    if kind == b"c" and len(raw) == 2 + CUDA_IPC_HANDLE_BYTES:
+        return
+    if kind == b"e" and len(raw) > 2:
+        return
+    raise DecodeError(
+        f"{KEY_HANDLE}: expected a 64-byte CUDA IPC handle or torch's [version][c|e] form, "
+        f"got {len(raw)} bytes of kind {kind!r}"
+    )
+
+
+def parse_ipc_fields(metadata: dict, total: int) -> IpcFields:
+    """The per-message fields; `total` is the buffer size the header's leaves need."""
+    handle = _b64(metadata, KEY_HANDLE, 3, MAX_HANDLE_BYTES)
+    _check_handle(handle)
+    offset = _int(metadata, KEY_OFFSET, 0, MAX_BUFFER_BYTES)
+    size = _int(metadata, KEY_SIZE, 0, MAX_BUFFER_BYTES)
+    if size != total:
+        raise DecodeError(f"{KEY_SIZE}: expected {total} bytes (the end of the last leaf), got {size}")
+    event = _b64(metadata, KEY_EVENT, EVENT_HANDLE_BYTES, EVENT_HANDLE_BYTES)
+    slot = _int(metadata, KEY_SLOT, 0, MAX_SLOTS - 1)
+    generation = _int(metadata, KEY_GENERATION, 1, 2**63 - 1)
+    return IpcFields(handle, offset, size, event, slot, generation)
+
+
+def ipc_metadata(fields: IpcFields) -> dict:
+    """The flat metadata keys of one message (the producer's side of `parse_ipc_fields`)."""
+    return {
+        KEY_HANDLE: base64.b64encode(fields.handle).decode("ascii"),
+        KEY_OFFSET: fields.offset,
+        KEY_SIZE: fields.size,
+        KEY_EVENT: base64.b64encode(fields.event).decode("ascii"),
+        KEY_SLOT: fields.slot,
+        KEY_GENERATION: fields.generation,
+    }
+
+
+def parse_producer(value: Any, where: str = "tc.header.producer") -> Producer:
+    if type(value) is not dict:
+        raise DecodeError(f"{where}: expected an object, got {type(value).__name__}")
+    keys = set(value)
+    if keys != _PRODUCER_KEYS:
+        missing, extra = sorted(_PRODUCER_KEYS - keys), sorted(map(str, keys - _PRODUCER_KEYS))
+        raise DecodeError(f"{where}: expected keys {sorted(_PRODUCER_KEYS)}, missing {missing}, unexpected {extra}")
+    host, pidns, pid, gpu, ledger = (value[k] for k in ("host", "pidns", "pid", "gpu", "ledger"))
+    if type(host) is not str or not 0 < len(host) <= 300:
+        raise DecodeError(f"{where}.host: expected a host identity string, got {host!r}")
+    if type(pidns) is not str or len(pidns) > 100:
+        raise DecodeError(f"{where}.pidns: expected a pid namespace string, got {pidns!r}")
+    if type(pid) is not int or not 0 < pid < 2**31:
+        raise DecodeError(f"{where}.pid: expected a process id, got {pid!r}")
+    if type(gpu) is not str or not _GPU.match(gpu):
+        raise DecodeError(f"{where}.gpu: expected a GPU UUID like 'GPU-3f2a...', got {gpu!r}")
+    if type(ledger) is not str or not _LEDGER.match(ledger):
+        raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r}")
+    return Producer(host, pidns, pid, gpu, ledger)
+
+
+def check_same_machine(producer: Producer, *, host: str | None = None, pid: int | None = None, pidns: str | None = None) -> None:
+    """CUDA IPC only works between processes of one kernel, and never inside one process."""
+    host = host_identity() if host is None else host
+    if producer.host != host:
+        raise DecodeError(
+            f"tc.header.producer.host: CUDA IPC needs sender and receiver on one machine, but the "
+            f"message comes from {host_name(producer.host)!r} ({producer.host}) and this is "
+            f"{host_name(host)!r} ({host}); send with transport='host' across machines"
+        )
+    same_ns = producer.pidns == (pid_namespace() if pidns is None else pidns)
+    if same_ns and producer.pid == (os.getpid() if pid is None else pid):
+        raise DecodeError(
+            "tc.header.producer.pid: a CUDA IPC message cannot be opened by the process that sent it; "
+            "inside one process pass tensors directly"
+        )
