@@ -27,10 +27,11 @@ $(STAMP): pyproject.toml constraints.txt
 run: install
 	@mkdir -p out
 	@set -e; \
-	if dora check >/dev/null 2>&1; then \
+	if dora list >/dev/null 2>&1; then \
 		echo "make run: using the dora coordinator already running (left running afterwards)"; \
 	else \
-		trap 'dora down >/dev/null 2>&1 || true' EXIT INT TERM; \
+		trap 'dora down >/dev/null 2>&1 || true' EXIT; \
+		trap 'exit 130' INT TERM; \
 		dora up; \
 	fi; \
 	dora start dataflow.yml --attach; \

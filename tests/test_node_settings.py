@@ -98,6 +98,7 @@ def test_every_default_loads(name):
         ("tensor_sender", {"WINDOW": "0"}, r"WINDOW: expected an integer >= 1, got 0"),
         ("tensor_receiver", {"VERIFY": "some"}, r"VERIFY: expected one of full, index, none, got 'some'"),
         ("tensor_receiver", {"STRICT": "2"}, r"STRICT: expected 1/0"),
+        ("tensor_receiver", {"PROGRESS_S": "0.01"}, r"PROGRESS_S: expected 0 \(off\) or at least 0.1 seconds, got 0.01"),
     ],
 )
 def test_bad_node_config_is_a_clear_error(name, env, message):

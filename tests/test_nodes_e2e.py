@@ -59,7 +59,7 @@ def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
     flow = copy_default_pipeline(tmp_path)
     env = dora_env()
     # Like `make run`: use a coordinator that is already up, else start one and take it down.
-    already_up = subprocess.run([dora_cli, "check"], env=env, capture_output=True, timeout=60).returncode == 0
+    already_up = subprocess.run([dora_cli, "list"], env=env, capture_output=True, timeout=60).returncode == 0
     if not already_up:
         subprocess.run([dora_cli, "up"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     try:

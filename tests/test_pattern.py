@@ -77,3 +77,17 @@ def test_same_pixels_is_torch_equal_for_any_layouts():
     assert not same_pixels(a, a[:, :, :-1]) and not same_pixels(a, a.float())
     odd = render(2, 57, 65)
     assert same_pixels(odd, odd.clone())  # not a multiple of 8 bytes: byte comparison
+
+
+def test_same_pixels_falls_back_for_unaligned_offsets_and_floats():
+    from tensor_codec_nodes.common.pattern import same_pixels
+
+    frame = render(3, 120, 160, hwc=True)
+    flat = torch.zeros(frame.numel() + 3, dtype=torch.uint8)
+    flat[3:] = frame.permute(1, 2, 0).reshape(-1)
+    shifted = flat[3:].view(120, 160, 3).permute(2, 0, 1)  # storage offset 3
+    assert same_pixels(shifted, frame) and same_pixels(frame, shifted)
+    nan = torch.full((2, 4), float("nan"))
+    assert same_pixels(nan, nan.clone()) == torch.equal(nan, nan.clone())
+    zeros = torch.zeros(2, 4)
+    assert same_pixels(zeros, -zeros) == torch.equal(zeros, -zeros)

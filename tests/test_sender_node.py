@@ -189,9 +189,20 @@ def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=2)
     delivery = Delivery(2, reliable=False)
-    send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test"))
+    assert send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
     assert delivery.lost == [0]
     assert "message 0 (a) not sent: RuntimeError: dora says no" in caplog.text
+
+
+def test_sending_that_keeps_failing_stops_the_sender():
+    import logging
+
+    from tensor_codec_nodes.tensor_sender.main import MAX_FAILURES_IN_A_ROW
+
+    sender = TensorSender([Payload("a", torch.ones(1))], count=0)
+    delivery = Delivery(0, reliable=False)
+    results = [send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) for _ in range(MAX_FAILURES_IN_A_ROW)]
+    assert results[:-1] == [True] * (MAX_FAILURES_IN_A_ROW - 1) and results[-1] is False
 
 
 def test_count_must_be_ascii_digits():

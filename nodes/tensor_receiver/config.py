@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, load_settings
+from ..common.settings import Setting, SettingError, load_settings
 
 ACK_OUTPUT = "ack"
 
@@ -14,7 +14,7 @@ SETTINGS = (
     Setting("VERIFY", "choice", "full", "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte. `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.", ("full", "index", "none")),
     Setting("REPORT", "path", "", "Write the final report as JSON to this path (relative to the dataflow's directory); empty = no file."),
     Setting("STRICT", "bool", "0", "Exit with status 1 if any message was bad or missing (or none came), so a dataflow can serve as a test."),
-    Setting("PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports; 0 = none.", minimum=0),
+    Setting("PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports (at least 0.1); 0 = none.", minimum=0),
 )
 
 
@@ -29,4 +29,7 @@ class ReceiverConfig:
 
 def load_config(env: Mapping[str, str]) -> ReceiverConfig:
     v = load_settings(env, SETTINGS)
+    if 0 < v["PROGRESS_S"] < 0.1:
+        # each idle wake-up costs dora ~5 ms (it builds a backtrace): keep it a report, not a spin
+        raise SettingError(f"PROGRESS_S: expected 0 (off) or at least 0.1 seconds, got {v['PROGRESS_S']:g}")
     return ReceiverConfig(device=v["DEVICE"], verify=v["VERIFY"], report=v["REPORT"], strict=v["STRICT"], progress_s=v["PROGRESS_S"])

@@ -21,7 +21,8 @@ _EMPTY = pa.array([], type=pa.uint8())
 
 
 def _is_timeout(event: dict) -> bool:
-    return "timed out" in str(event.get("error", "")).lower()
+    # dora 1.1 reports `next(timeout=...)` running out as this ERROR event
+    return str(event.get("error", "")).startswith("Timeout event stream error")
 
 
 def main() -> int:

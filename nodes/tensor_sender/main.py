@@ -18,8 +18,12 @@ from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
 
 
-def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> None:
-    """Send message `seq`; a message that cannot be sent is logged and counted lost."""
+MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
+
+
+def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> bool:
+    """Send message `seq`; a message that cannot be sent is logged and counted lost.
+    -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
     outgoing = sender.message(seq)
     outgoing.metadata[P.SENT_NS] = P.now_ns()
     try:
@@ -30,6 +34,10 @@ def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> None:
     except Exception as e:  # one payload that cannot be sent must not end the node
         log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
+        sender.failures_in_a_row += 1
+        return sender.failures_in_a_row < MAX_FAILURES_IN_A_ROW
+    sender.failures_in_a_row = 0
+    return True
 
 
 def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
@@ -71,16 +79,19 @@ def main() -> int:
         if handle_events(drain(node), sender, delivery) or delivery.finished:
             break
         now = time.monotonic()
-        for seq in delivery.retransmissions(now):
-            send(node, sender, delivery, seq, log)
-        if delivery.can_send_new() and pacer.wait_time() == 0:
-            send(node, sender, delivery, delivery.take_new(now), log)
+        healthy = all([send(node, sender, delivery, seq, log) for seq in delivery.retransmissions(now)])
+        sent_new = healthy and delivery.can_send_new() and pacer.wait_time() == 0
+        if sent_new:
+            healthy = send(node, sender, delivery, delivery.take_new(now), log)
             pacer.sent()
-        else:
+        if not healthy:
+            log.error("stopping: %d sends in a row failed", sender.failures_in_a_row)
+            break
+        if not sent_new:
             time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
     unfinished = sorted(delivery.unacked) + list(range(delivery.next_seq, delivery.total))
     for seq in delivery.lost:
-        log.error("message %d was never acknowledged", seq)
+        log.error("message %d was lost (not sent, or never acknowledged)", seq)
     if unfinished:
         log.error("stopped with %d messages not delivered (first: %d)", len(unfinished), unfinished[0])
     print(
@@ -88,7 +99,7 @@ def main() -> int:
         f"{len(delivery.lost)} lost",
         flush=True,
     )
-    return 0
+    return 1 if sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW else 0
 
 
 if __name__ == "__main__":
