@@ -105,6 +105,21 @@ def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_p
     assert log.count("bad message") >= 4  # each one logged with its reason
 
 
+def test_camera_driven_by_a_dora_timer_and_mono_frames(dora_cli, tmp_path):
+    report_path = tmp_path / "report.json"
+    nodes = [
+        script_node(
+            "camera", "tc-camera-source", inputs={"tick": "dora/timer/millis/20"}, outputs=["image"],
+            env={"WIDTH": 320, "HEIGHT": 240, "CHANNELS": 1, "FRAMES": 12, "DEVICE": "cpu"},
+        ),
+        script_node("receiver", "tc-tensor-receiver", inputs={"frames": {"source": "camera/image", "queue_size": 64}}, env={"REPORT": report_path, "STRICT": 1}),
+    ]
+    proc = run_dataflow(dora_cli, tmp_path, nodes)
+    assert proc.returncode == 0, tail(proc)
+    stats = read_report(report_path)["inputs"]["frames"]
+    assert (stats["good"], stats["missing"], stats["unverified"]) == (12, 0, 0)
+
+
 def test_strict_receiver_fails_the_dataflow(dora_cli, tmp_path):
     nodes = [
         python_node("corrupter", ROOT / "tests" / "dora_nodes" / "corrupt_sender.py", inputs={"tick": "dora/timer/millis/50"}, outputs=["tensors"]),
