@@ -57,9 +57,8 @@ def node_script(name: str) -> str:
     return found
 
 
-def script_node(node_id: str, script: str, *, inputs=None, outputs=None, env=None, extra=None) -> dict:
-    """A dataflow node entry running a console script of the project by absolute path."""
-    node = {"id": node_id, "path": node_script(script)}
+def _node(base: dict, inputs, outputs, env, extra) -> dict:
+    node = dict(base)
     if inputs:
         node["inputs"] = inputs
     if outputs:
@@ -69,6 +68,11 @@ def script_node(node_id: str, script: str, *, inputs=None, outputs=None, env=Non
     if extra:
         node.update(extra)
     return node
+
+
+def script_node(node_id: str, script: str, *, inputs=None, outputs=None, env=None, extra=None) -> dict:
+    """A dataflow node entry running a console script of the project by absolute path."""
+    return _node({"id": node_id, "path": node_script(script)}, inputs, outputs, env, extra)
 
 
 def dora_env(*, repo_on_pythonpath: bool = True) -> dict:
@@ -88,16 +92,7 @@ def dora_env(*, repo_on_pythonpath: bool = True) -> dict:
 
 def python_node(node_id: str, script: Path | str, *, inputs=None, outputs=None, env=None, extra=None) -> dict:
     """A dataflow node entry that runs `script` with this interpreter (no venv assumptions)."""
-    node = {"id": node_id, "path": sys.executable, "args": f"-u {script}"}
-    if inputs:
-        node["inputs"] = inputs
-    if outputs:
-        node["outputs"] = outputs
-    if env:
-        node["env"] = {k: str(v) for k, v in env.items()}
-    if extra:
-        node.update(extra)
-    return node
+    return _node({"id": node_id, "path": sys.executable, "args": f"-u {script}"}, inputs, outputs, env, extra)
 
 
 def run_dataflow(dora_cli: str, workdir: Path, nodes: list[dict], *, timeout: float = 120) -> subprocess.CompletedProcess:
