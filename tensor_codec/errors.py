@@ -17,6 +17,7 @@ __all__ = [
     "MessageTooLargeError",
     "SharedViewWriteError",
     "ReleasedError",
+    "InFlightLimitError",
     "format_path",
 ]
 
@@ -50,6 +51,11 @@ class SharedViewWriteError(CodecError, RuntimeError):
 
 class ReleasedError(CodecError, RuntimeError):
     """A received object was used (kept, released) after its message had been released."""
+
+
+class InFlightLimitError(CodecError, TimeoutError):
+    """A zero-copy send found its output's bytes in flight at the cap and room did not come back
+    within the timeout (receivers too slow, or holding on to what they got)."""
 
 
 def format_path(parts: tuple | list) -> str:

@@ -1,0 +1,81 @@
+"""A receiver's cache of opened producer allocations (CUDA IPC segments).
+
+Opening a CUDA IPC handle costs milliseconds, so a receiver opens each producer segment once and
+keeps the mapping for the messages that follow (a producer's caching allocator reuses the same
+segments). The cache is bounded (least recently used first out) and keyed by the producer and the
+handle bytes: a segment the producer freed and allocated again, even at the same address, has a
+new handle, so an old mapping is never taken for new memory. Entries of a producer process that
+has exited are dropped. `open_segment` does the real opening (CUDA, or a stand-in in tests);
+nothing here touches CUDA.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import Any, Callable, Hashable
+
+__all__ = ["HandleCache"]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class HandleCache:
+    def __init__(
+        self,
+        open_segment: Callable[[bytes, int], Any],
+        *,
+        max_entries: int = 64,
+        pid_alive: Callable[[int], bool] = _pid_alive,
+    ):
+        if max_entries < 1:
+            raise ValueError(f"max_entries: expected at least 1, got {max_entries}")
+        self.open_segment = open_segment
+        self.max_entries = max_entries
+        self.pid_alive = pid_alive
+        self.entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, producer: Hashable, pid: int | None, handle: bytes, device_index: int) -> Any:
+        """The opened segment for `handle` from `producer` (its process id when comparable),
+        opening it on a miss. The opening happens outside the lock (it is slow)."""
+        key = (producer, handle, device_index)
+        with self.lock:
+            found = self.entries.get(key)
+            if found is not None:
+                self.entries.move_to_end(key)
+                self.hits += 1
+                return found
+        if pid is not None and not self.pid_alive(pid):
+            self.forget(producer)
+            raise ProcessLookupError(f"producer process {pid} has exited: its GPU memory is gone")
+        opened = self.open_segment(handle, device_index)
+        with self.lock:
+            self.misses += 1
+            self.entries[key] = opened
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.max_entries:
+                self.entries.popitem(last=False)  # the mapping closes once no message uses it
+        return opened
+
+    def forget(self, producer: Hashable) -> int:
+        """Drop every entry of `producer`; -> how many."""
+        with self.lock:
+            keys = [k for k in self.entries if k[0] == producer]
+            for k in keys:
+                del self.entries[k]
+            return len(keys)
+
+    def __len__(self) -> int:
+        return len(self.entries)

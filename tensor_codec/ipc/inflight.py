@@ -1,0 +1,97 @@
+"""A cap on the bytes one output has in flight by CUDA IPC, and what happens past it.
+
+A zero-copy producer keeps every message alive until its receivers are done, so a slow or stuck
+receiver would otherwise grow the producer's GPU memory without bound. Before each send the
+output asks `admit(nbytes)`: finished messages are collected first; if the message still does
+not fit, the policy decides:
+
+* ``"wait"`` (default): collect again until it fits or `timeout_s` passes, then raise
+  `InFlightLimitError` (nothing is sent);
+* ``"drop"``: do not send this message; it is counted and logged once per burst, and `admit`
+  returns False.
+
+A message bigger than the cap itself can never fit: that is an immediate error naming the
+setting, under either policy. Nothing here touches CUDA: `live_bytes` and `collect` come from
+the output's ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ..errors import InFlightLimitError
+
+__all__ = ["InFlightLimit", "POLICIES"]
+
+POLICIES = ("wait", "drop")
+log = logging.getLogger("tensor_codec")
+
+
+class InFlightLimit:
+    def __init__(
+        self,
+        max_bytes: int,
+        *,
+        on_full: str = "wait",
+        timeout_s: float = 5.0,
+        name: str = "output",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes: expected a positive number of bytes, got {max_bytes}")
+        if on_full not in POLICIES:
+            raise ValueError(f"on_full: expected one of {', '.join(POLICIES)}, got {on_full!r}")
+        if timeout_s < 0:
+            raise ValueError(f"timeout_s: expected >= 0, got {timeout_s}")
+        self.max_bytes = max_bytes
+        self.on_full = on_full
+        self.timeout_s = timeout_s
+        self.name = name
+        self.clock = clock
+        self.sleep = sleep
+        self.dropped = 0
+        self.waits = 0
+        self.waited_s = 0.0
+        self._dropping = False  # inside a burst of drops (logged once)
+
+    def admit(self, nbytes: int, live_bytes: Callable[[], int], collect: Callable[[], None]) -> bool:
+        """True: send it (room is there). False: dropped by policy. Raises on timeout."""
+        if nbytes > self.max_bytes:
+            raise InFlightLimitError(
+                f"{self.name}: a message of {nbytes} bytes can never fit the cap of {self.max_bytes} bytes in "
+                f"flight; raise the cap (max_bytes_in_flight)"
+            )
+        collect()
+        if live_bytes() + nbytes <= self.max_bytes:
+            self._dropping = False
+            return True
+        if self.on_full == "drop":
+            self.dropped += 1
+            if not self._dropping:
+                log.warning(
+                    "%s: %d bytes in flight, cap %d: dropping messages until receivers release some",
+                    self.name, live_bytes(), self.max_bytes,
+                )
+            self._dropping = True
+            return False
+        start = self.clock()
+        self.waits += 1
+        pause = 0.0002
+        while True:
+            self.sleep(pause)
+            pause = min(pause * 2, 0.005)
+            collect()
+            waited = self.clock() - start
+            if live_bytes() + nbytes <= self.max_bytes:
+                self.waited_s += waited
+                return True
+            if waited >= self.timeout_s:
+                self.waited_s += waited
+                raise InFlightLimitError(
+                    f"{self.name}: {live_bytes()} bytes still in flight after waiting {waited:.2f} s, cap "
+                    f"{self.max_bytes} bytes: receivers are slow or keep what they got (release it, "
+                    f"tc.keep a copy, or raise max_bytes_in_flight / use on_full='drop')"
+                )
