@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RANK",
     "MAX_DIM",
     "LeafLayout",
+    "values_of",
     "plan_leaf",
     "write_leaf",
     "Destination",
@@ -55,13 +56,13 @@ class LeafLayout:
 
     def with_source(self, t: torch.Tensor, path: tuple = ()) -> "LeafLayout":
         """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
-        t = _values_of(t, path)
+        t = values_of(t, path)
         for d in self.broadcast:
             t = t.narrow(d, 0, 1)
         return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
 
 
-def _values_of(t: torch.Tensor, path: tuple) -> torch.Tensor:
+def values_of(t: torch.Tensor, path: tuple) -> torch.Tensor:
     """`t` checked and ready to copy: its storage holds what it addresses, no autograd, and the
     lazy conj / neg bits materialized (storage holds the values before those bits apply)."""
     _check_storage(t, path)
@@ -144,7 +145,7 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
     dtype = by_torch(t.dtype, path)
     if t.dim() > MAX_RANK:
         raise EncodeError(f"unsupported tensor at `{format_path(path)}`: expected at most {MAX_RANK} dims, got {t.dim()}")
-    t = _values_of(t, path)
+    t = values_of(t, path)
     shape = tuple(t.shape)
     strides = tuple(t.stride())
     if t.is_contiguous():  # the common case: dense row-major, nothing to work out

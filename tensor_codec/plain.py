@@ -18,6 +18,7 @@ import torch
 
 from . import dora_limits
 from .errors import DecodeError, EncodeError
+from .layout import values_of
 
 __all__ = ["send_plain", "plain_bytes"]
 
@@ -28,15 +29,9 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
     """Send `tensor`'s logical values (row-major, native byte order) as a flat UInt8 message."""
     if not isinstance(tensor, torch.Tensor):
         raise EncodeError(f"tensor: expected a torch.Tensor, got {type(tensor).__qualname__}")
-    plain = tensor.detach()
-    if type(plain) is not torch.Tensor:
-        plain = plain.as_subclass(torch.Tensor)
-    if plain.is_conj():
-        plain = plain.resolve_conj()
-    if plain.is_neg():
-        plain = plain.resolve_neg()
-    if plain.is_sparse or plain.layout != torch.strided or plain.is_quantized or plain.device.type == "meta":
-        raise EncodeError(f"tensor: expected a dense strided tensor with data, got layout {plain.layout} on {plain.device}")
+    if tensor.layout != torch.strided or tensor.is_quantized or tensor.device.type == "meta":
+        raise EncodeError(f"tensor: expected a dense strided tensor with data, got layout {tensor.layout} on {tensor.device}")
+    plain = values_of(tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor), ())
     nbytes = plain.numel() * plain.element_size()
     dora_limits.check_route(node, output_id, nbytes)
     with dora_limits.translate_send_errors(node, output_id, nbytes):

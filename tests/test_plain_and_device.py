@@ -104,3 +104,11 @@ def _leaves(obj):
     found = []
     tc.map_tensors(lambda plain, original: found.append(plain) or plain, obj)
     return found
+
+
+def test_send_plain_refuses_a_view_of_a_freed_storage():
+    base = torch.arange(16.0)
+    view = base[4:]
+    base.untyped_storage().resize_(0)
+    with pytest.raises(tc.EncodeError, match="its storage holds 0 bytes"):
+        tc.send_plain(FakeNode(), "o", view)

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
+from tensor_codec.layout import values_of
+
 __all__ = ["content_digest"]
 
 _TV_ATTRIBUTES = ("format", "canvas_size", "clamping_mode")
@@ -73,13 +75,7 @@ def _tensor(t: torch.Tensor, feed) -> None:
             attrs.append(f"{name}={getattr(value, 'name', value)!r}")
     dtype = str(t.dtype).removeprefix("torch.")
     feed(f"T:{type(t).__name__}:{dtype}:{tuple(t.shape)}:{t.requires_grad}:{';'.join(attrs)}".encode())
-    plain = t.detach()
-    if type(plain) is not torch.Tensor:
-        plain = plain.as_subclass(torch.Tensor)
-    if plain.is_conj():
-        plain = plain.resolve_conj()
-    if plain.is_neg():
-        plain = plain.resolve_neg()
+    plain = values_of(t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor), ())
     if plain.numel() == 0:
         return
     if plain.device.type != "cpu":

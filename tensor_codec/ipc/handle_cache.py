@@ -12,21 +12,12 @@ nothing here touches CUDA.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 from typing import Any, Callable, Hashable
 
+from .identity import pid_alive
+
 __all__ = ["HandleCache"]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class HandleCache:
@@ -35,7 +26,7 @@ class HandleCache:
         open_segment: Callable[[bytes, int], Any],
         *,
         max_entries: int = 64,
-        pid_alive: Callable[[int], bool] = _pid_alive,
+        pid_alive: Callable[[int], bool] = pid_alive,
     ):
         if max_entries < 1:
             raise ValueError(f"max_entries: expected at least 1, got {max_entries}")

@@ -14,7 +14,7 @@ import functools
 import os
 import socket
 
-__all__ = ["host_identity", "host_name", "pid_namespace", "gpu_uuid", "local_index_of_uuid"]
+__all__ = ["host_identity", "host_name", "pid_namespace", "pid_alive", "gpu_uuid", "local_index_of_uuid"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,6 +39,17 @@ def pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid namespace still exists (someone else's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def gpu_uuid(index: int) -> str:

@@ -40,6 +40,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from .identity import pid_alive
+
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished"]
 
 MAGIC = b"tcledg01"
@@ -76,20 +78,6 @@ class Finished:
     slot: int
     events: list[bytes]
     token: object
-
-
-def _now_ns() -> int:
-    return time.monotonic_ns()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
 
 
 class _File:
@@ -182,7 +170,7 @@ class Ledger:
             with self.file.locked(start, SLOT_BYTES):
                 generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
                 self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
-                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, _now_ns(), nbytes)
+                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, time.monotonic_ns(), nbytes)
             self.live[slot] = (generation, token)
             return SlotRef(self.name, slot, generation)
         raise LedgerError(f"ledger: all {self.slots} slots hold messages still in use")
@@ -190,7 +178,7 @@ class Ledger:
     def collect(self, *, now_ns: int | None = None) -> list[Finished]:
         """Free every finished slot; -> what the producer may now let go of (after fencing its
         stream on the receivers' release events)."""
-        now = _now_ns() if now_ns is None else now_ns
+        now = time.monotonic_ns() if now_ns is None else now_ns
         done = []
         for slot, (generation, token) in list(self.live.items()):
             events = self._finish_if_done(slot, generation, now)
@@ -211,7 +199,7 @@ class Ledger:
                 at = start + 32 + h * HOLDER_BYTES
                 pid, hstate, _ = HOLDER.unpack_from(m, at)
                 if hstate == HOLDING:
-                    if _pid_alive(pid):
+                    if pid_alive(pid):
                         holding += 1
                         continue
                     # A receiver died holding it: its CUDA context, and its use, are gone.
