@@ -9,7 +9,7 @@ from torchvision import tv_tensors
 from torchvision.io import write_png
 
 from tensor_codec_nodes.camera_source.camera import Camera
-from tensor_codec_nodes.camera_source.config import CameraConfig, load_config
+from tensor_codec_nodes.camera_source.config import load_config
 from tensor_codec_nodes.camera_source.sources import ImageFolderSource, OpenCVSource, SourceError, SyntheticSource, open_source
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
@@ -19,7 +19,8 @@ CPU = torch.device("cpu")
 
 
 def synthetic_camera(**overrides) -> Camera:
-    config = CameraConfig(**{"width": 160, "height": 120, "frames": 3, **overrides})
+    env = {"WIDTH": "160", "HEIGHT": "120", "FRAMES": "3", **{k.upper(): str(v) for k, v in overrides.items()}}
+    config = load_config(env)
     return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU, hwc=config.format == "raw"), stream="s1")
 
 

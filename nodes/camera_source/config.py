@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, SettingError, load_settings
+from ..common.settings import Setting, SettingError, as_fields, load_settings
 
 OUTPUT = "image"
 TICK_INPUT = "tick"
@@ -26,32 +26,23 @@ SETTINGS = (
 
 @dataclass(frozen=True)
 class CameraConfig:
-    source: str = "synthetic"
-    source_path: str = ""
-    width: int = 640
-    height: int = 480
-    channels: int = 3
-    fps: float = 30.0
-    frames: int = 0
-    loop: bool = False
-    format: str = "codec"
-    device: str = "auto"
+    """The parsed settings (defaults live in SETTINGS)."""
+
+    source: str
+    source_path: str
+    width: int
+    height: int
+    channels: int
+    fps: float
+    frames: int
+    loop: bool
+    format: str
+    device: str
 
 
 def load_config(env: Mapping[str, str]) -> CameraConfig:
     v = load_settings(env, SETTINGS)
-    config = CameraConfig(
-        source=v["SOURCE"],
-        source_path=v["SOURCE_PATH"],
-        width=v["WIDTH"],
-        height=v["HEIGHT"],
-        channels=int(v["CHANNELS"]),
-        fps=v["FPS"],
-        frames=v["FRAMES"],
-        loop=v["LOOP"],
-        format=v["FORMAT"],
-        device=v["DEVICE"],
-    )
+    config = CameraConfig(**{**as_fields(v), "channels": int(v["CHANNELS"])})
     if config.source == "synthetic":
         if not config.width or not config.height:
             raise SettingError(f"WIDTH/HEIGHT: expected a frame size for the synthetic camera, got {config.width}x{config.height}")

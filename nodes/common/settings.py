@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["Setting", "SettingError", "load_settings", "parse_size", "parse_sizes", "parse_device_spec"]
+__all__ = ["Setting", "SettingError", "load_settings", "as_fields", "parse_size", "parse_sizes", "parse_device_spec"]
 
 
 class SettingError(ValueError):
@@ -146,3 +146,9 @@ def load_settings(env: Mapping[str, str], table: Sequence[Setting]) -> dict[str,
             raw = setting.default
         out[setting.name] = setting.parse(raw)
     return out
+
+
+def as_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Parsed settings as a config dataclass's keyword arguments (FPS -> fps): each node's config
+    fields are its settings' names, so the table stays the one place defaults live."""
+    return {name.lower(): value for name, value in values.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, SettingError, load_settings
+from ..common.settings import Setting, SettingError, as_fields, load_settings
 
 ACK_OUTPUT = "ack"
 
@@ -20,11 +20,13 @@ SETTINGS = (
 
 @dataclass(frozen=True)
 class ReceiverConfig:
-    device: str = "auto"
-    verify: str = "full"
-    report: str = ""
-    strict: bool = False
-    progress_s: float = 1.0
+    """The parsed settings (defaults live in SETTINGS)."""
+
+    device: str
+    verify: str
+    report: str
+    strict: bool
+    progress_s: float
 
 
 def load_config(env: Mapping[str, str]) -> ReceiverConfig:
@@ -32,4 +34,4 @@ def load_config(env: Mapping[str, str]) -> ReceiverConfig:
     if 0 < v["PROGRESS_S"] < 0.1:
         # each idle wake-up costs dora ~5 ms (it builds a backtrace): keep it a report, not a spin
         raise SettingError(f"PROGRESS_S: expected 0 (off) or at least 0.1 seconds, got {v['PROGRESS_S']:g}")
-    return ReceiverConfig(device=v["DEVICE"], verify=v["VERIFY"], report=v["REPORT"], strict=v["STRICT"], progress_s=v["PROGRESS_S"])
+    return ReceiverConfig(**as_fields(v))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, SettingError, load_settings
+from ..common.settings import Setting, SettingError, as_fields, load_settings
 
 OUTPUT = "tensors"
 ACK_INPUT = "ack"
@@ -27,17 +27,19 @@ SETTINGS = (
 
 @dataclass(frozen=True)
 class SenderConfig:
-    mode: str = "suite"
-    sizes: tuple[int, ...] = (1 << 20, 16 << 20)
-    file: str = ""
-    count: int | None = None  # None = each payload once; 0 = endless
-    rate: float = 0.0
-    window: int = 8
-    retry_s: float = 1.0
-    ack_timeout_s: float = 30.0
-    corrupt: bool = False
-    seed: int = 0
-    device: str = "auto"
+    """The parsed settings (defaults live in SETTINGS)."""
+
+    mode: str
+    sizes: tuple[int, ...]
+    file: str
+    count: int | None  # None = each payload once; 0 = endless
+    rate: float
+    window: int
+    retry_s: float
+    ack_timeout_s: float
+    corrupt: bool
+    seed: int
+    device: str
 
 
 def _count(raw: str) -> int | None:
@@ -51,19 +53,7 @@ def _count(raw: str) -> int | None:
 
 def load_config(env: Mapping[str, str]) -> SenderConfig:
     v = load_settings(env, SETTINGS)
-    config = SenderConfig(
-        mode=v["MODE"],
-        sizes=v["SIZES"],
-        file=v["FILE"],
-        count=_count(v["COUNT"]),
-        rate=v["RATE"],
-        window=v["WINDOW"],
-        retry_s=v["RETRY_S"],
-        ack_timeout_s=v["ACK_TIMEOUT_S"],
-        corrupt=v["CORRUPT"],
-        seed=v["SEED"],
-        device=v["DEVICE"],
-    )
+    config = SenderConfig(**{**as_fields(v), "count": _count(v["COUNT"])})
     bad = [s for s in config.sizes if s % 4 or s == 0]
     if config.mode == "random" and bad:
         raise SettingError(f"SIZES: expected non-zero multiples of 4 bytes (float32 tensors), got {bad}")
