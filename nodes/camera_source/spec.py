@@ -25,7 +25,7 @@ SPEC = NodeSpec(
                 "seq": "same as frame: per-stream sequence number",
                 "count": "FRAMES (0 = open-ended)",
                 "stream": "id of this run of the node",
-                "pattern": "tc-synthetic-v1 on synthetic frames: the pixels carry `frame` and can be rebuilt exactly",
+                "pattern": "tc-synthetic-v2 on synthetic frames: the pixels carry `frame` and can be rebuilt exactly",
                 "tc.*": "tensor_codec's own keys (FORMAT=codec only)",
             },
         ),

@@ -1,10 +1,14 @@
 """The synthetic camera's test pattern: deterministic frames that carry their own index.
 
-A frame is a fixed colour gradient with two bars whose positions move with the frame index, and
-a strip of black/white cells along the top edge that encodes the index (32 bits, least
+A frame is a fixed colour gradient with two bars whose positions move with the frame index (a
+white one sweeping right, a black one sweeping down), and a strip of black/white cells along the top edge that encodes the index (32 bits, least
 significant first) and an 8-bit check (the low byte of the index's CRC-32). Cells are at least
 8 px and aligned to JPEG's 8/16-px blocks; a reader averages the centre of each cell and
 thresholds at mid-grey, so the index survives JPEG at quality 75 and mild scaling of values.
+The bars are neutral (no chroma) on purpose: saturated colour edges at arbitrary positions are
+where JPEG's default 4:2:0 chroma subsampling loses most (30-36 dB at quality 90 with the
+magenta/cyan bars of v1); with neutral bars every size from 240p to 4K stays above 36 dB at
+quality 90, so a JPEG round trip can be held to a tight bound that corruption cannot meet.
 Everything is integer arithmetic, so the CPU and CUDA render the same bytes: a receiver can
 rebuild the exact frame from its index and compare.
 """
@@ -18,7 +22,7 @@ import torch
 
 __all__ = ["PATTERN_NAME", "render", "read_index", "same_pixels", "code_geometry", "check_size"]
 
-PATTERN_NAME = "tc-synthetic-v1"
+PATTERN_NAME = "tc-synthetic-v2"  # v2: neutral bars (v1 had magenta/cyan ones)
 INDEX_BITS = 32
 CHECK_BITS = 8
 CODE_BITS = INDEX_BITS + CHECK_BITS
@@ -82,12 +86,13 @@ def render(
     frame = _background(height, width, channels, device, hwc).clone()  # clone keeps the layout
     cell, per_row, rows = code_geometry(height, width)
     strip = rows * cell
-    # Moving bars below the strip: a vertical one sweeping right, a horizontal one sweeping down.
+    # Moving bars below the strip: a white vertical one sweeping right, a black horizontal one
+    # sweeping down (neutral, see the module docstring).
     bar = max(4, cell // 2)
     x0 = (index * 7) % (width - bar)
     y0 = strip + (index * 5) % (height - strip - bar)
-    frame[:, strip:, x0 : x0 + bar] = 255 if channels == 1 else torch.tensor([255, 0, 255], dtype=torch.uint8, device=device)[:, None, None]
-    frame[:, y0 : y0 + bar, :] = 0 if channels == 1 else torch.tensor([0, 255, 255], dtype=torch.uint8, device=device)[:, None, None]
+    frame[:, strip:, x0 : x0 + bar] = 255
+    frame[:, y0 : y0 + bar, :] = 0
     # The index strip: one value per cell, expanded to cell x cell blocks in one assignment.
     cells = torch.zeros(rows * per_row, dtype=torch.uint8)
     cells[:CODE_BITS] = torch.tensor(_bits(index), dtype=torch.uint8) * 255
