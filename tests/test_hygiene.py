@@ -43,3 +43,23 @@ def test_import_and_host_round_trip_never_initialize_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"host_at_import": False, "cuda_initialized": False}
+
+
+def test_every_package_and_console_script_is_declared():
+    """A package folder missing from pyproject's explicit list installs without it (an editable
+    install hides this; a wheel does not): every folder with an __init__.py must be listed, and
+    every node with a main.py must have its console script."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    found = set()
+    for top, name in (("tensor_codec", "tensor_codec"), ("nodes", "tensor_codec_nodes")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / top).parts
+            found.add(".".join((name, *parts)))
+    assert found - listed == set(), "add to [tool.setuptools] packages"
+    scripts = project["project"]["scripts"]
+    for main in (ROOT / "nodes").glob("*/main.py"):
+        target = f"tensor_codec_nodes.{main.parent.name}.main:main"
+        assert target in scripts.values(), f"no console script runs {target}"

@@ -30,12 +30,19 @@ def assert_clean(report, inputs):
         assert stats["good"] + stats["rejected"] == stats["received"], (name, stats)
 
 
-def check_default_report(report):
+def check_default_run(workdir):
+    from torchvision.io import decode_jpeg, read_file
+
     from tensor_codec.testing import make_suite
 
-    assert_clean(report, {"frames", "suite", "load"})
+    report = read_report(workdir / "out" / "receiver-report.json")
+    assert_clean(report, {"frames", "decoded", "suite", "load"})
     inputs = report["inputs"]
     assert inputs["frames"]["good"] == 150
+    assert inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0  # JPEG round trips within bounds
+    saved = sorted((workdir / "out" / "jpeg").glob("*.jpg"))
+    assert [p.name for p in saved] == [f"frame-{i:06d}.jpg" for i in range(5)]
+    assert all(decode_jpeg(read_file(str(p))).shape == (3, 480, 640) for p in saved)
     assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
     assert inputs["load"]["good"] == 40
     assert inputs["frames"]["latency_ms"]["p50"] is not None
@@ -52,7 +59,7 @@ def test_default_pipeline_with_dora_run(dora_cli, tmp_path):
     proc = run_flow_file(dora_cli, flow, timeout=120)
     assert proc.returncode == 0, tail(proc)
     assert "tensor receiver summary: PASS" in proc.stdout + proc.stderr
-    check_default_report(read_report(tmp_path / "out" / "receiver-report.json"))
+    check_default_run(tmp_path)
 
 
 def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
@@ -73,7 +80,7 @@ def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
     output = proc.stdout + proc.stderr
     assert "tensor receiver: " in output  # progress lines reach the attached terminal
     assert "tensor receiver summary: PASS" in output
-    check_default_report(read_report(tmp_path / "out" / "receiver-report.json"))
+    check_default_run(tmp_path)
 
 
 def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_path):
@@ -184,10 +191,16 @@ def test_every_node_on_cuda(dora_cli, tmp_path):
             "sender", "tc-tensor-sender", inputs={"ack": {"source": "receiver/ack", "queue_size": 256}}, outputs=["tensors"],
             env={"MODE": "suite", "DEVICE": "cuda", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"},
         ),
+        script_node("jpeg-encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "camera/image", "queue_size": 64}}, outputs=["jpeg"], env={"DEVICE": "cuda", "WORKERS": 4}),
+        script_node(
+            "jpeg-decoder", "tc-jpeg-decoder", inputs={"jpeg": {"source": "jpeg-encoder/jpeg", "queue_size": 64}}, outputs=["image"],
+            env={"DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"},
+        ),
         script_node(
             "receiver", "tc-tensor-receiver",
             inputs={
                 "frames": {"source": "camera/image", "queue_size": 64},
+                "decoded": {"source": "jpeg-decoder/image", "queue_size": 64},
                 "raw": {"source": "raw-camera/image", "queue_size": 64},
                 "suite": {"source": "sender/tensors", "queue_size": 256},
             },
@@ -198,4 +211,5 @@ def test_every_node_on_cuda(dora_cli, tmp_path):
     assert proc.returncode == 0, tail(proc)
     report = read_report(report_path)
     assert report["device"].startswith("cuda")
-    assert_clean(report, {"frames", "raw", "suite"})
+    assert_clean(report, {"frames", "decoded", "raw", "suite"})
+    assert report["inputs"]["decoded"]["good"] == 60

@@ -17,7 +17,7 @@ import yaml
 
 from .settings import Setting
 
-NODE_PACKAGES = ("camera_source", "tensor_sender", "tensor_receiver")
+NODE_PACKAGES = ("camera_source", "tensor_sender", "tensor_receiver", "jpeg_encoder", "jpeg_decoder", "jpeg_sink")
 MANIFEST = "dora-node.yml"
 
 
@@ -45,6 +45,8 @@ def _setting(s: Setting) -> dict:
         entry["choices"] = list(s.choices)
     if s.minimum is not None:
         entry["minimum"] = s.minimum
+    if s.maximum is not None:
+        entry["maximum"] = s.maximum
     return entry
 
 

@@ -27,6 +27,12 @@ FRAME = "frame"  # frame index
 CAPTURE_NS = "capture_ns"  # wall clock when the frame was captured or rendered
 PATTERN = "pattern"  # pattern.PATTERN_NAME on synthetic frames: content can be verified
 
+# JPEG messages (encoding "jpeg") and the frames decoded from them.
+QUALITY = "quality"  # JPEG quality the frame was encoded at, 1..100
+CHANNELS = "channels"  # channels of the source frame (1 or 3): a decoder restores the same
+JPEG_CRC32 = "jpeg_crc32"  # zlib.crc32 of the JPEG bytes: a decoder refuses bytes that changed on the way
+LOSSY = "lossy"  # "jpeg" on a frame decoded from a JPEG: its content matches the source within bounds
+
 ACK_INPUT = "ack"
 ACK_OUTPUT = "ack"
 

@@ -27,6 +27,7 @@ class Setting:
     description: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     def parse(self, raw: str) -> Any:
         try:
@@ -36,26 +37,36 @@ class Setting:
         return value
 
 
+def _bounds(s: Setting, fmt) -> str:
+    if s.minimum is not None and s.maximum is not None:
+        return f" from {fmt(s.minimum)} to {fmt(s.maximum)}"
+    if s.minimum is not None:
+        return f" >= {fmt(s.minimum)}"
+    return f" <= {fmt(s.maximum)}" if s.maximum is not None else ""
+
+
+def _outside(value: float, s: Setting) -> bool:
+    return (s.minimum is not None and value < s.minimum) or (s.maximum is not None and value > s.maximum)
+
+
 def _int(raw: str, s: Setting) -> int:
-    low = s.minimum
-    allowed = "an integer" + (f" >= {int(low)}" if low is not None else "")
+    allowed = "an integer" + _bounds(s, lambda v: str(int(v)))
     try:
         value = int(raw.strip())
     except ValueError:
         raise SettingError(f"expected {allowed}, got {raw!r}") from None
-    if low is not None and value < low:
+    if _outside(value, s):
         raise SettingError(f"expected {allowed}, got {value}")
     return value
 
 
 def _float(raw: str, s: Setting) -> float:
-    low = s.minimum
-    allowed = "a number" + (f" >= {low:g}" if low is not None else "")
+    allowed = "a number" + _bounds(s, lambda v: f"{v:g}")
     try:
         value = float(raw.strip())
     except ValueError:
         raise SettingError(f"expected {allowed}, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")) or (low is not None and value < low):
+    if value != value or value in (float("inf"), float("-inf")) or _outside(value, s):
         raise SettingError(f"expected {allowed}, got {raw!r}")
     return value
 

@@ -15,6 +15,7 @@ from ..common.runtime import declared_inputs, declared_outputs, setup_logging
 from ..common.settings import SettingError
 from .config import ACK_OUTPUT, load_config
 from .receiver import Receiver, ack_for
+from .verify import LossyBounds
 from .report import progress_line, summary_table
 
 _EMPTY = pa.array([], type=pa.uint8())
@@ -36,7 +37,8 @@ def main() -> int:
     from dora import Node
 
     node = Node()
-    receiver = Receiver(device, config.verify, inputs=declared_inputs(node))
+    lossy = LossyBounds(config.jpeg_min_psnr, config.jpeg_max_mad)
+    receiver = Receiver(device, config.verify, inputs=declared_inputs(node), lossy=lossy)
     acks = ACK_OUTPUT in declared_outputs(node)
     last_progress = time.monotonic()
     # Let the event stream run out instead of breaking on STOP: dora delivers STOP (and

@@ -14,7 +14,8 @@ import tensor_codec as tc
 from ..common import protocol as P
 from ..common.device import synchronize
 from ..common.stats import Latencies, SeqTracker
-from .verify import Mismatch, restore_plain_image, verify
+from ..common.images import is_plain_image, restore_plain_image
+from .verify import LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
 
@@ -74,9 +75,10 @@ class Receiver:
     """`inputs`: the input ids the dataflow wires to this node; one that never delivers a
     message makes the run fail (a source that silently sent nothing is not a pass)."""
 
-    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns, inputs=()):
+    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns, inputs=(), lossy: LossyBounds = LossyBounds()):
         self.device = device
         self.verify_mode = verify_mode
+        self.lossy = lossy
         self.clock_ns = clock_ns
         self.inputs: dict[str, InputStats] = {name: InputStats() for name in sorted(inputs)}
 
@@ -110,7 +112,7 @@ class Receiver:
                     stats.latency.add((self.clock_ns() - sent) / 1e6)
                 if rejecting:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
-                checked = verify(obj, metadata, self.verify_mode)
+                checked = verify(obj, metadata, self.verify_mode, self.lossy)
                 del obj
         except tc.CodecError as e:
             if rejecting:
@@ -127,7 +129,7 @@ class Receiver:
         return "good"
 
     def _restore(self, event: dict, metadata: dict) -> Any:
-        if P.ENCODING in metadata and "tc.version" not in metadata:
+        if is_plain_image(metadata):
             image = restore_plain_image(event.get("value"), metadata)
             return image if self.device.type == "cpu" else tc.map_tensors(lambda p, o: p.to(self.device), image)
         return tc.receive(event, device=None if self.device.type == "cpu" else self.device)

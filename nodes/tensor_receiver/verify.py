@@ -3,45 +3,32 @@ field, what was expected and what came."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torchvision import tv_tensors
 
-import tensor_codec as tc
-
 from ..common import protocol as P
 from ..common.digest import content_digest
+from ..common.images import CHANNELS
 from ..common.pattern import PATTERN_NAME, read_index, render, same_pixels
-
-CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1}
+from ..common.quality import compare
 
 
 class Mismatch(Exception):
     """The message decoded, but is not what its sender said it sent."""
 
 
-def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
-    """A dora image message (flat rgb8 / bgr8 / mono8 bytes, `width`, `height`) as a (C, H, W)
-    tv_tensors.Image viewing the message (read it before the event is dropped)."""
-    encoding = metadata.get(P.ENCODING)
-    if encoding not in CHANNELS:
-        raise tc.DecodeError(f"metadata.encoding: expected one of {', '.join(CHANNELS)}, got {encoding!r}")
-    width, height = metadata.get(P.WIDTH), metadata.get(P.HEIGHT)
-    for name, v in ((P.WIDTH, width), (P.HEIGHT, height)):
-        if type(v) is not int or v <= 0:
-            raise tc.DecodeError(f"metadata.{name}: expected a positive integer, got {v!r}")
-    channels = CHANNELS[encoding]
-    flat = tc.plain_bytes(value)
-    if flat.numel() != width * height * channels:
-        raise tc.DecodeError(f"value: expected {width}x{height}x{channels} = {width * height * channels} bytes for {encoding}, got {flat.numel()}")
-    chw = flat.view(height, width, channels).permute(2, 0, 1)
-    if encoding == "bgr8":
-        chw = chw.flip(0)
-    return tv_tensors.Image(chw)
+@dataclass(frozen=True)
+class LossyBounds:
+    """How far a frame that went through JPEG (metadata `lossy`) may be from its source."""
+
+    min_psnr: float = 35.0
+    max_mad: float = 3.0
 
 
-def verify(obj: Any, metadata: dict, mode: str) -> bool:
+def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> bool:
     """Raise Mismatch if `obj` is not what `metadata` promises; -> whether anything was checked
     (a message with neither a checksum nor an image description decodes, but proves nothing)."""
     if mode == "none":
@@ -54,12 +41,12 @@ def verify(obj: Any, metadata: dict, mode: str) -> bool:
             raise Mismatch(f"checksum: expected {expected}, got {got}")
         checked = True
     if metadata.get(P.ENCODING) in CHANNELS:
-        verify_frame(obj, metadata, mode)
+        verify_frame(obj, metadata, mode, lossy)
         checked = True
     return checked
 
 
-def verify_frame(obj: Any, metadata: dict, mode: str) -> None:
+def verify_frame(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> None:
     if not isinstance(obj, tv_tensors.Image):
         raise Mismatch(f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}")
     channels = CHANNELS[metadata[P.ENCODING]]
@@ -72,7 +59,15 @@ def verify_frame(obj: Any, metadata: dict, mode: str) -> None:
     index = read_index(obj)
     if index is None or index != frame % 2**32:
         raise Mismatch(f"frame index in the pixels: expected {frame}, got {index if index is not None else 'unreadable'}")
-    if mode == "full":
+    if mode == "full" and metadata.get(P.LOSSY) is not None:
+        reference = render(index, want[1], want[2], channels=channels, device=obj.device)
+        db, mad = compare(obj.as_subclass(torch.Tensor), reference)
+        if db < lossy.min_psnr or mad > lossy.max_mad:
+            raise Mismatch(
+                f"pixels after {metadata.get(P.LOSSY)}: expected PSNR >= {lossy.min_psnr:g} dB and mean abs diff <= {lossy.max_mad:g} "
+                f"against synthetic frame {frame}, got {db:.2f} dB and {mad:.2f}"
+            )
+    elif mode == "full":
         plain = obj.as_subclass(torch.Tensor)
         interleaved = channels > 1 and plain.stride(0) == 1  # rgb8 bytes: build the reference alike
         reference = render(index, want[1], want[2], channels=channels, device=obj.device, hwc=interleaved)

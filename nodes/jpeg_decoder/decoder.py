@@ -1,0 +1,113 @@
+"""The JPEG decoder's per-message logic, without dora: check each JPEG (header, size, crc),
+decode a batch, and describe the frames."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+from torchvision import tv_tensors
+
+import tensor_codec as tc
+
+from ..common import protocol as P
+from ..common.images import encoding_for
+from ..common.jpeg_header import JpegError, read_header
+from .engine import decode_batch
+
+log = logging.getLogger("jpeg-decoder")
+
+_NOT_CARRIED = {P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.CHANNELS, P.JPEG_CRC32}
+MAX_FAILURES_KEPT = 20
+
+
+def frame_metadata(source: dict, image: torch.Tensor) -> dict:
+    """The decoded frame's metadata: what the JPEG carried, now describing a lossy frame."""
+    out = {k: v for k, v in source.items() if not k.startswith("tc.") and k not in _NOT_CARRIED}
+    channels, height, width = image.shape
+    out.update({P.ENCODING: encoding_for(channels), P.WIDTH: width, P.HEIGHT: height, P.LOSSY: "jpeg"})
+    return out
+
+
+@dataclass
+class DecoderStats:
+    received: int = 0
+    decoded: int = 0
+    bad: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return f"received {self.received}, decoded {self.decoded}, bad {self.bad}"
+
+
+@dataclass
+class _Checked:
+    jpeg: torch.Tensor
+    channels: int
+    metadata: dict
+
+
+class JpegDecoder:
+    def __init__(self, device: torch.device, mode: str = "auto", max_pixels: int = 64 * 2**20):
+        self.device = device
+        self.mode = mode
+        self.max_pixels = max_pixels
+        self.stats = DecoderStats()
+
+    def check(self, event: dict) -> _Checked | None:
+        """One JPEG message, checked before decoding; a bad one is logged, counted, None."""
+        self.stats.received += 1
+        metadata = event.get("metadata") or {}
+        try:
+            encoding = metadata.get(P.ENCODING)
+            if encoding not in (None, "jpeg"):
+                raise JpegError(f"metadata.encoding: expected 'jpeg', got {encoding!r}")
+            # A copy the decoder owns: the message's buffer goes back to dora at once.
+            jpeg = tc.plain_bytes(event.get("value")).clone()
+            info = read_header(jpeg, max_pixels=self.max_pixels)
+            for key, value in ((P.WIDTH, info.width), (P.HEIGHT, info.height)):
+                said = metadata.get(key)
+                if said is not None and said != value:
+                    raise JpegError(f"metadata.{key}: says {said!r}, the JPEG header {value}")
+            crc = metadata.get(P.JPEG_CRC32)
+            if crc is not None and crc != zlib.crc32(jpeg.numpy()):
+                raise JpegError(f"jpeg bytes: expected crc32 {crc} ({P.JPEG_CRC32}), got {zlib.crc32(jpeg.numpy())}: changed on the way")
+        except (JpegError, tc.CodecError) as e:
+            self._bad(metadata, f"{type(e).__name__}: {e}")
+            return None
+        return _Checked(jpeg, self._channels(metadata, info.components), metadata)
+
+    def _channels(self, metadata: dict, components: int) -> int:
+        if self.mode == "rgb":
+            return 3
+        if self.mode == "gray":
+            return 1
+        said = metadata.get(P.CHANNELS)
+        if said in (1, 3):
+            return said
+        return 1 if components == 1 else 3
+
+    def decode(self, batch: list[_Checked]) -> list[tuple[tv_tensors.Image, dict]]:
+        """Decode a batch; -> (frame, metadata) for each JPEG that decoded, in order."""
+        out = []
+        results = decode_batch([c.jpeg for c in batch], [c.channels for c in batch], self.device)
+        for item, result in zip(batch, results):
+            if isinstance(result, Exception):
+                self._bad(item.metadata, f"decode: {type(result).__name__}: {str(result).splitlines()[0] if str(result) else ''}")
+                continue
+            self.stats.decoded += 1
+            out.append((tv_tensors.Image(result), frame_metadata(item.metadata, result)))
+        return out
+
+    def send_failed(self, metadata: dict, error: Exception) -> None:
+        self.stats.decoded -= 1
+        self._bad(metadata, f"send: {type(error).__name__}: {error}")
+
+    def _bad(self, metadata: dict, reason: str) -> None:
+        self.stats.bad += 1
+        what = f"frame {metadata.get(P.FRAME, metadata.get(P.SEQ, '?'))}: {reason}"
+        if len(self.stats.failures) < MAX_FAILURES_KEPT:
+            self.stats.failures.append(what[:500])
+        log.error("bad JPEG skipped: %s", what[:2000])

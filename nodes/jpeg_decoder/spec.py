@@ -1,0 +1,44 @@
+"""The JPEG decoder's interface, as its manifest shows it."""
+
+from ..common.manifest import NodeSpec, Port
+from .config import INPUT, OUTPUT, SETTINGS
+
+SPEC = NodeSpec(
+    name="tc-jpeg-decoder",
+    description=(
+        "Decodes JPEG messages to tv_tensors.Image frames sent through tensor_codec: nvJPEG on CUDA (the node's "
+        "stream is drained before each decode, so no block still in use is written) or the CPU. Every JPEG is "
+        "checked first: markers, header size against MAX_PIXELS, metadata width/height and jpeg_crc32; a bad or "
+        "corrupt one is logged, counted and skipped."
+    ),
+    inputs=(
+        Port(INPUT, "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG."),
+    ),
+    outputs=(
+        Port(
+            OUTPUT,
+            "One tv_tensors.Image (uint8, (C, H, W)) per JPEG, through tensor_codec, on DEVICE.",
+            {
+                "encoding": "rgb8 or mono8",
+                "width": "frame width in px",
+                "height": "frame height in px",
+                "lossy": "jpeg: the frame went through JPEG (its content matches the source within bounds, not exactly)",
+                "sent_ns": "wall clock (ns) just before sending",
+                "(carried)": "every other key of the JPEG message (quality, frame, capture_ns, seq, count, stream, pattern, ...), except channels and jpeg_crc32",
+            },
+        ),
+    ),
+    settings=SETTINGS,
+    example="""\
+nodes:
+  - id: jpeg-decoder
+    path: tc-jpeg-decoder
+    inputs:
+      jpeg: {source: jpeg-encoder/jpeg, queue_size: 16}
+    outputs: [image]
+  - id: receiver
+    path: tc-tensor-receiver
+    inputs:
+      decoded: jpeg-decoder/image
+""",
+)

@@ -1,0 +1,72 @@
+"""Console script `tc-jpeg-encoder`: see ../README.md and dora-node.yml."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import tensor_codec as tc
+
+from ..common import protocol as P
+from ..common.device import resolve_device
+from ..common.runtime import setup_logging
+from ..common.settings import SettingError
+from .config import INPUT, OUTPUT, load_config
+from .encoder import JpegEncoder
+from .engines import make_engine
+
+POLL_S = 0.002  # while batches are in flight: how long to wait for one before looking for input
+
+
+def main() -> int:
+    log = setup_logging("jpeg-encoder")
+    try:
+        config = load_config(os.environ)
+        device = resolve_device(config.device)
+    except SettingError as e:
+        log.error("%s", e)
+        return 2
+    from dora import Node
+
+    node = Node()
+    engine = make_engine(device, config.quality, config.workers)
+    encoder = JpegEncoder(engine, config.quality, config.batch)
+    what = "nvJPEG (torchvision, stream-ordered)" if device.type == "cuda" else "torchvision's CPU encoder"
+    log.info("%s on %s, quality %d, batch %d, %d workers", what, device, config.quality, config.batch, config.workers)
+    ended = False
+    try:
+        # Run until the event stream ends (not on STOP: dora delivers STOP before inputs still
+        # queued), then finish what is in flight.
+        while not ended or encoder.busy:
+            got_input = False
+            if not ended and encoder.can_accept:
+                events = [] if encoder.busy else [node.next()]
+                while encoder.busy and encoder.can_accept:
+                    event = node.try_recv()
+                    if event is None:
+                        break
+                    events.append(event)
+                for event in events:
+                    if event is None:
+                        ended = True
+                    elif event["type"] == "INPUT" and event["id"] == INPUT:
+                        got_input |= encoder.accept(event)
+                    elif event["type"] == "ERROR":
+                        log.error("dora reported: %s", str(event.get("error"))[:500])
+                    del event
+                del events
+            encoder.dispatch()
+            for data, metadata in encoder.collect(0 if got_input and not ended else POLL_S):
+                metadata[P.SENT_NS] = P.now_ns()
+                try:
+                    tc.send_plain(node, OUTPUT, data, metadata)
+                except Exception as e:  # one failed send is logged and counted
+                    encoder.send_failed(metadata, e)
+    finally:
+        encoder.close()
+    log.info("%s", encoder.stats.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
