@@ -1,9 +1,10 @@
-"""Run every benchmark of issue 2 and print its ratios (`make bench`).
+"""Run every benchmark and print its ratios (`make bench`).
 
     small_message.py   encode + decode of a 1 KB BoundingBoxes (goal < 50 us)
     decode_scaling.py  decoding 64 MB vs 1 KB (goal within 2x: receiving is O(1))
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
+    jpeg_fps.py        JPEG encoding at 1080p and 4K, CPU (and nvJPEG on a GPU) against PIL (issue 5)
     camera_fps.py      the synthetic camera at 1920x1080, 60 fps into the receiver: fps, drops, p50/p99
                        latency against the same frames sent as a flat pa.array (about 95 s)
 """
@@ -21,6 +22,7 @@ import torch  # noqa: E402
 import camera_fps  # noqa: E402
 import decode_scaling  # noqa: E402
 import dora_latency  # noqa: E402
+import jpeg_fps  # noqa: E402
 import small_message  # noqa: E402
 
 
@@ -31,6 +33,8 @@ def main() -> None:
     decode_scaling.main()
     print()
     dora_latency.main(sys.argv[1:])
+    print()
+    jpeg_fps.main([])
     print()
     camera_fps.main([])
 

@@ -38,6 +38,17 @@ def test_codec_frames_are_images_with_dora_image_metadata():
         assert metadata[P.PATTERN] == PATTERN_NAME and isinstance(metadata[P.CAPTURE_NS], int)
 
 
+def test_interleaved_layout_keeps_pixels_and_travels_with_its_strides():
+    import tensor_codec as tc
+
+    config = load_config({"WIDTH": "320", "HEIGHT": "240", "LAYOUT": "interleaved"})
+    frame, _ = Camera(config, open_source(config, CPU), stream="s1").next_frame()
+    assert frame.shape == (3, 240, 320) and frame.permute(1, 2, 0).is_contiguous()
+    assert torch.equal(frame, render(0, 240, 320))
+    back = tc.decode(*tc.encode(frame))
+    assert isinstance(back, tv_tensors.Image) and back.stride() == frame.stride() and torch.equal(back, frame)
+
+
 def test_raw_frames_are_hwc_views_and_mono_is_mono8():
     hwc, metadata = synthetic_camera(format="raw").next_frame()
     assert hwc.shape == (120, 160, 3) and type(hwc) is torch.Tensor

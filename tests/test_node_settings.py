@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 
 import pytest
@@ -9,14 +10,11 @@ import torch
 import yaml
 
 from conftest import ROOT
-from tensor_codec_nodes.camera_source import config as camera_config
 from tensor_codec_nodes.common import manifest
 from tensor_codec_nodes.common.device import resolve_device
 from tensor_codec_nodes.common.settings import Setting, SettingError, load_settings, parse_size, parse_sizes
-from tensor_codec_nodes.tensor_receiver import config as receiver_config
-from tensor_codec_nodes.tensor_sender import config as sender_config
 
-CONFIGS = {"camera_source": camera_config, "tensor_sender": sender_config, "tensor_receiver": receiver_config}
+CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in manifest.NODE_PACKAGES}
 
 
 @pytest.mark.parametrize(
@@ -99,6 +97,15 @@ def test_every_default_loads(name):
         ("tensor_receiver", {"VERIFY": "some"}, r"VERIFY: expected one of full, index, none, got 'some'"),
         ("tensor_receiver", {"STRICT": "2"}, r"STRICT: expected 1/0"),
         ("tensor_receiver", {"PROGRESS_S": "0.01"}, r"PROGRESS_S: expected 0 \(off\) or at least 0.1 seconds, got 0.01"),
+        ("tensor_receiver", {"JPEG_MIN_PSNR": "-1"}, r"JPEG_MIN_PSNR: expected a number >= 0, got '-1'"),
+        ("jpeg_encoder", {"QUALITY": "101"}, r"QUALITY: expected an integer from 1 to 100, got 101"),
+        ("jpeg_encoder", {"QUALITY": "0"}, r"QUALITY: expected an integer from 1 to 100, got 0"),
+        ("jpeg_encoder", {"BATCH": "0"}, r"BATCH: expected an integer >= 1, got 0"),
+        ("jpeg_encoder", {"WORKERS": "two"}, r"WORKERS: expected an integer >= 1, got 'two'"),
+        ("jpeg_encoder", {"DEVICE": "gpu"}, r"DEVICE: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+        ("jpeg_decoder", {"MODE": "cmyk"}, r"MODE: expected one of auto, rgb, gray, got 'cmyk'"),
+        ("jpeg_decoder", {"MAX_PIXELS": "0"}, r"MAX_PIXELS: expected an integer >= 1, got 0"),
+        ("jpeg_sink", {"COUNT": "-1"}, r"COUNT: expected an integer >= 0, got -1"),
     ],
 )
 def test_bad_node_config_is_a_clear_error(name, env, message):
@@ -118,7 +125,7 @@ def test_manifest_documents_every_setting_with_type_default_and_description(name
     for setting in table:
         entry = document["env"][setting.name]
         assert entry["type"] == setting.type and entry["default"] == setting.default and entry["description"]
-    assert document["inputs"] and document["outputs"]
+    assert document["inputs"] and isinstance(document["outputs"], dict)
     example = yaml.safe_load(document["example"])
     assert any(node["path"] == document["name"] for node in example["nodes"])
 

@@ -213,3 +213,31 @@ def test_every_node_on_cuda(dora_cli, tmp_path):
     assert report["device"].startswith("cuda")
     assert_clean(report, {"frames", "decoded", "raw", "suite"})
     assert report["inputs"]["decoded"]["good"] == 60
+
+
+def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_cli, tmp_path):
+    """1080p frames -> encoder -> (a node that adds corrupted copies) -> decoder -> receiver:
+    every good frame arrives within JPEG's bounds; each bad frame and corrupt JPEG is logged and
+    counted by the node that met it, which goes on."""
+    report_path = tmp_path / "report.json"
+    nodes = [
+        python_node(
+            "tamperer", ROOT / "tests" / "dora_nodes" / "jpeg_tamperer.py",
+            inputs={"tick": "dora/timer/millis/50", "jpeg": {"source": "encoder/jpeg", "queue_size": 64}},
+            outputs=["frames", "jpeg"], extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "tamperer/frames", "queue_size": 64}}, outputs=["jpeg"], env={"DEVICE": "cpu", "BATCH": 3}),
+        script_node("decoder", "tc-jpeg-decoder", inputs={"jpeg": {"source": "tamperer/jpeg", "queue_size": 64}}, outputs=["image"], env={"DEVICE": "cpu"}, extra={"shared_memory_pool_size": "64MB"}),
+        script_node("receiver", "tc-tensor-receiver", inputs={"decoded": {"source": "decoder/image", "queue_size": 64}}, env={"REPORT": report_path, "STRICT": 1, "DEVICE": "cpu"}),
+    ]
+    proc = run_dataflow(dora_cli, tmp_path, nodes, timeout=180)
+    assert proc.returncode == 0, tail(proc)
+    report = read_report(report_path)
+    assert_clean(report, {"decoded"})
+    assert report["inputs"]["decoded"]["good"] == 12 and report["inputs"]["decoded"]["unverified"] == 0
+    log = proc.stdout + proc.stderr
+    assert "received 15, encoded 12, bad 3, failed 0" in log, tail(proc)
+    assert "received 15, decoded 12, bad 3" in log, tail(proc)
+    for reason in ("frame.dtype: expected torch.uint8, got torch.float32", "channels): expected 1 or 3, got 4", "expected (C, H, W), got (64, 64)",
+                   "end-of-image marker", "changed on the way", "start-of-image marker"):
+        assert reason in log, reason

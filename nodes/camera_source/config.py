@@ -20,6 +20,7 @@ SETTINGS = (
     Setting("FRAMES", "int", "0", "Stop after this many frames; 0 = endless (or until a video or folder ends).", minimum=0),
     Setting("LOOP", "bool", "0", "video / images: start again at the end instead of stopping."),
     Setting("FORMAT", "choice", "codec", "`codec`: a tv_tensors.Image through tensor_codec. `raw`: flat HWC rgb8/mono8 bytes, the form dora's own image nodes (plot, record) read.", ("codec", "raw")),
+    Setting("LAYOUT", "choice", "planar", "Synthetic camera, FORMAT=codec: memory order of the (C, H, W) frames. `planar` (contiguous CHW) or `interleaved` (pixel by pixel, as real cameras deliver; the tensor_codec message keeps the strides). A CPU JPEG encoder is about 2x faster on interleaved frames: planar ones need a reordering pass first.", ("planar", "interleaved")),
     Setting("DEVICE", "device", "auto", "Where frames are made: auto (CUDA when present), cpu, cuda or cuda:N."),
 )
 
@@ -37,6 +38,7 @@ class CameraConfig:
     frames: int
     loop: bool
     format: str
+    layout: str
     device: str
 
 

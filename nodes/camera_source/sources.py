@@ -37,7 +37,7 @@ class SyntheticSource:
         self.size = (height, width)
         self.channels = channels
         self.device = device
-        self.hwc = hwc  # FORMAT=raw sends interleaved rgb8: render it that way, no reordering pass
+        self.hwc = hwc  # interleaved memory: FORMAT=raw (rgb8 bytes) or LAYOUT=interleaved, no reordering pass
 
     def read(self, index: int) -> torch.Tensor:
         return render(index % 2**32, *self.size, channels=self.channels, device=self.device, hwc=self.hwc)
@@ -159,7 +159,7 @@ class ImageFolderSource:
 
 def open_source(config: CameraConfig, device: torch.device) -> FrameSource:
     if config.source == "synthetic":
-        return SyntheticSource(config.width, config.height, config.channels, device, hwc=config.format == "raw")
+        return SyntheticSource(config.width, config.height, config.channels, device, hwc=config.format == "raw" or config.layout == "interleaved")
     if config.source in ("camera", "video"):
         return OpenCVSource(config, device)
     return ImageFolderSource(config, device)
