@@ -39,22 +39,18 @@ def main() -> int:
         # queued), then finish what is in flight.
         while not ended or encoder.busy:
             got_input = False
-            if not ended and encoder.can_accept:
-                events = [] if encoder.busy else [node.next()]
-                while encoder.busy and encoder.can_accept:
-                    event = node.try_recv()
-                    if event is None:
-                        break
-                    events.append(event)
-                for event in events:
-                    if event is None:
-                        ended = True
-                    elif event["type"] == "INPUT" and event["id"] == INPUT:
-                        got_input |= encoder.accept(event)
-                    elif event["type"] == "ERROR":
-                        log.error("dora reported: %s", str(event.get("error"))[:500])
-                    del event
-                del events
+            # Idle: block for the next event. Busy: take only what is already queued, and no
+            # more than the encoder has room for (the rest waits in dora's queue).
+            while not ended and encoder.can_accept:
+                event = node.try_recv() if encoder.busy else node.next()
+                if event is None:
+                    ended = not encoder.busy  # try_recv's None only means "nothing queued"
+                    break
+                if event["type"] == "INPUT" and event["id"] == INPUT:
+                    got_input |= encoder.accept(event)
+                elif event["type"] == "ERROR":
+                    log.error("dora reported: %s", str(event.get("error"))[:500])
+                del event
             encoder.dispatch()
             for data, metadata in encoder.collect(0 if got_input and not ended else POLL_S):
                 metadata[P.SENT_NS] = P.now_ns()
