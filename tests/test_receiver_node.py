@@ -148,6 +148,21 @@ def test_a_frame_of_the_wrong_type_is_bad():
     assert "type: expected torchvision.tv_tensors.Image, got torch.Tensor" in receiver.report()["inputs"]["frames"]["failures"][0]
 
 
+def test_age_is_measured_from_capture_ns_through_every_hop():
+    from torchvision import tv_tensors
+
+    from tensor_codec_nodes.common.pattern import render
+
+    clock = iter([10_000_000, 19_000_000])
+    receiver = Receiver(torch.device("cpu"), clock_ns=lambda: next(clock), inputs=["frames"])
+    value, meta = tc.encode(tv_tensors.Image(render(0, 240, 320)))
+    meta.update({P.ENCODING: "rgb8", P.WIDTH: 320, P.HEIGHT: 240, P.FRAME: 0, P.PATTERN: PATTERN_NAME, P.SENT_NS: 15_000_000, P.CAPTURE_NS: 1_000_000})
+    assert receiver.handle({"type": "INPUT", "id": "frames", "value": value, "metadata": meta}) == "good"
+    stats = receiver.report()["inputs"]["frames"]
+    assert stats["latency_ms"]["p50"] == pytest.approx(4.0) and stats["age_ms"]["p50"] == pytest.approx(18.0)
+    assert "age p50" in summary_table(receiver.report())
+
+
 def test_latency_is_measured_from_sent_ns():
     clock = iter([1_000_000, 4_000_000]).__next__
     receiver = Receiver(CPU, clock_ns=clock)

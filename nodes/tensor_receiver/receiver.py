@@ -33,7 +33,8 @@ class InputStats:
     out_of_order: int = 0
     trackers: dict[str, SeqTracker] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # stream -> announced total (0 = open)
-    latency: Latencies = field(default_factory=Latencies)
+    latency: Latencies = field(default_factory=Latencies)  # from the last hop's sent_ns
+    age: Latencies = field(default_factory=Latencies)  # from capture_ns: through every node on the way
     first_ns: int | None = None
     last_ns: int | None = None
     failures: list[str] = field(default_factory=list)
@@ -67,6 +68,7 @@ class InputStats:
             "expected": self.expected,
             "fps": self.fps,
             "latency_ms": self.latency.summary(),
+            "age_ms": self.age.summary(),
             "failures": list(self.failures),
         }
 
@@ -108,8 +110,13 @@ class Receiver:
                 obj = self._restore(event, metadata)
                 synchronize(self.device)
                 sent = metadata.get(P.SENT_NS)
-                if type(sent) is int:
-                    stats.latency.add((self.clock_ns() - sent) / 1e6)
+                captured = metadata.get(P.CAPTURE_NS)
+                if type(sent) is int or type(captured) is int:
+                    now = self.clock_ns()
+                    if type(sent) is int:
+                        stats.latency.add((now - sent) / 1e6)
+                    if type(captured) is int:
+                        stats.age.add((now - captured) / 1e6)
                 if rejecting:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
                 checked = verify(obj, metadata, self.verify_mode, self.lossy)
