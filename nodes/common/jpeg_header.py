@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import zlib
+
 import numpy as np
 import torch
 
-__all__ = ["JpegError", "JpegInfo", "read_header"]
+from . import protocol as P
+
+__all__ = ["JpegError", "JpegInfo", "read_header", "check_jpeg_message"]
 
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic).
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
@@ -84,3 +88,23 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
             return JpegInfo(width, height, components, marker in _PROGRESSIVE, n)
         i += 2 + length
     raise JpegError(f"jpeg: expected a frame header (SOF marker) before the image data, got none in {n} bytes")
+
+
+def check_jpeg_message(data: torch.Tensor, metadata: dict, *, max_pixels: int | None = None) -> JpegInfo:
+    """A JPEG message checked against itself and against what its metadata says: `encoding`,
+    the markers and frame header (read_header), `width` / `height`, and `jpeg_crc32` when given
+    (a bit flip in the scan data decodes without an error otherwise). JpegError names the field."""
+    encoding = metadata.get(P.ENCODING)
+    if encoding not in (None, "jpeg"):
+        raise JpegError(f"metadata.encoding: expected 'jpeg', got {encoding!r}")
+    info = read_header(data, max_pixels=max_pixels)
+    for key, value in ((P.WIDTH, info.width), (P.HEIGHT, info.height)):
+        said = metadata.get(key)
+        if said is not None and said != value:
+            raise JpegError(f"metadata.{key}: says {said!r}, the JPEG header {value}")
+    crc = metadata.get(P.JPEG_CRC32)
+    if crc is not None:
+        got = zlib.crc32(_bytes_of(data))
+        if got != crc:
+            raise JpegError(f"jpeg bytes: expected crc32 {crc} ({P.JPEG_CRC32}), got {got}: changed on the way")
+    return info

@@ -37,6 +37,17 @@ ACK_INPUT = "ack"
 ACK_OUTPUT = "ack"
 
 
+def carried(metadata: dict, dropped: set[str] | frozenset[str]) -> dict:
+    """The keys a node passes on from an input message to the message it makes from it: all but
+    tensor_codec's own (`tc.*`) and those in `dropped` (what described the input, not the output)."""
+    return {k: v for k, v in metadata.items() if not k.startswith("tc.") and k not in dropped}
+
+
+def label(metadata: dict) -> str:
+    """How logs name a message: its frame index, else its seq."""
+    return str(metadata.get(FRAME, metadata.get(SEQ, "?")))
+
+
 def new_stream_id() -> str:
     return uuid.uuid4().hex[:16]
 

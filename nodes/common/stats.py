@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["SeqTracker", "Latencies"]
+__all__ = ["SeqTracker", "Latencies", "keep_failure", "MAX_FAILURES_KEPT"]
+
+MAX_FAILURES_KEPT = 20  # per report: enough to diagnose, bounded on endless streams
+
+
+def keep_failure(failures: list[str], what: str) -> None:
+    """Remember one failure for a report (the first MAX_FAILURES_KEPT, 500 characters each)."""
+    if len(failures) < MAX_FAILURES_KEPT:
+        failures.append(what[:500])
 
 
 class SeqTracker:

@@ -4,7 +4,6 @@ decode a batch, and describe the frames."""
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -14,18 +13,18 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.images import encoding_for
-from ..common.jpeg_header import JpegError, read_header
+from ..common.jpeg_header import JpegError, check_jpeg_message
+from ..common.stats import keep_failure
 from .engine import decode_batch
 
 log = logging.getLogger("jpeg-decoder")
 
-_NOT_CARRIED = {P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.CHANNELS, P.JPEG_CRC32}
-MAX_FAILURES_KEPT = 20
+_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.CHANNELS, P.JPEG_CRC32})
 
 
 def frame_metadata(source: dict, image: torch.Tensor) -> dict:
     """The decoded frame's metadata: what the JPEG carried, now describing a lossy frame."""
-    out = {k: v for k, v in source.items() if not k.startswith("tc.") and k not in _NOT_CARRIED}
+    out = P.carried(source, _NOT_CARRIED)
     channels, height, width = image.shape
     out.update({P.ENCODING: encoding_for(channels), P.WIDTH: width, P.HEIGHT: height, P.LOSSY: "jpeg"})
     return out
@@ -61,19 +60,9 @@ class JpegDecoder:
         self.stats.received += 1
         metadata = event.get("metadata") or {}
         try:
-            encoding = metadata.get(P.ENCODING)
-            if encoding not in (None, "jpeg"):
-                raise JpegError(f"metadata.encoding: expected 'jpeg', got {encoding!r}")
             # A copy the decoder owns: the message's buffer goes back to dora at once.
             jpeg = tc.plain_bytes(event.get("value")).clone()
-            info = read_header(jpeg, max_pixels=self.max_pixels)
-            for key, value in ((P.WIDTH, info.width), (P.HEIGHT, info.height)):
-                said = metadata.get(key)
-                if said is not None and said != value:
-                    raise JpegError(f"metadata.{key}: says {said!r}, the JPEG header {value}")
-            crc = metadata.get(P.JPEG_CRC32)
-            if crc is not None and crc != zlib.crc32(jpeg.numpy()):
-                raise JpegError(f"jpeg bytes: expected crc32 {crc} ({P.JPEG_CRC32}), got {zlib.crc32(jpeg.numpy())}: changed on the way")
+            info = check_jpeg_message(jpeg, metadata, max_pixels=self.max_pixels)
         except (JpegError, tc.CodecError) as e:
             self._bad(metadata, f"{type(e).__name__}: {e}")
             return None
@@ -107,7 +96,6 @@ class JpegDecoder:
 
     def _bad(self, metadata: dict, reason: str) -> None:
         self.stats.bad += 1
-        what = f"frame {metadata.get(P.FRAME, metadata.get(P.SEQ, '?'))}: {reason}"
-        if len(self.stats.failures) < MAX_FAILURES_KEPT:
-            self.stats.failures.append(what[:500])
+        what = f"frame {P.label(metadata)}: {reason}"
+        keep_failure(self.stats.failures, what)
         log.error("bad JPEG skipped: %s", what[:2000])

@@ -11,21 +11,17 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.device import resolve_device
-from ..common.runtime import setup_logging
-from ..common.settings import SettingError
+from ..common.runtime import load_node_config, setup_logging
 from .config import INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
 
 
 def main() -> int:
     log = setup_logging("jpeg-decoder")
-    try:
-        config = load_config(os.environ)
-        device = resolve_device(config.device)
-    except SettingError as e:
-        log.error("%s", e)
+    loaded = load_node_config(log, load_config, os.environ)
+    if loaded is None:
         return 2
+    config, device = loaded
     from dora import Node
 
     node = Node()

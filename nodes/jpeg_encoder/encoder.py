@@ -16,19 +16,19 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
+from ..common.stats import keep_failure
 from .engines import JpegEngine
 
 log = logging.getLogger("jpeg-encoder")
 
 # Keys that describe the source message, not the JPEG: dropped on the way through.
-_NOT_CARRIED = {P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.JPEG_CRC32, P.LOSSY}
-MAX_FAILURES_KEPT = 20
+_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.JPEG_CRC32, P.LOSSY})
 
 
 def jpeg_metadata(source: dict, channels: int, height: int, width: int, quality: int) -> dict:
     """What a JPEG message says: dora's image keys, plus everything the source frame carried
     (frame index, capture time, seq/stream) except tensor_codec's keys and content checks."""
-    out = {k: v for k, v in source.items() if not k.startswith("tc.") and k not in _NOT_CARRIED}
+    out = P.carried(source, _NOT_CARRIED)
     out.update({P.ENCODING: "jpeg", P.WIDTH: width, P.HEIGHT: height, P.CHANNELS: channels, P.QUALITY: quality})
     return out
 
@@ -45,8 +45,7 @@ class EncoderStats:
     failures: list[str] = field(default_factory=list)
 
     def note(self, what: str) -> None:
-        if len(self.failures) < MAX_FAILURES_KEPT:
-            self.failures.append(what[:500])
+        keep_failure(self.failures, what)
 
     def summary(self) -> str:
         rate = ""
@@ -119,7 +118,7 @@ class JpegEncoder:
 
     def _bad(self, metadata: dict, reason: str) -> None:
         self.stats.bad += 1
-        what = f"frame {metadata.get(P.FRAME, metadata.get(P.SEQ, '?'))}: {reason}"
+        what = f"frame {P.label(metadata)}: {reason}"
         self.stats.note(what)
         log.error("bad frame skipped: %s", what[:2000])
 
@@ -181,15 +180,15 @@ class JpegEncoder:
 
     def _failed(self, items: list[_Item], reason: str) -> None:
         self.stats.failed += len(items)
-        frames = ", ".join(str(i.metadata.get(P.FRAME, i.metadata.get(P.SEQ, "?"))) for i in items)
+        frames = ", ".join(P.label(i.metadata) for i in items)
         self.stats.note(f"frames {frames}: {reason}")
         log.error("encoding failed for frames %s: %s", frames, reason[:2000])
 
     def send_failed(self, metadata: dict, error: Exception) -> None:
         self.stats.encoded -= 1
         self.stats.failed += 1
-        self.stats.note(f"frame {metadata.get(P.FRAME, '?')}: send: {type(error).__name__}: {error}")
-        log.error("could not send the JPEG of frame %s: %s: %s", metadata.get(P.FRAME, "?"), type(error).__name__, error)
+        self.stats.note(f"frame {P.label(metadata)}: send: {type(error).__name__}: {error}")
+        log.error("could not send the JPEG of frame %s: %s: %s", P.label(metadata), type(error).__name__, error)
 
     def close(self) -> None:
         self.engine.close()

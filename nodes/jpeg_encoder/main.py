@@ -8,9 +8,7 @@ import sys
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.device import resolve_device
-from ..common.runtime import setup_logging
-from ..common.settings import SettingError
+from ..common.runtime import load_node_config, setup_logging
 from .config import INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
 from .engines import make_engine
@@ -20,12 +18,10 @@ POLL_S = 0.002  # while batches are in flight: how long to wait for one before l
 
 def main() -> int:
     log = setup_logging("jpeg-encoder")
-    try:
-        config = load_config(os.environ)
-        device = resolve_device(config.device)
-    except SettingError as e:
-        log.error("%s", e)
+    loaded = load_node_config(log, load_config, os.environ)
+    if loaded is None:
         return 2
+    config, device = loaded
     from dora import Node
 
     node = Node()

@@ -5,19 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
-from ..common.runtime import setup_logging
-from ..common.settings import SettingError
+from ..common.runtime import load_node_config, setup_logging
 from .config import INPUT, load_config
 from .sink import JpegSink
 
 
 def main() -> int:
     log = setup_logging("jpeg-sink")
-    try:
-        config = load_config(os.environ)
-    except SettingError as e:
-        log.error("%s", e)
+    loaded = load_node_config(log, load_config, os.environ)
+    if loaded is None:
         return 2
+    config, _ = loaded
     from dora import Node
 
     node = Node()

@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-import zlib
 from pathlib import Path
 
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.jpeg_header import JpegError, read_header
+from ..common.jpeg_header import JpegError, check_jpeg_message
 
 log = logging.getLogger("jpeg-sink")
 
@@ -32,16 +31,11 @@ class JpegSink:
         self.received += 1
         metadata = event.get("metadata") or {}
         try:
-            if metadata.get(P.ENCODING, "jpeg") != "jpeg":
-                raise JpegError(f"metadata.encoding: expected 'jpeg', got {metadata.get(P.ENCODING)!r}")
             data = tc.plain_bytes(event.get("value"))
-            read_header(data)
-            crc = metadata.get(P.JPEG_CRC32)
-            if crc is not None and crc != zlib.crc32(data.numpy()):
-                raise JpegError(f"jpeg bytes: expected crc32 {crc} ({P.JPEG_CRC32}), got {zlib.crc32(data.numpy())}")
+            check_jpeg_message(data, metadata)
         except (JpegError, tc.CodecError) as e:
             self.bad += 1
-            log.error("bad JPEG skipped (frame %s): %s", metadata.get(P.FRAME, "?"), e)
+            log.error("bad JPEG skipped (frame %s): %s", P.label(metadata), e)
             return None
         if self.count and self.saved >= self.count:
             return None

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..common.device import resolve_device
-from ..common.runtime import declared_inputs, declared_outputs, setup_logging
-from ..common.settings import SettingError
+from ..common.runtime import declared_inputs, declared_outputs, load_node_config, setup_logging
 from .config import ACK_OUTPUT, load_config
 from .receiver import Receiver, ack_for
 from .verify import LossyBounds
@@ -28,12 +26,10 @@ def _is_timeout(event: dict) -> bool:
 
 def main() -> int:
     log = setup_logging("tensor-receiver")
-    try:
-        config = load_config(os.environ)
-        device = resolve_device(config.device)
-    except SettingError as e:
-        log.error("%s", e)
+    loaded = load_node_config(log, load_config, os.environ)
+    if loaded is None:
         return 2
+    config, device = loaded
     from dora import Node
 
     node = Node()

@@ -13,13 +13,11 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.device import synchronize
-from ..common.stats import Latencies, SeqTracker
+from ..common.stats import Latencies, SeqTracker, keep_failure
 from ..common.images import is_plain_image, restore_plain_image
 from .verify import LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
-
-MAX_FAILURES_KEPT = 20
 
 
 @dataclass
@@ -144,8 +142,7 @@ class Receiver:
     def _bad(self, name: str, stats: InputStats, metadata: dict, reason: str) -> str:
         stats.bad += 1
         what = f"seq {metadata.get(P.SEQ)} ({metadata.get(P.CASE) or metadata.get(P.FRAME, '?')}): {reason}"
-        if len(stats.failures) < MAX_FAILURES_KEPT:
-            stats.failures.append(what[:500])
+        keep_failure(stats.failures, what)
         log.error("%s: bad message %s", name, what[:2000])
         return "bad"
 
