@@ -6,6 +6,7 @@
     tc.send(node, "output_id", obj, metadata)   # encode straight into dora's send buffer
     obj = tc.receive(event)                     # decode a dora INPUT event
     tc.send_plain(node, "image", hwc_tensor)    # flat bytes for non-codec consumers
+    tc.send(node, "out", cuda_obj, transport="cuda-ipc")  # same machine, GPU memory shared
 
 See README.md and docs/wire-format.md.
 """
@@ -16,11 +17,30 @@ from .errors import (
     CodecError,
     DecodeError,
     EncodeError,
+    InFlightLimitError,
     MessageTooLargeError,
     ReleasedError,
     SharedViewWriteError,
 )
 from .lifetimes import keep, release, scope
+
+
+def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
+    """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
+    what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
+    `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""
+    from .transports.cuda_ipc import configure_output
+
+    configure_output(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+
+
+def ipc_stats() -> dict:
+    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits)
+    and as a receiver (claims, releases, opened segments, cache hits)."""
+    from .transports.cuda_ipc import stats
+
+    return stats()
+
 from .pinning import pin_memory
 from .plain import plain_bytes, send_plain
 from .tree import map_tensors, register_namedtuple
@@ -45,6 +65,9 @@ __all__ = [
     "EncodeError",
     "DecodeError",
     "MessageTooLargeError",
+    "InFlightLimitError",
+    "ipc_configure",
+    "ipc_stats",
     "SharedViewWriteError",
     "ReleasedError",
     "WIRE_VERSION",

@@ -37,7 +37,7 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     transport_name, text = read_metadata(metadata)
     transport = transport_for_message(transport_name)
     header, leaves, build, prepared = parse_header(text, transport_name, transport)
-    materialized = transport.materialize(value, prepared, leaves, copy=copy, device=target)
+    materialized = transport.materialize(value, metadata, prepared, leaves, copy=copy, device=target)
     handed_out: list = []
     obj = build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:

@@ -175,13 +175,15 @@ _MEMMOVE_MAX = 256 << 10
 
 
 class Destination:
-    """Host bytes being written: their address, and a uint8 tensor over them made only when torch
-    has to do a copy (making one costs microseconds, a small memmove less than one)."""
+    """Bytes being written: their address, and a uint8 tensor over them made only when torch has
+    to do a copy (making one costs microseconds, a small memmove less than one). `host=False`:
+    device memory, written by torch only."""
 
-    __slots__ = ("address", "_make", "_tensor")
+    __slots__ = ("address", "host", "_make", "_tensor")
 
-    def __init__(self, address: int, make_tensor):
+    def __init__(self, address: int, make_tensor, host: bool = True):
         self.address = address
+        self.host = host
         self._make = make_tensor
         self._tensor = None
 
@@ -201,7 +203,7 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
         return
     src = leaf.source
     if leaf.raw_span:
-        if leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu:
+        if leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu and dest.host:
             # Dense layouts address bytes from data_ptr() up (strides are never negative).
             ctypes.memmove(dest.address + start, src.data_ptr(), leaf.nbytes)
             return

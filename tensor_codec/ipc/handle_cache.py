@@ -38,9 +38,10 @@ class HandleCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, producer: Hashable, pid: int | None, handle: bytes, device_index: int) -> Any:
+    def get(self, producer: Hashable, pid: int | None, handle: bytes, device_index: int, *open_args: Any) -> Any:
         """The opened segment for `handle` from `producer` (its process id when comparable),
-        opening it on a miss. The opening happens outside the lock (it is slow)."""
+        opening it on a miss (`open_args` go to `open_segment` after the handle and device).
+        The opening happens outside the lock (it is slow)."""
         key = (producer, handle, device_index)
         with self.lock:
             found = self.entries.get(key)
@@ -51,7 +52,7 @@ class HandleCache:
         if pid is not None and not self.pid_alive(pid):
             self.forget(producer)
             raise ProcessLookupError(f"producer process {pid} has exited: its GPU memory is gone")
-        opened = self.open_segment(handle, device_index)
+        opened = self.open_segment(handle, device_index, *open_args)
         with self.lock:
             self.misses += 1
             self.entries[key] = opened

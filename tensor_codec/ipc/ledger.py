@@ -40,9 +40,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .identity import pid_alive
+from .identity import pid_alive, pid_namespace
 
-__all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished"]
+__all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers"]
 
 MAGIC = b"tcledg01"
 HEADER_BYTES = 64
@@ -150,6 +150,8 @@ class Ledger:
         self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.file = _File(self.name, HEADER_BYTES + slots * SLOT_BYTES, create=True)
         self.file.map[0:16] = MAGIC + struct.pack("<II", slots, SLOT_BYTES)
+        # Who made it, so a later producer can tell a crashed one's file from a live one's.
+        self.file.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
         self.pid = os.getpid()
         self.live: dict[int, tuple[int, object]] = {}  # slot -> (generation, producer's token)
         self.next_slot = 0
@@ -210,6 +212,18 @@ class Ledger:
             SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
             return events
 
+    def abandon(self, ref: SlotRef) -> object | None:
+        """Take back a slot whose message never left (its send failed); -> its token."""
+        entry = self.live.get(ref.slot)
+        if entry is None or entry[0] != ref.generation:
+            return None
+        del self.live[ref.slot]
+        start = _slot_offset(ref.slot)
+        with self.file.locked(start, SLOT_BYTES):
+            gen, _, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
+            SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, expected, claims, published, 0)
+        return entry[1]
+
     def bytes_live(self) -> int:
         return sum(self.nbytes(slot) for slot in self.live)
 
@@ -226,6 +240,38 @@ class Ledger:
         except FileNotFoundError:
             pass
         self.file.close()
+
+
+def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
+    """Remove ledger files left by producers of this pid namespace that died without closing
+    theirs (a crash, SIGKILL); -> how many. Files of other namespaces are left alone."""
+    mine = pid_namespace().encode()[: HEADER_BYTES - 16]
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "tc" or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(HEADER_BYTES)
+        except OSError:
+            continue
+        if head[:8] != MAGIC or head[16:].rstrip(b"\0") != mine:
+            continue
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 class LedgerView:

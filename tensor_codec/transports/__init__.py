@@ -18,6 +18,7 @@ __all__ = ["Transport", "Materialized", "get_transport", "transport_for_message"
 # name -> "module:Class" inside this package
 _TABLE = {
     "host": ".host:HostTransport",
+    "cuda-ipc": ".cuda_ipc:CudaIpcTransport",
 }
 TRANSPORT_NAMES = tuple(_TABLE)
 _loaded: dict[str, Transport] = {}

@@ -33,8 +33,9 @@ class Transport(Protocol):
     def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
         """Lay the planned message out; -> (Arrow value, the codec's metadata)."""
 
-    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
-        """Lay the planned message out straight into a dora output (one pass) and send it."""
+    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
+        """Lay the planned message out straight into a dora output (one pass) and send it.
+        -> False when the output's policy dropped it instead (CUDA IPC past its cap)."""
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
         """Validate the transport's own header and leaf fields; -> what `materialize` needs.
@@ -43,7 +44,7 @@ class Transport(Protocol):
         """
 
     def materialize(
-        self, value: Any, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self, value: Any, metadata: dict, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
     ) -> Materialized:
         """Check `value` against the prepared header and build the leaf tensors.
 

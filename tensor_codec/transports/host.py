@@ -84,7 +84,7 @@ class HostTransport:
         dest.release()
         return pa.Array.from_buffers(_UINT8, total, [None, buf]), dict(metadata)
 
-    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> None:
+    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
         codec_metadata, offsets, total = self._metadata(plan)
         dora_limits.check_route(node, output_id, total)
         merged = dict(metadata)
@@ -100,6 +100,7 @@ class HostTransport:
                         # No view of dora's buffer may outlive the send: dora reuses it.
                         dest.release()
                         del array, dest
+        return True
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int]:
         """-> (offsets, total length), after checking every offset is the canonical one."""
@@ -114,7 +115,7 @@ class HostTransport:
         return offsets, total
 
     def materialize(
-        self, value: Any, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self, value: Any, metadata: dict, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
     ) -> Materialized:
         offsets, total = prepared
         _check_value(value, total)

@@ -1,0 +1,151 @@
+"""A sending process's side of CUDA IPC: what it has in flight, per output, and when it may reuse it.
+
+Every message gets its own staging buffer on the sending GPU (so writing a tensor in place after
+`send` never changes what receivers read, failure mode 5), shared with receivers through a slot of
+this process's ledger. The staging buffer and the producer's event are the slot's token: they stay
+alive until every receiver released the slot (or died, or never claimed it within the claim
+timeout), then the buffer goes back to torch's caching allocator. Receivers release only after
+their own GPU work on it completed, so reuse needs no further fence.
+
+Each output has a cap on bytes in flight (`configure_output`); past it `send` waits or drops by
+the output's policy (inflight.py) and says so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .inflight import POLICIES, InFlightLimit
+from .ledger import Ledger, SlotRef, remove_stale_ledgers
+
+__all__ = ["Producer", "OutputSettings", "DEFAULT_MAX_BYTES_IN_FLIGHT"]
+
+log = logging.getLogger("tensor_codec")
+
+DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30  # per output
+DEFAULT_TIMEOUT_S = 5.0
+CLAIM_TIMEOUT_S = 10.0  # a message nobody claimed by then was lost on the way (dora can drop)
+
+
+@dataclass
+class OutputSettings:
+    max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT
+    on_full: str = "wait"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self):
+        if type(self.max_bytes) is not int or self.max_bytes <= 0:
+            raise ValueError(f"max_bytes_in_flight: expected a positive number of bytes, got {self.max_bytes!r}")
+        if self.on_full not in POLICIES:
+            raise ValueError(f"on_full: expected one of {', '.join(POLICIES)}, got {self.on_full!r}")
+        if not self.timeout_s >= 0:
+            raise ValueError(f"timeout_s: expected >= 0 seconds, got {self.timeout_s!r}")
+
+
+@dataclass
+class _Output:
+    limit: InFlightLimit
+    live_bytes: int = 0
+    peak_bytes: int = 0
+    sent: int = 0
+    slots: set = field(default_factory=set)
+
+
+class Producer:
+    def __init__(self, *, slots: int = 1024, claim_timeout_s: float = CLAIM_TIMEOUT_S):
+        self._slots = slots
+        self._claim_timeout_s = claim_timeout_s
+        self._ledger: Ledger | None = None
+        self.outputs: dict[str, _Output] = {}
+        self.settings: dict[str, OutputSettings] = {}
+        self.slot_output: dict[int, tuple[str, int]] = {}  # live slot -> (output, bytes)
+        self.lock = threading.RLock()
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            remove_stale_ledgers()
+            self._ledger = Ledger(self._slots, claim_timeout_s=self._claim_timeout_s)
+            atexit.register(self._ledger.close)
+        return self._ledger
+
+    def configure(self, output_id: str, settings: OutputSettings) -> None:
+        with self.lock:
+            self.settings[output_id] = settings
+            out = self.outputs.get(output_id)
+            if out is not None:
+                out.limit = self._limit(output_id, settings)
+
+    def _limit(self, output_id: str, s: OutputSettings) -> InFlightLimit:
+        return InFlightLimit(s.max_bytes, on_full=s.on_full, timeout_s=s.timeout_s, name=f"output '{output_id}'")
+
+    def output(self, output_id: str) -> _Output:
+        out = self.outputs.get(output_id)
+        if out is None:
+            s = self.settings.get(output_id) or OutputSettings()
+            out = self.outputs[output_id] = _Output(self._limit(output_id, s))
+        return out
+
+    def admit(self, output_id: str, nbytes: int) -> bool:
+        """Room for `nbytes` more on this output? Waits or drops by its policy (see inflight.py)."""
+        with self.lock:
+            out = self.output(output_id)
+        return out.limit.admit(nbytes, lambda: out.live_bytes, self.collect)
+
+    def publish(self, output_id: str, expected: int, nbytes: int, token: Any) -> SlotRef:
+        with self.lock:
+            ref = self.ledger.publish(expected, nbytes, token)
+            out = self.output(output_id)
+            out.live_bytes += nbytes
+            out.peak_bytes = max(out.peak_bytes, out.live_bytes)
+            out.sent += 1
+            out.slots.add(ref.slot)
+            self.slot_output[ref.slot] = (output_id, nbytes)
+            return ref
+
+    def abandon(self, ref: SlotRef) -> None:
+        """The message never left (its send failed): free its slot and memory now."""
+        with self.lock:
+            if self.ledger.abandon(ref) is not None:
+                self._forget(ref.slot)
+
+    def collect(self) -> int:
+        """Free every finished slot's memory; -> how many."""
+        with self.lock:
+            if self._ledger is None:
+                return 0
+            finished = self._ledger.collect()
+            for f in finished:
+                self._forget(f.slot)
+            # Tokens (staging buffers, events) die here, after their slots are marked free.
+            count = len(finished)
+            del finished
+            return count
+
+    def _forget(self, slot: int) -> None:
+        entry = self.slot_output.pop(slot, None)
+        if entry is None:
+            return
+        out = self.outputs[entry[0]]
+        out.slots.discard(slot)
+        out.live_bytes -= entry[1]
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {
+                output_id: {
+                    "sent": out.sent,
+                    "dropped": out.limit.dropped,
+                    "waits": out.limit.waits,
+                    "waited_s": round(out.limit.waited_s, 6),
+                    "bytes_in_flight": out.live_bytes,
+                    "peak_bytes_in_flight": out.peak_bytes,
+                    "messages_in_flight": len(out.slots),
+                    "max_bytes_in_flight": out.limit.max_bytes,
+                }
+                for output_id, out in self.outputs.items()
+            }

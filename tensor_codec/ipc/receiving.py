@@ -1,0 +1,178 @@
+"""A receiving process's side of CUDA IPC: open messages, and tell producers when they are done.
+
+Per message (after the transport validated every field):
+
+1. `claim` the message's ledger slot (refused if the producer already reclaimed it, or has exited);
+2. find the producer's segment in the bounded handle cache (opened once: milliseconds);
+3. make the current stream wait on the producer's event (on the GPU, no host sync);
+4. view ``[offset, offset + size)`` of the segment, nothing outside it.
+
+Release: the view's storage holds one object per message; when the last view of the message dies
+(tc.release, a scope's end, or the user dropping everything), a marker event is recorded on the
+current stream, and once it has completed (this process's last use of the memory is finished on
+the GPU) the ledger slot is released. Completions are checked at every decode and by one small
+thread while any are pending, so a quiet receiver still gives memory back within milliseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+import threading
+import weakref
+from typing import Any
+
+from ..errors import DecodeError
+from .handle_cache import HandleCache
+from .identity import pid_alive, pid_namespace
+from .ledger import LedgerError, LedgerView, SlotRef
+
+__all__ = ["Receiver"]
+
+log = logging.getLogger("tensor_codec")
+
+MAX_LEDGERS = 64  # producers followed at once
+POLL_S = 0.001
+
+
+class Receiver:
+    def __init__(self, backend: Any, *, max_segments: int = 64):
+        self.backend = backend
+        self.segments = HandleCache(backend.open_segment, max_entries=max_segments, pid_alive=pid_alive)
+        self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.pending: list[tuple[Any, LedgerView, SlotRef]] = []
+        self.wakeup = threading.Condition(self.lock)
+        self.thread: threading.Thread | None = None
+        self.claimed = 0
+        self.released = 0
+
+    # ---- opening
+    def _ledger(self, name: str) -> LedgerView:
+        with self.lock:
+            view = self.ledgers.get(name)
+            if view is not None:
+                self.ledgers.move_to_end(name)
+                return view
+        view = LedgerView(name)  # LedgerError if the file is gone
+        with self.lock:
+            self.ledgers[name] = view
+            while len(self.ledgers) > MAX_LEDGERS:
+                _, old = self.ledgers.popitem(last=False)
+                old.close()
+        return view
+
+    def _forget_producer(self, ledger: str) -> None:
+        self.segments.forget(ledger)
+        with self.lock:
+            view = self.ledgers.pop(ledger, None)
+        if view is not None:
+            view.close()
+
+    def open(self, producer: Any, fields: Any, index: int) -> tuple[Any, Any]:
+        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object).
+
+        Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
+        self.poll()
+        comparable = producer.pidns == pid_namespace()
+        if comparable and not pid_alive(producer.pid):
+            self._forget_producer(producer.ledger)
+            raise DecodeError(
+                f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
+            )
+        ref = fields.slot_ref(producer.ledger)
+        try:
+            ledger = self._ledger(producer.ledger)
+            ledger.claim(ref)
+        except LedgerError as e:
+            raise DecodeError(f"tc.ipc.slot: {e}") from None
+        self.claimed += 1
+        try:
+            segment = self.segments.get(
+                producer.ledger, producer.pid if comparable else None, fields.handle, index, fields.offset, fields.size
+            )
+            if segment.end is not None and segment.base + fields.offset + fields.size > segment.end:
+                raise DecodeError(
+                    f"tc.ipc.offset: expected the message inside the producer's segment of "
+                    f"{segment.end - segment.base} bytes, got bytes {fields.offset}..{fields.offset + fields.size}"
+                )
+            self.backend.wait_ready(fields.event, index)
+            view, memory = self.backend.message_view(segment, fields.offset, fields.size, index)
+        except DecodeError:
+            ledger.release(ref)
+            raise
+        except ProcessLookupError as e:
+            ledger.release(ref)
+            self._forget_producer(producer.ledger)
+            raise DecodeError(f"tc.header.producer.pid: {e}") from None
+        except Exception as e:  # the driver refused the handle or event: a clear error, not a crash
+            ledger.release(ref)
+            raise DecodeError(
+                f"tc.ipc.handle: could not open the producer's GPU memory on cuda:{index}: {type(e).__name__}: {str(e)[:300]}"
+            ) from None
+        weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index)
+        return view, memory
+
+    # ---- releasing
+    def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:
+        """Every view of a message died (called from torch's deleter, any thread)."""
+        try:
+            if sys.is_finalizing():
+                ledger.release(ref)  # exiting: no more GPU work of this process will run
+                return
+            marker = self.backend.done_marker(index)
+        except Exception as e:  # never raise out of a deleter
+            log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
+            marker = None
+        with self.lock:
+            self.pending.append((marker, ledger, ref))
+            self._ensure_thread()
+            self.wakeup.notify()
+
+    def poll(self) -> int:
+        """Release every pending message whose completion marker has fired; -> how many."""
+        with self.lock:
+            if not self.pending:
+                return 0
+            ready, waiting = [], []
+            for entry in self.pending:
+                marker = entry[0]
+                try:
+                    done = marker is None or marker.query()
+                except Exception:
+                    done = True  # the context is gone: nothing of ours still runs on it
+                (ready if done else waiting).append(entry)
+            self.pending = waiting
+        for _, ledger, ref in ready:
+            try:
+                ledger.release(ref)
+            except Exception as e:
+                log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
+        self.released += len(ready)
+        return len(ready)
+
+    def _ensure_thread(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="tc-ipc-release", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                while not self.pending:
+                    self.wakeup.wait()
+            self.poll()
+            with self.lock:
+                if self.pending:
+                    self.wakeup.wait(POLL_S)
+
+    def stats(self) -> dict:
+        return {
+            "claimed": self.claimed,
+            "released": self.released,
+            "pending_release": len(self.pending),
+            "segments_open": len(self.segments),
+            "segment_cache_hits": self.segments.hits,
+            "segment_cache_misses": self.segments.misses,
+        }

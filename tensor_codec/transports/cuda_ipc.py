@@ -1,0 +1,295 @@
+"""CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
+
+Sending (docs/wire-format.md, "CUDA IPC transport"): the message is laid out like a host message
+(leaves in depth-first order, each at its offset, here aligned to 256 bytes) in a fresh staging
+buffer on the sender's GPU, written on the current stream: dense layouts keep their strides,
+broadcast dims travel once, anything else is compacted, CPU leaves (a PackedSequence's
+batch_sizes) are copied up. Then an interprocess event is recorded on that stream after the last
+write, the buffer's segment is shared, and a ledger slot keeps it alive until every receiver is
+done. The Arrow value is empty; the metadata carries the handle, the buffer's offset inside the
+segment, its size, the event and the slot.
+
+Receiving: every field is validated first (ipc/fields.py), then the producer's identity (same
+machine, not this process, a GPU this process can see, by UUID), then the ledger claim; only then
+is anything opened. The current stream waits on the producer's event on the GPU; the leaves view
+``[offset, offset + size)`` of the segment and nothing else. ``device=...`` copies out (and
+releases at once); ``copy=True`` clones on the GPU.
+
+The device work is in ipc/cuda_backend.py; tests swap in a CPU stand-in (`use_backend`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from ..errors import DecodeError, EncodeError, format_path
+from ..ipc.fields import check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer, IpcFields
+from ..ipc.identity import host_identity, pid_namespace
+from ..ipc.producing import OutputSettings, Producer
+from ..ipc.receiving import Receiver
+from ..layout import Destination, leaf_view, write_leaf
+from ..wire import Plan, ReceivedLeaf, header_metadata
+from .base import Materialized
+
+__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "layout_offsets"]
+
+ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
+ENCODE_OUTPUT = "<tc.encode>"  # the in-flight account of messages made by tc.encode
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
+
+
+def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
+    offsets, end = [], 0
+    for n in nbytes:
+        start = _align(end) if offsets else 0
+        offsets.append(start)
+        end = start + n
+    return offsets, end
+
+
+class _State:
+    """One per process: the device backend, the producer's and the receiver's bookkeeping."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.producer = Producer()
+        self.receiver = Receiver(backend)
+        self.index_of_uuid: dict[str, int | None] = {}
+        self.uuid_of_index: dict[int, str] = {}
+
+
+_state: _State | None = None
+_state_lock = threading.Lock()
+
+
+def _get_state() -> _State:
+    global _state
+    if _state is None:
+        with _state_lock:
+            if _state is None:
+                from ..ipc.cuda_backend import CudaBackend
+
+                _state = _State(CudaBackend())
+    return _state
+
+
+def use_backend(backend: Any) -> None:
+    """Replace the device backend (tests: a CPU stand-in); None restores the CUDA one lazily."""
+    global _state
+    with _state_lock:
+        _state = None if backend is None else _State(backend)
+
+
+def configure_output(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
+    """Set the cap on bytes in flight for one output sent with transport='cuda-ipc', and what
+    `send` does past it: ``on_full="wait"`` (up to `timeout_s`, then InFlightLimitError) or
+    ``"drop"`` (the message is not sent; `send` returns False, the drop is counted and logged)."""
+    state = _get_state()
+    current = state.producer.settings.get(output_id) or OutputSettings()
+    state.producer.configure(
+        output_id,
+        OutputSettings(
+            current.max_bytes if max_bytes_in_flight is None else max_bytes_in_flight,
+            current.on_full if on_full is None else on_full,
+            current.timeout_s if timeout_s is None else timeout_s,
+        ),
+    )
+
+
+def stats() -> dict:
+    """Counters of this process: per output sent (``outputs``), and as a receiver (``receiver``)."""
+    state = _get_state()
+    state.producer.collect()
+    state.receiver.poll()
+    return {"outputs": state.producer.stats(), "receiver": state.receiver.stats()}
+
+
+def expected_receivers(node: Any, output_id: str) -> int:
+    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1)."""
+    try:
+        descriptor = node.dataflow_descriptor()
+    except Exception:
+        return 1
+    me = _node_id(node)
+    if not isinstance(descriptor, dict) or me is None:
+        return 1
+    wanted = f"{me}/{output_id}"
+    count = 0
+    for entry in descriptor.get("nodes") or []:
+        inputs = entry.get("inputs") if isinstance(entry, dict) else None
+        if not isinstance(inputs, dict):
+            continue
+        for source in inputs.values():
+            if isinstance(source, dict):
+                source = source.get("source")
+            if source == wanted:
+                count += 1
+    return max(count, 1)
+
+
+def _node_id(node: Any) -> str | None:
+    try:
+        config = node.node_config()
+        if isinstance(config, dict) and isinstance(config.get("node_id"), str):
+            return config["node_id"]
+    except Exception:
+        pass
+    from ..dora_limits import _node_id as from_env
+
+    found = from_env()
+    return None if found.startswith("<") else found
+
+
+class CudaIpcTransport:
+    name = "cuda-ipc"
+    leaf_keys = frozenset({"offset"})
+    header_keys = frozenset({"producer"})
+
+    # ---------------------------------------------------------------- sending
+    def _device_of(self, plan: Plan) -> int:
+        index = None
+        device_index_of = _get_state().backend.device_index_of
+        for leaf, path in zip(plan.leaves, plan.paths):
+            here = device_index_of(leaf.source)
+            if here is None:
+                continue
+            if index is None:
+                index, first = here, path
+            elif here != index:
+                raise EncodeError(
+                    f"mixed GPUs at `{format_path(path)}`: transport='cuda-ipc' sends one GPU per message, "
+                    f"got cuda:{here} here and cuda:{index} at `{format_path(first)}`"
+                )
+        if index is None:
+            raise EncodeError(
+                "unsupported transport at `$`: transport='cuda-ipc' moves CUDA tensors, got no CUDA tensor "
+                "in the message (use transport='host' for CPU tensors)"
+            )
+        return index
+
+    def _codec_metadata(self, state: _State, plan: Plan, index: int) -> tuple[dict, list[int], int]:
+        key = (self.name, index, state.producer.ledger.name)
+        memo = plan.memo
+        if memo is not None and key in memo:
+            return memo[key]
+        uuid = state.uuid_of_index.get(index)
+        if uuid is None:
+            uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
+        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+        producer = {
+            "host": host_identity(), "pidns": pid_namespace(), "pid": os.getpid(), "gpu": uuid,
+            "ledger": state.producer.ledger.name,
+        }
+        entry = (header_metadata(plan, self.name, [{"offset": o} for o in offsets], {"producer": producer}), offsets, total)
+        if memo is not None:
+            memo[key] = entry
+        return entry
+
+    def _stage(self, state: _State, plan: Plan, output_id: str, expected: int) -> tuple[dict, Any] | None:
+        """Copy the message into a fresh shared buffer and publish it. -> (metadata, slot), or
+        None when the output's policy dropped it."""
+        index = self._device_of(plan)
+        codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
+        if not state.producer.admit(output_id, total):
+            return None
+        backend = state.backend
+        staging = backend.stage(max(total, 1), index)
+        dest = Destination(staging.data_ptr(), lambda: staging, host=False)
+        end = 0
+        for leaf, start in zip(plan.leaves, offsets):
+            if start > end:
+                staging[end:start].zero_()  # padding: deterministic, no stale bytes
+            write_leaf(leaf, dest, start)
+            end = start + leaf.nbytes
+        handle, offset = backend.share(staging)
+        event, event_handle = backend.record_ready(index)
+        ref = state.producer.publish(output_id, expected, total, (staging, event))
+        fields = IpcFields(handle, offset, total, event_handle, ref.slot, ref.generation)
+        metadata = dict(codec_metadata)
+        metadata.update(ipc_metadata(fields))
+        return metadata, ref
+
+    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
+        state = _get_state()
+        staged = self._stage(state, plan, ENCODE_OUTPUT, 1)
+        if staged is None:
+            raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
+        return pa.array([], type=pa.uint8()), staged[0]
+
+    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
+        state = _get_state()
+        staged = self._stage(state, plan, output_id, expected_receivers(node, output_id))
+        if staged is None:
+            return False
+        codec_metadata, ref = staged
+        merged = dict(metadata)
+        merged.update(codec_metadata)
+        try:
+            node.send_output(output_id, pa.array([], type=pa.uint8()), merged)
+        except BaseException:
+            state.producer.abandon(ref)
+            raise
+        return True
+
+    # ---------------------------------------------------------------- receiving
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:
+        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
+        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
+            got = leaf.fields["offset"]
+            if type(got) is not int or got != expected:
+                raise DecodeError(
+                    f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
+                    f"to {ALIGNMENT} bytes), got {got!r}"
+                )
+        if "producer" not in header:
+            raise DecodeError("tc.header.producer: expected the producer's identity, missing")
+        return offsets, total, parse_producer(header["producer"])
+
+    def materialize(
+        self, value: Any, metadata: dict, prepared: tuple, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+    ) -> Materialized:
+        offsets, total, producer = prepared
+        if not isinstance(value, pa.Array) or len(value) != 0:
+            what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
+            raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
+        fields = parse_ipc_fields(metadata, total)
+        check_same_machine(producer)
+        state = _get_state()
+        index = self._local_index(state, producer.gpu)
+        if not producer.ledger.startswith(f"tc-{producer.pid}-"):
+            raise DecodeError(f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r}")
+        base, memory = state.receiver.open(producer, fields, index)
+        if device is not None and (device.type != "cuda" or device.index != index):
+            base, memory = base.to(device, copy=True), None  # copied out; the message is released below
+        elif copy:
+            base, memory = base.clone(), None
+        borrowed = base if memory is not None else None
+        del memory  # only the views keep the message now
+        storage = base.untyped_storage()
+        tensors = []
+        for i, (leaf, start) in enumerate(zip(leaves, offsets)):
+            try:
+                tensors.append(leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides))
+            except RuntimeError as e:
+                raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
+        return Materialized(tensors, borrowed, offsets)
+
+    def _local_index(self, state: _State, uuid: str) -> int:
+        if uuid not in state.index_of_uuid:
+            state.index_of_uuid[uuid] = state.backend.local_index(uuid)
+        index = state.index_of_uuid[uuid]
+        if index is None:
+            seen = state.backend.visible_gpus()
+            raise DecodeError(
+                f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
+                f"(it sees {', '.join(seen) if seen else 'no GPU'}); send with transport='host' to reach another GPU"
+            )
+        return index
