@@ -5,6 +5,7 @@
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding at 1080p and 4K, CPU (and nvJPEG on a GPU) against PIL (issue 5)
+    cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 4; GPU only)
     camera_fps.py      the synthetic camera at 1920x1080, 60 fps into the receiver: fps, drops, p50/p99
                        latency against the same frames sent as a flat pa.array (about 95 s)
 """
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import camera_fps  # noqa: E402
+import cuda_ipc  # noqa: E402
 import decode_scaling  # noqa: E402
 import dora_latency  # noqa: E402
 import jpeg_fps  # noqa: E402
@@ -35,6 +37,8 @@ def main() -> None:
     dora_latency.main(sys.argv[1:])
     print()
     jpeg_fps.main([])
+    print()
+    cuda_ipc.main([])
     print()
     camera_fps.main([])
 

@@ -34,6 +34,14 @@ def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_
     configure_output(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
 
 
+def ipc_flush(timeout_s: float = 10.0) -> bool:
+    """Wait until receivers released everything this process sent with transport='cuda-ipc'
+    (call before a producer exits: its GPU memory goes with it); False on timeout."""
+    from .transports.cuda_ipc import flush
+
+    return flush(timeout_s)
+
+
 def ipc_stats() -> dict:
     """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits)
     and as a receiver (claims, releases, opened segments, cache hits)."""
@@ -68,6 +76,7 @@ __all__ = [
     "InFlightLimitError",
     "ipc_configure",
     "ipc_stats",
+    "ipc_flush",
     "SharedViewWriteError",
     "ReleasedError",
     "WIRE_VERSION",

@@ -259,8 +259,9 @@ def test_expected_receivers_come_from_the_dataflow(monkeypatch):
                 ]
             }
 
-    assert cuda_ipc.expected_receivers(Node(), "image") == 2
-    assert cuda_ipc.expected_receivers(Node(), "none") == 1
+    node = Node()
+    assert cuda_ipc.expected_receivers(node, "image") == 2
+    assert cuda_ipc.expected_receivers(node, "none") == 1
 
 
 # ---------------------------------------------------------------------------------- hostile input

@@ -122,6 +122,13 @@ def _sizes(raw: str, s: Setting) -> tuple[int, ...]:
     return parse_sizes(raw)
 
 
+def _size(raw: str, s: Setting) -> int:
+    value = parse_size(raw)
+    if value <= 0:
+        raise SettingError(f"expected a size above 0, got {raw!r}")
+    return value
+
+
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -144,6 +151,7 @@ PARSERS: dict[str, Callable[[str, Setting], Any]] = {
     "string": _text,
     "path": _text,
     "sizes": _sizes,
+    "size": _size,
     "device": _device,
 }
 

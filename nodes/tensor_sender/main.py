@@ -21,7 +21,7 @@ from .sender import TensorSender
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
 
 
-def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> bool:
+def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "host") -> bool:
     """Send message `seq`; a message that cannot be sent is logged and counted lost.
     -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
     outgoing = sender.message(seq)
@@ -30,7 +30,7 @@ def send(node, sender: TensorSender, delivery: Delivery, seq: int, log) -> bool:
         if outgoing.raw is not None:
             node.send_output(OUTPUT, outgoing.raw, outgoing.metadata)
         else:
-            tc.send(node, OUTPUT, outgoing.obj, outgoing.metadata)
+            tc.send(node, OUTPUT, outgoing.obj, outgoing.metadata, transport=transport)
     except Exception as e:  # one payload that cannot be sent must not end the node
         log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
@@ -62,6 +62,8 @@ def main() -> int:
     try:
         config = load_config(os.environ)
         device = resolve_device(config.device)
+        if config.transport == "cuda-ipc" and device.type != "cuda":
+            raise SettingError(f"TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got {device}")
         payloads = make_payloads(config, device)
     except SettingError as e:
         log.error("%s", e)
@@ -69,6 +71,8 @@ def main() -> int:
     from dora import Node
 
     node = Node()
+    if config.transport == "cuda-ipc":
+        tc.ipc_configure(OUTPUT, max_bytes_in_flight=config.max_in_flight, on_full="wait")
     corrupted = corrupted_messages(config.seed) if config.corrupt else ()
     reliable = ACK_INPUT in declared_inputs(node)
     sender = TensorSender(payloads, config.count, corrupted, wants_ack=reliable)
@@ -79,10 +83,10 @@ def main() -> int:
         if handle_events(drain(node), sender, delivery) or delivery.finished:
             break
         now = time.monotonic()
-        healthy = all([send(node, sender, delivery, seq, log) for seq in delivery.retransmissions(now)])
+        healthy = all([send(node, sender, delivery, seq, log, config.transport) for seq in delivery.retransmissions(now)])
         sent_new = healthy and delivery.can_send_new() and pacer.wait_time() == 0
         if sent_new:
-            healthy = send(node, sender, delivery, delivery.take_new(now), log)
+            healthy = send(node, sender, delivery, delivery.take_new(now), log, config.transport)
             pacer.sent()
         if not healthy:
             log.error("stopping: %d sends in a row failed", sender.failures_in_a_row)
@@ -94,9 +98,16 @@ def main() -> int:
         log.error("message %d was lost (not sent, or never acknowledged)", seq)
     if unfinished:
         log.error("stopped with %d messages not delivered (first: %d)", len(unfinished), unfinished[0])
+    ipc = ""
+    if config.transport == "cuda-ipc":
+        # Our GPU memory dies with this process: stay until receivers are done with it.
+        if not tc.ipc_flush(10.0):
+            log.warning("exiting with CUDA IPC messages still held by receivers; they will get errors")
+        out = tc.ipc_stats()["outputs"].get(OUTPUT, {})
+        ipc = f", cuda-ipc peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
     print(
         f"tensor sender: {delivery.next_seq} messages sent, {delivery.retransmits} retransmitted, "
-        f"{len(delivery.lost)} lost",
+        f"{len(delivery.lost)} lost{ipc}",
         flush=True,
     )
     return 1 if sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW else 0

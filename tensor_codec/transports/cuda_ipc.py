@@ -36,7 +36,7 @@ from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
 from .base import Materialized
 
-__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "layout_offsets"]
+__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "flush", "layout_offsets"]
 
 ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
 ENCODE_OUTPUT = "<tc.encode>"  # the in-flight account of messages made by tc.encode
@@ -112,8 +112,41 @@ def stats() -> dict:
     return {"outputs": state.producer.stats(), "receiver": state.receiver.stats()}
 
 
+def flush(timeout_s: float = 10.0) -> bool:
+    """Wait until every message this process sent by CUDA IPC was released by its receivers (or
+    reclaimed); -> False if some were still in flight after `timeout_s`. Call it before a
+    producer exits: its GPU memory dies with it."""
+    import time
+
+    state = _state
+    if state is None or state.producer._ledger is None:
+        return True
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0005
+    while True:
+        state.producer.collect()
+        if not state.producer.slot_output:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+_receivers_cache: dict[tuple[int, str], int] = {}
+
+
 def expected_receivers(node: Any, output_id: str) -> int:
-    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1)."""
+    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1); read
+    once per node and output (a dataflow does not change while it runs)."""
+    key = (id(node), output_id)
+    found = _receivers_cache.get(key)
+    if found is None:
+        found = _receivers_cache[key] = _count_receivers(node, output_id)
+    return found
+
+
+def _count_receivers(node: Any, output_id: str) -> int:
     try:
         descriptor = node.dataflow_descriptor()
     except Exception:
@@ -132,7 +165,7 @@ def expected_receivers(node: Any, output_id: str) -> int:
                 source = source.get("source")
             if source == wanted:
                 count += 1
-    return max(count, 1)
+    return min(max(count, 1), 16)  # the ledger keeps 16 receivers per message
 
 
 def _node_id(node: Any) -> str | None:

@@ -1,0 +1,103 @@
+"""CUDA IPC end to end through a real dora dataflow (issue 4), against today's way of moving a GPU
+tensor between processes: `.cpu()` -> dora (tensor_codec's host transport) -> `.cuda()`.
+
+Goals, each printed as a ratio measured in this run:
+* latency flat in size: 64 MB within 1.5x of 4 KB (p50);
+* 64 MB at least 30x faster than the `.cpu()` -> dora -> `.cuda()` path (p50);
+* codec overhead per message, dora excluded, under 100 us once handles are cached
+  (p50 of the sender's `tc.send` minus dora's `send_output`, plus the receiver's `tc.receive`).
+
+Needs a CUDA device; without one it says so and measures nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from dora_latency import dora_cli  # noqa: E402
+
+CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
+
+
+def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[dict]]:
+    with tempfile.TemporaryDirectory(prefix="tc-bench-ipc-") as tmp:
+        tmp = Path(tmp)
+        results, sender_results = tmp / "results.json", tmp / "sender.json"
+        plan = {"sizes_kb": sizes_kb, "reps": reps, "warmup": warmup, "contenders": CONTENDERS}
+        node = lambda role, **kw: {"id": role, "path": sys.executable, "args": f"-u {HERE / '_ipc_latency_node.py'} {role}", **kw}  # noqa: E731
+        flow = {
+            "nodes": [
+                node("sender", shared_memory_pool_size="256MB", inputs={"tick": "dora/timer/millis/100", "ack": "receiver/ack"},
+                     outputs=["out", "done"], env={"PLAN": json.dumps(plan), "SENDER_RESULTS": str(sender_results)}),
+                node("receiver", inputs={"data": {"source": "sender/out", "queue_size": 4}, "done": "sender/done"},
+                     outputs=["ack"], env={"RESULTS": str(results)}),
+            ]
+        }
+        (tmp / "dataflow.yml").write_text(json.dumps(flow, indent=1))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        proc = subprocess.run([dora_cli(), "run", str(tmp / "dataflow.yml")], cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 or not results.exists():
+            sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        return json.loads(results.read_text()), json.loads(sender_results.read_text())
+
+
+def p50(values) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
+    print("CUDA IPC through dora, p50 latency in ms until the tensor is usable on the receiver's GPU")
+    print(f"{'size':>9s}  {'cuda-ipc':>10s}  {'.cpu()->dora->.cuda()':>22s}  {'speed-up':>9s}")
+    lat = {}
+    for size in sizes_kb:
+        for c in CONTENDERS:
+            lat[(c, size)] = p50(r["latency_ns"] for r in rows if r["contender"] == c and r["size_kb"] == size) / 1e6
+        ipc, host = lat[("cuda-ipc", size)], lat[("cpu+host+cuda", size)]
+        print(f"{size:>7d}KB  {ipc:10.3f}  {host:22.3f}  {host / ipc:8.1f}x")
+    small, big = min(sizes_kb), max(sizes_kb)
+    flat = lat[("cuda-ipc", big)] / lat[("cuda-ipc", small)]
+    speedup = lat[("cpu+host+cuda", big)] / lat[("cuda-ipc", big)]
+    send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3
+    recv_us = p50(r["receive_codec_ns"] for r in rows if r["contender"] == "cuda-ipc" and r["size_kb"] == small) / 1e3
+    verdicts = [
+        (f"latency flat in size: {big // 1024} MB within 1.5x of {small} KB", flat <= 1.5, f"ratio {flat:.2f}"),
+        (f"{big // 1024} MB at least 30x faster than .cpu() -> dora -> .cuda()", speedup >= 30, f"{speedup:.1f}x"),
+        ("codec overhead per message under 100 us (dora excluded)", send_us + recv_us < 100,
+         f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us"),
+    ]
+    print()
+    for text, met, detail in verdicts:
+        print(f"  {'met    ' if met else 'NOT met'}  {text} ({detail})")
+    return {"latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()}, "flat_ratio": flat, "speedup": speedup, "codec_us": send_us + recv_us}
+
+
+def main(argv=None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes-kb", default="4,1024,16384,65536")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
+        return None
+    sizes = [int(s) for s in args.sizes_kb.split(",")]
+    rows, codec = run(sizes, args.reps, args.warmup)
+    return report(rows, codec, sizes)
+
+
+if __name__ == "__main__":
+    main()
