@@ -41,7 +41,8 @@ class Receiver:
         self.backend = backend
         self.segments = HandleCache(backend.open_segment, max_entries=max_segments, pid_alive=pid_alive)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
-        self.lock = threading.Lock()
+        # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
+        self.lock = threading.RLock()
         self.pending: list[tuple[Any, LedgerView, SlotRef]] = []
         self.wakeup = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
