@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,10 +22,9 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from dora_latency import dora_cli  # noqa: E402
+from dora_latency import run_flow  # noqa: E402
 
 CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
 
@@ -46,11 +43,7 @@ def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[d
                      outputs=["ack"], env={"RESULTS": str(results)}),
             ]
         }
-        (tmp / "dataflow.yml").write_text(json.dumps(flow, indent=1))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        proc = subprocess.run([dora_cli(), "run", str(tmp / "dataflow.yml")], cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0 or not results.exists():
-            sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        run_flow(flow, tmp, results)
         return json.loads(results.read_text()), json.loads(sender_results.read_text())
 
 

@@ -41,6 +41,16 @@ def dora_cli() -> str:
     return found
 
 
+def run_flow(flow: dict, tmp: Path, results: Path) -> None:
+    """`dora run` a benchmark dataflow in `tmp` with the repository importable; exit with dora's
+    output if it fails or leaves no `results`."""
+    (tmp / "dataflow.yml").write_text(json.dumps(flow, indent=1))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([dora_cli(), "run", str(tmp / "dataflow.yml")], cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0 or not results.exists():
+        sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+
 def run(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
         tmp = Path(tmp)
@@ -55,11 +65,7 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> list[dict]:
                      outputs=["ack"], env={"RESULTS": str(results)}),
             ]
         }
-        (tmp / "dataflow.yml").write_text(json.dumps(flow, indent=1))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        proc = subprocess.run([dora_cli(), "run", str(tmp / "dataflow.yml")], cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0 or not results.exists():
-            sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        run_flow(flow, tmp, results)
         return json.loads(results.read_text())
 
 

@@ -35,24 +35,14 @@ from ..ipc.receiving import Receiver
 from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
 from .base import Materialized
+from .buffer_layout import check_canonical_offsets, layout_offsets
 
-__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "flush", "layout_offsets"]
+__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "flush"]
 
 ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
 ENCODE_OUTPUT = "<tc.encode>"  # the in-flight account of messages made by tc.encode
 
 
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
-
-
-def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
-    offsets, end = [], 0
-    for n in nbytes:
-        start = _align(end) if offsets else 0
-        offsets.append(start)
-        end = start + n
-    return offsets, end
 
 
 class _State:
@@ -187,9 +177,8 @@ class CudaIpcTransport:
     header_keys = frozenset({"producer"})
 
     # ---------------------------------------------------------------- sending
-    def _device_of(self, plan: Plan) -> int:
+    def _device_of(self, plan: Plan, device_index_of) -> int:
         index = None
-        device_index_of = _get_state().backend.device_index_of
         for leaf, path in zip(plan.leaves, plan.paths):
             here = device_index_of(leaf.source)
             if here is None:
@@ -216,7 +205,7 @@ class CudaIpcTransport:
         uuid = state.uuid_of_index.get(index)
         if uuid is None:
             uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
-        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
         producer = {
             "host": host_identity(), "pidns": pid_namespace(), "pid": os.getpid(), "gpu": uuid,
             "ledger": state.producer.ledger.name,
@@ -229,7 +218,7 @@ class CudaIpcTransport:
     def _stage(self, state: _State, plan: Plan, output_id: str, expected: int) -> tuple[dict, Any] | None:
         """Copy the message into a fresh shared buffer and publish it. -> (metadata, slot), or
         None when the output's policy dropped it."""
-        index = self._device_of(plan)
+        index = self._device_of(plan, state.backend.device_index_of)
         codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
         if not state.producer.admit(output_id, total):
             return None
@@ -274,14 +263,7 @@ class CudaIpcTransport:
 
     # ---------------------------------------------------------------- receiving
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:
-        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
-        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
-            got = leaf.fields["offset"]
-            if type(got) is not int or got != expected:
-                raise DecodeError(
-                    f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
-                    f"to {ALIGNMENT} bytes), got {got!r}"
-                )
+        offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         if "producer" not in header:
             raise DecodeError("tc.header.producer: expected the producer's identity, missing")
         return offsets, total, parse_producer(header["producer"])

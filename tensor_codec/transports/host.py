@@ -24,6 +24,7 @@ from .. import dora_limits
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
+from . import buffer_layout
 from .base import Materialized
 
 ALIGNMENT = 64
@@ -31,19 +32,9 @@ SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller me
 _UINT8 = pa.uint8()
 
 
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) & ~(ALIGNMENT - 1)
-
-
 def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
     """Canonical offsets for leaves of the given sizes, and the total buffer length."""
-    offsets = []
-    end = 0
-    for n in nbytes:
-        start = _align(end) if offsets else 0
-        offsets.append(start)
-        end = start + n
-    return offsets, end
+    return buffer_layout.layout_offsets(nbytes, ALIGNMENT)
 
 
 def _write(plan: Plan, offsets: list[int], dest: Destination) -> None:
@@ -104,15 +95,7 @@ class HostTransport:
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int]:
         """-> (offsets, total length), after checking every offset is the canonical one."""
-        offsets, total = layout_offsets([leaf.nbytes for leaf in leaves])
-        for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
-            got = leaf.fields["offset"]
-            if type(got) is not int or got != expected:
-                raise DecodeError(
-                    f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
-                    f"to {ALIGNMENT} bytes), got {got!r}"
-                )
-        return offsets, total
+        return buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
 
     def materialize(
         self, value: Any, metadata: dict, prepared: tuple[list[int], int], leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
