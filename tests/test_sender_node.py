@@ -208,3 +208,12 @@ def test_sending_that_keeps_failing_stops_the_sender():
 def test_count_must_be_ascii_digits():
     with pytest.raises(SettingError, match="COUNT: expected all"):
         load_config({"COUNT": "\u00b2"})
+
+
+def test_cuda_ipc_without_a_gpu_device_is_a_setting_error(monkeypatch, caplog):
+    from tensor_codec_nodes.tensor_sender import main as sender_main
+
+    monkeypatch.setenv("TRANSPORT", "cuda-ipc")
+    monkeypatch.setenv("DEVICE", "cpu")
+    assert sender_main.main() == 2
+    assert "TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got cpu" in caplog.text
