@@ -6,13 +6,15 @@
     tc.send(node, "output_id", obj, metadata)   # encode straight into dora's send buffer
     obj = tc.receive(event)                     # decode a dora INPUT event
     tc.send_plain(node, "image", hwc_tensor)    # flat bytes for non-codec consumers
-    tc.send(node, "out", cuda_obj, transport="cuda-ipc")  # same machine, GPU memory shared
+    tc.send(node, "out", cuda_obj)              # transport="auto": CUDA IPC to consumers on this
+                                                # machine, host bytes to others (see routing.py)
+    obj = tc.receive(event, device="cuda")      # restored onto this process's GPU, whatever the path
 
 See README.md and docs/wire-format.md.
 """
 
 from .codec import decode, encode
-from .dora_io import receive, send
+from .dora_io import receive, send, transport_for
 from .errors import (
     CodecError,
     DecodeError,
@@ -61,6 +63,7 @@ __all__ = [
     "decode",
     "send",
     "receive",
+    "transport_for",
     "send_plain",
     "plain_bytes",
     "scope",

@@ -2,32 +2,68 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from . import routing
 from .codec import decode
 from .errors import DecodeError, EncodeError
-from .transports import get_transport
+from .transports import TRANSPORT_NAMES, get_transport
 from .wire import RESERVED_PREFIX, make_plan
 
-__all__ = ["send", "receive"]
+__all__ = ["send", "receive", "transport_for"]
+
+log = logging.getLogger("tensor_codec")
 
 
-def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "host") -> bool:
+def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
     """Encode `obj` and send it on `output_id` of a dora node, writing tensors straight into
     dora's send buffer (one pass per tensor). `metadata` holds the caller's own keys; keys starting
     with ``tc.`` are reserved. Raises `MessageTooLargeError` (naming ``shared_memory_pool_size``)
     before writing anything if no dora route can carry the message.
 
-    ``transport="cuda-ipc"``: CUDA tensors go to receivers on this machine without touching the
-    host (see `tensor_codec.ipc_configure` for the cap on bytes in flight). Returns False when
-    that cap's ``on_full="drop"`` policy dropped the message, else True.
+    ``transport="auto"`` (default): CUDA IPC when the message holds CUDA tensors and every
+    consumer of the output runs on this machine, host bytes otherwise (tensor_codec/routing.py
+    has the rule; ``TC_TRANSPORT`` in the node's environment forces one). ``"host"``: bytes in
+    the dora message. ``"cuda-ipc"``: CUDA tensors go to receivers on this machine without
+    touching the host (see `tensor_codec.ipc_configure` for the cap on bytes in flight).
+    Returns False when that cap's ``on_full="drop"`` policy dropped the message, else True.
     """
     if metadata:
         reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
         if reserved:
             raise EncodeError(f"metadata: keys starting with {RESERVED_PREFIX!r} are reserved for the codec, got {reserved}")
-    chosen = get_transport(transport)
-    return chosen.send(node, output_id, make_plan(obj), dict(metadata) if metadata else {})
+    if transport not in TRANSPORT_CHOICES:
+        raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r}")
+    plan = make_plan(obj)
+    name = routing.forced_transport(transport)
+    if name == "auto":
+        name, _ = _auto_transport(node, output_id, plan)
+    return get_transport(name).send(node, output_id, plan, dict(metadata) if metadata else {})
+
+
+TRANSPORT_CHOICES = ("auto", *TRANSPORT_NAMES)
+_announced: set[tuple[int, str, str]] = set()
+
+
+def _auto_transport(node: Any, output_id: str, plan) -> tuple[str, str]:
+    has_cuda = any(leaf.source.is_cuda for leaf in plan.leaves)
+    name, why = routing.choose(routing.route_of(node, output_id), has_cuda)
+    key = (id(node), output_id, name)
+    if key not in _announced and len(_announced) < 4096:
+        # Once per output and choice: what a user needs to see when a deployment changes it.
+        _announced.add(key)
+        log.info("output '%s': transport %s (%s)", output_id, name, why)
+    return name, why
+
+
+def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
+    """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
+    consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
+    name = routing.forced_transport("auto")
+    if name != "auto":
+        return name, f"forced by {routing.ENV_TRANSPORT}={name}"
+    return _auto_transport(node, output_id, make_plan(obj))
 
 
 def receive(event: Any, *, copy: bool = False, device: Any = None) -> Any:

@@ -202,6 +202,9 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     if leaf.nbytes == 0:
         return
     src = leaf.source
+    if src.is_cuda and dest.host:
+        _write_from_gpu(leaf, dest, start)
+        return
     if leaf.raw_span:
         if leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu and dest.host:
             # Dense layouts address bytes from data_ptr() up (strides are never negative).
@@ -216,6 +219,22 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     # every byte of the destination exactly once. torch's strided copy compacts in a single pass.
     dst = dest.tensor()[start : start + leaf.nbytes]
     dst.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
+
+
+def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
+    """GPU leaf -> host bytes: one copy off the GPU (staged through pinned memory where that
+    pays, see staging.py); a non-dense leaf is compacted on the GPU first, where it is cheap."""
+    from . import staging
+
+    src = leaf.source
+    if leaf.raw_span:
+        dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
+            src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
+        )
+    else:
+        dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
+        dense.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
+    staging.device_to_host(dense, dest.tensor()[start : start + leaf.nbytes])
 
 
 def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> None:

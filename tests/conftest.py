@@ -117,3 +117,14 @@ def run_flow_file(dora_cli: str, flow: Path, *, timeout: float = 120, env: dict 
 def tail(proc: subprocess.CompletedProcess, lines: int = 60) -> str:
     text = (proc.stdout or "") + "\n" + (proc.stderr or "")
     return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_routes():
+    """Routes are cached per id(node) for a node's life; test nodes die young and their ids come
+    back, so each test starts with no cached route."""
+    from tensor_codec import dora_io, routing
+
+    routing._routes.clear()
+    dora_io._announced.clear()
+    yield

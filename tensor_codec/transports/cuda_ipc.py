@@ -123,52 +123,12 @@ def flush(timeout_s: float = 10.0) -> bool:
         pause = min(pause * 2, 0.02)
 
 
-_receivers_cache: dict[tuple[int, str], int] = {}
-
-
 def expected_receivers(node: Any, output_id: str) -> int:
-    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1); read
-    once per node and output (a dataflow does not change while it runs)."""
-    key = (id(node), output_id)
-    found = _receivers_cache.get(key)
-    if found is None:
-        found = _receivers_cache[key] = _count_receivers(node, output_id)
-    return found
+    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1, at most
+    what a ledger slot tracks); from the route, read once per node and output."""
+    from ..routing import MAX_IPC_CONSUMERS, route_of
 
-
-def _count_receivers(node: Any, output_id: str) -> int:
-    try:
-        descriptor = node.dataflow_descriptor()
-    except Exception:
-        return 1
-    me = _node_id(node)
-    if not isinstance(descriptor, dict) or me is None:
-        return 1
-    wanted = f"{me}/{output_id}"
-    count = 0
-    for entry in descriptor.get("nodes") or []:
-        inputs = entry.get("inputs") if isinstance(entry, dict) else None
-        if not isinstance(inputs, dict):
-            continue
-        for source in inputs.values():
-            if isinstance(source, dict):
-                source = source.get("source")
-            if source == wanted:
-                count += 1
-    return min(max(count, 1), 16)  # the ledger keeps 16 receivers per message
-
-
-def _node_id(node: Any) -> str | None:
-    try:
-        config = node.node_config()
-        if isinstance(config, dict) and isinstance(config.get("node_id"), str):
-            return config["node_id"]
-    except Exception:
-        pass
-    from ..dora_limits import _node_id as from_env
-
-    found = from_env()
-    return None if found.startswith("<") else found
+    return min(max(len(route_of(node, output_id).consumers), 1), MAX_IPC_CONSUMERS)
 
 
 class CudaIpcTransport:

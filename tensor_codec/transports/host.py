@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from .. import dora_limits
+from .. import dora_limits, staging
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
@@ -128,7 +128,7 @@ class HostTransport:
             # exact strides (broadcast dims included) survive, and nothing borrows dora's memory.
             on_device = torch.empty(total, dtype=torch.uint8, device=device)
             if total:
-                on_device.copy_(base)
+                staging.host_to_device(base, on_device)  # through pinned memory where that pays
             base, borrowed = on_device, None
         storage = base.untyped_storage()
         tensors = []
