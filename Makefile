@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run test test-gpu bench clean
+.PHONY: install run run-cluster test test-gpu bench clean
 
 install: $(STAMP)
 
@@ -36,6 +36,14 @@ run: install
 	fi; \
 	dora start dataflow.yml --attach; \
 	echo "make run: report written to out/receiver-report.json"
+
+# The same nodes on two machines, A and B: a coordinator and two daemons on loopback (free ports
+# chosen at run time), the dataflow-cluster.yml nodes deployed on both, both receivers' reports
+# checked, and only the processes it started torn down, by PID, also on Ctrl-C.
+run-cluster: install
+	@mkdir -p out
+	$(BIN)/python -m tensor_codec_nodes.local_cluster dataflow-cluster.yml \
+		--report out/cluster-report-A.json --report out/cluster-report-B.json
 
 test: install
 	$(BIN)/python -m pytest -q

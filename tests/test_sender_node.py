@@ -124,6 +124,36 @@ def test_reliable_delivery_windows_retransmits_and_gives_up():
     assert d.finished and d.next_seq == 5
 
 
+def test_with_several_ackers_a_message_is_delivered_when_each_acknowledged_it():
+    d = Delivery(2, reliable=True, window=1, retry_s=1.0, ackers=("ack", "ack_remote"))
+    seq = d.take_new(0.0)
+    d.ack(seq, "ack")
+    assert not d.can_send_new() and d.retransmissions(1.0) == [0]  # the remote one still waits
+    d.ack(seq, "ack")  # a duplicate from the same receiver changes nothing
+    assert seq in d.unacked
+    d.ack(seq, "ack_remote")
+    assert seq not in d.unacked and d.can_send_new()
+    d.ack(seq, "ack_remote")  # late duplicates after delivery are ignored
+    seq = d.take_new(2.0)
+    d.ack(seq, "ack_remote")
+    d.ack(seq, "ack")
+    assert d.finished
+
+
+def test_acks_are_read_from_every_ack_input():
+    sender = TensorSender([Payload("a", torch.ones(1))], count=2, stream="mine")
+    d = Delivery(2, reliable=True, ackers=("ack", "ack_remote"))
+    d.take_new(0.0)
+    events = [
+        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
+        {"type": "INPUT", "id": "ack_remote", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
+    ]
+    assert handle_events(events, sender, d) is False
+    assert not d.unacked
+    # Either receiver going away means nothing would ever be fully acknowledged: stop.
+    assert handle_events([{"type": "INPUT_CLOSED", "id": "ack_remote"}], sender, d) is True
+
+
 def test_a_message_that_cannot_be_sent_is_counted_lost():
     d = Delivery(2, reliable=True)
     d.forget(d.take_new(0.0))

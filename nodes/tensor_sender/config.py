@@ -22,7 +22,7 @@ SETTINGS = (
     Setting("CORRUPT", "bool", "0", "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them."),
     Setting("SEED", "int", "0", "Seed of the suite and of random payloads.", minimum=0),
     Setting("DEVICE", "device", "auto", "Where payloads live before sending: auto (CUDA when present), cpu, cuda or cuda:N."),
-    Setting("TRANSPORT", "choice", "host", "`host`: tensor bytes travel in the dora message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE on a GPU).", ("host", "cuda-ipc")),
+    Setting("TRANSPORT", "choice", "auto", "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same `deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE on a GPU).", ("auto", "host", "cuda-ipc")),
     Setting("MAX_IN_FLIGHT", "size", "1GB", "cuda-ipc: bytes of GPU memory the output may have in flight; past it, sending waits for receivers (up to 5 s, then the message is logged and counted lost)."),
 )
 

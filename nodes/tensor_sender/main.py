@@ -10,7 +10,7 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.device import resolve_device
-from ..common.runtime import Pacer, declared_inputs, drain, setup_logging
+from ..common.runtime import Pacer, declared_inputs, declared_outputs, drain, setup_logging
 from ..common.settings import SettingError
 from .config import ACK_INPUT, OUTPUT, load_config
 from .delivery import Delivery
@@ -21,16 +21,18 @@ from .sender import TensorSender
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
 
 
-def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "host") -> bool:
-    """Send message `seq`; a message that cannot be sent is logged and counted lost.
+def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "auto", outputs=(OUTPUT,)) -> bool:
+    """Send message `seq` on each output (each is routed on its own: see tensor_codec/routing.py);
+    a message that cannot be sent is logged and counted lost.
     -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
     outgoing = sender.message(seq)
     outgoing.metadata[P.SENT_NS] = P.now_ns()
     try:
-        if outgoing.raw is not None:
-            node.send_output(OUTPUT, outgoing.raw, outgoing.metadata)
-        else:
-            tc.send(node, OUTPUT, outgoing.obj, outgoing.metadata, transport=transport)
+        for output in outputs:
+            if outgoing.raw is not None:
+                node.send_output(output, outgoing.raw, outgoing.metadata)
+            else:
+                tc.send(node, output, outgoing.obj, outgoing.metadata, transport=transport)
     except Exception as e:  # one payload that cannot be sent must not end the node
         log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
@@ -47,13 +49,13 @@ def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) 
     for event in events:
         if event["type"] == "STOP":
             stop = True
-        elif event["type"] == "INPUT_CLOSED" and event.get("id") == ACK_INPUT and delivery.reliable:
+        elif event["type"] == "INPUT_CLOSED" and event.get("id") in delivery.ackers and delivery.reliable:
             stop = True
-        elif event["type"] == "INPUT" and event["id"] == ACK_INPUT:
+        elif event["type"] == "INPUT" and event["id"] in delivery.ackers:
             metadata = event.get("metadata") or {}
             seq = metadata.get(P.SEQ)
             if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
-                delivery.ack(seq)
+                delivery.ack(seq, event["id"])
     return stop
 
 
@@ -71,22 +73,31 @@ def main() -> int:
     from dora import Node
 
     node = Node()
-    if config.transport == "cuda-ipc":
-        tc.ipc_configure(OUTPUT, max_bytes_in_flight=config.max_in_flight, on_full="wait")
+    # Every declared output gets every message: wire local consumers to one output and remote
+    # ones to another, and each gets its own transport.
+    outputs = sorted(declared_outputs(node)) or [OUTPUT]
+    may_share_gpu = device.type == "cuda" and config.transport != "host"
+    if may_share_gpu:
+        for output in outputs:
+            tc.ipc_configure(output, max_bytes_in_flight=config.max_in_flight, on_full="wait")
     corrupted = corrupted_messages(config.seed) if config.corrupt else ()
-    reliable = ACK_INPUT in declared_inputs(node)
+    ackers = sorted(i for i in declared_inputs(node) if i.startswith(ACK_INPUT))
+    reliable = bool(ackers)
     sender = TensorSender(payloads, config.count, corrupted, wants_ack=reliable)
-    delivery = Delivery(sender.total, reliable=reliable, window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s)
+    delivery = Delivery(
+        sender.total, reliable=reliable, window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s, ackers=ackers
+    )
     pacer = Pacer(config.rate)
-    log.info("%s mode on %s: %s messages%s", config.mode, device, sender.total or "endless", ", acknowledged" if reliable else "")
+    acked = f", acknowledged by {', '.join(ackers)}" if reliable else ""
+    log.info("%s mode on %s: %s messages%s, transport %s", config.mode, device, sender.total or "endless", acked, config.transport)
     while True:
         if handle_events(drain(node), sender, delivery) or delivery.finished:
             break
         now = time.monotonic()
-        healthy = all([send(node, sender, delivery, seq, log, config.transport) for seq in delivery.retransmissions(now)])
+        healthy = all([send(node, sender, delivery, seq, log, config.transport, outputs) for seq in delivery.retransmissions(now)])
         sent_new = healthy and delivery.can_send_new() and pacer.wait_time() == 0
         if sent_new:
-            healthy = send(node, sender, delivery, delivery.take_new(now), log, config.transport)
+            healthy = send(node, sender, delivery, delivery.take_new(now), log, config.transport, outputs)
             pacer.sent()
         if not healthy:
             log.error("stopping: %d sends in a row failed", sender.failures_in_a_row)
@@ -99,12 +110,16 @@ def main() -> int:
     if unfinished:
         log.error("stopped with %d messages not delivered (first: %d)", len(unfinished), unfinished[0])
     ipc = ""
-    if config.transport == "cuda-ipc":
+    shared = tc.ipc_stats()["outputs"] if may_share_gpu else {}
+    if any(shared.get(output, {}).get("sent") for output in outputs):
         # Our GPU memory dies with this process: stay until receivers are done with it.
         if not tc.ipc_flush(10.0):
             log.warning("exiting with CUDA IPC messages still held by receivers; they will get errors")
-        out = tc.ipc_stats()["outputs"].get(OUTPUT, {})
-        ipc = f", cuda-ipc peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
+        shared = tc.ipc_stats()["outputs"]
+        for output in outputs:
+            out = shared.get(output, {})
+            if out.get("sent"):
+                ipc += f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
     print(
         f"tensor sender: {delivery.next_seq} messages sent, {delivery.retransmits} retransmitted, "
         f"{len(delivery.lost)} lost{ipc}",

@@ -14,14 +14,18 @@ SPEC = NodeSpec(
         Port(
             ACK_INPUT,
             "Optional. Wire it to the receiver's `ack` output for acknowledged delivery: a window of WINDOW messages "
-            "in flight, resent after RETRY_S (dora 1.1 can drop messages under load).",
+            "in flight, resent after RETRY_S (dora 1.1 can drop messages under load). With several receivers, give each "
+            "its own input whose id starts with `ack` (`ack_local`, `ack_remote`, ...): a message is delivered when all "
+            "of them acknowledged it.",
             optional=True,
         ),
     ),
     outputs=(
         Port(
             OUTPUT,
-            "One tensor_codec message per payload.",
+            "One tensor_codec message per payload. Any other declared output gets the same messages, routed on its "
+            "own (TRANSPORT=auto): wire this machine's receivers to one output and other machines' to another, and the "
+            "local ones get CUDA IPC while the remote ones get host bytes.",
             {
                 "seq": "per-stream sequence number, 0, 1, 2, ...",
                 "count": "messages this run sends in all (0 = endless)",
