@@ -127,6 +127,11 @@ class LocalCluster:
     dora: str = field(default_factory=dora_executable)
     coordinator_port: int = 0
     announce: bool = False  # print each process started, with its pid
+    # The address everything binds and dials. Loopback (the default) keeps the cluster private;
+    # dora then relays every cross-daemon message through the daemons (it will not advertise a
+    # loopback address to another machine). A routable address of this host lets nodes on
+    # different daemons connect directly, as they do across real machines.
+    host: str = LOOPBACK
     processes: list[_Process] = field(default_factory=list)
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,11 +169,11 @@ class LocalCluster:
         if len(set(self.machines)) != len(self.machines) or not self.machines:
             raise ClusterError(f"machines: expected distinct machine ids, got {list(self.machines)}")
         self.logs.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(1 + 2 * len(self.machines))
+        ports = free_ports(1 + 2 * len(self.machines), self.host)
         self.coordinator_port = ports[0]
         self._spawn(
             "coordinator",
-            ["coordinator", "--interface", LOOPBACK, "--port", str(self.coordinator_port), "--store", "memory"],
+            ["coordinator", "--interface", self.host, "--port", str(self.coordinator_port), "--store", "memory"],
             self.logs,
         )
         self._wait_for_port(self.coordinator_port, self.processes[-1])
@@ -177,13 +182,13 @@ class LocalCluster:
             local_port, zenoh_port = ports[1 + 2 * i], ports[2 + 2 * i]
             args = [
                 "daemon", "--machine-id", machine,
-                "--coordinator-addr", LOOPBACK, "--coordinator-port", str(self.coordinator_port),
+                "--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port),
                 "--local-listen-port", str(local_port),
-                "--zenoh-no-multicast", "--zenoh-listen", f"{LOOPBACK}:{zenoh_port}",
+                "--zenoh-no-multicast", "--zenoh-listen", f"{self.host}:{zenoh_port}",
             ]
             for endpoint in listen:
                 args += ["--zenoh-connect", endpoint]
-            listen.append(f"tcp/{LOOPBACK}:{zenoh_port}")
+            listen.append(f"tcp/{self.host}:{zenoh_port}")
             process = self._spawn(f"daemon-{machine}", args, self.logs / f"daemon-{machine}")
             self._wait_for_log(process, _READY)
 
@@ -196,10 +201,10 @@ class LocalCluster:
         while time.monotonic() < deadline:
             self._check_alive(process)
             with socket.socket() as s:
-                if s.connect_ex((LOOPBACK, port)) == 0:
+                if s.connect_ex((self.host, port)) == 0:
                     return
             time.sleep(0.05)
-        raise ClusterError(f"{process.name}: not listening on {LOOPBACK}:{port} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}")
+        raise ClusterError(f"{process.name}: not listening on {self.host}:{port} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}")
 
     def _wait_for_log(self, process: _Process, text: str) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
@@ -218,7 +223,7 @@ class LocalCluster:
         if not self.processes:
             return
         if self.coordinator_port and self.processes[0].popen.poll() is None:
-            address = ["--coordinator-addr", LOOPBACK, "--coordinator-port", str(self.coordinator_port)]
+            address = ["--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port)]
             for command in (["stop", "--all", "--grace-duration", f"{grace_s:g}s"], ["down", "--force"]):
                 try:
                     subprocess.run(
@@ -252,7 +257,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ using it
     def cli_env(self) -> dict:
         env = dict(self.env if self.env is not None else os.environ)
-        env["DORA_COORDINATOR_ADDR"] = LOOPBACK
+        env["DORA_COORDINATOR_ADDR"] = self.host
         env["DORA_COORDINATOR_PORT"] = str(self.coordinator_port)
         return env
 
@@ -261,7 +266,7 @@ class LocalCluster:
         shown line by line as it comes with `echo`. Raises TimeoutExpired past `timeout_s`."""
         for process in self.processes:
             self._check_alive(process)
-        args = [self.dora, "start", str(flow), "--attach", "--coordinator-addr", LOOPBACK, "--coordinator-port", str(self.coordinator_port)]
+        args = [self.dora, "start", str(flow), "--attach", "--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port)]
         proc = subprocess.Popen(
             args, cwd=flow.parent, env=self.cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
@@ -385,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tensor_codec_nodes.local_cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataflow", type=Path)
     parser.add_argument("--machines", help="machine ids, comma-separated (default: those the dataflow deploys to)")
+    parser.add_argument("--host", default=LOOPBACK, help="address to bind and dial (default 127.0.0.1: nothing reachable from outside)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the dataflow may run (default 300)")
     parser.add_argument("--logs", type=Path, help="log directory (default: out/cluster next to the dataflow)")
     parser.add_argument(
@@ -407,11 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing:
                 raise ClusterError(f"--machines: the dataflow deploys to {machines}, {missing} not among {wanted}")
             machines = wanted
-        print(f"local_cluster: coordinator and daemons {', '.join(machines)} on {LOOPBACK} (logs in {logs})", flush=True)
+        print(f"local_cluster: coordinator and daemons {', '.join(machines)} on {args.host} (logs in {logs})", flush=True)
         reports = [p if p.is_absolute() else flow.parent / p for p in args.report]
         for report in reports:
             report.unlink(missing_ok=True)  # a report left by an earlier run proves nothing
-        with LocalCluster(machines, logs, announce=True) as cluster:
+        with LocalCluster(machines, logs, announce=True, host=args.host) as cluster:
             print(f"local_cluster: coordinator port {cluster.coordinator_port}; starting {flow.name}", flush=True)
             result = cluster.start_dataflow(resolved, timeout_s=args.timeout, log=logs / "dataflow.log", echo=True)
         print(f"local_cluster: dataflow exited with {result.returncode}; coordinator and daemons stopped", flush=True)

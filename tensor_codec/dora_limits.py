@@ -92,6 +92,15 @@ def check_route(node: Any, output_id: str, nbytes: int) -> None:
         )
 
 
+def _remote_consumers(node: Any, output_id: str) -> list:
+    from .routing import route_of
+
+    try:
+        return route_of(node, output_id).remote()
+    except Exception:  # advice only: never let it hide dora's own error
+        return []
+
+
 @contextlib.contextmanager
 def translate_send_errors(node: Any, output_id: str, nbytes: int) -> Iterator[None]:
     """Turn dora's size errors (should our estimate ever be off) into MessageTooLargeError."""
@@ -99,6 +108,17 @@ def translate_send_errors(node: Any, output_id: str, nbytes: int) -> Iterator[No
         yield
     except RuntimeError as e:
         if "transport limit" in str(e) or "exceeding" in str(e):
+            remote = _remote_consumers(node, output_id)
+            if remote:
+                # A bigger pool does not help here: dora relays this output through its daemons.
+                names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
+                raise MessageTooLargeError(
+                    f"output '{output_id}': dora refused a message of {_mib(nbytes)}: the output has consumers on "
+                    f"other machines ({names}) and dora relays it through its daemons, which carry at most "
+                    f"{_mib(DAEMON_PATH_MAX_PAYLOAD)} per message. dora relays when the nodes cannot connect "
+                    f"directly (daemons on loopback, or no routable address: see `dora daemon --zenoh-listen`); "
+                    f"otherwise send smaller messages. dora said: {e}"
+                ) from e
             pool, source = pool_size(node)
             raise MessageTooLargeError(
                 f"output '{output_id}': dora refused a message of {_mib(nbytes)} (pool "

@@ -245,3 +245,21 @@ def test_auto_on_a_gpu_picks_cuda_ipc_for_local_consumers_only(monkeypatch):
     data = {"image": tv_tensors.Image(torch.zeros(3, 8, 8, device="cuda")), "n": torch.arange(3)}
     assert tc.transport_for(node, "out", data)[0] == "cuda-ipc"
     assert tc.transport_for(node, "other", data)[0] == "host"
+
+
+def test_dora_refusing_a_big_message_to_another_machine_is_explained(monkeypatch):
+    class Refusing(FakeNode):
+        def send_output_raw(self, output_id, nbytes, metadata=None):
+            raise RuntimeError(
+                "internal error: output error: output \"out\": IPC-encoded message is 75497800 bytes, exceeding the "
+                "67108864-byte daemon transport limit (the output is on the daemon path)"
+            )
+
+    node = Refusing(descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"})))
+    node.node_config = lambda: {"node_id": "sender", "shared_memory_pool_size": 512 << 20}
+    monkeypatch.setenv("DORA_MACHINE_ID", "A")
+    with pytest.raises(tc.MessageTooLargeError) as info:
+        tc.send(node, "out", torch.zeros(1 << 20))
+    text = str(info.value)
+    assert "consumers on other machines (b on machine 'B')" in text
+    assert "relays it through its daemons" in text and "--zenoh-listen" in text

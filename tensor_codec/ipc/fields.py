@@ -162,7 +162,8 @@ def check_same_machine(producer: Producer, *, host: str | None = None, pid: int 
         raise DecodeError(
             f"tc.header.producer.host: CUDA IPC needs sender and receiver on one machine, but the "
             f"message comes from {host_name(producer.host)!r} ({producer.host}) and this is "
-            f"{host_name(host)!r} ({host}); send with transport='host' across machines"
+            f"{host_name(host)!r} ({host}); across machines send host bytes (transport='auto', the default, "
+            f"does when the dataflow deploys the receiver on another machine; or transport='host')"
         )
     same_ns = producer.pidns == (pid_namespace() if pidns is None else pidns)
     if same_ns and producer.pid == (os.getpid() if pid is None else pid):

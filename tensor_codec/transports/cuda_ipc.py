@@ -265,6 +265,7 @@ class CudaIpcTransport:
             seen = state.backend.visible_gpus()
             raise DecodeError(
                 f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
-                f"(it sees {', '.join(seen) if seen else 'no GPU'}); send with transport='host' to reach another GPU"
+                f"(it sees {', '.join(seen) if seen else 'no GPU'}); send with transport='host' to reach another GPU "
+                f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
             )
         return index
