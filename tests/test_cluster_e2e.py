@@ -92,6 +92,8 @@ def test_two_daemon_pipeline_delivers_everything_bit_exact_to_the_remote_receive
         assert big["good"] == big["received"] == 8, big  # 12 MB and 1 MB tensors, in turn
         assert suite["bad"] == big["bad"] == 0 and suite["missing"] == big["missing"] == 0
         assert report["device"] == ("cuda:0" if on_gpu else "cpu")
+        if not on_gpu:
+            assert suite["transports"] == {"host": len(make_suite())} and big["transports"] == {"host": 8}
     # No GPU here: every output carries host bytes, and the sender says why.
     if not on_gpu:
         assert "output 'remote': transport host (no CUDA tensor in the message)" in output
@@ -107,10 +109,17 @@ def test_on_a_gpu_the_local_receiver_gets_cuda_ipc_and_the_remote_one_host_bytes
     assert "output 'tensors': transport cuda-ipc (all 1 consumer(s) on this machine and the data on a GPU)" in output
     assert re.search(r"output 'remote': transport host \(consumer receiver-b/\w+ runs on machine 'B'", output)
     assert re.search(r"tensors by cuda-ipc: \d+ sent", output)
-    for machine in "AB":
+    for machine, transport in (("A", "cuda-ipc"), ("B", "host")):
         report = json.loads((tmp_path / "out" / f"cluster-report-{machine}.json").read_text())
         assert report["ok"] and report["device"].startswith("cuda"), json.dumps(report, indent=1)
         assert report["inputs"]["big"]["good"] == 8 and report["inputs"]["suite"]["good"] == len(make_suite())
+        # A's receiver read GPU memory shared by CUDA IPC; B's restored host bytes onto its GPU.
+        assert report["inputs"]["big"]["transports"] == {transport: 8}, report["inputs"]["big"]
+        suite = report["inputs"]["suite"]["transports"]
+        if transport == "host":
+            assert suite == {"host": len(make_suite())}, suite
+        else:  # a suite case with no tensor at all goes as host bytes: nothing to share
+            assert suite.get("cuda-ipc", 0) >= len(make_suite()) - 3 and set(suite) <= {"cuda-ipc", "host"}, suite
 
 
 def endless_flow(tmp_path: Path) -> Path:

@@ -237,3 +237,9 @@ def test_acks_only_for_senders_that_want_them():
     assert ack_for({P.SEQ: 4, P.STREAM: "s", P.WANTS_ACK: True}) == {P.SEQ: 4, P.STREAM: "s"}
     assert ack_for({P.SEQ: 4, P.STREAM: "s"}) is None
     assert ack_for({P.SEQ: "4", P.WANTS_ACK: True}) is None
+
+
+def test_the_report_counts_the_transport_of_each_good_message():
+    receiver = Receiver(torch.device("cpu"), inputs=("tensors",))
+    assert receiver.handle(codec_event(torch.arange(6), 0, count=1)) == "good"
+    assert receiver.report()["inputs"]["tensors"]["transports"] == {"host": 1}

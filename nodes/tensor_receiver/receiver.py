@@ -36,6 +36,7 @@ class InputStats:
     first_ns: int | None = None
     last_ns: int | None = None
     failures: list[str] = field(default_factory=list)
+    transports: dict[str, int] = field(default_factory=dict)  # tc.transport of the good messages
 
     @property
     def missing(self) -> int:
@@ -68,6 +69,7 @@ class InputStats:
             "latency_ms": self.latency.summary(),
             "age_ms": self.age.summary(),
             "failures": list(self.failures),
+            "transports": dict(self.transports),
         }
 
 
@@ -131,6 +133,11 @@ class Receiver:
             return self._bad(name, stats, metadata, f"unexpected {type(e).__name__}: {e}")
         stats.good += 1
         stats.unverified += not checked
+        # Which path the bytes took (host, cuda-ipc; "plain" for flat frames without codec keys):
+        # what routing chose for this input, visible in the report.
+        transport = metadata.get("tc.transport")
+        key = transport if isinstance(transport, str) and len(transport) <= 32 else "plain"
+        stats.transports[key] = stats.transports.get(key, 0) + 1
         return "good"
 
     def _restore(self, event: dict, metadata: dict) -> Any:
