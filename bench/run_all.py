@@ -6,6 +6,9 @@
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding at 1080p and 4K, CPU (and nvJPEG on a GPU) against PIL (issue 5)
     cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 4; GPU only)
+    cross_daemon.py    two daemons (machines A, B): cross-daemon vs same-daemon latency and throughput,
+                       1 to 64 MB, on loopback and on the host's address (issue 6; about 2.5 min)
+    host_staging.py    GPU<->host copies through pinned chunks vs plain copy_ (issue 6; GPU only)
     camera_fps.py      the synthetic camera at 1920x1080, 60 fps into the receiver: fps, drops, p50/p99
                        latency against the same frames sent as a flat pa.array (about 95 s)
 """
@@ -21,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import camera_fps  # noqa: E402
+import cross_daemon  # noqa: E402
 import cuda_ipc  # noqa: E402
 import decode_scaling  # noqa: E402
+import host_staging  # noqa: E402
 import dora_latency  # noqa: E402
 import jpeg_fps  # noqa: E402
 import small_message  # noqa: E402
@@ -39,6 +44,10 @@ def main() -> None:
     jpeg_fps.main([])
     print()
     cuda_ipc.main([])
+    print()
+    cross_daemon.main([])
+    print()
+    host_staging.main([])
     print()
     camera_fps.main([])
 
