@@ -201,3 +201,19 @@ def test_emit_sends_frames_and_survives_send_failures(caplog):
     assert "frame 1 skipped: RuntimeError" in caplog.text
     broken = synthetic_camera(frames=0)
     assert sum(1 for _ in iter(lambda: emit(RecordingNode(fail_first=10**6), broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1
+
+
+def test_nodes_wait_for_cuda_ipc_receivers_before_exiting(monkeypatch, caplog):
+    import logging
+
+    import tensor_codec as tc
+    from tensor_codec_nodes.common.runtime import finish_sharing
+
+    log = logging.getLogger("camera-source-test")
+    finish_sharing(log)  # nothing was shared: returns at once, says nothing
+    calls = []
+    monkeypatch.setattr(tc, "ipc_flush", lambda timeout_s: calls.append(timeout_s) or False)
+    with caplog.at_level(logging.WARNING, logger="camera-source-test"):
+        finish_sharing(log, 3.0)
+    assert calls == [3.0]
+    assert "still held by receivers after 3 s" in caplog.text

@@ -9,7 +9,7 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.device import resolve_device
-from ..common.runtime import Pacer, declared_inputs, drain, setup_logging
+from ..common.runtime import Pacer, declared_inputs, drain, finish_sharing, setup_logging
 from ..common.settings import SettingError
 from .camera import Camera
 from .config import OUTPUT, TICK_INPUT, load_config
@@ -77,6 +77,7 @@ def main() -> int:
                 pacer.sent()
     finally:
         source.close()
+    finish_sharing(log)  # CUDA frames sent by CUDA IPC live in this process's GPU memory
     log.info("sent %d frames, %d failed", camera.sent, camera.failed)
     return 1 if camera.failures_in_a_row >= MAX_FAILURES_IN_A_ROW else 0
 

@@ -91,3 +91,13 @@ class Pacer:
         pause = min(self.wait_time(), limit)
         if pause > 0:
             time.sleep(pause)
+
+
+def finish_sharing(log: logging.Logger, timeout_s: float = 10.0) -> None:
+    """Call before a node that sends with tc.send exits. transport="auto" may have shared GPU
+    memory with consumers on this machine (CUDA IPC), and that memory dies with this process:
+    wait until they released it. Returns at once when nothing was shared."""
+    import tensor_codec as tc
+
+    if not tc.ipc_flush(timeout_s):
+        log.warning("exiting with CUDA IPC messages still held by receivers after %g s; they will get errors", timeout_s)

@@ -11,7 +11,7 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.runtime import load_node_config, setup_logging
+from ..common.runtime import finish_sharing, load_node_config, setup_logging
 from .config import INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
 
@@ -57,6 +57,7 @@ def main() -> int:
                     tc.send(node, OUTPUT, image, metadata)
                 except Exception as e:
                     decoder.send_failed(metadata, e)
+    finish_sharing(log)  # decoded images sent by CUDA IPC live in this process's GPU memory
     log.info("%s", decoder.stats.summary())
     return 0
 
