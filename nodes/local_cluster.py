@@ -165,10 +165,23 @@ class LocalCluster:
             print(f"local_cluster: started {name} (pid {popen.pid}, log {log})", flush=True)
         return process
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Start the coordinator and the daemons. A port found free can be taken by another
+        process before dora binds it: then everything started is stopped and the start is
+        tried again with new ports."""
         if len(set(self.machines)) != len(self.machines) or not self.machines:
             raise ClusterError(f"machines: expected distinct machine ids, got {list(self.machines)}")
         self.logs.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once()
+                return
+            except ClusterError:
+                self.stop()
+                if attempt == attempts:
+                    raise
+
+    def _start_once(self) -> None:
         ports = free_ports(1 + 2 * len(self.machines), self.host)
         self.coordinator_port = ports[0]
         self._spawn(

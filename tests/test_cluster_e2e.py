@@ -186,3 +186,15 @@ def test_a_dataflow_without_machines_is_refused_clearly(tmp_path):
     assert proc.returncode == 2
     assert "node 'camera': expected `deploy: {machine: ...}`" in proc.stderr
     assert "started" not in proc.stdout  # nothing was started for it
+
+
+def test_a_cluster_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
+    from tensor_codec_nodes.local_cluster import ClusterError, LocalCluster
+
+    with pytest.raises(ClusterError, match="machines: expected distinct machine ids, got \\['A', 'A'\\]"):
+        LocalCluster(["A", "A"], tmp_path, dora="/bin/false").start()
+    cluster = LocalCluster(["A", "B"], tmp_path, dora="/bin/false", ready_timeout_s=5)
+    with pytest.raises(ClusterError, match="coordinator exited with 1"):
+        with cluster:
+            pass
+    assert cluster.processes == []  # stopped after each failed attempt
