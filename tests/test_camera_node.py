@@ -10,7 +10,7 @@ from torchvision.io import write_png
 
 from tensor_codec_nodes.camera_source.camera import Camera
 from tensor_codec_nodes.camera_source.config import load_config
-from tensor_codec_nodes.camera_source.sources import ImageFolderSource, OpenCVSource, SourceError, SyntheticSource, open_source
+from tensor_codec_nodes.camera_source.sources import OpenCVSource, SourceError, SyntheticSource, open_source
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
 from tensor_codec_nodes.common.runtime import Pacer
