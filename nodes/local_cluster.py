@@ -19,6 +19,7 @@ multicast scouting off: discovery needs nothing from the network.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -235,6 +236,10 @@ class LocalCluster:
         left after `grace_s`. Idempotent; touches nothing it did not start."""
         if not self.processes:
             return
+        with _signals_held():  # a second Ctrl-C must not cut the teardown short
+            self._stop(grace_s)
+
+    def _stop(self, grace_s: float) -> None:
         if self.coordinator_port and self.processes[0].popen.poll() is None:
             address = ["--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port)]
             for command in (["stop", "--all", "--grace-duration", f"{grace_s:g}s"], ["down", "--force"]):
@@ -305,6 +310,20 @@ class LocalCluster:
             if log is not None:
                 log.write_text("".join(lines))
         return subprocess.CompletedProcess(args, proc.returncode, "".join(lines), "")
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ignore SIGINT and SIGTERM inside the block (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _parents() -> dict[int, int]:
