@@ -43,15 +43,16 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 
 
 TRANSPORT_CHOICES = ("auto", *TRANSPORT_NAMES)
-_announced: set[tuple[int, str, str]] = set()
+_announced: set[tuple[int, str, str, str]] = set()
 
 
 def _auto_transport(node: Any, output_id: str, plan) -> tuple[str, str]:
     has_cuda = any(leaf.source.is_cuda for leaf in plan.leaves)
     name, why = routing.choose(routing.route_of(node, output_id), has_cuda)
-    key = (id(node), output_id, name)
+    key = (id(node), output_id, name, why)
     if key not in _announced and len(_announced) < 4096:
-        # Once per output and choice: what a user needs to see when a deployment changes it.
+        # Once per output, choice and reason (a handful per output): what a user needs to see
+        # when a deployment changes it.
         _announced.add(key)
         log.info("output '%s': transport %s (%s)", output_id, name, why)
     return name, why
