@@ -1,26 +1,30 @@
 # Two commands do everything on a fresh machine: `make run` and `make test`.
-# Everything installs into .venv (torch/torchvision pinned by constraints.txt to the builds this
-# machine serves locally; the project itself declares ranges in pyproject.toml).
+# Everything installs into .venv (tools/install_env.py): by default torch/torchvision pinned by
+# constraints.txt (the builds this machine serves locally; pyproject.toml declares the ranges).
+# `make install PYTHON=/path/to/python` over an interpreter that already has a supported torch,
+# torchvision and pyarrow (a GPU host, a container) layers .venv over it and installs only what
+# is missing; with PIP_NO_INDEX=1 nothing is fetched and missing wheels come from WHEELS=dir.
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+PYTHON  ?= python3
+WHEELS  ?=
+OUT_DIR ?= out/gpu-check
+PYTEST_ARGS ?=
+VENV    := .venv
+BIN     := $(VENV)/bin
+# PYTHON named on the command line or in the environment: build .venv on that interpreter.
+NAMED   := $(if $(filter command line environment environment override,$(origin PYTHON)),--named)
+ORIGINAL_PATH := $(PATH)
 export PATH := $(abspath $(BIN)):$(PATH)
 # dora 1.1 resolves a node `path:` that is not a file (our console scripts) with `uv run which`
 # when uv is on PATH (dora-rs-cli installs it); inside this pip-managed project uv would then try
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-gpu bench clean
+.PHONY: install run run-cluster test test-gpu gpu-check bench clean
 
-install: $(STAMP)
-
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
-	touch $(STAMP)
+# Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
+install:
+	@PATH='$(ORIGINAL_PATH)' $(PYTHON) tools/install_env.py --python '$(PYTHON)' $(NAMED) $(if $(WHEELS),--wheels '$(WHEELS)') --venv $(VENV)
 
 # The default pipeline with a coordinator and daemon (`dora up`), torn down (`dora down`) when it
 # ends or is interrupted. A coordinator that was already running is used and left running.
@@ -46,10 +50,16 @@ run-cluster: install
 		--report out/cluster-report-A.json --report out/cluster-report-B.json
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-gpu: install
-	$(BIN)/python -m pytest -q -m gpu
+	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)
+
+# The whole GPU side in one command: environment report, every gpu test, the default pipeline
+# with every node on CUDA, the two-machine pipeline with CUDA tensors, the GPU benchmarks;
+# report.md and report.json under OUT_DIR. Without CUDA: says so, checks what it can, exits 0.
+gpu-check: install
+	$(BIN)/python tools/gpu_check.py --out '$(OUT_DIR)'
 
 bench: install
 	$(BIN)/python bench/run_all.py

@@ -13,6 +13,10 @@
 See README.md and docs/wire-format.md.
 """
 
+from . import versions as _versions
+
+_versions.require()  # a preinstalled torch (container, GPU host) is not checked by pip: say what is wrong
+
 from .codec import decode, encode
 from .dora_io import receive, send, transport_for
 from .errors import (

@@ -8,11 +8,14 @@ import json
 import pyarrow as pa
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-import tensor_codec as tc
-from tensor_codec.testing import make_detection_sample, make_packed_sequences, make_tvtensor_cases
+pytest.importorskip("hypothesis")  # a test extra: an offline GPU host may not have it
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import tensor_codec as tc  # noqa: E402
+from tensor_codec.testing import make_detection_sample, make_packed_sequences, make_tvtensor_cases  # noqa: E402
 
 SEEDS = {
     "tensor": torch.arange(2048, dtype=torch.float32).reshape(32, 64).t(),

@@ -95,8 +95,14 @@ def safetensors_payloads(path: str, device: torch.device) -> list[Payload]:
     nothing in the file is executed."""
     if not Path(path).is_file():
         raise SettingError(f"FILE: expected a .safetensors file, got {path!r} (not found)")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError:
+        raise SettingError(
+            "MODE: safetensors needs the safetensors package, which is not installed "
+            "(pip install 'dora-tensor-codec[safetensors]')"
+        ) from None
 
     try:
         tensors = load_file(path, device="cpu")

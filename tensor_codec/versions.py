@@ -1,0 +1,85 @@
+"""The torch, torchvision and pyarrow releases this package supports, checked when it is imported.
+
+The floors are the oldest releases the code has been read and tested against (torch 2.11 and
+torchvision 0.26 are what the GPU hosts carry); pyproject.toml declares the same floors, and a
+test keeps the two in step. pip enforces them on a normal install, but an interpreter that came
+with torch preinstalled (a container, a GPU host, ``make install PYTHON=...``) is used as it is,
+so the import checks again and says what was found and what is needed.
+
+A build's pre-release or local tag does not count against it: NGC containers ship torch as
+``2.11.0a0+<commit>.nv26.xx``, which is a 2.11 build. Only the release numbers are compared.
+
+This module imports nothing heavy: the installer (tools/install_env.py) loads it by path to
+apply the same rule before anything is installed.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MINIMUM", "release", "problems", "require"]
+
+# distribution name -> oldest supported release
+MINIMUM: dict[str, tuple[int, ...]] = {
+    "torch": (2, 11),
+    "torchvision": (0, 26),
+    "pyarrow": (15,),
+}
+
+
+def release(version: str) -> tuple[int, ...] | None:
+    """``"2.11.0a0+cu130"`` -> ``(2, 11, 0)``; None when `version` does not start with a number."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version))
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+def _pad(numbers: tuple[int, ...], width: int) -> tuple[int, ...]:
+    return numbers + (0,) * (width - len(numbers))
+
+
+def problems(found: dict[str, str | None]) -> list[str]:
+    """One line per package of `found` (name -> version, None = not installed) that is missing or
+    older than MINIMUM; names MINIMUM does not list are ignored."""
+    out = []
+    for name, version in found.items():
+        floor = MINIMUM.get(name)
+        if floor is None:
+            continue
+        need = ".".join(map(str, floor))
+        if version is None:
+            out.append(f"{name}: expected {name} >= {need}, found none installed")
+            continue
+        numbers = release(version)
+        width = max(len(floor), len(numbers or ()))
+        if numbers is None or _pad(numbers, width) < _pad(floor, width):
+            out.append(f"{name}: expected {name} >= {need}, found {name} {version}")
+    return out
+
+
+def _installed_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def require() -> None:
+    """Raise ImportError naming every supported package that is too old (called on import).
+
+    torch is already imported by then, so its own ``__version__`` is what counts; torchvision and
+    pyarrow are read from their installed metadata. torchvision may be absent (kinds.py then knows
+    plain tensors only); when it is there it must be a supported release.
+    """
+    import torch
+
+    found = {"torch": torch.__version__, "pyarrow": _installed_version("pyarrow"), "torchvision": _installed_version("torchvision")}
+    if found["torchvision"] is None:
+        found.pop("torchvision")
+    bad = problems(found)
+    if bad:
+        raise ImportError(
+            "tensor_codec cannot run with this environment:\n  " + "\n  ".join(bad)
+            + "\nUpgrade those packages, or run `make install` without PYTHON= to get the pinned releases in .venv."
+        )

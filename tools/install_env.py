@@ -1,0 +1,386 @@
+"""Make the project's .venv (`make install` runs this; standard library only).
+
+Two ways, chosen by what the interpreter named by PYTHON already has:
+
+* **fresh**: it has no torch (this development machine's python3). A plain venv is made from it
+  and pip installs the project with the torch and torchvision pinned in constraints.txt.
+* **layered**: it already has torch, torchvision and pyarrow of supported releases (a GPU host,
+  an NGC container, a conda environment, another venv). .venv is made over it: a .pth file adds
+  that interpreter's site directories to .venv's path, so torch is used where it is, and only what
+  is missing (dora-rs, dora-rs-cli, ...) goes into .venv. Nothing in that environment changes.
+  (Not `--system-site-packages`: a venv made by a venv's python is a venv of the *base*
+  interpreter, so that option would show the base's packages and not the ones beside torch.)
+
+Offline (PIP_NO_INDEX=1) nothing is fetched: missing wheels come from WHEELS=dir (pip
+--find-links) and the project is built without build isolation, with the setuptools the
+environment has. A requirement that cannot be met offline is named with the wheel to bring.
+
+The result is recorded in .venv/tc-install.json; a later `make` with the same inputs (pyproject,
+constraints, this file, the interpreter) does nothing. A later `make` without PYTHON= keeps the
+interpreter .venv was made over.
+
+    python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+if sys.version_info < (3, 11):  # before anything newer is needed, so this line can print
+    sys.exit(f"install: Python {sys.version.split()[0]} runs this; the project needs Python >= 3.11 (dora-rs 1.1)")
+
+import importlib.util  # noqa: E402
+import tomllib  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+STAMP = "tc-install.json"
+PTH = "_tc_preinstalled.pth"  # sorts after setuptools' __editable__ files: .venv's own install wins
+PINS = "tc-preinstalled.txt"
+PINNED = ("torch", "torchvision", "pyarrow", "numpy")  # never replaced: their builds must match
+BUILD_BACKEND = "setuptools>=77"  # as pyproject's [build-system], for builds without isolation
+# A requirement met by another distribution of the same module (import cv2).
+ALTERNATIVES = {
+    "opencv-python-headless": ["opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"],
+}
+
+
+class InstallError(Exception):
+    """Said in one paragraph; `make install` exits 1."""
+
+
+def _load_versions():
+    """tensor_codec/versions.py by path: the same floors as the import check, without torch."""
+    spec = importlib.util.spec_from_file_location("_tc_versions", ROOT / "tensor_codec" / "versions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+versions = _load_versions()
+
+
+# ------------------------------------------------------------------------------------ decisions
+def decide(probe: dict, named: bool) -> tuple[str, list[str]]:
+    """-> (mode, notes) for an interpreter described by `probe` (see PROBE); raises InstallError.
+
+    A supported torch makes the install layered over it. An unsupported one is an error when the
+    interpreter was named (PYTHON=...: the user asked for that torch), and otherwise a note: the
+    default interpreter's torch is left alone and .venv gets the pinned releases.
+    """
+    found = probe["dists"]
+    where = f"PYTHON={probe['executable']}"
+    if tuple(probe["version"]) < (3, 11):
+        raise InstallError(f"{where} is Python {'.'.join(map(str, probe['version']))}; the project needs Python >= 3.11 (dora-rs 1.1)")
+    if found.get("torch") is None:
+        return "fresh", []
+    heavy = {name: found.get(name) for name in versions.MINIMUM}
+    present = {name: v for name, v in heavy.items() if v is not None}
+    bad = versions.problems(present)
+    if bad:
+        if named:
+            raise InstallError(
+                f"{where} has releases this project does not support:\n  " + "\n  ".join(bad)
+                + "\nUpgrade them in that environment, or leave PYTHON= out to install the pinned releases into .venv."
+            )
+        return "fresh", [f"{probe['executable']} has {'; '.join(bad)}: not used, .venv gets the pinned releases"]
+    if len(present) < len(heavy) and not named:
+        return "fresh", []
+    missing = sorted(set(heavy) - set(present))
+    notes = [f"{name} is not in {where}: it is installed into .venv" for name in missing]
+    return "layered", notes
+
+
+def pins(probe: dict) -> list[str]:
+    """Constraints that keep the preinstalled builds: pip may not replace what torch was built with."""
+    return [f"{name}=={probe['dists'][name]}" for name in PINNED if probe["dists"].get(name)]
+
+
+def requirements() -> list[tuple[str, str]]:
+    """(requirement, group) of the project: group "runtime" or "test"."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = [(r, "runtime") for r in project["dependencies"]]
+    return runtime + [(r, "test") for r in project.get("optional-dependencies", {}).get("test", [])]
+
+
+def wheel_hint(missing: list[str]) -> str:
+    names = " ".join(repr(m.split(";")[0].replace(" ", "")) for m in missing)
+    return (
+        f"Put the wheels in a folder and name it with WHEELS=dir: `pip download --no-deps -d dir {names}` on a "
+        "machine with an index (with --python-version and --platform of this one)."
+    )
+
+
+# ------------------------------------------------------------------------------ the interpreter
+PROBE = r"""
+import importlib.util, json, os, sys, sysconfig
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+paths = sysconfig.get_paths()
+stdlib = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
+def is_stdlib(p):
+    real = os.path.realpath(p)
+    inside = any(real == s or real.startswith(s + os.sep) for s in stdlib)
+    return inside and not any(part in ("site-packages", "dist-packages") for part in real.split(os.sep))
+sites = [p for p in sys.path if p and os.path.isdir(p) and not is_stdlib(p)]
+print(json.dumps({
+    "executable": sys.executable, "version": list(sys.version_info[:3]), "sites": sites,
+    "dists": {n: version(n) for n in ("torch", "torchvision", "pyarrow", "numpy", "setuptools", "pip")},
+    "has_pip": importlib.util.find_spec("pip") is not None,
+}))
+"""
+
+UNMET = r"""
+import json, sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.version import Version
+alternatives = json.loads(sys.argv[2])
+unmet = []
+for text, group in json.loads(sys.argv[1]):
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate():
+        continue
+    found = None
+    for name in [req.name] + alternatives.get(req.name, []):
+        try:
+            found = metadata.version(name)
+            break
+        except metadata.PackageNotFoundError:
+            pass
+    # A pre-release or local build counts as its release (torch 2.11.0a0+nv is a 2.11).
+    if found is None or not req.specifier.contains(Version(".".join(map(str, Version(found).release))), prereleases=True):
+        unmet.append([text, group, found])
+print(json.dumps(unmet))
+"""
+
+
+def clean_env() -> dict:
+    """The environment for every step: PYTHONPATH would leak into what .venv records."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def run(cmd: list, *, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+    if not capture:
+        print("install: $", " ".join(map(str, cmd)), flush=True)
+    proc = subprocess.run([str(c) for c in cmd], env=clean_env(), text=True, capture_output=capture, cwd=ROOT)
+    if check and proc.returncode != 0:
+        detail = f"\n{proc.stderr.strip()[-3000:]}" if capture and proc.stderr else ""
+        raise InstallError(f"`{' '.join(map(str, cmd))}` exited with {proc.returncode}{detail}")
+    return proc
+
+
+def probe_interpreter(python: str) -> dict:
+    """What `python` (a path) has; -E: PYTHONPATH is the caller's, not the environment's."""
+    if not os.access(python, os.X_OK):
+        raise InstallError(f"PYTHON={python}: no such interpreter")
+    proc = run([python, "-E", "-c", PROBE], capture=True)
+    probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    probe["executable"] = python  # as named: a venv's python, not its base
+    return probe
+
+
+# ------------------------------------------------------------------------------------- the venv
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def site_packages(venv: Path) -> Path:
+    proc = run([venv_python(venv), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture=True)
+    return Path(proc.stdout.strip())
+
+
+def pip_offline() -> bool:
+    return os.environ.get("PIP_NO_INDEX", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def pip_options(wheels: str | None) -> list[str]:
+    opts = ["--no-input"]
+    if wheels:
+        opts += ["--find-links", str(Path(wheels).resolve())]
+    if pip_offline():
+        opts += ["--no-index", "--no-build-isolation"]
+    return opts
+
+
+def unmet(venv: Path, reqs: list[tuple[str, str]]) -> list[tuple[str, str, str | None]]:
+    proc = run([venv_python(venv), "-c", UNMET, json.dumps(reqs), json.dumps(ALTERNATIVES)], capture=True)
+    return [tuple(u) for u in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def ensure_build_backend(venv: Path, wheels: str | None) -> None:
+    """Offline there is no build isolation: the project builds with .venv's own setuptools."""
+    if not pip_offline() or not unmet(venv, [(BUILD_BACKEND, "build")]):
+        return
+    proc = run([venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), BUILD_BACKEND], capture=True, check=False)
+    if proc.returncode != 0:
+        raise InstallError(f"building the project offline needs {BUILD_BACKEND} in the environment. " + wheel_hint([BUILD_BACKEND]))
+
+
+def install_fresh(python: str, venv: Path, wheels: str | None) -> list[str]:
+    if not venv_python(venv).exists():
+        run([python, "-m", "venv", venv])
+    if not pip_offline():
+        run([venv_python(venv), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    ensure_build_backend(venv, wheels)
+    run([venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", ROOT / "constraints.txt", "-e", ".[test]"])
+    return []
+
+
+def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
+    run([probe["executable"], "-m", "venv", "--without-pip", venv])
+    lines = [f"import site; site.addsitedir({site!r})" for site in probe["sites"]]
+    (site_packages(venv) / PTH).write_text(
+        f"# made by tools/install_env.py: the site directories of {probe['executable']}\n" + "\n".join(lines) + "\n"
+    )
+    if run([venv_python(venv), "-m", "pip", "--version"], capture=True, check=False).returncode != 0:
+        if run([venv_python(venv), "-m", "ensurepip", "--default-pip"], check=False).returncode != 0:
+            raise InstallError(f"neither {probe['executable']} nor ensurepip provides pip: install pip into that environment")
+    (venv / PINS).write_text("\n".join(pins(probe)) + "\n")
+    ensure_build_backend(venv, wheels)
+    pip = [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", venv / PINS]
+    run([*pip, "--no-deps", "-e", "."])
+    return install_missing(venv, pip, requirements())
+
+
+def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[str]:
+    """Install the requirements .venv does not meet yet; -> warnings. A requirement whose own
+    dependencies cannot be had offline (dora-rs-cli asks for uv, which nothing here runs) is
+    installed without them; what is still missing after that is an error if the project needs
+    it to run, a warning if only tests need it (those tests skip)."""
+    todo = [text for text, _, _ in unmet(venv, reqs)]
+    if todo:
+        print(f"install: not in the environment yet: {', '.join(todo)}")
+    if todo and run([*pip, *todo], capture=True, check=False).returncode != 0:
+        for text in todo:
+            if run([*pip, text], capture=True, check=False).returncode == 0:
+                print(f"install: {text}: installed")
+            elif run([*pip, "--no-deps", text], capture=True, check=False).returncode == 0:
+                print(f"install: {text}: installed without its own dependencies (some are not to be had here)")
+            else:
+                print(f"install: {text}: not to be had here")
+    still = unmet(venv, reqs)
+    runtime = [f"{text} (found {found or 'none'})" for text, group, found in still if group == "runtime"]
+    if runtime:
+        raise InstallError("missing: " + ", ".join(runtime) + ". " + wheel_hint([t for t, g, _ in still if g == "runtime"]))
+    return [f"test requirement {text} is missing (found {found or 'none'}): the tests that need it skip" for text, _, found in still]
+
+
+def link_dora_cli(probe: dict, venv: Path) -> None:
+    """Tests and `make run` look for `dora` beside .venv's python or on PATH; where dora-rs-cli
+    came with the preinstalled environment, its command is beside that interpreter."""
+    target = venv / "bin" / "dora"
+    beside = Path(probe["executable"]).parent / "dora"
+    if not target.exists() and beside.exists():
+        target.symlink_to(beside)
+
+
+def verify(venv: Path) -> str:
+    code = (
+        "import dora, pyarrow, torch, torchvision, tensor_codec, tensor_codec_nodes\n"
+        "from importlib import metadata\n"
+        "print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, pyarrow {pyarrow.__version__}, '\n"
+        "      f'dora-rs {metadata.version(\"dora-rs\")}; torch from {torch.__file__.rsplit(\"/torch/\", 1)[0]}')\n"
+    )
+    proc = run([venv_python(venv), "-c", code], capture=True, check=False)
+    if proc.returncode != 0:
+        raise InstallError(f"{venv_python(venv)} cannot import the project:\n{proc.stderr.strip()[-2000:]}")
+    return proc.stdout.strip()
+
+
+# --------------------------------------------------------------------------------------- main
+def inputs_digest() -> str:
+    h = hashlib.sha256()
+    for name in ("pyproject.toml", "constraints.txt", "tools/install_env.py"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def read_stamp(venv: Path) -> dict | None:
+    try:
+        return json.loads((venv / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def which_outside(python: str, venv: Path) -> str | None:
+    """`python` as the shell finds it, skipping .venv/bin: make puts .venv/bin first on PATH, and
+    the default `python3` must name the interpreter .venv is made from, not .venv's own."""
+    if os.sep in python:
+        return os.path.abspath(python) if os.access(python, os.X_OK) else None
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != (venv / "bin").resolve()]
+    found = shutil.which(python, path=os.pathsep.join(dirs))
+    return os.path.abspath(found) if found else None
+
+
+def must_rebuild(venv: Path, stamp: dict | None, mode: str, python: str) -> bool:
+    """Start .venv over when it was made another way or over another interpreter. A .venv from
+    before this installer (no record) is reused for a fresh install, as `make` always did."""
+    if not venv.exists():
+        return False
+    if stamp is None:
+        return mode == "layered"
+    return stamp["mode"] != mode or stamp["python"] != python
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default="python3", help="the interpreter to build on (make's PYTHON)")
+    parser.add_argument("--named", action="store_true", help="PYTHON was given explicitly (make PYTHON=...)")
+    parser.add_argument("--wheels", default=None, help="a folder of wheels for pip --find-links (make's WHEELS)")
+    parser.add_argument("--venv", default=".venv")
+    args = parser.parse_args(argv)
+    venv = (ROOT / args.venv).resolve()
+    digest, stamp = inputs_digest(), read_stamp(venv)
+    if stamp and not args.named:
+        wanted, named = stamp["python"], stamp["named"]  # keep what .venv was made over
+    else:
+        wanted, named = which_outside(args.python, venv) or args.python, args.named
+    if stamp and stamp["digest"] == digest and stamp["python"] == wanted and venv_python(venv).exists():
+        return 0
+    try:
+        probe = probe_interpreter(wanted)
+        mode, notes = decide(probe, named)
+        if must_rebuild(venv, stamp, mode, probe["executable"]):
+            if not (venv / "pyvenv.cfg").exists():
+                raise InstallError(f"{venv} exists and is not a virtual environment: move it away")
+            print(f"install: making {venv.name} again ({mode} over {probe['executable']})")
+            shutil.rmtree(venv)
+        for note in notes:
+            print(f"install: {note}")
+        if mode == "layered":
+            print(f"install: using torch {probe['dists']['torch']} of {probe['executable']} (.venv is layered over it)")
+            notes = install_layered(probe, venv, args.wheels)
+            link_dora_cli(probe, venv)
+        else:
+            notes = install_fresh(probe["executable"], venv, args.wheels)
+        summary = verify(venv)
+    except InstallError as e:
+        print(f"install: FAILED: {e}", file=sys.stderr)
+        return 1
+    for note in notes:
+        print(f"install: warning: {note}")
+    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"]}
+    (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"install: .venv ready ({mode}): {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
