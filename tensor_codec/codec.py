@@ -7,8 +7,8 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from . import lifetimes
-from .transports import get_transport, transport_for_message
+from . import lifetimes, routing
+from .transports import ENCODE_OUTPUT, get_transport, transport_for_message
 from .wire import make_plan, parse_header, read_metadata
 
 __all__ = ["encode", "decode"]
@@ -18,10 +18,14 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     """Turn `obj` into one message: ``(pyarrow.Array, metadata dict)``.
 
     Raises `EncodeError` naming the path of anything unsupported. Nothing the caller passed is
-    retained: later in-place changes to `obj` do not change the message.
+    retained: later in-place changes to `obj` do not change the message. A message without any
+    CUDA tensor asked for as ``"cuda-ipc"`` is made of host bytes (logged once; see routing.py).
     """
-    chosen = get_transport(transport)
-    return chosen.encode(make_plan(obj))
+    get_transport(transport)  # an unknown name is the caller's error, whatever the message
+    plan = make_plan(obj)
+    name, _ = routing.resolve(transport, plan.has_cuda, lambda: None, key=None, output=ENCODE_OUTPUT)
+    return get_transport(name).encode(plan)
+
 
 
 def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None, name: str | None = None) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from . import routing
@@ -12,8 +11,6 @@ from .transports import TRANSPORT_NAMES, get_transport
 from .wire import RESERVED_PREFIX, make_plan
 
 __all__ = ["send", "receive", "transport_for"]
-
-log = logging.getLogger("tensor_codec")
 
 
 def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
@@ -36,35 +33,18 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r}")
     plan = make_plan(obj)
-    name = routing.forced_transport(transport)
-    if name == "auto":
-        name, _ = _auto_transport(node, output_id, plan)
+    name, _ = routing.resolve(transport, plan.has_cuda, lambda: routing.route_of(node, output_id), key=id(node), output=output_id)
     return get_transport(name).send(node, output_id, plan, dict(metadata) if metadata else {})
 
 
 TRANSPORT_CHOICES = ("auto", *TRANSPORT_NAMES)
-_announced: set[tuple[int, str, str, str]] = set()
-
-
-def _auto_transport(node: Any, output_id: str, plan) -> tuple[str, str]:
-    has_cuda = any(leaf.source.is_cuda for leaf in plan.leaves)
-    name, why = routing.choose(routing.route_of(node, output_id), has_cuda)
-    key = (id(node), output_id, name, why)
-    if key not in _announced and len(_announced) < 4096:
-        # Once per output, choice and reason (a handful per output): what a user needs to see
-        # when a deployment changes it.
-        _announced.add(key)
-        log.info("output '%s': transport %s (%s)", output_id, name, why)
-    return name, why
 
 
 def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
     """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
     consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
-    name = routing.forced_transport("auto")
-    if name != "auto":
-        return name, f"forced by {routing.ENV_TRANSPORT}={name}"
-    return _auto_transport(node, output_id, make_plan(obj))
+    has_cuda = make_plan(obj).has_cuda
+    return routing.resolve("auto", has_cuda, lambda: routing.route_of(node, output_id), key=id(node), output=output_id)
 
 
 def receive(event: Any, *, copy: bool = False, device: Any = None) -> Any:

@@ -20,6 +20,11 @@ one to remote ones); each output is routed on its own.
 
 ``TC_TRANSPORT=host|cuda-ipc|auto`` in a node's environment forces the transport of every
 ``transport="auto"`` send of that node (the env: block of the node in the dataflow YAML).
+
+A message with no CUDA tensor at all goes as host bytes even where ``cuda-ipc`` was asked for
+(explicitly, or forced by ``TC_TRANSPORT``): there is no GPU memory to share, and a stream that
+mixes such messages in (an empty dict, a structure of plain values) must not lose them. The
+choice is logged once per output, like every automatic one (`resolve`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .errors import EncodeError
 
@@ -40,6 +45,7 @@ __all__ = [
     "route_of",
     "route_from_descriptor",
     "choose",
+    "resolve",
     "forced_transport",
     "this_node_id",
 ]
@@ -182,10 +188,41 @@ def forced_transport(explicit: str) -> str:
     return env
 
 
+NO_CUDA = "no CUDA tensor in the message"
+_announced: set[tuple] = set()
+
+
+def resolve(requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *, key: Any, output: str) -> tuple[str, str]:
+    """-> (transport, why) of one message: `requested` (``auto``/``host``/``cuda-ipc``, explicit in
+    the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of `choose` for ``auto``, and host
+    bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``.
+    Choices the code did not name itself are logged once per (`key`, `output`, transport, reason)."""
+    name = forced_transport(requested)
+    if name == "cuda-ipc" and not has_cuda:
+        name, why = "host", f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
+    elif name == "auto":
+        name, why = choose(route(), has_cuda)
+    elif name != requested:
+        return name, f"forced by {ENV_TRANSPORT}={name}"
+    else:
+        return name, "asked for by the code"
+    announce(key, output, name, why)
+    return name, why
+
+
+def announce(key: Any, output: str, name: str, why: str) -> None:
+    entry = (key, output, name, why)
+    if entry not in _announced and len(_announced) < 4096:
+        # Once per output, choice and reason (a handful per output): what a user needs to see
+        # when a deployment changes it.
+        _announced.add(entry)
+        log.info("output '%s': transport %s (%s)", output, name, why)
+
+
 def choose(route: OutputRoute, has_cuda: bool) -> tuple[str, str]:
     """-> (transport, why) for a message of this output (see the module's rule)."""
     if not has_cuda:
-        return "host", "no CUDA tensor in the message"
+        return "host", NO_CUDA
     if route.unknown:
         return "host", f"consumers' placement unknown: {route.unknown}"
     if not route.consumers:

@@ -79,6 +79,11 @@ class Plan:
     def data_bytes(self) -> int:
         return sum(leaf.nbytes for leaf in self.leaves)
 
+    @property
+    def has_cuda(self) -> bool:
+        """Whether any tensor of the message lives on a GPU (what CUDA IPC could share)."""
+        return any(leaf.source.is_cuda for leaf in self.leaves)
+
 
 # Streams send the same layout again and again; most big messages are one tensor or TVTensor.
 # For those the plan is cached by a signature of everything it depends on.

@@ -123,8 +123,8 @@ def tail(proc: subprocess.CompletedProcess, lines: int = 60) -> str:
 def _fresh_routes():
     """Routes are cached per id(node) for a node's life; test nodes die young and their ids come
     back, so each test starts with no cached route."""
-    from tensor_codec import dora_io, routing
+    from tensor_codec import routing
 
     routing._routes.clear()
-    dora_io._announced.clear()
+    routing._announced.clear()
     yield

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import logging
 import time
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
+from tensor_codec import wire
 from tensor_codec.ipc import fields as ipc_fields
 from tensor_codec.testing import assert_identical, make_layout_cases, make_many_small, make_packed_sequences, make_tvtensor_cases, make_dtype_cases
 from tensor_codec.transports import cuda_ipc
@@ -28,6 +30,9 @@ def fake(monkeypatch):
     real_check = ipc_fields.check_same_machine
     # One process plays producer and receiver: lift only the same-process refusal.
     monkeypatch.setattr(cuda_ipc, "check_same_machine", lambda producer: real_check(producer, pid=-1))
+    # Its "GPU" memory is CPU memory: a message holds GPU data when it holds what it can share
+    # (without this the codec sends such messages as host bytes, as it does any CPU message).
+    monkeypatch.setattr(wire.Plan, "has_cuda", property(lambda plan: any(backend.device_index_of(leaf.source) is not None for leaf in plan.leaves)))
     yield backend
     state = cuda_ipc._state
     cuda_ipc.use_backend(None)
@@ -45,15 +50,16 @@ def live_bytes():
 
 
 def drain():
-    """Let dropped views die and their releases reach the producer."""
+    """Let dropped views die and their releases reach the producer (the receiver's poller thread
+    may be giving one back while this polls: wait until it has)."""
     gc.collect()
     state = cuda_ipc._get_state()
-    for _ in range(200):
+    for _ in range(2000):
         state.receiver.poll()
-        state.producer.collect()
-        if not state.receiver.pending:
+        if state.receiver.settled():
             break
         time.sleep(0.001)
+    state.producer.collect()
 
 
 # ---------------------------------------------------------------------------------- right bytes
@@ -383,10 +389,19 @@ def test_the_sending_process_itself_is_refused():
 # ---------------------------------------------------------------------------------- without a GPU
 
 
-def test_cpu_tensors_are_refused_clearly_by_the_real_backend():
+@pytest.mark.parametrize("obj", [{}, torch.zeros(3), {"n": 3, "boxes": [torch.ones(2, 4)]}], ids=["empty_dict", "cpu_tensor", "cpu_nested"])
+def test_a_message_without_a_cuda_tensor_goes_as_host_bytes_logged_once(obj, caplog):
+    """cuda-ipc shares GPU memory; a message with none (the suite's nested/empty_dict, CPU
+    tensors) would otherwise be lost from a cuda-ipc stream. No CUDA code is loaded for it."""
     cuda_ipc.use_backend(None)
-    with pytest.raises(tc.EncodeError, match="transport='cuda-ipc' moves CUDA tensors, got no CUDA tensor"):
-        tc.encode(torch.zeros(3), transport="cuda-ipc")
+    with caplog.at_level(logging.INFO, logger="tensor_codec"):
+        for _ in range(3):
+            value, metadata = tc.encode(obj, transport="cuda-ipc")
+            assert metadata["tc.transport"] == "host"
+            assert_identical(tc.decode(value, metadata, copy=True), obj)
+    said = [r.getMessage() for r in caplog.records if "transport host" in r.getMessage()]
+    assert said == ["output '<tc.encode>': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"]
+    assert cuda_ipc._state is None  # the CUDA backend was never started
 
 
 def test_unknown_transport_names_the_choices():

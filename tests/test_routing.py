@@ -169,10 +169,10 @@ def test_tc_transport_forces_every_auto_send(monkeypatch):
     node = FakeNode(desc)
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     monkeypatch.setenv(routing.ENV_TRANSPORT, "cuda-ipc")
-    assert tc.transport_for(node, "out", torch.zeros(3)) == ("cuda-ipc", "forced by TC_TRANSPORT=cuda-ipc")
-    # Forced cuda-ipc with no CUDA tensor is the caller's error, named as such.
-    with pytest.raises(EncodeError, match="no CUDA tensor"):
-        tc.send(node, "out", torch.zeros(3))
+    # Forced cuda-ipc, but nothing on a GPU to share: host bytes, and the reason says so.
+    assert tc.transport_for(node, "out", torch.zeros(3)) == (
+        "host", "no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it"
+    )
     monkeypatch.setenv(routing.ENV_TRANSPORT, "host")
     assert tc.transport_for(node, "out", torch.zeros(3))[0] == "host"
     # An explicit transport in the code wins over the environment.

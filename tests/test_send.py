@@ -133,3 +133,17 @@ def test_doras_own_size_error_becomes_a_clear_codec_error():
 def test_suggested_pool_holds_two_messages():
     assert dora_limits.suggested_pool(70 << 20) == "256MB"
     assert dora_limits.suggested_pool(10 << 20) == "32MB"
+
+
+def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplog):
+    """The suite's nested/empty_dict under TRANSPORT=cuda-ipc: nothing to share on a GPU, so it
+    goes as host bytes instead of failing the send (and losing the message)."""
+    node = FakeNode()
+    with caplog.at_level(logging.INFO, logger="tensor_codec"):
+        for obj in ({}, {}, {"x": torch.arange(4)}):
+            assert tc.send(node, "out", obj, transport="cuda-ipc")
+    assert [m["tc.transport"] for _, _, m in node.sent] == ["host"] * 3
+    assert_identical(tc.receive(as_event(node.sent[2]), copy=True), {"x": torch.arange(4)})
+    said = [r.getMessage() for r in caplog.records if "transport" in r.getMessage()]
+    assert said == ["output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"]
+

@@ -48,6 +48,7 @@ class Receiver:
         self.thread: threading.Thread | None = None
         self.claimed = 0
         self.released = 0
+        self.releasing = 0  # taken off `pending` by a poll, not yet given back to its ledger
 
     # ---- opening
     def _ledger(self, name: str) -> LedgerView:
@@ -145,13 +146,21 @@ class Receiver:
                     done = True  # the context is gone: nothing of ours still runs on it
                 (ready if done else waiting).append(entry)
             self.pending = waiting
+            self.releasing += len(ready)
         for _, ledger, ref in ready:
             try:
                 ledger.release(ref)
             except Exception as e:
                 log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
-        self.released += len(ready)
+        with self.lock:
+            self.releasing -= len(ready)
+            self.released += len(ready)
         return len(ready)
+
+    def settled(self) -> bool:
+        """No release waiting for its marker and none half given back (whichever thread polls)."""
+        with self.lock:
+            return not self.pending and not self.releasing
 
     def _ensure_thread(self) -> None:
         if self.thread is None or not self.thread.is_alive():
@@ -172,7 +181,7 @@ class Receiver:
         return {
             "claimed": self.claimed,
             "released": self.released,
-            "pending_release": len(self.pending),
+            "pending_release": len(self.pending) + self.releasing,
             "segments_open": len(self.segments),
             "segment_cache_hits": self.segments.hits,
             "segment_cache_misses": self.segments.misses,

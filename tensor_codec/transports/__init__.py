@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 
 from ..errors import DecodeError, EncodeError
-from .base import Materialized, Transport
+from .base import ENCODE_OUTPUT, Materialized, Transport
 
-__all__ = ["Transport", "Materialized", "get_transport", "transport_for_message", "TRANSPORT_NAMES"]
+__all__ = ["Transport", "Materialized", "ENCODE_OUTPUT", "get_transport", "transport_for_message", "TRANSPORT_NAMES"]
 
 # name -> "module:Class" inside this package
 _TABLE = {

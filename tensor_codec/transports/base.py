@@ -10,6 +10,8 @@ import torch
 
 from ..wire import Plan, ReceivedLeaf
 
+ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted and logged under
+
 
 @dataclass
 class Materialized:

@@ -34,15 +34,12 @@ from ..ipc.producing import OutputSettings, Producer
 from ..ipc.receiving import Receiver
 from ..layout import Destination, leaf_view, write_leaf
 from ..wire import Plan, ReceivedLeaf, header_metadata
-from .base import Materialized
+from .base import ENCODE_OUTPUT, Materialized
 from .buffer_layout import check_canonical_offsets, layout_offsets
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "flush"]
 
 ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
-ENCODE_OUTPUT = "<tc.encode>"  # the in-flight account of messages made by tc.encode
-
-
 
 
 class _State:
