@@ -5,6 +5,10 @@ and the decoder's fence against blocks still in use."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -14,7 +18,7 @@ from torchvision.io import decode_jpeg, encode_jpeg
 from tensor_codec_nodes.common.pattern import read_index, render
 from tensor_codec_nodes.common.quality import compare
 from tensor_codec_nodes.jpeg_decoder.engine import decode_batch
-from tensor_codec_nodes.jpeg_encoder.engines import CpuJpegEngine, CudaJpegEngine
+from tensor_codec_nodes.jpeg_encoder.engines import FENCE_DEFAULT_STREAM, FENCE_DEVICE_SYNC, CpuJpegEngine, CudaJpegEngine
 
 pytestmark = pytest.mark.gpu
 
@@ -151,3 +155,71 @@ def test_nvjpeg_decode_is_fenced_against_blocks_still_in_use():
             assert not isinstance(image, Exception), image
             db, mad = compare(image.cpu(), src[i])
             assert db >= MIN_PSNR and mad < MAX_MAD, (k, i, db, mad)
+
+
+# ------------------------------------------------ torchvision's encoder fences the stream it was built on
+# torchvision's CUDA encoder is one object per process, so these run in fresh processes.
+FRESH_PROCESS_PRELUDE = """
+import json, torch
+from torchvision.io import decode_jpeg, encode_jpeg
+from tensor_codec_nodes.jpeg_encoder.engines import CudaJpegEngine
+dev = torch.device("cuda", torch.cuda.current_device())
+"""
+
+
+def in_a_fresh_process(code: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS_PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_after_the_engine_starts_an_encode_from_any_stream_fences_the_default_stream():
+    """The first-run probe, as a test: a long kernel queued on the default stream, then an encode
+    on another stream. torchvision >= 0.22 host-waits, before encoding, on the stream its encoder
+    was built on and makes that stream wait on its private one afterwards; the engine builds it on
+    the default stream, so the kernel must be finished when the encode returns. Without that the
+    encoder is built on whichever stream encodes first (here the side stream, in the engine a
+    worker's), and other workers read JPEG bytes still being written."""
+    got = in_a_fresh_process("""
+        engine = CudaJpegEngine(dev, 90, workers=2)
+        frame = torch.randint(0, 256, (3, 1080, 1920), dtype=torch.uint8, device=dev)
+        torch.cuda.synchronize()
+        default, side = torch.cuda.default_stream(dev), torch.cuda.Stream(dev)
+        with torch.cuda.stream(default):
+            torch.cuda._sleep(2_000_000_000)  # about a second
+        with torch.cuda.stream(side):
+            encode_jpeg(frame)
+        fenced = default.query()
+        torch.cuda.synchronize()
+        engine.close()
+        print(json.dumps({"fence": engine.fence, "default_done_when_encode_returned": fenced}))
+    """)
+    assert got == {"fence": FENCE_DEFAULT_STREAM, "default_done_when_encode_returned": True}
+
+
+def test_an_encoder_built_earlier_on_another_stream_is_detected_and_encodes_stay_correct():
+    """Code in the same process used torchvision's encoder first, on a side stream: the engine's
+    probe sees that the default stream is not fenced and falls back to a device-wide sync; frames
+    written late by a slow kernel still encode to their source on every worker."""
+    got = in_a_fresh_process("""
+        from tensor_codec_nodes.common.pattern import render
+        from tensor_codec_nodes.common.quality import compare
+        side = torch.cuda.Stream(dev)
+        with torch.cuda.stream(side):
+            encode_jpeg(torch.zeros(3, 64, 64, dtype=torch.uint8, device=dev))
+        torch.cuda.synchronize()
+        engine = CudaJpegEngine(dev, 90, workers=3)
+        sources = [render(i, 1080, 1920) for i in range(6)]
+        futures = []
+        for k, source in enumerate(sources * 4):
+            frame = torch.empty(source.shape, dtype=torch.uint8, device=dev)
+            torch.cuda._sleep(20_000_000)
+            frame.copy_(source.pin_memory(), non_blocking=True)
+            futures.append((k % len(sources), engine.submit([frame])))
+        worst = min(compare(decode_jpeg(f.result()[0].data), sources[i])[0] for i, f in futures)
+        engine.close()
+        print(json.dumps({"fence": engine.fence, "worst_psnr": worst}))
+    """)
+    assert got["fence"] == FENCE_DEVICE_SYNC
+    assert got["worst_psnr"] >= MIN_PSNR, got
+

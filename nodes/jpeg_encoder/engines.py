@@ -1,27 +1,35 @@
 """JPEG encoders that are stream-correct by construction, whatever torchvision version runs.
 
-Failure mode 2: torchvision's CUDA encoder (read in 0.19-0.29) encodes on a private stream that
-never waits on the caller's stream, records its "done" event *before* the encode, and copies the
-bitstream out on the legacy default stream. Calling it plainly from a side stream therefore
-reads frames still being written and returns bytes still being copied: noise at 4K in a loop,
-corrupt files from several threads. So each worker here, on its own stream:
+Failure mode 2: torchvision's CUDA encoder encodes on a private stream that never waits on the
+caller's stream. Through 0.21 it also recorded its "done" event *before* the encode and copied
+the bitstream out on the legacy default stream. From 0.22 (vision PR #8929) each encode first
+host-synchronizes one stream and, when done, makes that stream wait on the private one; but that
+stream is the one that was current when the process-wide encoder object was *built* (or the
+legacy default stream, in one port), not the caller's. So a worker whose stream is not that one
+reads JPEG bytes the private stream is still writing, and every encode host-waits on whatever
+stream built the encoder. Hence, in this engine:
 
-  1. waits (GPU-side) on the event recorded after the frame was made, then prepares the frame
-     (contiguous, 3 channels) on its stream, and host-waits for *its own stream only*: the
-     private encoder stream cannot be made to wait on ours, so the input must be complete
+  0. at start, the encoder is built on the default stream (a 16x16 encode), and a probe checks
+     that the default stream is what it fences (a kernel queued there must be finished when an
+     encode from another stream returns). If something in this process built it earlier on
+     another stream, the probe fails and every encode ends with a device-wide synchronize:
+     slower, never wrong (logged once);
+  1. each worker, on its own stream, waits (GPU-side) on the event recorded after the frame was
+     made, prepares the frame (contiguous, 3 channels) and host-waits for *its own stream
+     only*: the private stream cannot be made to wait on ours, so the input must be complete
      before the call is made (no device-wide sync; other streams keep running);
   2. calls encode_jpeg;
-  3. makes its stream wait on an event recorded on the legacy default stream (where the
-     bitstream copy was queued) and copies the bytes to pinned host memory on its stream;
-  4. records an event after that copy, on the encoding stream, and only reads the bytes once
-     that event has completed.
+  3. makes its stream wait on an event recorded on the default stream after the call: that stream
+     waits on the private one from 0.22 on, and carried the bitstream copy before;
+  4. copies the bytes to pinned host memory on its stream, records an event after that copy and
+     reads the bytes only once that event has completed.
 
-A torchvision that orders its work correctly passes through the same steps unharmed. The CPU
-engine runs torchvision's CPU encoder on a thread pool.
+The CPU engine runs torchvision's CPU encoder on a thread pool.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +38,9 @@ from typing import NamedTuple
 import torch
 from torchvision.io import encode_jpeg
 
-__all__ = ["Encoded", "JpegEngine", "CpuJpegEngine", "CudaJpegEngine", "make_engine"]
+__all__ = ["Encoded", "JpegEngine", "CpuJpegEngine", "CudaJpegEngine", "make_engine", "encoder_fences_default_stream"]
+
+log = logging.getLogger("jpeg-encoder")
 
 
 class Encoded(NamedTuple):
@@ -73,6 +83,46 @@ class CpuJpegEngine(JpegEngine):
         return _finish(encode_jpeg(frames, quality=self.quality))
 
 
+FENCE_DEFAULT_STREAM = "default-stream"
+FENCE_DEVICE_SYNC = "device-sync"
+PROBE_SLEEP_CYCLES = 100_000_000  # a kernel of 50 to 100 ms at 1 to 2 GHz; an encode of 16x16 takes ~1 ms
+
+
+def encoder_fences_default_stream(device: torch.device) -> bool | None:
+    """Whether torchvision's process-wide CUDA encoder fences the default stream: a kernel queued
+    there must be finished when an encode made from another stream returns (the encoder host-waits
+    on its fence stream before it starts). None when this torch cannot queue such a kernel."""
+    if not hasattr(torch.cuda, "_sleep"):
+        return None
+    tiny = torch.zeros(3, 16, 16, dtype=torch.uint8, device=device)
+    default, side = torch.cuda.default_stream(device), torch.cuda.Stream(device)
+    torch.cuda.synchronize(device)
+    with torch.cuda.device(device):
+        with torch.cuda.stream(default):
+            torch.cuda._sleep(PROBE_SLEEP_CYCLES)
+        with torch.cuda.stream(side):
+            encode_jpeg(tiny)
+        fenced = default.query()
+    torch.cuda.synchronize(device)
+    return fenced
+
+
+def bind_encoder_to_default_stream(device: torch.device) -> str:
+    """Build torchvision's CUDA encoder on the default stream (a no-op when this process built it
+    already) and say how encodes must be fenced: FENCE_DEFAULT_STREAM or FENCE_DEVICE_SYNC."""
+    with torch.cuda.device(device), torch.cuda.stream(torch.cuda.default_stream(device)):
+        encode_jpeg(torch.zeros(3, 16, 16, dtype=torch.uint8, device=device))
+    torch.cuda.synchronize(device)
+    fenced = encoder_fences_default_stream(device)
+    if fenced is False:
+        log.warning(
+            "torchvision's CUDA JPEG encoder was built on another stream before this engine started: "
+            "every encode ends with a device-wide synchronize (correct, slower)"
+        )
+        return FENCE_DEVICE_SYNC
+    return FENCE_DEFAULT_STREAM
+
+
 class CudaJpegEngine(JpegEngine):
     def __init__(self, device: torch.device, quality: int, workers: int):
         if device.type != "cuda":
@@ -80,6 +130,7 @@ class CudaJpegEngine(JpegEngine):
         self.device = device
         self.quality = quality
         self.workers = workers
+        self.fence = bind_encoder_to_default_stream(device)  # step 0
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="jpeg-cuda")
 
@@ -103,12 +154,15 @@ class CudaJpegEngine(JpegEngine):
             inputs = [(f.expand(3, -1, -1) if f.shape[0] == 1 else f).contiguous() for f in frames]
             stream.synchronize()  # step 1: inputs complete before the private stream reads them
             encoded = encode_jpeg(inputs, quality=self.quality)
-            copied = torch.cuda.Event()
-            copied.record(torch.cuda.default_stream(self.device))  # step 3: after the bitstream copy
-            stream.wait_event(copied)
-            host = [e.to("cpu", non_blocking=True) for e in encoded]  # pinned, on our stream
+            if self.fence == FENCE_DEFAULT_STREAM:
+                copied = torch.cuda.Event()
+                copied.record(torch.cuda.default_stream(self.device))  # step 3: after the encoder's fence
+                stream.wait_event(copied)
+            else:
+                torch.cuda.synchronize(self.device)
+            host = [e.to("cpu", non_blocking=True) for e in encoded]  # step 4: pinned, on our stream
             done = torch.cuda.Event()
-            done.record(stream)  # step 4: after the encode and the copy, on the encoding stream
+            done.record(stream)
             done.synchronize()
             del inputs, encoded  # only now may the allocator hand their blocks out again
         return _finish(host)

@@ -27,7 +27,7 @@ def main() -> int:
     node = Node()
     engine = make_engine(device, config.quality, config.workers)
     encoder = JpegEncoder(engine, config.quality, config.batch)
-    what = "nvJPEG (torchvision, stream-ordered)" if device.type == "cuda" else "torchvision's CPU encoder"
+    what = f"nvJPEG (torchvision, fenced by the {engine.fence})" if device.type == "cuda" else "torchvision's CPU encoder"
     log.info("%s on %s, quality %d, batch %d, %d workers", what, device, config.quality, config.batch, config.workers)
     ended = False
     try:
