@@ -59,7 +59,7 @@ test-gpu: install
 # with every node on CUDA, the two-machine pipeline with CUDA tensors, the GPU benchmarks;
 # report.md and report.json under OUT_DIR. Without CUDA: says so, checks what it can, exits 0.
 gpu-check: install
-	$(BIN)/python tools/gpu_check.py --out '$(OUT_DIR)'
+	$(BIN)/python -m tools.gpu_check --out '$(OUT_DIR)'
 
 bench: install
 	$(BIN)/python bench/run_all.py

@@ -24,6 +24,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _goals import goal, print_goals, write_json  # noqa: E402
 from dora_latency import run_flow  # noqa: E402
 
 CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
@@ -66,16 +67,18 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
     speedup = lat[("cpu+host+cuda", big)] / lat[("cuda-ipc", big)]
     send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3
     recv_us = p50(r["receive_codec_ns"] for r in rows if r["contender"] == "cuda-ipc" and r["size_kb"] == small) / 1e3
-    verdicts = [
-        (f"latency flat in size: {big // 1024} MB within 1.5x of {small} KB", flat <= 1.5, f"ratio {flat:.2f}"),
-        (f"{big // 1024} MB at least 30x faster than .cpu() -> dora -> .cuda()", speedup >= 30, f"{speedup:.1f}x"),
-        ("codec overhead per message under 100 us (dora excluded)", send_us + recv_us < 100,
-         f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us"),
+    goals = [
+        goal(f"CUDA IPC latency flat in size: {big // 1024} MB p50 within 1.5x of {small} KB", flat, "<=", 1.5, "x", f"ratio {flat:.2f}"),
+        goal(f"{big // 1024} MB by CUDA IPC at least 30x faster than .cpu() -> dora -> .cuda()", speedup, ">=", 30, "x", f"{speedup:.1f}x"),
+        goal("codec overhead per CUDA IPC message under 100 us (dora excluded)", send_us + recv_us, "<", 100, "us",
+             f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us"),
     ]
     print()
-    for text, met, detail in verdicts:
-        print(f"  {'met    ' if met else 'NOT met'}  {text} ({detail})")
-    return {"latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()}, "flat_ratio": flat, "speedup": speedup, "codec_us": send_us + recv_us}
+    print_goals(goals)
+    return {
+        "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()}, "flat_ratio": flat, "speedup": speedup,
+        "codec_us": send_us + recv_us, "goals": goals,
+    }
 
 
 def main(argv=None) -> dict | None:
@@ -83,13 +86,16 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--sizes-kb", default="4,1024,16384,65536")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the figures and goals here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
         return None
     sizes = [int(s) for s in args.sizes_kb.split(",")]
     rows, codec = run(sizes, args.reps, args.warmup)
-    return report(rows, codec, sizes)
+    result = report(rows, codec, sizes)
+    write_json(args.json, result)
+    return result
 
 
 if __name__ == "__main__":

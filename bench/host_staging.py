@@ -23,6 +23,9 @@ import torch  # noqa: E402
 
 from tensor_codec import staging  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _goals import goal, print_goals, write_json  # noqa: E402
+
 
 def timed(fn, reps: int) -> float:
     """Median seconds of `fn` (each call ends with the data where it must be)."""
@@ -40,6 +43,7 @@ def main(argv=None) -> list | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-kb", default="256,1024,4096,16384,65536")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--json", type=Path, help="also write the figures and the goal here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_staging.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
@@ -77,6 +81,16 @@ def main(argv=None) -> list | None:
         else:
             os.environ[staging.ENV_MIN_BYTES] = previous
     print("(ratio: plain / staged time; above 1.00 staging pays at that size)")
+    threshold_kb = staging.DEFAULT_MIN_BYTES // 1024
+    above = [min(d2h, h2d) for kb, d2h, h2d in rows if kb >= threshold_kb]
+    goals = []
+    if above:
+        worst = min(above)
+        goals.append(goal(f"pinned staging pays from {threshold_kb // 1024} MiB (TC_STAGING_MIN_BYTES) up, both directions",
+                          worst, ">=", 1.0, "x", f"worst ratio {worst:.2f} at or above {threshold_kb} KB"))
+        print()
+        print_goals(goals)
+    write_json(args.json, {"rows": [{"kb": kb, "d2h_ratio": d2h, "h2d_ratio": h2d} for kb, d2h, h2d in rows], "goals": goals})
     return rows
 
 

@@ -32,6 +32,9 @@ from tensor_codec_nodes.common.pattern import render  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines import CpuJpegEngine, CudaJpegEngine  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _goals import goal, print_goals, write_json  # noqa: E402
+
 SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840)}
 QUALITY = 90
 ROUNDS = 3  # each contender runs ROUNDS times, interleaved; the median counts
@@ -97,11 +100,13 @@ def main(argv=()):
     parser = argparse.ArgumentParser()
     parser.add_argument("--frames", type=int, default=24, help="frames per measurement (GPU: x10)")
     parser.add_argument("--sizes", default="1080p,4k")
+    parser.add_argument("--json", type=Path, help="also write the figures and goals here")
     args = parser.parse_args(list(argv))
     has_cuda = torch.cuda.is_available()
     workers = max(2, min(4, os.cpu_count() or 2))
     print(f"JPEG encoding at quality {QUALITY}: frames per second (median of {ROUNDS} interleaved rounds), ratio against PIL")
     print(f"  CPU: {os.cpu_count()} cores; GPU: {torch.cuda.get_device_name() if has_cuda else 'none'}")
+    figures, goals = {}, []
     for size in args.sizes.split(","):
         h, w = SIZES[size]
         frames = {"planar": [render(i, h, w) for i in range(4)], "interleaved": [render(i, h, w, hwc=True) for i in range(4)]}
@@ -135,13 +140,23 @@ def main(argv=()):
             eng.close()
         base = statistics.median(results["PIL (baseline), 1 thread"])
         print(f"\n  {size} ({w}x{h})")
+        figures[size] = {}
         for name, values in results.items():
             fps = statistics.median(values)
+            figures[size][name] = fps
             print(f"    {name:<52} {fps:8.1f} fps   {fps / base:5.2f}x PIL")
         if has_cuda:
             cpu_best = max(statistics.median(v) for k, v in results.items() if "CPU" in k)
             gpu_node = statistics.median(results["node path nvJPEG, batch 8, 4 workers"])
-            print(f"    node path on the GPU vs the best CPU path of this host: {gpu_node / cpu_best:.1f}x (goal 10x; 4K goal >= 300 fps)")
+            here = [goal(f"{size} JPEG: the node path on the GPU at least 10x the best CPU path of this host", gpu_node / cpu_best,
+                         ">=", 10, "x", f"{gpu_node:.0f} fps vs {cpu_best:.0f} fps")]
+            if size == "4k":
+                here.append(goal("4K JPEG frames per second, node path on the GPU (batch 8, 4 workers)", gpu_node, ">=", 300, "fps",
+                                 f"{gpu_node:.0f} fps"))
+            print_goals(here)
+            goals += here
+    write_json(args.json, {"fps": figures, "goals": goals})
+    return {"fps": figures, "goals": goals}
 
 
 if __name__ == "__main__":

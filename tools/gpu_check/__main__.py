@@ -1,0 +1,86 @@
+"""`make gpu-check`: the whole GPU side of the project in one command.
+
+    python -m tools.gpu_check [--out out/gpu-check] [--budget 450]
+
+Runs, in order: an environment report (versions, device, driver, allocator settings), every
+gpu-marked test (junit XML), the default pipeline with every node on CUDA, the two-machine
+pipeline with CUDA tensors, and the GPU benchmarks (CUDA IPC, pinned staging, JPEG), each within
+what is left of the time budget. Writes report.md, report.json, gpu-tests.xml and gpu-check.log
+into --out (nothing else: a GPU host hands back only a few files). Exits 1 when a part fails,
+130 when interrupted (the report then says how far it got). Without CUDA it says so in one line,
+checks what the CPU can, marks the GPU parts skipped and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import parts
+from .report import FAIL, Part, Report
+from .runner import Context
+
+DEFAULT_BUDGET_S = 420  # first-run.sh gives `make gpu-check` 500 s, the install included
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("out/gpu-check"))
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole check (default %(default)s)")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.md", "report.json", "gpu-tests.xml", "gpu-check.log"):
+        (out / stale).unlink(missing_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: stop the running part, write the report
+    report = Report(out, args.budget)
+    work = Path(tempfile.mkdtemp(prefix="tc-gpu-check-"))
+    with open(out / "gpu-check.log", "w") as log:
+        ctx = Context(out, work, log, args.budget)
+        try:
+            run_all(ctx, report)
+        except KeyboardInterrupt:
+            report.add(Part("interrupted", FAIL, 0.0, f"stopped after {time.time() - report.started:.0f} s; the parts above ran"))
+            print(f"gpu-check: interrupted; report: {out / 'report.md'}", flush=True)
+            return 130
+        finally:
+            report.write()
+            shutil.rmtree(work, ignore_errors=True)
+    print(report.as_markdown(), flush=True)
+    print(f"gpu-check: {'PASS' if report.ok else 'FAIL'}; report: {out / 'report.md'}", flush=True)
+    return 0 if report.ok else 1
+
+
+def run_all(ctx: Context, report: Report) -> None:
+    part, _, info = parts.environment(ctx)
+    report.environment = info
+    report.cuda = ctx.cuda = bool(info.get("cuda"))
+    report.add(part)
+    _say(part)
+    if not ctx.cuda:
+        print(f"gpu-check: no CUDA device on this machine (torch {info.get('torch', '?')}): the GPU parts are skipped, "
+              "checking what the CPU can", flush=True)
+    for step in parts.PARTS:
+        if ctx.remaining() < 10:
+            part, goals = Part(step.title, FAIL, 0.0, f"not run: the {report.budget_s:.0f} s budget was spent"), []
+        else:
+            part, goals = step(ctx)
+        report.add(part, goals)
+        _say(part)
+
+
+def _say(part: Part) -> None:
+    print(f"gpu-check: [{part.status}] {part.name}: {part.summary} ({part.seconds:.1f} s)", flush=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

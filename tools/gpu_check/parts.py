@@ -1,0 +1,218 @@
+"""The parts of `make gpu-check`, in the order they run. Each takes the run's Context and returns
+its Part (and the goals it measured). Without CUDA each does what the CPU can: the environment
+report, collecting the gpu tests, writing the all-CUDA dataflows, starting the benchmarks (which
+say there is no GPU); such parts are `skipped` unless that much already fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from . import flows
+from .report import FAIL, PASS, SKIPPED, Goal, Part
+from .runner import ROOT, Context
+
+ENVIRONMENT = r"""
+import ctypes, json, os, platform, sys
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+import torch, torchvision, pyarrow, tensor_codec  # tensor_codec checks the supported releases
+info = {
+    "python": platform.python_version(), "executable": sys.executable,
+    "torch": torch.__version__, "torch_cuda": torch.version.cuda, "torchvision": torchvision.__version__,
+    "pyarrow": pyarrow.__version__, "numpy": version("numpy"), "dora-rs": version("dora-rs"),
+    "dora-rs-cli": version("dora-rs-cli"), "torchcodec": version("torchcodec"),
+    "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "(unset)"),
+    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
+    "cuda": torch.cuda.is_available(),
+}
+if info["cuda"]:
+    p = torch.cuda.get_device_properties(0)
+    info.update(device=torch.cuda.get_device_name(0), device_count=torch.cuda.device_count(),
+                capability=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1))
+    try:
+        v = ctypes.c_int()
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
+        info["cuda_driver_api"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
+    except OSError:
+        pass
+print(json.dumps(info))
+"""
+
+GPU_TESTS, PIPELINE, CLUSTER = "gpu tests", "pipeline on CUDA", "two machines on CUDA"
+RACE_TEST = "test_a_long_kernel_before_the_final_write_never_shows_stale_values"
+RACE_TRIALS = 200  # tests/dora_nodes/ipc_probe.py, scenario "race"
+
+
+def environment(ctx: Context) -> tuple[Part, list[Goal], dict]:
+    """Versions, the device and its driver, the allocator settings. -> also the facts found."""
+    ran = ctx.run([ctx.python, "-c", ENVIRONMENT], timeout=ctx.limit(90))
+    if ran.returncode != 0:
+        return Part("environment", FAIL, ran.seconds, "the interpreter cannot import torch, torchvision, pyarrow and tensor_codec",
+                    tail=ran.tail()), [], {}
+    info = json.loads(ran.output.strip().splitlines()[-1])
+    dora = ctx.dora()
+    if dora:
+        info["dora CLI"] = ctx.run([dora, "--version"], timeout=30).output.strip() or "(no answer)"
+    else:
+        info["dora CLI"] = "not found"
+    if info["cuda"]:
+        smi = ctx.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=30)
+        if smi.returncode == 0 and smi.output.strip():
+            info["driver"] = smi.output.strip().splitlines()[0]
+    status = PASS if dora else FAIL
+    summary = info.get("device", "no CUDA device") + ("" if dora else "; the dora CLI is missing")
+    return Part("environment", status, ran.seconds, summary), [], info
+
+
+def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
+    """Every gpu-marked test, junit XML in OUT_DIR. Without CUDA: that they are all collected."""
+    if not ctx.cuda:
+        ran = ctx.run([ctx.python, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"], timeout=ctx.limit(120))
+        match = re.search(r"(\d+)/\d+ tests collected", ran.output) or re.search(r"(\d+) tests? collected", ran.output)
+        if ran.returncode != 0 or not match:
+            return Part(GPU_TESTS, FAIL, ran.seconds, "the gpu tests do not collect", tail=ran.tail()), []
+        count = int(match.group(1))
+        return Part(GPU_TESTS, SKIPPED, ran.seconds, f"no CUDA: {count} gpu tests collected, none run", {"collected": count}), []
+    junit = ctx.out_dir / "gpu-tests.xml"
+    ran = ctx.run([ctx.python, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider", "--durations=15",
+                   f"--junitxml={junit}"], timeout=ctx.limit(300))
+    counts, failed, race = read_junit(junit)
+    summary = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    if ran.timed_out:
+        summary += f"; cut short after {ran.seconds:.0f} s"
+    ok = ran.returncode == 0 and counts["failed"] == 0 and counts["passed"] > 0
+    figures = {**counts, "failed tests": failed[:20]} if failed else dict(counts)
+    race_goal = Goal(
+        f"{RACE_TRIALS}/{RACE_TRIALS} CUDA IPC race trials without a stale value", f"{RACE_TRIALS}/{RACE_TRIALS}",
+        None if race is None else (f"{RACE_TRIALS}/{RACE_TRIALS}" if race else "failed (gpu-tests.xml)"), "trials",
+        race, RACE_TEST, GPU_TESTS,
+    )
+    return Part(GPU_TESTS, PASS if ok else FAIL, ran.seconds, summary, figures, "" if ok else ran.tail(60)), [race_goal]
+
+
+def read_junit(path: Path) -> tuple[dict, list[str], bool | None]:
+    """-> (counts, names of failed tests, whether the race test passed (None: it did not run))."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failed: list[str] = []
+    race = None
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return counts, failed, race
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["failed"] += 1
+            failed.append(name)
+            outcome = False
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+            outcome = None
+        else:
+            counts["passed"] += 1
+            outcome = True
+        if case.get("name") == RACE_TEST:
+            race = outcome
+    return counts, failed, race
+
+
+def pipeline(ctx: Context) -> tuple[Part, list[Goal]]:
+    """The default pipeline (dataflow.yml) with every node on CUDA, through `dora run`."""
+    flow, placed_ids, without = flows.variant_on(ctx.device, ROOT / "dataflow.yml", ctx.work / "pipeline", ctx.bindir)
+    placed = f"{len(placed_ids)} of {len(placed_ids) + len(without)} nodes on {ctx.device} ({', '.join(without)} has no device)"
+    if not ctx.cuda:
+        return Part(PIPELINE, SKIPPED, 0.0, f"no CUDA: the all-CUDA dataflow was written, not run: {placed}"), []
+    ran = ctx.run([ctx.dora() or "dora", "run", flow], timeout=ctx.limit(120), cwd=flow.parent)
+    report = _read_json(flow.parent / "out" / "receiver-report.json")
+    if report is None:
+        return Part(PIPELINE, FAIL, ran.seconds, f"no receiver report (dora run exited {ran.returncode})", tail=ran.tail(60)), []
+    figures = {"placement": placed, "restored on": report.get("device")}
+    for name, stats in report.get("inputs", {}).items():
+        figures[name] = {k: stats.get(k) for k in ("received", "good", "bad", "rejected", "missing", "transports")}
+    ok = ran.returncode == 0 and report.get("ok") and str(report.get("device", "")).startswith(ctx.device)
+    summary = "receiver report ok" if ok else f"receiver report {'ok' if report.get('ok') else 'FAIL'}, dora run exited {ran.returncode}"
+    return Part(PIPELINE, PASS if ok else FAIL, ran.seconds, f"{summary}; {placed}", figures, "" if ok else ran.tail(60)), []
+
+
+def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
+    """dataflow-cluster.yml on two daemons (machines A and B) with CUDA tensors: A's receiver must
+    get CUDA IPC, B's host bytes restored onto its GPU."""
+    flow, placed_ids, _ = flows.variant_on(ctx.device, ROOT / "dataflow-cluster.yml", ctx.work / "cluster", ctx.bindir)
+    if not ctx.cuda:
+        return Part(CLUSTER, SKIPPED, 0.0, f"no CUDA: the all-CUDA cluster dataflow was written ({len(placed_ids)} nodes on CUDA), not run"), []
+    limit = ctx.limit(120)
+    reports = {m: f"out/cluster-report-{m}.json" for m in "AB"}
+    ran = ctx.run([ctx.python, "-m", "tensor_codec_nodes.local_cluster", flow, "--report", reports["A"], "--report", reports["B"],
+                   "--timeout", max(limit - 30, 10)], timeout=limit, cwd=flow.parent)
+    figures, problems = {}, []
+    local = "cuda-ipc" if ctx.device.startswith("cuda") else "host"  # CPU tensors always travel as host bytes
+    for machine, transport in (("A", local), ("B", "host")):
+        report = _read_json(flow.parent / reports[machine])
+        if report is None:
+            problems.append(f"no report from machine {machine}")
+            continue
+        big = report.get("inputs", {}).get("big", {})
+        suite = report.get("inputs", {}).get("suite", {})
+        figures[f"receiver on {machine}"] = {"ok": report.get("ok"), "device": report.get("device"),
+                                             "big": big.get("transports"), "suite": suite.get("transports")}
+        if not report.get("ok"):
+            problems.append(f"machine {machine}'s receiver report is not ok")
+        if not str(report.get("device", "")).startswith(ctx.device):
+            problems.append(f"machine {machine} restored on {report.get('device')}, expected {ctx.device}")
+        if big.get("transports") != {transport: big.get("good")} or not big.get("good"):
+            problems.append(f"machine {machine}: expected every big tensor by {transport}, got {big.get('transports')}")
+    if ran.returncode != 0:
+        problems.append(f"the cluster runner exited {ran.returncode}")
+    ok = not problems
+    summary = "A by CUDA IPC, B by host bytes onto its GPU, both reports ok" if ok else "; ".join(problems)
+    return Part(CLUSTER, PASS if ok else FAIL, ran.seconds, summary, figures, "" if ok else ran.tail(60)), []
+
+
+def benchmark(name: str, script: str, args: list[str], cap_s: float):
+    """A part running bench/<script> with --json; its goals come from the script itself."""
+
+    def part(ctx: Context) -> tuple[Part, list[Goal]]:
+        if not ctx.cuda:  # that it starts (imports, options): what there is to check without a GPU
+            ran = ctx.run([ctx.python, ROOT / "bench" / script, "--help"], timeout=ctx.limit(60))
+            if ran.returncode != 0:
+                return Part(name, FAIL, ran.seconds, f"it does not start (exit {ran.returncode})", tail=ran.tail()), []
+            return Part(name, SKIPPED, ran.seconds, "no CUDA: it starts, nothing measured"), []
+        out = ctx.work / f"{Path(script).stem}.json"
+        ran = ctx.run([ctx.python, ROOT / "bench" / script, *args, "--json", out], timeout=ctx.limit(cap_s))
+        result = _read_json(out)
+        if ran.returncode != 0 or result is None:
+            why = f"cut short after {ran.seconds:.0f} s" if ran.timed_out else f"exit {ran.returncode}"
+            return Part(name, FAIL, ran.seconds, f"no figures ({why})", tail=ran.tail(60)), []
+        goals = [Goal(g["name"], g["target"], g["measured"], g["unit"], g["met"], g["detail"], name) for g in result.get("goals", [])]
+        figures = {k: v for k, v in result.items() if k != "goals"}
+        met = sum(1 for g in goals if g.met)
+        return Part(name, PASS, ran.seconds, f"{met} of {len(goals)} goals met", figures), goals
+
+    part.title = name
+    return part
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+gpu_tests.title, pipeline.title, cluster.title = GPU_TESTS, PIPELINE, CLUSTER
+
+PARTS = [
+    gpu_tests,
+    pipeline,
+    cluster,
+    benchmark("bench: CUDA IPC", "cuda_ipc.py", ["--reps", "12", "--warmup", "3"], 90),
+    benchmark("bench: pinned staging", "host_staging.py", ["--reps", "6"], 45),
+    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 90),
+]
