@@ -27,7 +27,6 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     return get_transport(name).encode(plan)
 
 
-
 def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None, name: str | None = None) -> Any:
     """Restore the object of one message, validating everything before reading data.
 

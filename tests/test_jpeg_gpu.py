@@ -185,11 +185,13 @@ def test_after_the_engine_starts_an_encode_from_any_stream_fences_the_default_st
         frame = torch.randint(0, 256, (3, 1080, 1920), dtype=torch.uint8, device=dev)
         torch.cuda.synchronize()
         default, side = torch.cuda.default_stream(dev), torch.cuda.Stream(dev)
+        slept = torch.cuda.Event()
         with torch.cuda.stream(default):
             torch.cuda._sleep(2_000_000_000)  # about a second
+            slept.record(default)
         with torch.cuda.stream(side):
             encode_jpeg(frame)
-        fenced = default.query()
+        fenced = slept.query()
         torch.cuda.synchronize()
         engine.close()
         print(json.dumps({"fence": engine.fence, "default_done_when_encode_returned": fenced}))

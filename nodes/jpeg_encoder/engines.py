@@ -96,13 +96,15 @@ def encoder_fences_default_stream(device: torch.device) -> bool | None:
         return None
     tiny = torch.zeros(3, 16, 16, dtype=torch.uint8, device=device)
     default, side = torch.cuda.default_stream(device), torch.cuda.Stream(device)
+    slept = torch.cuda.Event()
     torch.cuda.synchronize(device)
     with torch.cuda.device(device):
         with torch.cuda.stream(default):
             torch.cuda._sleep(PROBE_SLEEP_CYCLES)
+            slept.record(default)  # not default.query(): the stream also waits on the encoder's tail
         with torch.cuda.stream(side):
             encode_jpeg(tiny)
-        fenced = default.query()
+        fenced = slept.query()
     torch.cuda.synchronize(device)
     return fenced
 
