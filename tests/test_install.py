@@ -4,6 +4,7 @@ supported-version rule shared by the installer, pyproject.toml and the import-ti
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -166,6 +167,22 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
         assert (project / ".venv" / "bin" / script).exists(), script
     bad = subprocess.run([project / ".venv" / "bin" / "tc-tensor-sender"], env={**os.environ, "MODE": "bogus"}, capture_output=True, text=True)
     assert bad.returncode == 2 and "MODE: expected one of suite, random, safetensors, got 'bogus'" in bad.stderr
+
+    # And they run a real dataflow with the dora the environment provides (linked into .venv/bin).
+    bindir = project / ".venv" / "bin"
+    flow = tmp_path / "flow" / "dataflow.yml"
+    flow.parent.mkdir()
+    flow.write_text(json.dumps({"nodes": [
+        {"id": "sender", "path": str(bindir / "tc-tensor-sender"), "inputs": {"ack": "receiver/ack"}, "outputs": ["tensors"],
+         "env": {"MODE": "random", "SIZES": "64KB", "COUNT": "3", "DEVICE": "cpu"}},
+        {"id": "receiver", "path": str(bindir / "tc-tensor-receiver"), "inputs": {"tensors": "sender/tensors"}, "outputs": ["ack"],
+         "env": {"DEVICE": "cpu", "STRICT": "1", "REPORT": "report.json"}},
+    ]}))
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UV_NO_PROJECT": "1"}
+    env.pop("PYTHONPATH", None)
+    ran = subprocess.run([bindir / "dora", "run", flow], cwd=flow.parent, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert json.loads((flow.parent / "report.json").read_text())["inputs"]["tensors"]["good"] == 3
 
     # A second `make` (no PYTHON=) keeps the layered .venv and does nothing.
     again = run_make(project, "install", env={"PIP_NO_INDEX": "1"})
