@@ -23,8 +23,11 @@ export UV_NO_PROJECT := 1
 .PHONY: install run run-cluster test test-gpu gpu-check bench clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
+# Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
+# older than the project needs when .venv was layered over another interpreter.
+INSTALLER := $(if $(NAMED),$(PYTHON),$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)))
 install:
-	@PATH='$(ORIGINAL_PATH)' $(PYTHON) tools/install_env.py --python '$(PYTHON)' $(NAMED) $(if $(WHEELS),--wheels '$(WHEELS)') --venv $(VENV)
+	@PATH='$(ORIGINAL_PATH)' $(INSTALLER) tools/install_env.py --python '$(PYTHON)' $(NAMED) $(if $(WHEELS),--wheels '$(WHEELS)') --venv $(VENV)
 
 # The default pipeline with a coordinator and daemon (`dora up`), torn down (`dora down`) when it
 # ends or is interrupted. A coordinator that was already running is used and left running.

@@ -81,8 +81,43 @@ def test_a_supported_preinstalled_torch_is_used_where_it_is():
 
 
 def test_an_interpreter_without_torch_gets_the_pinned_releases():
-    assert installer.decide(probe(), named=True) == ("fresh", [])
+    assert installer.decide(probe(), named=True) == (
+        "fresh", ["PYTHON=/opt/torch/.venv/bin/python3 has no torch (PYTHONPATH is not looked at): .venv gets the pinned torch"]
+    )
     assert installer.decide(probe(), named=False) == ("fresh", [])
+
+
+def test_a_requirement_is_named_as_pip_compares_names():
+    assert [installer.requirement_name(t) for t in ("torchvision>=0.26", "dora_rs>=1.1,<1.2", "PyYAML >= 6", "a[x]>=1")] == [
+        "torchvision", "dora-rs", "pyyaml", "a"
+    ]
+
+
+def test_a_venv_left_by_a_failed_layered_attempt_is_not_adopted(tmp_path):
+    venv = tmp_path / ".venv"
+    site = venv / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    assert not installer.must_rebuild(venv, None, "fresh", "/usr/bin/python3")  # a .venv of the old Makefile
+    (site / installer.PTH).write_text("")
+    assert installer.must_rebuild(venv, None, "fresh", "/usr/bin/python3")
+    stamp = {"mode": "layered", "python": "/opt/x/bin/python", "digest": "d", "missing": []}
+    assert not installer.must_rebuild(venv, stamp, "layered", "/opt/x/bin/python")
+    assert installer.must_rebuild(venv, stamp, "fresh", "/opt/x/bin/python")
+    assert installer.must_rebuild(venv, stamp, "layered", "/opt/y/bin/python")
+
+
+def test_missing_test_requirements_are_retried_only_when_they_could_be_had(tmp_path, monkeypatch):
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    stamp = {"mode": "layered", "python": "/opt/x/bin/python", "digest": "d", "missing": ["hypothesis>=6.100"]}
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    assert installer.up_to_date(stamp, "d", "/opt/x/bin/python", venv, None)  # offline, nothing new to look in
+    assert not installer.up_to_date(stamp, "d", "/opt/x/bin/python", venv, "wheels")
+    monkeypatch.delenv("PIP_NO_INDEX")
+    assert not installer.up_to_date(stamp, "d", "/opt/x/bin/python", venv, None)  # an index to ask
+    assert installer.up_to_date({**stamp, "missing": []}, "d", "/opt/x/bin/python", venv, None)
+    assert not installer.up_to_date({**stamp, "missing": []}, "changed", "/opt/x/bin/python", venv, None)
 
 
 def test_a_named_interpreter_with_an_old_torch_is_refused_clearly():
@@ -136,7 +171,8 @@ def copy_of_the_project(dest: Path) -> Path:
 
 def run_make(project: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {})}
-    env.pop("PYTHONPATH", None)
+    for inherited in ("PYTHONPATH", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"):  # `make test` runs this test inside make
+        env.pop(inherited, None)
     return subprocess.run(["make", *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
 
 

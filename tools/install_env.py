@@ -28,20 +28,21 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 if sys.version_info < (3, 11):  # before anything newer is needed, so this line can print
-    sys.exit(f"install: Python {sys.version.split()[0]} runs this; the project needs Python >= 3.11 (dora-rs 1.1)")
+    sys.exit(f"install: Python {sys.version.split()[0]} runs this; the project needs Python >= 3.11 (dora-rs 1.1): name one with PYTHON=")
 
 import importlib.util  # noqa: E402
 import tomllib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = "tc-install.json"
-PTH = "_tc_preinstalled.pth"  # sorts after setuptools' __editable__ files: .venv's own install wins
+PTH = "_tc_preinstalled.pth"  # the underlying interpreter's site directories (verify() checks nothing there hides .venv's project)
 PINS = "tc-preinstalled.txt"
 PINNED = ("torch", "torchvision", "pyarrow", "numpy")  # never replaced: their builds must match
 BUILD_BACKEND = "setuptools>=77"  # as pyproject's [build-system], for builds without isolation
@@ -79,7 +80,8 @@ def decide(probe: dict, named: bool) -> tuple[str, list[str]]:
     if tuple(probe["version"]) < (3, 11):
         raise InstallError(f"{where} is Python {'.'.join(map(str, probe['version']))}; the project needs Python >= 3.11 (dora-rs 1.1)")
     if found.get("torch") is None:
-        return "fresh", []
+        note = f"{where} has no torch (PYTHONPATH is not looked at): .venv gets the pinned torch" if named else None
+        return "fresh", [note] if note else []
     heavy = {name: found.get(name) for name in versions.MINIMUM}
     present = {name: v for name, v in heavy.items() if v is not None}
     bad = versions.problems(present)
@@ -107,6 +109,11 @@ def requirements() -> list[tuple[str, str]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = [(r, "runtime") for r in project["dependencies"]]
     return runtime + [(r, "test") for r in project.get("optional-dependencies", {}).get("test", [])]
+
+
+def requirement_name(text: str) -> str:
+    """``"torchvision>=0.26"`` -> ``"torchvision"`` (normalised as pip compares names)."""
+    return re.split(r"[\s\[<>=!~;]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
 def wheel_hint(missing: list[str]) -> str:
@@ -233,14 +240,13 @@ def ensure_build_backend(venv: Path, wheels: str | None) -> None:
         raise InstallError(f"building the project offline needs {BUILD_BACKEND} in the environment. " + wheel_hint([BUILD_BACKEND]))
 
 
-def install_fresh(python: str, venv: Path, wheels: str | None) -> list[str]:
+def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
     if not venv_python(venv).exists():
         run([python, "-m", "venv", venv])
     if not pip_offline():
         run([venv_python(venv), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
     ensure_build_backend(venv, wheels)
     run([venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", ROOT / "constraints.txt", "-e", ".[test]"])
-    return []
 
 
 def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
@@ -260,10 +266,11 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
 
 
 def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[str]:
-    """Install the requirements .venv does not meet yet; -> warnings. A requirement whose own
+    """Install the requirements .venv does not meet yet; -> the test requirements still missing. A requirement whose own
     dependencies cannot be had offline (dora-rs-cli asks for uv, which nothing here runs) is
-    installed without them; what is still missing after that is an error if the project needs
-    it to run, a warning if only tests need it (those tests skip)."""
+    installed without them (never torchvision or pyarrow: those must match the torch there); what
+    is still missing after that is an error if the project needs it to run, a warning if only
+    tests need it (those tests skip)."""
     todo = [text for text, _, _ in unmet(venv, reqs)]
     if todo:
         print(f"install: not in the environment yet: {', '.join(todo)}")
@@ -271,6 +278,8 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
         for text in todo:
             if run([*pip, text], capture=True, check=False).returncode == 0:
                 print(f"install: {text}: installed")
+            elif requirement_name(text) in versions.MINIMUM or requirement_name(text) in PINNED:
+                print(f"install: {text}: not to be had here with the dependencies it needs (it must match the torch there)")
             elif run([*pip, "--no-deps", text], capture=True, check=False).returncode == 0:
                 print(f"install: {text}: installed without its own dependencies (some are not to be had here)")
             else:
@@ -279,7 +288,7 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
     runtime = [f"{text} (found {found or 'none'})" for text, group, found in still if group == "runtime"]
     if runtime:
         raise InstallError("missing: " + ", ".join(runtime) + ". " + wheel_hint([t for t, g, _ in still if g == "runtime"]))
-    return [f"test requirement {text} is missing (found {found or 'none'}): the tests that need it skip" for text, _, found in still]
+    return [text for text, _, _ in still]
 
 
 def link_dora_cli(probe: dict, venv: Path) -> None:
@@ -287,21 +296,32 @@ def link_dora_cli(probe: dict, venv: Path) -> None:
     came with the preinstalled environment, its command is beside that interpreter."""
     target = venv / "bin" / "dora"
     beside = Path(probe["executable"]).parent / "dora"
-    if not target.exists() and beside.exists():
+    if not target.exists() and not target.is_symlink() and beside.exists():
         target.symlink_to(beside)
 
 
 def verify(venv: Path) -> str:
+    """Import everything from outside the checkout (so only what is installed counts) and check
+    that the project found is this checkout: a copy installed in the underlying environment
+    would otherwise hide it."""
     code = (
         "import dora, pyarrow, torch, torchvision, tensor_codec, tensor_codec_nodes\n"
         "from importlib import metadata\n"
+        "print(tensor_codec.__file__); print(tensor_codec_nodes.__file__)\n"
         "print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, pyarrow {pyarrow.__version__}, '\n"
         "      f'dora-rs {metadata.version(\"dora-rs\")}; torch from {torch.__file__.rsplit(\"/torch/\", 1)[0]}')\n"
     )
-    proc = run([venv_python(venv), "-c", code], capture=True, check=False)
+    proc = subprocess.run([str(venv_python(venv)), "-c", code], env=clean_env(), text=True, capture_output=True, cwd=venv)
     if proc.returncode != 0:
         raise InstallError(f"{venv_python(venv)} cannot import the project:\n{proc.stderr.strip()[-2000:]}")
-    return proc.stdout.strip()
+    codec_file, nodes_file, summary = proc.stdout.strip().splitlines()[-3:]
+    for name, found, here in (("tensor_codec", codec_file, ROOT / "tensor_codec"), ("tensor_codec_nodes", nodes_file, ROOT / "nodes")):
+        if not Path(found).resolve().is_relative_to(here.resolve()):
+            raise InstallError(
+                f"{name} is imported from {found}, not from this checkout ({here}): another copy of dora-tensor-codec is "
+                "installed in the environment .venv is layered over; uninstall it there"
+            )
+    return summary
 
 
 # --------------------------------------------------------------------------------------- main
@@ -331,12 +351,21 @@ def which_outside(python: str, venv: Path) -> str | None:
 
 def must_rebuild(venv: Path, stamp: dict | None, mode: str, python: str) -> bool:
     """Start .venv over when it was made another way or over another interpreter. A .venv from
-    before this installer (no record) is reused for a fresh install, as `make` always did."""
+    before this installer (no record, no layering file) is reused for a fresh install, as `make`
+    always did; one left by a layered attempt that failed is not."""
     if not venv.exists():
         return False
     if stamp is None:
-        return mode == "layered"
+        return mode == "layered" or any(venv.glob(f"lib/python*/site-packages/{PTH}"))
     return stamp["mode"] != mode or stamp["python"] != python
+
+
+def up_to_date(stamp: dict | None, digest: str, python: str, venv: Path, wheels: str | None) -> bool:
+    """Nothing to do: same inputs, same interpreter, and nothing missing that could be had now
+    (a wheel folder named, or an index to ask)."""
+    if not stamp or stamp["digest"] != digest or stamp["python"] != python or not venv_python(venv).exists():
+        return False
+    return not stamp.get("missing") or not (wheels or not pip_offline())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted, named = stamp["python"], stamp["named"]  # keep what .venv was made over
     else:
         wanted, named = which_outside(args.python, venv) or args.python, args.named
-    if stamp and stamp["digest"] == digest and stamp["python"] == wanted and venv_python(venv).exists():
+    if up_to_date(stamp, digest, wanted, venv, args.wheels):
         return 0
     try:
         probe = probe_interpreter(wanted)
@@ -360,23 +389,27 @@ def main(argv: list[str] | None = None) -> int:
         if must_rebuild(venv, stamp, mode, probe["executable"]):
             if not (venv / "pyvenv.cfg").exists():
                 raise InstallError(f"{venv} exists and is not a virtual environment: move it away")
+            if Path(sys.prefix).resolve() == venv:  # make ran this with .venv's python: not from a tree being removed
+                script = str(Path(__file__).resolve())
+                os.execv(probe["executable"], [probe["executable"], script, *(sys.argv[1:] if argv is None else argv)])
             print(f"install: making {venv.name} again ({mode} over {probe['executable']})")
             shutil.rmtree(venv)
         for note in notes:
             print(f"install: {note}")
+        missing: list[str] = []
         if mode == "layered":
             print(f"install: using torch {probe['dists']['torch']} of {probe['executable']} (.venv is layered over it)")
-            notes = install_layered(probe, venv, args.wheels)
+            missing = install_layered(probe, venv, args.wheels)
             link_dora_cli(probe, venv)
         else:
-            notes = install_fresh(probe["executable"], venv, args.wheels)
+            install_fresh(probe["executable"], venv, args.wheels)
         summary = verify(venv)
     except InstallError as e:
         print(f"install: FAILED: {e}", file=sys.stderr)
         return 1
-    for note in notes:
-        print(f"install: warning: {note}")
-    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"]}
+    for text in missing:
+        print(f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with WHEELS= retries)")
+    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"], "missing": missing}
     (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
     print(f"install: .venv ready ({mode}): {summary}")
     return 0
