@@ -18,7 +18,7 @@ import torch
 
 from conftest import ROOT, dora_env
 from tools.gpu_check import parts
-from tools.gpu_check.report import FAIL, PASS, SKIPPED, Report
+from tools.gpu_check.report import FAIL, PASS, SKIPPED, Goal, Part, Report
 from tools.gpu_check.runner import Context
 
 CLI = [sys.executable, "-m", "tools.gpu_check"]
@@ -140,3 +140,23 @@ def test_an_interrupted_check_stops_its_part_and_leaves_a_report(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["ok"] is False and report["parts"][-1]["name"] == "interrupted"
     assert report["parts"][0]["name"] == "environment"
+
+
+def test_a_part_that_breaks_is_a_failed_part_and_the_check_goes_on(tmp_path):
+    from tools.gpu_check.__main__ import guarded
+
+    def broken(ctx):
+        raise KeyError("speedup")
+
+    broken.title = "bench: broken"
+    part, goals = guarded(broken, cpu_context(tmp_path))
+    assert part.status == FAIL and part.summary == "the check itself broke: KeyError: 'speedup'" and "KeyError" in part.tail
+    assert goals == []
+
+
+def test_a_figure_that_is_not_a_number_still_makes_strict_json(tmp_path):
+    report = Report(tmp_path, 10)
+    report.add(Part("bench: x", PASS, 1.0, "", {"p50": float("nan")}),
+               [Goal("flat", "<= 1.5", float("inf"), "x", False, "", "bench: x")])
+    data = json.loads((tmp_path / "report.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert data["parts"][0]["figures"]["p50"] == "nan" and data["goals"][0]["measured"] == "inf"

@@ -12,7 +12,7 @@ stream built the encoder. Hence, in this engine:
   0. at start, the encoder is built on the default stream (a 16x16 encode), and a probe checks
      that the default stream is what it fences (a kernel queued there must be finished when an
      encode from another stream returns). If something in this process built it earlier on
-     another stream, the probe fails and every encode ends with a device-wide synchronize:
+     another stream, or the probe cannot tell, every encode ends with a device-wide synchronize:
      slower, never wrong (logged once);
   1. each worker, on its own stream, waits (GPU-side) on the event recorded after the frame was
      made, prepares the frame (contiguous, 3 channels) and host-waits for *its own stream
@@ -91,38 +91,56 @@ PROBE_SLEEP_CYCLES = 100_000_000  # a kernel of 50 to 100 ms at 1 to 2 GHz; an e
 def encoder_fences_default_stream(device: torch.device) -> bool | None:
     """Whether torchvision's process-wide CUDA encoder fences the default stream: a kernel queued
     there must be finished when an encode made from another stream returns (the encoder host-waits
-    on its fence stream before it starts). None when this torch cannot queue such a kernel."""
+    on its fence stream before it starts). None when nothing can be concluded (no way to queue
+    such a kernel here, or the host stalled until it had ended before the encode began).
+
+    A wrong True would mean corrupt JPEGs, so the probe is made hard to fool: the side stream
+    encodes once first (its first allocation, nvJPEG's buffers for this size: nothing on the
+    probed path may synchronise the device), and the kernel must still be running when the
+    encode starts."""
     if not hasattr(torch.cuda, "_sleep"):
         return None
     tiny = torch.zeros(3, 16, 16, dtype=torch.uint8, device=device)
     default, side = torch.cuda.default_stream(device), torch.cuda.Stream(device)
-    slept = torch.cuda.Event()
-    torch.cuda.synchronize(device)
     with torch.cuda.device(device):
-        with torch.cuda.stream(default):
-            torch.cuda._sleep(PROBE_SLEEP_CYCLES)
-            slept.record(default)  # not default.query(): the stream also waits on the encoder's tail
         with torch.cuda.stream(side):
-            encode_jpeg(tiny)
-        fenced = slept.query()
-    torch.cuda.synchronize(device)
-    return fenced
+            encode_jpeg(tiny)  # warm: nothing below allocates
+        torch.cuda.synchronize(device)
+        for cycles in (PROBE_SLEEP_CYCLES, 4 * PROBE_SLEEP_CYCLES):
+            slept = torch.cuda.Event()
+            with torch.cuda.stream(default):
+                torch.cuda._sleep(cycles)
+                slept.record(default)  # not default.query(): the stream also waits on the encoder's tail
+            if slept.query():  # over before the encode could start: no evidence either way
+                torch.cuda.synchronize(device)
+                continue
+            with torch.cuda.stream(side):
+                encode_jpeg(tiny)
+            fenced = slept.query()
+            torch.cuda.synchronize(device)
+            return fenced
+    return None
 
 
 def bind_encoder_to_default_stream(device: torch.device) -> str:
     """Build torchvision's CUDA encoder on the default stream (a no-op when this process built it
-    already) and say how encodes must be fenced: FENCE_DEFAULT_STREAM or FENCE_DEVICE_SYNC."""
+    already) and say how encodes must be fenced: FENCE_DEFAULT_STREAM when the probe shows the
+    encoder fences that stream, FENCE_DEVICE_SYNC otherwise (or when it cannot tell).
+
+    The encoder is one object per process and per GPU: code that later encodes on another GPU in
+    this process makes torchvision rebuild it on whatever stream is current then. An engine is
+    meant to be the process's only user of torchvision's CUDA encoder (the node's case)."""
     with torch.cuda.device(device), torch.cuda.stream(torch.cuda.default_stream(device)):
         encode_jpeg(torch.zeros(3, 16, 16, dtype=torch.uint8, device=device))
     torch.cuda.synchronize(device)
     fenced = encoder_fences_default_stream(device)
-    if fenced is False:
-        log.warning(
-            "torchvision's CUDA JPEG encoder was built on another stream before this engine started: "
-            "every encode ends with a device-wide synchronize (correct, slower)"
-        )
-        return FENCE_DEVICE_SYNC
-    return FENCE_DEFAULT_STREAM
+    if fenced:
+        return FENCE_DEFAULT_STREAM
+    log.warning(
+        "torchvision's CUDA JPEG encoder %s: every encode ends with a device-wide synchronize (correct, slower)",
+        "fences another stream (something built it earlier in this process)" if fenced is False else "could not be probed",
+    )
+    return FENCE_DEVICE_SYNC
 
 
 class CudaJpegEngine(JpegEngine):

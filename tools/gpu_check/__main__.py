@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from . import parts
@@ -57,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_all(ctx: Context, report: Report) -> None:
-    part, _, info = parts.environment(ctx)
+    try:
+        part, _, info = parts.environment(ctx)
+    except Exception as e:
+        part, info = Part("environment", FAIL, 0.0, f"the check itself broke: {type(e).__name__}: {e}", tail=traceback.format_exc(limit=6)), {}
     report.environment = info
     report.cuda = ctx.cuda = bool(info.get("cuda"))
     report.add(part)
@@ -69,9 +73,20 @@ def run_all(ctx: Context, report: Report) -> None:
         if ctx.remaining() < 10:
             part, goals = Part(step.title, FAIL, 0.0, f"not run: the {report.budget_s:.0f} s budget was spent"), []
         else:
-            part, goals = step(ctx)
+            part, goals = guarded(step, ctx)
         report.add(part, goals)
         _say(part)
+
+
+def guarded(step, ctx: Context) -> tuple[Part, list]:
+    """A part that breaks (a figure missing from a benchmark's JSON, an output that is not what
+    it should be) is a failed part with its traceback, and the check goes on."""
+    started = time.monotonic()
+    try:
+        return step(ctx)
+    except Exception as e:
+        return Part(step.title, FAIL, time.monotonic() - started, f"the check itself broke: {type(e).__name__}: {e}",
+                    tail=traceback.format_exc(limit=6)), []
 
 
 def _say(part: Part) -> None:

@@ -56,7 +56,9 @@ def environment(ctx: Context) -> tuple[Part, list[Goal], dict]:
     if ran.returncode != 0:
         return Part("environment", FAIL, ran.seconds, "the interpreter cannot import torch, torchvision, pyarrow and tensor_codec",
                     tail=ran.tail()), [], {}
-    info = json.loads(ran.output.strip().splitlines()[-1])
+    info = last_json(ran.output)
+    if not isinstance(info, dict):
+        return Part("environment", FAIL, ran.seconds, "the environment report printed no JSON", tail=ran.tail()), [], {}
     dora = ctx.dora()
     if dora:
         info["dora CLI"] = ctx.run([dora, "--version"], timeout=30).output.strip() or "(no answer)"
@@ -190,7 +192,12 @@ def benchmark(name: str, script: str, args: list[str], cap_s: float):
         if ran.returncode != 0 or result is None:
             why = f"cut short after {ran.seconds:.0f} s" if ran.timed_out else f"exit {ran.returncode}"
             return Part(name, FAIL, ran.seconds, f"no figures ({why})", tail=ran.tail(60)), []
-        goals = [Goal(g["name"], g["target"], g["measured"], g["unit"], g["met"], g["detail"], name) for g in result.get("goals", [])]
+        if not isinstance(result, dict):
+            return Part(name, FAIL, ran.seconds, f"its JSON is a {type(result).__name__}, not an object", tail=ran.tail()), []
+        goals = [
+            Goal(str(g.get("name")), str(g.get("target")), g.get("measured"), str(g.get("unit", "")), g.get("met"), str(g.get("detail", "")), name)
+            for g in result.get("goals", []) if isinstance(g, dict)
+        ]
         figures = {k: v for k, v in result.items() if k != "goals"}
         met = sum(1 for g in goals if g.met)
         return Part(name, PASS, ran.seconds, f"{met} of {len(goals)} goals met", figures), goals
@@ -199,11 +206,21 @@ def benchmark(name: str, script: str, args: list[str], cap_s: float):
     return part
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def last_json(output: str):
+    """The last line of `output` that is JSON (the command's own stderr is mixed in)."""
+    for line in reversed(output.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
 
 
 gpu_tests.title, pipeline.title, cluster.title = GPU_TESTS, PIPELINE, CLUSTER

@@ -5,6 +5,7 @@ figure measured in this run against its target. Written as report.json (for tool
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,8 +101,19 @@ class Report:
 
     def write(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "report.json").write_text(json.dumps(self.as_json(), indent=1) + "\n")
+        (self.out_dir / "report.json").write_text(json.dumps(_finite(self.as_json()), indent=1) + "\n")
         (self.out_dir / "report.md").write_text(self.as_markdown())
+
+
+def _finite(value):
+    """NaN and infinities (a median of nothing) as strings: strict JSON readers refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _cell(text: str) -> str:

@@ -89,7 +89,7 @@ class Context:
             self.log.write(f"\n[gpu-check: past its limit of {timeout:.0f} s, stopping it]\n")
             stop(proc)
         except BaseException:
-            stop(proc)
+            stop(proc, interrupted=True)
             raise
         finally:
             _kill_group(proc.pid)  # whatever it left behind in its group
@@ -103,8 +103,12 @@ class Context:
         self.log.flush()
 
 
-def stop(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGINT, 20), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+def stop(proc: subprocess.Popen, *, interrupted: bool = False) -> None:
+    """SIGINT first (pytest still writes its junit XML, the cluster runner tears its daemons down),
+    then SIGTERM, then SIGKILL. Interrupted, within about 15 s: a supervisor's `timeout -k 20`
+    kills the check 20 s after its own SIGINT, and the report must be written before that."""
+    graces = (10, 3, 2) if interrupted else (20, 5, 5)
+    for sig, grace in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), graces):
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
