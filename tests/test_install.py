@@ -3,7 +3,6 @@ supported-version rule shared by the installer, pyproject.toml and the import-ti
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,16 +17,9 @@ import torch
 
 from conftest import ROOT
 from tensor_codec import versions
+from tools import install_env as installer
 
 
-def load_installer():
-    spec = importlib.util.spec_from_file_location("install_env", ROOT / "tools" / "install_env.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-installer = load_installer()
 
 
 def probe(**dists) -> dict:
