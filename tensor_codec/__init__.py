@@ -27,8 +27,12 @@ from .errors import (
     MessageTooLargeError,
     ReleasedError,
     SharedViewWriteError,
+    UsageError,
 )
 from .lifetimes import keep, release, scope
+from .limits import Limits
+from .limits import current as get_limits
+from .limits import set_limits
 
 
 def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
@@ -86,5 +90,9 @@ __all__ = [
     "ipc_flush",
     "SharedViewWriteError",
     "ReleasedError",
+    "UsageError",
+    "Limits",
+    "get_limits",
+    "set_limits",
     "WIRE_VERSION",
 ]

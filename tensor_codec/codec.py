@@ -8,6 +8,7 @@ import pyarrow as pa
 import torch
 
 from . import lifetimes, routing
+from .errors import UsageError
 from .transports import ENCODE_OUTPUT, get_transport, transport_for_message
 from .wire import make_plan, parse_header, read_metadata
 
@@ -56,13 +57,13 @@ def _target_device(device: Any) -> torch.device | None:
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+        raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
     if target.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} asked for, but CUDA is not available on this machine")
+        raise UsageError(f"device: {device!r} asked for, but CUDA is not available on this machine")
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", torch.cuda.current_device())
     if target.type == "cuda" and target.index >= torch.cuda.device_count():
-        raise ValueError(f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}")
+        raise UsageError(f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}")
     if target.type not in ("cpu", "cuda"):
-        raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     return target

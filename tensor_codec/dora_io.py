@@ -26,6 +26,8 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     touching the host (see `tensor_codec.ipc_configure` for the cap on bytes in flight).
     Returns False when that cap's ``on_full="drop"`` policy dropped the message, else True.
     """
+    if metadata is not None and not isinstance(metadata, dict):
+        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
     if metadata:
         reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
         if reserved:

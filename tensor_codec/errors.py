@@ -18,7 +18,9 @@ __all__ = [
     "SharedViewWriteError",
     "ReleasedError",
     "InFlightLimitError",
+    "UsageError",
     "format_path",
+    "Where",
 ]
 
 
@@ -58,6 +60,12 @@ class InFlightLimitError(CodecError, TimeoutError):
     within the timeout (receivers too slow, or holding on to what they got)."""
 
 
+class UsageError(CodecError, ValueError, TypeError):
+    """An argument or setting given to the codec is invalid (a ``device=``, an ``ipc_configure``
+    value, a ``TC_*`` environment variable, a limit). Both ``except ValueError`` and
+    ``except TypeError`` catch it, whichever a caller expects for a bad argument."""
+
+
 def format_path(parts: tuple | list) -> str:
     """``("boxes", 2, "xy")`` -> ``$.boxes[2].xy``; keys that are not identifiers are quoted."""
     out = ["$"]
@@ -69,3 +77,26 @@ def format_path(parts: tuple | list) -> str:
         else:
             out.append(f"[{part!r}]")
     return "".join(out)
+
+
+class Where:
+    """A place in a received message, e.g. ``tc.header.tree.items[3][1]``, rendered only when an
+    error prints it: validating a node costs O(1) whatever its depth. `parent` is a string or a
+    Where; `template` is formatted with `arg`."""
+
+    __slots__ = ("parent", "template", "arg")
+
+    def __init__(self, parent: "Where | str", template: str, arg: object = None):
+        self.parent, self.template, self.arg = parent, template, arg
+
+    def __str__(self) -> str:
+        parts = []
+        node: object = self
+        while type(node) is Where:
+            parts.append(node.template.format(node.arg))
+            node = node.parent
+        parts.append(str(node))
+        return "".join(reversed(parts))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)

@@ -35,6 +35,8 @@ __all__ = [
     "check_leaf_layout",
     "contiguous_strides",
     "leaf_view",
+    "dense_span",
+    "clone_exact",
 ]
 
 MAX_RANK = 64  # dims per tensor accepted on the wire
@@ -124,7 +126,7 @@ def _is_row_major(shape, strides) -> bool:
     return True
 
 
-def _dense_span(shape, strides) -> int | None:
+def dense_span(shape, strides) -> int | None:
     """Elements spanned if the non-broadcast dims are dense in some order, else None."""
     dims = sorted((st, sz) for sz, st in zip(shape, strides) if sz > 1 and st != 0)
     expected = 1
@@ -133,6 +135,24 @@ def _dense_span(shape, strides) -> int | None:
             return None
         expected *= sz
     return expected
+
+
+def clone_exact(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` that owns its memory with exactly `t`'s shape and strides, where the layout
+    is one the wire carries (dense in some dim order, broadcast dims kept at stride 0): only the
+    bytes it addresses are copied, so ``arange(3).expand(2**20, 3)`` stays 12 bytes. Other layouts
+    (gaps, overlap) are cloned dense, keeping the dim order (``preserve_format``)."""
+    t = t.detach()
+    span = dense_span(t.shape, t.stride()) if t.numel() else None
+    if span is None:
+        return t.clone(memory_format=torch.preserve_format)
+    reduced = t
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        if size > 1 and stride == 0:
+            reduced = reduced.narrow(d, 0, 1)
+    block = torch.empty(span, dtype=t.dtype, device=t.device)
+    block.as_strided(reduced.shape, reduced.stride()).copy_(reduced)  # each byte of the span once
+    return block.as_strided(t.shape, t.stride())
 
 
 def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
@@ -158,7 +178,7 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
     reduced = t
     for d in broadcast:
         reduced = reduced.narrow(d, 0, 1)
-    span = _dense_span(shape, strides)
+    span = dense_span(shape, strides)
     if span is not None:
         return LeafLayout(dtype, shape, strides, span * dtype.itemsize, reduced, True, tuple(broadcast))
 
@@ -259,7 +279,7 @@ def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> N
         return
     if nbytes == numel * dtype.itemsize and _is_row_major(shape, strides):
         return  # the common case, checked in one pass
-    span = _dense_span(shape, strides)
+    span = dense_span(shape, strides)
     if span is None:
         raise DecodeError(
             f"{where}.strides: expected a dense layout (each stride of a non-broadcast dim equal to the "

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .errors import ReleasedError, SharedViewWriteError, format_path
-from .layout import leaf_view
+from .layout import clone_exact, leaf_view
 from .tree import iter_tensors, leaf_paths, map_tensors
 
 __all__ = ["Scope", "scope", "release", "keep", "register_message", "is_borrowed"]
@@ -244,9 +244,9 @@ def keep(obj: Any) -> Any:
             layout = message.layouts[index]
             out = leaf_view(block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides)
         else:
-            # Not a leaf we handed out (an ordinary tensor, or a view derived from one): clone it,
-            # keeping its strides where they are dense.
-            out = plain.detach().clone(memory_format=torch.preserve_format)
+            # Not a borrowed leaf (a small message's own copy, an ordinary tensor, a view derived
+            # from one): a copy with the same strides, broadcast dims kept (layout.clone_exact).
+            out = clone_exact(plain)
         if plain.requires_grad:
             out.requires_grad_(True)
         return out

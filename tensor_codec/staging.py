@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .errors import UsageError
+
 __all__ = ["device_to_host", "host_to_device", "staging_threshold", "use_ops", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 4 << 20
@@ -43,7 +45,7 @@ def staging_threshold() -> int | None:
         return None
     if text.isdigit():
         return int(text)
-    raise ValueError(f"{ENV_MIN_BYTES}: expected a number of bytes or 'off', got {text!r}")
+    raise UsageError(f"{ENV_MIN_BYTES}: expected a number of bytes or 'off', got {text!r}")
 
 
 class _CudaOps:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from .errors import DecodeError, EncodeError, format_path
+from .errors import DecodeError, EncodeError, UsageError, Where, format_path
 from .kinds import TensorKind, kind_by_tag, kind_of
 
 __all__ = [
@@ -50,7 +50,7 @@ _SUPPORTED = (
 
 _PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
 _NAMEDTUPLES: dict[str, type] = {}
-_GENERIC_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
+_GENERIC_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}  # insertion order: oldest first
 
 
 def register_namedtuple(cls: type, name: str | None = None) -> type:
@@ -60,7 +60,7 @@ def register_namedtuple(cls: type, name: str | None = None) -> type:
     and fields (equal by value). Usable as a class decorator.
     """
     if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
-        raise TypeError(f"expected a namedtuple class, got {cls!r}")
+        raise UsageError(f"register_namedtuple: expected a namedtuple class, got {cls!r}")
     _NAMEDTUPLES[name or _namedtuple_name(cls)] = cls
     return cls
 
@@ -171,23 +171,52 @@ def _registered_name(tx: type) -> str:
 # A received tree is validated once and compiled into a builder: a function that turns the leaf
 # tensors of a message into the object. Messages of a stream repeat their header, so the header
 # cache (wire.parse_header) keeps the builder and later messages skip validation entirely.
+#
+# Compiling costs O(1) per node whatever the depth (a node's place in the tree, for errors, is a
+# chain of `Where` links rendered only when an error names it), and subtrees without tensors fold
+# into constants, so the cost of the worst header within the limits stays small (limits.py).
 
 Builder = Callable[[list, list], Any]  # (leaf tensors, handed-out leaves to append to) -> object
 
 
-class _Compiler:
-    __slots__ = ("leaves", "next", "nodes")
+class _Const:
+    """A subtree without tensors whose value is immutable: built once, shared by every object."""
 
-    def __init__(self, leaves: list):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def _builder(part: "_Const | Builder") -> Builder:
+    if type(part) is _Const:
+        value = part.value
+        return lambda tensors, out: value
+    return part
+
+
+class _Compiler:
+    __slots__ = ("leaves", "next", "nodes", "namedtuple_types", "namedtuple_fields", "max_namedtuple_fields")
+
+    def __init__(self, leaves: list, max_namedtuple_fields: int):
         self.leaves = leaves  # the validated leaf table (wire.ReceivedLeaf)
         self.next = 0
         self.nodes = 0  # tree nodes compiled: what a cached builder costs to keep
+        self.namedtuple_types: set = set()
+        self.namedtuple_fields = 0  # over the distinct namedtuple types: making each costs O(fields)
+        self.max_namedtuple_fields = max_namedtuple_fields
 
 
-def compile_tree(tree: Any, leaves: list) -> tuple[Builder, int]:
-    """Validate a received tree against its leaf table; -> (a builder for its objects, node count)."""
-    compiler = _Compiler(leaves)
-    builder = _compile(tree, compiler, "tc.header.tree", 0)
+def compile_tree(tree: Any, leaves: list, bounds: Any = None) -> tuple[Builder, int]:
+    """Validate a received tree against its leaf table; -> (a builder for its objects, node count).
+
+    `bounds`: the limits in force (limits.Limits; the current ones when None)."""
+    if bounds is None:
+        from .limits import current
+
+        bounds = current()
+    compiler = _Compiler(leaves, bounds.namedtuple_fields)
+    builder = _builder(_compile(tree, compiler, "tc.header.tree", 0))
     if compiler.next != len(leaves):
         raise DecodeError(
             f"tc.header.tree: expected every one of the {len(leaves)} leaves to be referenced, "
@@ -223,30 +252,24 @@ def leaf_paths(tree: Any) -> list[tuple]:
     return paths
 
 
-def _constant(value: Any) -> Builder:
-    return lambda tensors, out: value
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-_SHARED_CONSTANTS = {None: _constant(None), True: _constant(True), False: _constant(False)}
-
-
-def _compile(node: Any, comp: _Compiler, where: str, depth: int) -> Builder:
+def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
     if depth > MAX_DEPTH:
         raise DecodeError(f"{where}: expected at most {MAX_DEPTH} nesting levels, got more")
     comp.nodes += 1
     tn = type(node)
-    if node is None or tn is bool:
-        return _SHARED_CONSTANTS[node]
-    if tn is str:
-        return _constant(node)
+    if node is None or tn is bool or tn is str:
+        return _Const(node)
     if tn is float:
         if not math.isfinite(node):  # 1e400 parses to inf; non-finite floats use {"t": "float"}
             raise DecodeError(f"{where}: expected a finite number, got {node!r}")
-        return _constant(node)
+        return _Const(node)
     if tn is int:
         if not _INT64_MIN <= node <= _INT64_MAX:
             raise DecodeError(f"{where}: expected an int64 value, got {node}")
-        return _constant(node)
+        return _Const(node)
     if tn is not dict:
         raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
     tag = node.get("t")
@@ -258,32 +281,23 @@ def _compile(node: Any, comp: _Compiler, where: str, depth: int) -> Builder:
     if tag in ("list", "tuple"):
         _expect_keys(node, {"t", "items"}, where)
         items = _expect_list(node, "items", where)
-        parts = [_compile(v, comp, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
+        values, parts = _compile_items(items, comp, where, depth + 1)
+        if values is not None:  # never changed after this: each object gets a fresh copy
+            if tag == "tuple":
+                return _Const(tuple(values))  # immutable all the way down: shared
+            return lambda tensors, out: values.copy()  # a fresh list per object
+        builders = [_builder(p) for p in parts]
         if tag == "list":
-            return lambda tensors, out: [b(tensors, out) for b in parts]
-        return lambda tensors, out: tuple([b(tensors, out) for b in parts])
+            return lambda tensors, out: [b(tensors, out) for b in builders]
+        return lambda tensors, out: tuple([b(tensors, out) for b in builders])
     if tag == "dict":
-        _expect_keys(node, {"t", "items"}, where)
-        seen = set()
-        pairs = []
-        for i, pair in enumerate(_expect_list(node, "items", where)):
-            here = f"{where}.items[{i}]"
-            if type(pair) is not list or len(pair) != 2:
-                raise DecodeError(f"{here}: expected a [key, value] pair, got {_json_type(pair)}")
-            key = pair[0]
-            if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
-                raise DecodeError(f"{here}[0]: expected a str or int64 key, got {key!r}")
-            if key in seen:
-                raise DecodeError(f"{here}[0]: expected unique keys, got {key!r} twice")
-            seen.add(key)
-            pairs.append((key, _compile(pair[1], comp, f"{here}[1]", depth + 1)))
-        return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
+        return _compile_dict(node, comp, where, depth)
     if tag == "float":
         _expect_keys(node, {"t", "v"}, where)
-        special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-        if type(node["v"]) is not str or node["v"] not in special:
-            raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {node['v']!r}")
-        return _constant(special[node["v"]])
+        value = node["v"]
+        if type(value) is not str or value not in _SPECIAL_FLOATS:
+            raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {value!r}")
+        return _Const(_SPECIAL_FLOATS[value])
     if tag == "PackedSequence":
         return _compile_packed_sequence(node, comp, where, depth)
     if tag == "namedtuple":
@@ -294,7 +308,58 @@ def _compile(node: Any, comp: _Compiler, where: str, depth: int) -> Builder:
     )
 
 
-def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: str) -> Builder:
+_SCALAR_TYPES = frozenset({type(None), bool, str, int, float})
+
+
+def _valid_scalars(items: list, types: set) -> bool:
+    """Whether every int is int64 and every float finite, checked at C speed."""
+    if int in types:
+        ints = items if len(types) == 1 else [v for v in items if type(v) is int]
+        if min(ints) < _INT64_MIN or max(ints) > _INT64_MAX:
+            return False
+    if float in types:
+        floats = items if len(types) == 1 else [v for v in items if type(v) is float]
+        if not all(map(math.isfinite, floats)):
+            return False
+    return True
+
+
+def _compile_items(items: list, comp: _Compiler, where: Any, depth: int) -> tuple[list | None, list]:
+    """The items of a list or tuple -> (their values if none holds a tensor, else None; the
+    compiled parts). Lists of plain values (most items of big lists) are checked as a whole."""
+    types = set(map(type, items))
+    if types <= _SCALAR_TYPES and _valid_scalars(items, types):
+        comp.nodes += len(items)
+        return items, []
+    parts = [_compile(v, comp, Where(where, ".items[{}]", i), depth) for i, v in enumerate(items)]
+    if all(type(p) is _Const for p in parts):
+        return [p.value for p in parts], parts
+    return None, parts
+
+
+def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
+    _expect_keys(node, {"t", "items"}, where)
+    seen = set()
+    keys, parts = [], []
+    for i, pair in enumerate(_expect_list(node, "items", where)):
+        if type(pair) is not list or len(pair) != 2:
+            raise DecodeError(f"{Where(where, '.items[{}]', i)}: expected a [key, value] pair, got {_json_type(pair)}")
+        key = pair[0]
+        if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
+            raise DecodeError(f"{Where(where, '.items[{}][0]', i)}: expected a str or int64 key, got {key!r}")
+        if key in seen:
+            raise DecodeError(f"{Where(where, '.items[{}][0]', i)}: expected unique keys, got {key!r} twice")
+        seen.add(key)
+        keys.append(key)
+        parts.append(_compile(pair[1], comp, Where(where, ".items[{}][1]", i), depth + 1))
+    if all(type(p) is _Const for p in parts):
+        template = {k: p.value for k, p in zip(keys, parts)}
+        return lambda tensors, out: template.copy()  # a fresh dict per object
+    pairs = [(k, _builder(p)) for k, p in zip(keys, parts)]
+    return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
+
+
+def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -> Builder:
     keys = node.keys()
     if not (keys <= kind.node_keys and keys >= kind.required_node_keys):
         _expect_keys(node, kind.node_keys, where, required=kind.required_node_keys)
@@ -327,22 +392,23 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: str) -
     return build
 
 
-def _compile_packed_sequence(node: dict, comp: _Compiler, where: str, depth: int) -> Builder:
+def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
     fields = _PACKED_FIELDS
     _expect_keys(node, {"t", *fields}, where)
     parts = []
     for f in fields:
         part = node[f]
+        here = Where(where, ".{}", f)
         optional = f in ("sorted_indices", "unsorted_indices")
         if part is None and optional:
             parts.append(None)
             continue
-        if not _is_tensor_node(part, f"{where}.{f}"):
-            raise DecodeError(f"{where}.{f}: expected a tensor, got {_json_type(part)}")
-        builder = _compile(part, comp, f"{where}.{f}", depth + 1)
+        if not _is_tensor_node(part, here):
+            raise DecodeError(f"{here}: expected a tensor, got {_json_type(part)}")
+        builder = _compile(part, comp, here, depth + 1)
         leaf = comp.leaves[builder.tensor_leaf]
         if f != "data" and (leaf.dtype.name != "int64" or len(leaf.shape) != 1):
-            raise DecodeError(f"{where}.{f}: expected a 1-D int64 tensor, got {len(leaf.shape)}-D {leaf.dtype.name}")
+            raise DecodeError(f"{here}: expected a 1-D int64 tensor, got {len(leaf.shape)}-D {leaf.dtype.name}")
         parts.append(builder)
     if (parts[2] is None) != (parts[3] is None):
         raise DecodeError(f"{where}: expected sorted_indices and unsorted_indices both present or both null")
@@ -357,27 +423,35 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: str, depth: int
     return build
 
 
-def _is_tensor_node(node: Any, where: str) -> bool:
+def _is_tensor_node(node: Any, where: Any) -> bool:
     return type(node) is dict and type(node.get("t")) is str and kind_by_tag(node["t"], where) is not None
 
 
-def _compile_namedtuple(node: dict, comp: _Compiler, where: str, depth: int) -> Builder:
+def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
     _expect_keys(node, {"t", "name", "fields", "items"}, where)
     name, fields = node["name"], node["fields"]
     if type(name) is not str or not 0 < len(name) <= _MAX_NAME:
-        raise DecodeError(f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name!r}")
+        raise DecodeError(f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name[:_MAX_NAME + 1]!r}" if type(name) is str else f"{where}.name: expected a non-empty string, got {_json_type(name)}")
     if type(fields) is not list or len(fields) > _MAX_FIELDS:
         what = f"{len(fields)} fields" if type(fields) is list else _json_type(fields)
         raise DecodeError(f"{where}.fields: expected a list of at most {_MAX_FIELDS} field names, got {what}")
     if not all(type(f) is str and f.isidentifier() and not f.startswith("_") and len(f) <= _MAX_NAME for f in fields) or len(
         set(fields)
     ) != len(fields):
-        raise DecodeError(f"{where}.fields: expected a list of distinct identifiers not starting with '_', got {fields!r}")
+        raise DecodeError(f"{where}.fields: expected a list of distinct identifiers not starting with '_', got {fields!r:.300}")
     items = _expect_list(node, "items", where)
     if len(items) != len(fields):
         raise DecodeError(f"{where}.items: expected {len(fields)} items (one per field), got {len(items)}")
-    parts = [_compile(v, comp, f"{where}.items[{i}]", depth + 1) for i, v in enumerate(items)]
     field_tuple = tuple(fields)
+    if (name, field_tuple) not in comp.namedtuple_types:
+        comp.namedtuple_types.add((name, field_tuple))
+        comp.namedtuple_fields += len(field_tuple)
+        if comp.namedtuple_fields > comp.max_namedtuple_fields:
+            raise DecodeError(
+                f"{where}.fields: expected at most {comp.max_namedtuple_fields} fields over the distinct "
+                f"namedtuple types of one message (limits.namedtuple_fields), got {comp.namedtuple_fields}"
+            )
+    parts = [_builder(_compile(v, comp, Where(where, ".items[{}]", i), depth + 1)) for i, v in enumerate(items)]
     generic = _generic_namedtuple(name, field_tuple, where)
 
     def build(tensors, out):
@@ -390,33 +464,45 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: str, depth: int) -> 
     return build
 
 
-def _generic_namedtuple(name: str, fields: tuple[str, ...], where: str) -> type:
+# Generated namedtuple classes, by (name, fields). A class costs memory per field (descriptors,
+# docstrings), and names come from the network: the cache is bounded by its total fields.
+_GENERIC_CACHE_FIELDS = 16_384
+_generic_fields = 0
+
+
+def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
+    global _generic_fields
     key = (name, fields)
     cls = _GENERIC_NAMEDTUPLES.get(key)
-    if cls is None:
-        short = name.rsplit(".", 1)[-1]
-        if not short.isidentifier():
-            short = "NamedTuple"
-        try:
-            cls = collections.namedtuple(short, fields)
-        except ValueError as e:
-            raise DecodeError(f"{where}.fields: {e}") from None
-        if len(_GENERIC_NAMEDTUPLES) < 1024:  # bounded: names come from the network
-            _GENERIC_NAMEDTUPLES[key] = cls
+    if cls is not None:
+        return cls
+    short = name.rsplit(".", 1)[-1]
+    if not short.isidentifier():
+        short = "NamedTuple"
+    try:
+        cls = collections.namedtuple(short, fields)
+    except ValueError as e:
+        raise DecodeError(f"{where}.fields: {e}") from None
+    _GENERIC_NAMEDTUPLES[key] = cls
+    _generic_fields += len(fields)
+    while _generic_fields > _GENERIC_CACHE_FIELDS and len(_GENERIC_NAMEDTUPLES) > 1:
+        oldest = next(iter(_GENERIC_NAMEDTUPLES))
+        _generic_fields -= len(oldest[1])
+        del _GENERIC_NAMEDTUPLES[oldest]
     return cls
 
 
-def _expect_keys(node: dict, allowed: set | frozenset, where: str, required=None) -> None:
+def _expect_keys(node: dict, allowed: set | frozenset, where: Any, required=None) -> None:
     required = allowed if required is None else required
     extra = node.keys() - allowed
     if extra:
-        raise DecodeError(f"{where}: expected only keys {sorted(allowed)}, got unexpected {sorted(extra)}")
+        raise DecodeError(f"{where}: expected only keys {sorted(allowed)}, got unexpected {sorted(extra)[:16]}")
     missing = set(required) - node.keys()
     if missing:
         raise DecodeError(f"{where}: expected keys {sorted(required)}, missing {sorted(missing)}")
 
 
-def _expect_list(node: dict, key: str, where: str) -> list:
+def _expect_list(node: dict, key: str, where: Any) -> list:
     value = node[key]
     if type(value) is not list:
         raise DecodeError(f"{where}.{key}: expected a list, got {_json_type(value)}")

@@ -9,14 +9,17 @@ so a caller's own keys (and dora's ``timestamp``) sit beside them:
 
 Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
 own location fields (host: ``offset``). Everything is validated here before a single data byte
-is interpreted: version, sizes, types, a dtype whitelist, layouts whose every element lies inside
-the leaf's bytes. The full specification is docs/wire-format.md.
+is interpreted: the header's cost (limits.py: bytes, items and string bytes, counted before it is
+parsed), strict JSON, version, sizes, types, a dtype whitelist, layouts whose every element lies
+inside the leaf's bytes, logical sizes within limits. The full specification is
+docs/wire-format.md.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import gc
 import json
 import threading
 from dataclasses import dataclass
@@ -24,8 +27,9 @@ from typing import Any
 
 import torch
 
+from . import header_json, limits
 from .dtypes import WireDType, by_name
-from .errors import DecodeError, EncodeError
+from .errors import DecodeError, EncodeError, Where, format_path
 from .layout import MAX_DIM, MAX_RANK, LeafLayout, check_leaf_layout, plan_leaf
 from .kinds import kind_of
 from .tree import compile_tree, flatten, tensor_node
@@ -36,8 +40,6 @@ __all__ = [
     "KEY_TRANSPORT",
     "KEY_HEADER",
     "RESERVED_PREFIX",
-    "MAX_HEADER_CHARS",
-    "MAX_LEAVES",
     "Plan",
     "ReceivedLeaf",
     "make_plan",
@@ -52,9 +54,6 @@ RESERVED_PREFIX = "tc."
 KEY_VERSION = "tc.version"
 KEY_TRANSPORT = "tc.transport"
 KEY_HEADER = "tc.header"
-
-MAX_HEADER_CHARS = 16 << 20  # JSON text of the header
-MAX_LEAVES = 100_000  # tensors per message
 
 _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
@@ -110,6 +109,7 @@ def make_plan(obj: Any) -> Plan:
             tree, template, memo = cached
             return Plan(tree, [template.with_source(plain)], [()], memo)
         leaf = plan_leaf(plain, ())
+        _check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
         tree, memo = tensor_node(kind, obj, plain, 0), {}
         _plan_cache[signature] = (tree, LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast), memo)
         if len(_plan_cache) > _PLAN_CACHE_ENTRIES:
@@ -118,12 +118,41 @@ def make_plan(obj: Any) -> Plan:
     return _make_plan(obj)
 
 
+limits.on_change(_plan_cache.clear)  # plans were checked against the limits they were made under
+
+
 def _make_plan(obj: Any) -> Plan:
     tree, found = flatten(obj)
-    if len(found) > MAX_LEAVES:
-        raise EncodeError(f"too many tensors at `$`: expected at most {MAX_LEAVES} per message, got {len(found)}")
+    bounds = limits.current()
+    if len(found) > bounds.leaves:
+        raise EncodeError(
+            f"too many tensors at `$`: expected at most {bounds.leaves} per message (limits.leaves), got {len(found)}"
+        )
     leaves = [plan_leaf(tensor, path) for tensor, path in found]
+    _check_logical_sizes(leaves, bounds, EncodeError, lambda i: f"tensor at `{format_path(found[i][1])}`")
     return Plan(tree, leaves, [path for _, path in found])
+
+
+def _check_logical_sizes(leaves: list, bounds: limits.Limits, error: type, name) -> None:
+    """Each tensor's and the message's logical bytes (numel x item size, broadcast dims counted:
+    what a consumer that densifies it allocates) within the limits. `leaves` have .shape and
+    .dtype; `name(i)` names leaf i in the error."""
+    total = 0
+    for i, leaf in enumerate(leaves):
+        logical = leaf.dtype.itemsize
+        for size in leaf.shape:
+            logical *= size
+        if logical > bounds.leaf_logical_bytes:
+            raise error(
+                f"{name(i)}: expected at most {bounds.leaf_logical_bytes} logical bytes per tensor "
+                f"(limits.leaf_logical_bytes; numel x item size), got {logical}"
+            )
+        total += logical
+        if total > bounds.message_logical_bytes:
+            raise error(
+                f"{name(i)}: expected at most {bounds.message_logical_bytes} logical bytes per message "
+                f"(limits.message_logical_bytes), got {total} up to this tensor"
+            )
 
 
 def header_metadata(plan: Plan, transport: str, leaf_fields: list[dict], extra: dict | None = None) -> dict:
@@ -137,8 +166,7 @@ def header_metadata(plan: Plan, transport: str, leaf_fields: list[dict], extra: 
     if extra:
         header.update(extra)
     text = _JSON.encode(header)
-    if len(text) > MAX_HEADER_CHARS:
-        raise EncodeError(f"structure too large at `$`: header is {len(text)} characters, expected at most {MAX_HEADER_CHARS}")
+    header_json.check_outgoing(text, limits.current())
     return {KEY_VERSION: VERSION, KEY_TRANSPORT: transport, KEY_HEADER: text}
 
 
@@ -153,14 +181,6 @@ class ReceivedLeaf:
     strides: tuple[int, ...]
     nbytes: int
     fields: dict  # the raw leaf entry; the transport reads and validates its own keys from it
-
-
-def _reject_constant(name: str):
-    raise DecodeError(f"tc.header: expected strict JSON, got the non-standard constant {name}")
-
-
-# One decoder, made once (json.loads with options builds a new one per call).
-_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def read_metadata(metadata: Any) -> tuple[str, str]:
@@ -180,8 +200,6 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
     text = metadata.get(KEY_HEADER)
     if type(text) is not str:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
-    if len(text) > MAX_HEADER_CHARS:
-        raise DecodeError(f"{KEY_HEADER}: expected at most {MAX_HEADER_CHARS} characters, got {len(text)}")
     return transport, text
 
 
@@ -208,20 +226,37 @@ def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, 
     hit = _header_cache.get(key)
     if hit is not None:
         return hit[:4]
+    bounds = limits.current()
+    header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
+    # Parsing and compiling make up to `header_items` small objects, none of them garbage yet.
+    # The collector would walk every object of the process each time its thresholds trip (it
+    # tripped 3x per 65,000 items: 60% of the time); the work is bounded, so it waits until after.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
     try:
-        header = _JSON_DECODER.decode(text)
-    except DecodeError:
-        raise
-    except (ValueError, RecursionError) as e:
-        raise DecodeError(f"{KEY_HEADER}: expected valid JSON, got a parse error: {str(e)[:200]}") from None
-    if type(header) is not dict:
-        raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
-    leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys)
-    build, nodes = compile_tree(header["tree"], leaves)
-    entry = (header, leaves, build, transport.prepare(header, leaves))
+        header = header_json.parse(text)
+        if type(header) is not dict:
+            raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
+        leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
+        build, nodes = compile_tree(header["tree"], leaves, bounds)
+        entry = (header, leaves, build, transport.prepare(header, leaves))
+    finally:
+        if paused:
+            gc.enable()
     if len(text) <= _CACHE_MAX_TEXT and nodes + len(leaves) <= _CACHE_MAX_NODES:
         _remember(key, entry, nodes + len(leaves))
     return entry
+
+
+def _forget_all() -> None:
+    global _cache_nodes
+    with _cache_lock:
+        _header_cache.clear()
+        _cache_nodes = 0
+
+
+limits.on_change(_forget_all)  # a header accepted under other limits must be checked again
 
 
 def _remember(key: tuple, entry: tuple, cost: int) -> None:
@@ -236,8 +271,11 @@ def _remember(key: tuple, entry: tuple, cost: int) -> None:
             _cache_nodes -= evicted[-1]
 
 
-def parse_leaves(header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset) -> list[ReceivedLeaf]:
+def parse_leaves(
+    header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset, bounds: limits.Limits | None = None
+) -> list[ReceivedLeaf]:
     """Validate the leaf table (and the header's top-level keys) without touching any data."""
+    bounds = bounds or limits.current()
     allowed_top = _allowed_top_keys(transport_header_keys)
     if not header.keys() <= allowed_top:
         extra = header.keys() - allowed_top
@@ -247,20 +285,32 @@ def parse_leaves(header: dict, transport_leaf_keys: frozenset, transport_header_
     raw = header.get("leaves")
     if type(raw) is not list:
         raise DecodeError(f"tc.header.leaves: expected a list, got {type(raw).__name__}")
-    if len(raw) > MAX_LEAVES:
-        raise DecodeError(f"tc.header.leaves: expected at most {MAX_LEAVES} entries, got {len(raw)}")
+    if len(raw) > bounds.leaves:
+        raise DecodeError(f"tc.header.leaves: expected at most {bounds.leaves} entries (limits.leaves), got {len(raw)}")
     allowed = _allowed_leaf_keys(transport_leaf_keys)
     out = []
+    leaf_cap, message_cap, total = bounds.leaf_logical_bytes, bounds.message_logical_bytes, 0
     for i, entry in enumerate(raw):
         if type(entry) is not dict or entry.keys() != allowed:
             _leaf_keys_error(entry, allowed, f"tc.header.leaves[{i}]")
-        dtype = by_name(entry["dtype"], f"tc.header.leaves[{i}].dtype")
+        where = Where("tc.header.leaves", "[{}]", i)  # rendered only if an error names it
+        dtype = by_name(entry["dtype"], Where(where, ".dtype"))
         shape = _int_list(entry["shape"], i, "shape")
         strides = _int_list(entry["strides"], i, "strides")
         nbytes = entry["nbytes"]
         if type(nbytes) is not int or not 0 <= nbytes <= MAX_DIM:
             raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r}")
-        check_leaf_layout(dtype, shape, strides, nbytes, f"tc.header.leaves[{i}]")
+        check_leaf_layout(dtype, shape, strides, nbytes, where)
+        # A 4-byte message may describe a stride-0 tensor of 2**62 logical bytes: bounded here so
+        # that no consumer that densifies what it got (a checksum, .contiguous(), a copy) can be
+        # made to allocate more than the limits from a few bytes.
+        logical = dtype.itemsize
+        for size in shape:
+            logical *= size
+        total += logical
+        if logical > leaf_cap or total > message_cap:
+            candidate = out + [ReceivedLeaf(dtype, shape, strides, nbytes, entry)]
+            _check_logical_sizes(candidate, bounds, DecodeError, lambda j: f"tc.header.leaves[{j}].shape")
         # `entry` itself carries the transport's keys (validated by the transport).
         out.append(ReceivedLeaf(dtype, shape, strides, nbytes, entry))
     return out

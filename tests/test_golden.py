@@ -4,6 +4,9 @@ A change to the format must be deliberate: bump the version, document it in
 docs/wire-format.md, and regenerate with `python tests/test_golden.py --regenerate`.
 Each fixture is checked both ways: encoding the object gives exactly the stored message, and
 decoding the stored message gives exactly the object.
+
+golden/refused/ holds messages a receiver must refuse, each with a fragment of the error: the
+rules a writer in another language must follow that the encoder here never breaks.
 """
 
 from __future__ import annotations
@@ -63,6 +66,62 @@ FIXTURES = {
 }
 
 
+def _zero_dim_and_empty(header_change=None, data_change=None):
+    data = json.loads(_path("zero_dim_and_empty").read_text())
+    raw = bytearray.fromhex(data["data_hex"])
+    metadata = dict(data["metadata"])
+    if header_change:
+        metadata["tc.header"] = header_change(metadata["tc.header"])
+    if data_change:
+        data_change(raw)
+    return metadata, bytes(raw)
+
+
+def _set_byte(index, value):
+    def change(raw):
+        raw[index] = value
+
+    return change
+
+
+# name -> (the message, as metadata and bytes, made from a valid fixture; a fragment of the error)
+REFUSED = {
+    "nonzero_padding": (lambda: _zero_dim_and_empty(data_change=_set_byte(9, 0xAB)), "expected zero padding before tc.header.leaves[1]"),
+    "duplicate_member": (
+        lambda: _zero_dim_and_empty(header_change=lambda h: h.replace('"nbytes":8,', '"nbytes":8,"nbytes":8,')),
+        "'nbytes' twice",
+    ),
+    "broadcast_past_logical_limit": (
+        lambda: (
+            {"tc.version": 1, "tc.transport": "host", "tc.header": '{"leaves":[{"dtype":"float32","shape":[1152921504606846976],'
+             '"strides":[0],"nbytes":4,"offset":0}],"tree":{"t":"tensor","leaf":0}}'},
+            bytes(4),
+        ),
+        "tc.header.leaves[0].shape: expected at most 4294967296 logical bytes per tensor",
+    ),
+}
+
+
+def _refused_path(name: str) -> Path:
+    return GOLDEN / "refused" / f"{name}.json"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_the_refused_golden_messages_are_refused_naming_the_rule(name):
+    data = json.loads(_refused_path(name).read_text())
+    raw = bytes.fromhex(data["data_hex"])
+    with pytest.raises(tc.DecodeError) as info:
+        tc.decode(pa.array(list(raw), pa.uint8()) if raw else pa.array([], pa.uint8()), data["metadata"])
+    assert data["error"] in str(info.value)
+
+
+def test_every_refused_file_has_a_case_and_matches_it():
+    assert {p.stem for p in (GOLDEN / "refused").glob("*.json")} == set(REFUSED)
+    for name, (make, fragment) in REFUSED.items():
+        metadata, raw = make()
+        assert json.loads(_refused_path(name).read_text()) == {"metadata": metadata, "data_hex": raw.hex(), "error": fragment}
+
+
 def _path(name: str) -> Path:
     return GOLDEN / f"{name}.json"
 
@@ -98,6 +157,11 @@ def regenerate() -> None:
         raw = value.buffers()[1].to_pybytes()[: len(value)] if len(value) else b""
         _path(name).write_text(json.dumps({"metadata": metadata, "data_hex": raw.hex()}, indent=1, ensure_ascii=False) + "\n")
         print("wrote", _path(name))
+    (GOLDEN / "refused").mkdir(exist_ok=True)
+    for name, (make, fragment) in REFUSED.items():
+        metadata, raw = make()
+        _refused_path(name).write_text(json.dumps({"metadata": metadata, "data_hex": raw.hex(), "error": fragment}, indent=1) + "\n")
+        print("wrote", _refused_path(name))
 
 
 if __name__ == "__main__":

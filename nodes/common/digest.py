@@ -78,9 +78,26 @@ def _tensor(t: torch.Tensor, feed) -> None:
     plain = values_of(t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor), ())
     if plain.numel() == 0:
         return
-    if plain.device.type != "cpu":
-        plain = plain.cpu()
-    flat = plain.reshape(-1)  # row-major; copies only when the layout is not contiguous
-    if flat.stride(0) != 1:  # a single element with an odd stride
-        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
-    feed(memoryview(flat.view(torch.uint8).numpy()))
+    _feed_values(plain, feed)
+
+
+# Logical values are fed in row-major order through blocks of at most this many bytes: a
+# broadcast (stride-0) tensor is never densified whole, whatever its logical size.
+_BLOCK_BYTES = 16 << 20
+
+
+def _feed_values(t: torch.Tensor, feed) -> None:
+    nbytes = t.numel() * t.element_size()
+    if t.is_contiguous() or nbytes <= _BLOCK_BYTES or t.dim() == 0:
+        flat = t.contiguous().reshape(-1)  # row-major; copies only a non-contiguous block
+        if flat.device.type != "cpu":
+            flat = flat.cpu()
+        if flat.stride(0) != 1:  # a single element with an odd stride
+            flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+        feed(memoryview(flat.view(torch.uint8).numpy()))
+        return
+    row = nbytes // t.shape[0]
+    step = max(1, _BLOCK_BYTES // max(row, 1))
+    for start in range(0, t.shape[0], step):
+        block = t[start : start + step]
+        _feed_values(block if block.shape[0] > 1 or step > 1 else block[0], feed)

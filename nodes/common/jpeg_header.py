@@ -51,9 +51,11 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
     what is wrong: not a JPEG, truncated, no frame header, or bigger than `max_pixels`."""
     b = _bytes_of(data)
     n = len(b)
-    if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
-        head = bytes(b[:4]).hex(" ")
-        raise JpegError(f"jpeg: expected the start-of-image marker ff d8, got {head or 'no bytes'}")
+    if n >= 2 and (b[0] != 0xFF or b[1] != 0xD8):
+        raise JpegError(f"jpeg: expected the start-of-image marker ff d8, got {bytes(b[:4]).hex(' ')}")
+    if n < 4:
+        got = f"{n} bytes ({bytes(b).hex(' ')})" if n else "no bytes"
+        raise JpegError(f"jpeg: expected at least 4 bytes (start- and end-of-image markers), got {got}")
     tail = bytes(b[max(2, n - _TAIL):])
     if b"\xff\xd9" not in tail:
         raise JpegError(f"jpeg: expected the end-of-image marker ff d9 at the end ({n} bytes), got none: truncated")

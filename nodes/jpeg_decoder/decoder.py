@@ -63,10 +63,11 @@ class JpegDecoder:
             # A copy the decoder owns: the message's buffer goes back to dora at once.
             jpeg = tc.plain_bytes(event.get("value")).clone()
             info = check_jpeg_message(jpeg, metadata, max_pixels=self.max_pixels)
+            channels = self._channels(metadata, info.components)
         except (JpegError, tc.CodecError) as e:
             self._bad(metadata, f"{type(e).__name__}: {e}")
             return None
-        return _Checked(jpeg, self._channels(metadata, info.components), metadata)
+        return _Checked(jpeg, channels, metadata)
 
     def _channels(self, metadata: dict, components: int) -> int:
         if self.mode == "rgb":
@@ -74,9 +75,12 @@ class JpegDecoder:
         if self.mode == "gray":
             return 1
         said = metadata.get(P.CHANNELS)
-        if said in (1, 3):
-            return said
-        return 1 if components == 1 else 3
+        if said is None:
+            return 1 if components == 1 else 3
+        # `type(...) is int`: True == 1 in Python, and a colour JPEG decoded to grey is a silent loss.
+        if type(said) is not int or said not in (1, 3):
+            raise JpegError(f"metadata.{P.CHANNELS}: expected 1 or 3 (or absent), got {said!r}")
+        return said
 
     def decode(self, batch: list[_Checked]) -> list[tuple[tv_tensors.Image, dict]]:
         """Decode a batch; -> (frame, metadata) for each JPEG that decoded, in order."""

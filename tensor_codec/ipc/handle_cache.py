@@ -15,6 +15,7 @@ import collections
 import threading
 from typing import Any, Callable, Hashable
 
+from ..errors import UsageError
 from .identity import pid_alive
 
 __all__ = ["HandleCache"]
@@ -29,7 +30,7 @@ class HandleCache:
         pid_alive: Callable[[int], bool] = pid_alive,
     ):
         if max_entries < 1:
-            raise ValueError(f"max_entries: expected at least 1, got {max_entries}")
+            raise UsageError(f"max_entries: expected at least 1, got {max_entries}")
         self.open_segment = open_segment
         self.max_entries = max_entries
         self.pid_alive = pid_alive

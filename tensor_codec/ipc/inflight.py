@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Callable
 
-from ..errors import InFlightLimitError
+from ..errors import InFlightLimitError, UsageError
 
 __all__ = ["InFlightLimit", "POLICIES"]
 
@@ -40,12 +40,12 @@ class InFlightLimit:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        if max_bytes <= 0:
-            raise ValueError(f"max_bytes: expected a positive number of bytes, got {max_bytes}")
+        if type(max_bytes) is not int or max_bytes <= 0:
+            raise UsageError(f"max_bytes: expected a positive number of bytes, got {max_bytes}")
         if on_full not in POLICIES:
-            raise ValueError(f"on_full: expected one of {', '.join(POLICIES)}, got {on_full!r}")
-        if timeout_s < 0:
-            raise ValueError(f"timeout_s: expected >= 0, got {timeout_s}")
+            raise UsageError(f"on_full: expected one of {', '.join(POLICIES)}, got {on_full!r}")
+        if type(timeout_s) not in (int, float) or not timeout_s >= 0:
+            raise UsageError(f"timeout_s: expected >= 0, got {timeout_s}")
         self.max_bytes = max_bytes
         self.on_full = on_full
         self.timeout_s = timeout_s

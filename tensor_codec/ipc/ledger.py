@@ -40,6 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ..errors import CodecError, UsageError
 from .identity import pid_alive, pid_namespace
 
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers"]
@@ -58,7 +59,7 @@ FREE, LIVE = 0, 1
 EMPTY, HOLDING, RELEASED, RELEASED_WITH_EVENT = 0, 1, 2, 3
 
 
-class LedgerError(RuntimeError):
+class LedgerError(CodecError, RuntimeError):
     """A slot that cannot be claimed or released (expired, full, unknown ledger)."""
 
 
@@ -144,7 +145,7 @@ class Ledger:
 
     def __init__(self, slots: int = 1024, *, claim_timeout_s: float = 10.0, name: str | None = None):
         if not 1 <= slots <= 65536:
-            raise ValueError(f"slots: expected 1..65536, got {slots}")
+            raise UsageError(f"slots: expected 1..65536, got {slots}")
         self.slots = slots
         self.claim_timeout_ns = int(claim_timeout_s * 1e9)
         self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -162,7 +163,7 @@ class Ledger:
         alive) comes back from `collect` when the slot is finished. Raises LedgerError if every
         slot is in use."""
         if not 0 <= expected <= HOLDERS:
-            raise ValueError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
+            raise UsageError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
         for _ in range(self.slots):
             slot = self.next_slot
             self.next_slot = (self.next_slot + 1) % self.slots

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import UsageError
 from .inflight import POLICIES, InFlightLimit
 from .ledger import Ledger, SlotRef, remove_stale_ledgers
 
@@ -39,11 +40,11 @@ class OutputSettings:
 
     def __post_init__(self):
         if type(self.max_bytes) is not int or self.max_bytes <= 0:
-            raise ValueError(f"max_bytes_in_flight: expected a positive number of bytes, got {self.max_bytes!r}")
+            raise UsageError(f"max_bytes_in_flight: expected a positive number of bytes, got {self.max_bytes!r}")
         if self.on_full not in POLICIES:
-            raise ValueError(f"on_full: expected one of {', '.join(POLICIES)}, got {self.on_full!r}")
-        if not self.timeout_s >= 0:
-            raise ValueError(f"timeout_s: expected >= 0 seconds, got {self.timeout_s!r}")
+            raise UsageError(f"on_full: expected one of {', '.join(POLICIES)}, got {self.on_full!r}")
+        if type(self.timeout_s) not in (int, float) or not self.timeout_s >= 0:
+            raise UsageError(f"timeout_s: expected >= 0 seconds, got {self.timeout_s!r}")
 
 
 @dataclass

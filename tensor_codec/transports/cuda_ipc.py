@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from ..errors import DecodeError, EncodeError, format_path
+from ..errors import DecodeError, EncodeError, UsageError, format_path
 from ..ipc.fields import check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer, IpcFields
 from ..ipc.identity import host_identity, pid_namespace
 from ..ipc.producing import OutputSettings, Producer
@@ -105,6 +105,8 @@ def flush(timeout_s: float = 10.0) -> bool:
     producer exits: its GPU memory dies with it."""
     import time
 
+    if type(timeout_s) not in (int, float) or not timeout_s >= 0:
+        raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r}")
     state = _state
     if state is None or state.producer._ledger is None:
         return True

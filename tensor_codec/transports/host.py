@@ -102,6 +102,7 @@ class HostTransport:
     ) -> Materialized:
         offsets, total = prepared
         _check_value(value, total)
+        _check_padding(value, leaves, offsets)
         if device is not None and device.type != "cpu":
             copy = False  # the host bytes are only read once, by the copy onto the device
         if copy or total < SMALL_MESSAGE_BYTES:
@@ -139,6 +140,23 @@ class HostTransport:
                 raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
             tensors.append(t)
         return Materialized(tensors, borrowed, offsets)
+
+
+_ZEROS = bytes(ALIGNMENT)
+
+
+def _check_padding(value: pa.Array, leaves: list[ReceivedLeaf], offsets: list[int]) -> None:
+    """The bytes between leaves are zero, as the format says (a writer that leaks memory there, or
+    hides data in it, is refused). At most ALIGNMENT - 1 bytes per leaf, compared with memcmp."""
+    if len(offsets) < 2:
+        return
+    data = memoryview(value.buffers()[1])
+    base = value.offset
+    for i in range(1, len(offsets)):
+        end = offsets[i - 1] + leaves[i - 1].nbytes
+        gap = offsets[i] - end
+        if gap and data[base + end : base + offsets[i]] != _ZEROS[:gap]:
+            raise DecodeError(f"value: expected zero padding before tc.header.leaves[{i}] (bytes {end}..{offsets[i]}), got non-zero bytes")
 
 
 def _check_value(value: Any, total: int) -> None:

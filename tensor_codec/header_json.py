@@ -1,0 +1,124 @@
+"""The header's JSON text: what it may cost, measured before it is parsed, and strict parsing.
+
+Cost is counted on the raw text with C-speed string operations, so refusing an oversized header
+costs one pass over at most `header_bytes` of text, never the parse of what it describes:
+
+* bytes: UTF-8 bytes of the text;
+* items: JSON values and member names. Every item but the first follows one of ``[ { , :``
+  outside a string literal, and each of those precedes exactly one item unless it opens an empty
+  container, so items = 1 + count(``[{,:`` outside strings) - count(``[]``, ``{}``);
+* string bytes: bytes of the text inside string literals (quotes and escapes included).
+
+The cheap bound (the same count over the whole text, string literals included) decides almost
+every header; only one near a limit has its string literals taken out first (still C-speed).
+
+Strict JSON, as serde and other strict readers take it: no NaN/Infinity tokens and no object
+with the same member name twice (Python's json keeps the last one silently, so a Rust or C++
+reader could see another message than this one).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DecodeError, EncodeError
+from .limits import Limits
+
+__all__ = ["HeaderCost", "measure", "check_received", "check_outgoing", "parse"]
+
+
+@dataclass(frozen=True)
+class HeaderCost:
+    bytes: int
+    items: int
+    string_bytes: int
+
+
+def _utf8_bytes(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text carries one
+        raise DecodeError("tc.header: expected UTF-8 text, got a lone surrogate code point") from None
+
+
+def _structure_count(text: str) -> int:
+    return text.count("[") + text.count("{") + text.count(",") + text.count(":")
+
+
+def _outside_strings(text: str) -> str:
+    """The text with every string literal removed (quotes included)."""
+    if "\\" in text:
+        # Escaped backslashes first, then escaped quotes: what is left of `"` delimits strings.
+        text = text.replace("\\\\", "").replace('\\"', "")
+    return "".join(text.split('"')[0::2])
+
+
+def measure(text: str) -> HeaderCost:
+    """The exact cost of a header text (see the module doc)."""
+    nbytes = _utf8_bytes(text)
+    outside = _outside_strings(text)
+    items = 1 + _structure_count(outside) - outside.count("[]") - outside.count("{}")
+    return HeaderCost(nbytes, items, nbytes - len(outside))
+
+
+def _over(text: str, limits: Limits) -> str | None:
+    """What the text exceeds, described, or None."""
+    if len(text) > limits.header_bytes:  # characters <= UTF-8 bytes: decided without encoding
+        return f"expected at most {limits.header_bytes} bytes, got {len(text)} characters or more"
+    nbytes = _utf8_bytes(text)
+    if nbytes > limits.header_bytes:
+        return f"expected at most {limits.header_bytes} bytes, got {nbytes}"
+    if 1 + _structure_count(text) <= limits.header_items and nbytes <= limits.string_bytes:
+        return None  # the cheap bound: items and string bytes cannot exceed their limits
+    cost = measure(text)
+    if cost.items > limits.header_items:
+        return f"expected at most {limits.header_items} items (JSON values and member names), got {cost.items}"
+    if cost.string_bytes > limits.string_bytes:
+        return f"expected at most {limits.string_bytes} bytes in string literals, got {cost.string_bytes}"
+    return None
+
+
+def check_received(text: str, limits: Limits) -> None:
+    problem = _over(text, limits)
+    if problem:
+        raise DecodeError(f"tc.header: {problem} (tensor_codec.set_limits raises the limits)")
+
+
+def check_outgoing(text: str, limits: Limits) -> None:
+    """A sender refuses what its own receivers would (the same limits in force here)."""
+    problem = _over(text, limits)
+    if problem:
+        raise EncodeError(f"structure too large at `$`: header {problem} (tensor_codec.set_limits raises the limits)")
+
+
+def _reject_constant(name: str):
+    raise DecodeError(f"tc.header: expected strict JSON, got the non-standard constant {name}")
+
+
+def _unique_members(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise DecodeError(f"tc.header: expected each member name once per object, got {name[:64]!r} twice")
+            seen.add(name)
+    return obj
+
+
+# One decoder, made once (json.loads with options builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_members)
+
+
+def parse(text: str) -> Any:
+    """Strict JSON -> Python objects; DecodeError naming the problem."""
+    try:
+        return _DECODER.decode(text)
+    except DecodeError:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise DecodeError(f"tc.header: expected valid JSON, got a parse error: {str(e)[:200]}") from None

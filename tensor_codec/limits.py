@@ -1,0 +1,107 @@
+"""What one received message may cost: the receiver's limits, and the sender's check against them.
+
+Every limit bounds work or memory that a message could otherwise demand for free. A header is
+text of at most 16 MiB by the old rule, but what it costs to handle depends on what it *says*: a
+list of 8 million items cost 20 s and 2 GB; a stride-0 tensor of 2^62 logical bytes travels in 4.
+So the header is bounded in bytes, in items (JSON values and member names, counted from the raw
+text before it is parsed, so a refusal costs one pass in C) and in string bytes, and each leaf and
+the whole message in logical bytes (what a consumer that densifies the tensors would allocate).
+
+The defaults sit far above real messages (a message of 3,000 tensors, a 4 GiB tensor) and keep
+the worst accepted header within ~50 ms and ~32 MB to handle (bench/header_cost.py shows it).
+A user who needs more raises them per process, in code or in the node's environment:
+
+    tc.set_limits(leaf_logical_bytes=16 << 30)        # returns the previous Limits
+    TC_MAX_LEAF_LOGICAL_BYTES=17179869184             # read on first use
+
+A sender checks its own limits too, so a message that receivers would refuse fails at `send`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+__all__ = ["Limits", "current", "set_limits", "ENV_PREFIX", "on_change"]
+
+ENV_PREFIX = "TC_MAX_"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Receiver-side limits of one message (each: largest accepted value)."""
+
+    header_bytes: int = 1 << 20  # UTF-8 bytes of the tc.header text
+    header_items: int = 65_536  # JSON values and member names in the header
+    string_bytes: int = 256 << 10  # bytes inside the header's string literals
+    leaves: int = 4096  # tensors per message
+    namedtuple_fields: int = 2048  # fields over the distinct namedtuple types of one message
+    leaf_logical_bytes: int = 4 << 30  # numel x item size of one tensor (broadcast dims count)
+    message_logical_bytes: int = 16 << 30  # the same, summed over the message
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if type(value) is not int or value < 1:
+                raise UsageError(f"limits.{field.name}: expected a positive integer, got {value!r}")
+
+
+_lock = threading.Lock()
+_current: Limits | None = None
+_listeners: list = []
+
+
+def current() -> Limits:
+    """The limits in force in this process (the environment is read on first use)."""
+    limits = _current
+    if limits is None:
+        limits = _from_environment()
+        _install(limits)
+    return limits
+
+
+def set_limits(limits: Limits | None = None, **changes: int) -> Limits:
+    """Replace this process's limits (all of them, or some by name); -> the previous ones."""
+    previous = current()
+    unknown = set(changes) - {f.name for f in dataclasses.fields(Limits)}
+    if unknown:
+        raise UsageError(f"set_limits: expected keywords among {_names()}, got unexpected {sorted(unknown)}")
+    base = previous if limits is None else limits
+    if not isinstance(base, Limits):
+        raise UsageError(f"set_limits: expected a tensor_codec.Limits, got {type(base).__name__}")
+    _install(dataclasses.replace(base, **changes))
+    return previous
+
+
+def on_change(callback) -> None:
+    """Call `callback()` whenever the limits change (caches of validated headers clear)."""
+    _listeners.append(callback)
+
+
+def _install(limits: Limits) -> None:
+    global _current
+    with _lock:
+        _current = limits
+    for callback in _listeners:
+        callback()
+
+
+def _from_environment() -> Limits:
+    changes = {}
+    for field in dataclasses.fields(Limits):
+        name = ENV_PREFIX + field.name.upper()
+        text = os.environ.get(name, "").strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(f"{name}: expected a positive integer, got {text!r}")
+        changes[field.name] = int(text)
+    return Limits(**changes)
+
+
+def _names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Limits)]
