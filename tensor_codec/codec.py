@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from typing import Any
 
 import pyarrow as pa
@@ -40,15 +42,34 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     target = _target_device(device)
     transport_name, text = read_metadata(metadata)
     transport = transport_for_message(transport_name)
-    header, leaves, build, prepared = parse_header(text, transport_name, transport)
-    materialized = transport.materialize(value, metadata, prepared, leaves, copy=copy, device=target)
-    handed_out: list = []
-    obj = build(materialized.tensors, handed_out)
+    with _collector_paused():
+        header, leaves, build, prepared = parse_header(text, transport_name, transport)
+        materialized = transport.materialize(value, metadata, prepared, leaves, copy=copy, device=target)
+        handed_out: list = []
+        obj = build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
         lifetimes.register_message(
             name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, leaves, header["tree"]
         )
     return obj
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while one message is parsed, compiled and built.
+
+    Those steps make up to `header_items` small objects (limits.py), none of them garbage, and
+    each time the collector's thresholds trip it walks every object of the process: a header of
+    65,000 items tripped it often enough to take 60-75% of the time. The work is bounded by the
+    limits, so collection waits until it is done."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _target_device(device: Any) -> torch.device | None:

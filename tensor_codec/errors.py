@@ -79,24 +79,25 @@ def format_path(parts: tuple | list) -> str:
     return "".join(out)
 
 
-class Where:
+class Where(tuple):
     """A place in a received message, e.g. ``tc.header.tree.items[3][1]``, rendered only when an
-    error prints it: validating a node costs O(1) whatever its depth. `parent` is a string or a
-    Where; `template` is formatted with `arg`."""
+    error prints it: validating a node costs O(1) whatever its depth. ``Where((parent, template,
+    arg))``: `parent` is a string or a Where, `template` is formatted with `arg`. A tuple, so
+    making one runs no Python code (a validator makes one per container node)."""
 
-    __slots__ = ("parent", "template", "arg")
-
-    def __init__(self, parent: "Where | str", template: str, arg: object = None):
-        self.parent, self.template, self.arg = parent, template, arg
+    __slots__ = ()
 
     def __str__(self) -> str:
         parts = []
         node: object = self
         while type(node) is Where:
-            parts.append(node.template.format(node.arg))
-            node = node.parent
+            parent, template, arg = node
+            parts.append(template.format(arg))
+            node = parent
         parts.append(str(node))
         return "".join(reversed(parts))
+
+    __repr__ = __str__
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)

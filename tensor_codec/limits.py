@@ -36,7 +36,7 @@ class Limits:
     """Receiver-side limits of one message (each: largest accepted value)."""
 
     header_bytes: int = 1 << 20  # UTF-8 bytes of the tc.header text
-    header_items: int = 65_536  # JSON values and member names in the header
+    header_items: int = 32_768  # JSON values and member names in the header
     string_bytes: int = 256 << 10  # bytes inside the header's string literals
     leaves: int = 4096  # tensors per message
     namedtuple_fields: int = 2048  # fields over the distinct namedtuple types of one message

@@ -25,7 +25,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from .errors import DecodeError, EncodeError, UsageError, Where, format_path
-from .kinds import TensorKind, kind_by_tag, kind_of
+from .kinds import TensorKind, all_kinds, kind_by_tag, kind_of
 
 __all__ = [
     "MAX_DEPTH",
@@ -252,6 +252,8 @@ def leaf_paths(tree: Any) -> list[tuple]:
     return paths
 
 
+_CONTAINER_KEYS = frozenset({"t", "items"})
+_FLOAT_KEYS = frozenset({"t", "v"})
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -259,6 +261,27 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> "_Const | Bu
     if depth > MAX_DEPTH:
         raise DecodeError(f"{where}: expected at most {MAX_DEPTH} nesting levels, got more")
     comp.nodes += 1
+    if type(node) is not dict:
+        return _compile_scalar(node, where)
+    tag = node.get("t")
+    kind = _TENSOR_KINDS.get(tag) if type(tag) is str else None
+    if kind is not None:
+        return _compile_tensor(node, kind, comp, where)
+    if tag == "list" or tag == "tuple":
+        return _compile_sequence(node, tag, comp, where, depth)
+    compile_other = _COMPILERS.get(tag) if type(tag) is str else None
+    if compile_other is not None:
+        return compile_other(node, comp, where, depth)
+    if type(tag) is not str:
+        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r}")
+    kind_by_tag(tag, where)  # a TVTensor tag this torchvision lacks: its own error
+    raise DecodeError(
+        f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
+        f"PackedSequence, float), got {tag!r}"
+    )
+
+
+def _compile_scalar(node: Any, where: Any) -> _Const:
     tn = type(node)
     if node is None or tn is bool or tn is str:
         return _Const(node)
@@ -270,42 +293,7 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> "_Const | Bu
         if not _INT64_MIN <= node <= _INT64_MAX:
             raise DecodeError(f"{where}: expected an int64 value, got {node}")
         return _Const(node)
-    if tn is not dict:
-        raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
-    tag = node.get("t")
-    if type(tag) is not str:
-        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r}")
-    kind = kind_by_tag(tag, where)
-    if kind is not None:
-        return _compile_tensor(node, kind, comp, where)
-    if tag in ("list", "tuple"):
-        _expect_keys(node, {"t", "items"}, where)
-        items = _expect_list(node, "items", where)
-        values, parts = _compile_items(items, comp, where, depth + 1)
-        if values is not None:  # never changed after this: each object gets a fresh copy
-            if tag == "tuple":
-                return _Const(tuple(values))  # immutable all the way down: shared
-            return lambda tensors, out: values.copy()  # a fresh list per object
-        builders = [_builder(p) for p in parts]
-        if tag == "list":
-            return lambda tensors, out: [b(tensors, out) for b in builders]
-        return lambda tensors, out: tuple([b(tensors, out) for b in builders])
-    if tag == "dict":
-        return _compile_dict(node, comp, where, depth)
-    if tag == "float":
-        _expect_keys(node, {"t", "v"}, where)
-        value = node["v"]
-        if type(value) is not str or value not in _SPECIAL_FLOATS:
-            raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {value!r}")
-        return _Const(_SPECIAL_FLOATS[value])
-    if tag == "PackedSequence":
-        return _compile_packed_sequence(node, comp, where, depth)
-    if tag == "namedtuple":
-        return _compile_namedtuple(node, comp, where, depth)
-    raise DecodeError(
-        f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
-        f"PackedSequence, float), got {tag!r}"
-    )
+    raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
 
 
 _SCALAR_TYPES = frozenset({type(None), bool, str, int, float})
@@ -324,34 +312,61 @@ def _valid_scalars(items: list, types: set) -> bool:
     return True
 
 
-def _compile_items(items: list, comp: _Compiler, where: Any, depth: int) -> tuple[list | None, list]:
-    """The items of a list or tuple -> (their values if none holds a tensor, else None; the
-    compiled parts). Lists of plain values (most items of big lists) are checked as a whole."""
+def _compile_sequence(node: dict, tag: str, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
+    items = node.get("items")
+    if node.keys() != _CONTAINER_KEYS or type(items) is not list:
+        _expect_keys(node, _CONTAINER_KEYS, where)
+        _expect_list(node, "items", where)
     types = set(map(type, items))
-    if types <= _SCALAR_TYPES and _valid_scalars(items, types):
+    if depth < MAX_DEPTH and types <= _SCALAR_TYPES and _valid_scalars(items, types):
+        # Plain values (most items of big lists), checked as a whole at C speed.
         comp.nodes += len(items)
-        return items, []
-    parts = [_compile(v, comp, Where(where, ".items[{}]", i), depth) for i, v in enumerate(items)]
-    if all(type(p) is _Const for p in parts):
-        return [p.value for p in parts], parts
-    return None, parts
+        values = items
+    else:
+        parts, constant = [], True
+        for i, v in enumerate(items):
+            part = _compile(v, comp, Where((where, ".items[{}]", i)), depth + 1)
+            parts.append(part)
+            if constant and type(part) is not _Const:
+                constant = False
+        if constant:
+            values = [p.value for p in parts]
+        else:
+            builders = [p if type(p) is not _Const else _builder(p) for p in parts]
+            if tag == "list":
+                return lambda tensors, out: [b(tensors, out) for b in builders]
+            return lambda tensors, out: tuple([b(tensors, out) for b in builders])
+    # No tensor inside. `values` is never changed after this.
+    if tag == "tuple":
+        return _Const(tuple(values))  # immutable all the way down: shared
+    return lambda tensors, out: values.copy()  # a fresh list per object
+
+
+def _compile_float(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const:
+    if node.keys() != _FLOAT_KEYS:
+        _expect_keys(node, _FLOAT_KEYS, where)
+    value = node["v"]
+    if type(value) is not str or value not in _SPECIAL_FLOATS:
+        raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {value!r}")
+    return _Const(_SPECIAL_FLOATS[value])
 
 
 def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
-    _expect_keys(node, {"t", "items"}, where)
+    if node.keys() != _CONTAINER_KEYS:
+        _expect_keys(node, _CONTAINER_KEYS, where)
     seen = set()
     keys, parts = [], []
     for i, pair in enumerate(_expect_list(node, "items", where)):
         if type(pair) is not list or len(pair) != 2:
-            raise DecodeError(f"{Where(where, '.items[{}]', i)}: expected a [key, value] pair, got {_json_type(pair)}")
+            raise DecodeError(f"{Where((where, '.items[{}]', i))}: expected a [key, value] pair, got {_json_type(pair)}")
         key = pair[0]
         if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
-            raise DecodeError(f"{Where(where, '.items[{}][0]', i)}: expected a str or int64 key, got {key!r}")
+            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r}")
         if key in seen:
-            raise DecodeError(f"{Where(where, '.items[{}][0]', i)}: expected unique keys, got {key!r} twice")
+            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected unique keys, got {key!r} twice")
         seen.add(key)
         keys.append(key)
-        parts.append(_compile(pair[1], comp, Where(where, ".items[{}][1]", i), depth + 1))
+        parts.append(_compile(pair[1], comp, Where((where, ".items[{}][1]", i)), depth + 1))
     if all(type(p) is _Const for p in parts):
         template = {k: p.value for k, p in zip(keys, parts)}
         return lambda tensors, out: template.copy()  # a fresh dict per object
@@ -398,7 +413,7 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int
     parts = []
     for f in fields:
         part = node[f]
-        here = Where(where, ".{}", f)
+        here = Where((where, ".{}", f))
         optional = f in ("sorted_indices", "unsorted_indices")
         if part is None and optional:
             parts.append(None)
@@ -451,7 +466,7 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> 
                 f"{where}.fields: expected at most {comp.max_namedtuple_fields} fields over the distinct "
                 f"namedtuple types of one message (limits.namedtuple_fields), got {comp.namedtuple_fields}"
             )
-    parts = [_builder(_compile(v, comp, Where(where, ".items[{}]", i), depth + 1)) for i, v in enumerate(items)]
+    parts = [_builder(_compile(v, comp, Where((where, ".items[{}]", i)), depth + 1)) for i, v in enumerate(items)]
     generic = _generic_namedtuple(name, field_tuple, where)
 
     def build(tensors, out):
@@ -490,6 +505,16 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
         _generic_fields -= len(oldest[1])
         del _GENERIC_NAMEDTUPLES[oldest]
     return cls
+
+
+# Tags of tensor kinds, and of the other nodes that are objects (lists and tuples come first).
+_TENSOR_KINDS = {kind.tag: kind for kind in all_kinds()}
+_COMPILERS = {
+    "dict": _compile_dict,
+    "float": _compile_float,
+    "PackedSequence": _compile_packed_sequence,
+    "namedtuple": _compile_namedtuple,
+}
 
 
 def _expect_keys(node: dict, allowed: set | frozenset, where: Any, required=None) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import gc
 import json
 import threading
 from dataclasses import dataclass
@@ -228,22 +227,12 @@ def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, 
         return hit[:4]
     bounds = limits.current()
     header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
-    # Parsing and compiling make up to `header_items` small objects, none of them garbage yet.
-    # The collector would walk every object of the process each time its thresholds trip (it
-    # tripped 3x per 65,000 items: 60% of the time); the work is bounded, so it waits until after.
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        header = header_json.parse(text)
-        if type(header) is not dict:
-            raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
-        leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
-        build, nodes = compile_tree(header["tree"], leaves, bounds)
-        entry = (header, leaves, build, transport.prepare(header, leaves))
-    finally:
-        if paused:
-            gc.enable()
+    header = header_json.parse(text)
+    if type(header) is not dict:
+        raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
+    leaves = parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
+    build, nodes = compile_tree(header["tree"], leaves, bounds)
+    entry = (header, leaves, build, transport.prepare(header, leaves))
     if len(text) <= _CACHE_MAX_TEXT and nodes + len(leaves) <= _CACHE_MAX_NODES:
         _remember(key, entry, nodes + len(leaves))
     return entry
@@ -293,8 +282,8 @@ def parse_leaves(
     for i, entry in enumerate(raw):
         if type(entry) is not dict or entry.keys() != allowed:
             _leaf_keys_error(entry, allowed, f"tc.header.leaves[{i}]")
-        where = Where("tc.header.leaves", "[{}]", i)  # rendered only if an error names it
-        dtype = by_name(entry["dtype"], Where(where, ".dtype"))
+        where = Where(("tc.header.leaves", "[{}]", i))  # rendered only if an error names it
+        dtype = by_name(entry["dtype"], Where((where, ".dtype", None)))
         shape = _int_list(entry["shape"], i, "shape")
         strides = _int_list(entry["strides"], i, "strides")
         nbytes = entry["nbytes"]

@@ -58,7 +58,7 @@ def test_the_campaigns_eight_million_item_list_is_refused_by_its_size_before_par
 
 def test_a_header_past_the_item_limit_is_refused_naming_items():
     items = "[" + ",".join(["0"] * 70_000) + "]"
-    refused(*host_message('{"leaves":[],"tree":{"t":"list","items":%s}}' % items), "tc.header", "65536 items", "got 70")
+    refused(*host_message('{"leaves":[],"tree":{"t":"list","items":%s}}' % items), "tc.header", "32768 items", "got 70")
 
 
 def test_the_item_count_is_checked_before_the_text_is_parsed():

@@ -150,7 +150,7 @@ def _check_padding(value: pa.Array, leaves: list[ReceivedLeaf], offsets: list[in
     hides data in it, is refused). At most ALIGNMENT - 1 bytes per leaf, compared with memcmp."""
     if len(offsets) < 2:
         return
-    data = memoryview(value.buffers()[1])
+    data = memoryview(value.buffers()[1]).cast("B")  # unsigned bytes: compared with memcmp
     base = value.offset
     for i in range(1, len(offsets)):
         end = offsets[i - 1] + leaves[i - 1].nbytes
