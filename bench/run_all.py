@@ -2,6 +2,9 @@
 
     small_message.py   encode + decode of a 1 KB BoundingBoxes (goal < 50 us)
     decode_scaling.py  decoding 64 MB vs 1 KB (goal within 2x: receiving is O(1))
+    header_cost.py     the worst headers within the limits, and just past them (goal: each handled
+                       in at most 50 ms and 32 MB; issue 14)
+    padding_check.py   refusing non-zero padding between leaves vs not checking it (issue 14)
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding at 1080p and 4K, CPU (and nvJPEG on a GPU) against PIL (issue 5)
@@ -27,6 +30,8 @@ import camera_fps  # noqa: E402
 import cross_daemon  # noqa: E402
 import cuda_ipc  # noqa: E402
 import decode_scaling  # noqa: E402
+import header_cost  # noqa: E402
+import padding_check  # noqa: E402
 import host_staging  # noqa: E402
 import dora_latency  # noqa: E402
 import jpeg_fps  # noqa: E402
@@ -38,6 +43,10 @@ def main() -> None:
     small_message.main()
     print()
     decode_scaling.main()
+    print()
+    header_cost.main([])
+    print()
+    padding_check.main([])
     print()
     dora_latency.main(sys.argv[1:])
     print()

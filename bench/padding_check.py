@@ -1,0 +1,65 @@
+"""What refusing non-zero padding costs a receiver (issue 14): tc.decode of host messages whose
+leaves leave gaps (odd sizes, so every leaf but the first is preceded by padding), with the
+check, against the same decode with the check switched off, measured in the same run.
+
+    python bench/padding_check.py [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import tensor_codec as tc  # noqa: E402
+from tensor_codec.transports import host  # noqa: E402
+from _goals import goal, print_goals, write_json  # noqa: E402
+from _timing import fmt_us, per_call_seconds  # noqa: E402
+
+CASES = [  # (leaves, bytes per leaf)
+    (2, 3),
+    (16, 1001),
+    (256, 33),
+    (1024, 1),
+    (8, 1_000_001),
+]
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    original = host.Padding.check
+    rows = []
+    print(f"{'message':34s} {'with check':>12s} {'without':>12s} {'ratio':>6s}")
+    for count, size in CASES:
+        value, metadata = tc.encode([torch.ones(size, dtype=torch.uint8) for _ in range(count)])
+        batch = max(1, 2000 // count)
+
+        def decode():
+            tc.decode(value, metadata, copy=True)
+
+        with_check = per_call_seconds(decode, batch=batch, batches=9)
+        host.Padding.check = lambda *a: None  # the baseline: everything else the same
+        try:
+            without = per_call_seconds(decode, batch=batch, batches=9)
+        finally:
+            host.Padding.check = original
+        ratio = with_check / without
+        rows.append({"leaves": count, "leaf_bytes": size, "with_check_s": with_check, "without_s": without, "ratio": ratio})
+        print(f"{count:5d} leaves of {size:9d} bytes     {fmt_us(with_check)} {fmt_us(without)} {ratio:6.2f}")
+    worst = max(rows, key=lambda r: r["ratio"])
+    goals = [goal("padding check costs at most 5% of a decode", worst["ratio"], "<=", 1.05, "x",
+                  f"worst: {worst['leaves']} leaves of {worst['leaf_bytes']} bytes, {worst['ratio']:.3f}x")]
+    print_goals(goals)
+    result = {"benchmark": "padding_check", "rows": rows, "goals": goals}
+    write_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
