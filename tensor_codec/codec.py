@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -54,6 +55,11 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     return obj
 
 
+_pause_lock = threading.Lock()
+_pausing = 0  # decodes in progress that hold the collector paused
+_paused_by_us = False
+
+
 @contextlib.contextmanager
 def _collector_paused():
     """Python's cyclic garbage collector off while one message is parsed, compiled and built.
@@ -61,15 +67,24 @@ def _collector_paused():
     Those steps make up to `header_items` small objects (limits.py), none of them garbage, and
     each time the collector's thresholds trip it walks every object of the process: a header of
     65,000 items tripped it often enough to take 60-75% of the time. The work is bounded by the
-    limits, so collection waits until it is done."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    limits, so collection waits until it is done. Decodes on several threads share one pause:
+    the first turns the collector off (if it was on), the last turns it back on. (An application
+    that calls gc.disable() while a decode runs sees it enabled again when the decode ends.)"""
+    global _pausing, _paused_by_us
+    with _pause_lock:
+        if _pausing == 0:
+            _paused_by_us = gc.isenabled()
+            if _paused_by_us:
+                gc.disable()
+        _pausing += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _pause_lock:
+            _pausing -= 1
+            if _pausing == 0 and _paused_by_us:
+                _paused_by_us = False
+                gc.enable()
 
 
 def _target_device(device: Any) -> torch.device | None:

@@ -31,9 +31,9 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     if metadata:
         reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
         if reserved:
-            raise EncodeError(f"metadata: keys starting with {RESERVED_PREFIX!r} are reserved for the codec, got {reserved}")
+            raise EncodeError(f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}")
     if transport not in TRANSPORT_CHOICES:
-        raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r}")
+        raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     plan = make_plan(obj)
     name, _ = routing.resolve(transport, plan.has_cuda, lambda: routing.route_of(node, output_id), key=id(node), output=output_id)
     return get_transport(name).send(node, output_id, plan, dict(metadata) if metadata else {})
@@ -54,7 +54,7 @@ def receive(event: Any, *, copy: bool = False, device: Any = None) -> Any:
     names errors."""
     if not isinstance(event, dict) or event.get("type") != "INPUT":
         kind = event.get("type") if isinstance(event, dict) else type(event).__name__
-        raise DecodeError(f"event.type: expected 'INPUT', got {kind!r}")
+        raise DecodeError(f"event.type: expected 'INPUT', got {kind!r:.80}")
     for key in ("value", "metadata"):
         if key not in event:
             raise DecodeError(f"event: expected key {key!r}, missing")

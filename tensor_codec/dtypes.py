@@ -92,7 +92,7 @@ def by_name(name: object, where: str) -> WireDType:
     if entry is None:
         raise DecodeError(
             f"{where}: expected a dtype name from the wire table "
-            f"({', '.join(WIRE_DTYPES)}), got {name!r}"
+            f"({', '.join(WIRE_DTYPES)}), got {name!r:.80}"
         )
     if entry.torch_dtype is None:
         raise DecodeError(

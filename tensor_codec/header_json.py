@@ -49,20 +49,22 @@ def _structure_count(text: str) -> int:
     return text.count("[") + text.count("{") + text.count(",") + text.count(":")
 
 
-def _outside_strings(text: str) -> str:
-    """The text with every string literal removed (quotes included)."""
+def _outside_strings(text: str) -> tuple[str, int]:
+    """-> (the text with each string literal replaced by the placeholder 0, how many there were).
+    A placeholder keeps ``["x"]`` from reading as the empty container ``[]``."""
     if "\\" in text:
         # Escaped backslashes first, then escaped quotes: what is left of `"` delimits strings.
         text = text.replace("\\\\", "").replace('\\"', "")
-    return "".join(text.split('"')[0::2])
+    pieces = text.split('"')[0::2]
+    return "0".join(pieces), len(pieces) - 1
 
 
 def measure(text: str) -> HeaderCost:
     """The exact cost of a header text (see the module doc)."""
     nbytes = _utf8_bytes(text)
-    outside = _outside_strings(text)
+    outside, strings = _outside_strings(text)
     items = 1 + _structure_count(outside) - outside.count("[]") - outside.count("{}")
-    return HeaderCost(nbytes, items, nbytes - len(outside))
+    return HeaderCost(nbytes, items, nbytes - (len(outside) - strings))
 
 
 def _over(text: str, limits: Limits) -> str | None:
@@ -105,13 +107,21 @@ def _unique_members(pairs: list) -> dict:
         seen = set()
         for name, _ in pairs:
             if name in seen:
-                raise DecodeError(f"tc.header: expected each member name once per object, got {name[:64]!r} twice")
+                raise DecodeError(f"tc.header: expected each member name once per object, got {name!r:.80} twice")
             seen.add(name)
     return obj
 
 
+def _int64_text(text: str) -> int:
+    # Converting a number of n digits costs O(n^2): 250 numbers of 4,000 digits (1 MiB) took
+    # 90 ms. An int64 has at most 19 digits and a sign; anything longer is refused unconverted.
+    if len(text) > 20:
+        raise DecodeError(f"tc.header: expected integers within int64 (at most 19 digits), got one of {len(text)} characters")
+    return int(text)
+
+
 # One decoder, made once (json.loads with options builds a new one per call).
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_members)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_members, parse_int=_int64_text)
 
 
 def parse(text: str) -> Any:

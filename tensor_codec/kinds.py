@@ -92,7 +92,7 @@ def _parse_canvas(node: dict, where: str) -> tuple[int, int]:
         h, w = value
         if type(h) is int and type(w) is int and 0 <= h < _MAX_CANVAS and 0 <= w < _MAX_CANVAS:
             return (h, w)
-    raise DecodeError(f"{where}.canvas_size: expected [height, width] as two integers in [0, 2**31), got {value!r}")
+    raise DecodeError(f"{where}.canvas_size: expected [height, width] as two integers in [0, 2**31), got {value!r:.80}")
 
 
 class _BoundingBoxesKind(TensorKind):
@@ -117,12 +117,12 @@ class _BoundingBoxesKind(TensorKind):
     def parse_attributes(self, node, where):
         fmt = node.get("format")
         if type(fmt) is not str or fmt not in self.formats:
-            raise DecodeError(f"{where}.format: expected one of {sorted(self.formats)}, got {fmt!r}")
+            raise DecodeError(f"{where}.format: expected one of {sorted(self.formats)}, got {fmt!r:.80}")
         attrs = {"format": self.formats[fmt], "canvas_size": _parse_canvas(node, where)}
         if "clamping_mode" in node:
             mode = node["clamping_mode"]
             if mode not in (None, "soft", "hard"):
-                raise DecodeError(f"{where}.clamping_mode: expected 'soft', 'hard' or null, got {mode!r}")
+                raise DecodeError(f"{where}.clamping_mode: expected 'soft', 'hard' or null, got {mode!r:.80}")
             if self.has_clamping:
                 attrs["clamping_mode"] = mode
         return attrs

@@ -39,7 +39,7 @@ class Limits:
     header_items: int = 32_768  # JSON values and member names in the header
     string_bytes: int = 256 << 10  # bytes inside the header's string literals
     leaves: int = 4096  # tensors per message
-    namedtuple_fields: int = 2048  # fields over the distinct namedtuple types of one message
+    namedtuple_fields: int = 2048  # 32 per distinct namedtuple type of one message, plus its fields
     leaf_logical_bytes: int = 4 << 30  # numel x item size of one tensor (broadcast dims count)
     message_logical_bytes: int = 16 << 30  # the same, summed over the message
 
@@ -97,7 +97,7 @@ def _from_environment() -> Limits:
         text = os.environ.get(name, "").strip()
         if not text:
             continue
-        if not text.isdigit() or int(text) < 1:
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
             raise UsageError(f"{name}: expected a positive integer, got {text!r}")
         changes[field.name] = int(text)
     return Limits(**changes)

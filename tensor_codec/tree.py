@@ -18,7 +18,9 @@ Leaves are numbered in depth-first order; a receiver requires each index exactly
 from __future__ import annotations
 
 import collections
+import keyword
 import math
+import threading
 from typing import Any, Callable
 
 import torch
@@ -50,7 +52,7 @@ _SUPPORTED = (
 
 _PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
 _NAMEDTUPLES: dict[str, type] = {}
-_GENERIC_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}  # insertion order: oldest first
+_GENERIC_NAMEDTUPLES: collections.OrderedDict = collections.OrderedDict()  # (name, fields) -> class, LRU
 
 
 def register_namedtuple(cls: type, name: str | None = None) -> type:
@@ -60,7 +62,7 @@ def register_namedtuple(cls: type, name: str | None = None) -> type:
     and fields (equal by value). Usable as a class decorator.
     """
     if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
-        raise UsageError(f"register_namedtuple: expected a namedtuple class, got {cls!r}")
+        raise UsageError(f"register_namedtuple: expected a namedtuple class, got {cls!r:.80}")
     _NAMEDTUPLES[name or _namedtuple_name(cls)] = cls
     return cls
 
@@ -203,7 +205,7 @@ class _Compiler:
         self.next = 0
         self.nodes = 0  # tree nodes compiled: what a cached builder costs to keep
         self.namedtuple_types: set = set()
-        self.namedtuple_fields = 0  # over the distinct namedtuple types: making each costs O(fields)
+        self.namedtuple_fields = 0  # cost units over the distinct namedtuple types (namedtuple_cost)
         self.max_namedtuple_fields = max_namedtuple_fields
 
 
@@ -273,11 +275,11 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> "_Const | Bu
     if compile_other is not None:
         return compile_other(node, comp, where, depth)
     if type(tag) is not str:
-        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r}")
+        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r:.80}")
     kind_by_tag(tag, where)  # a TVTensor tag this torchvision lacks: its own error
     raise DecodeError(
         f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
-        f"PackedSequence, float), got {tag!r}"
+        f"PackedSequence, float), got {tag!r:.80}"
     )
 
 
@@ -287,11 +289,11 @@ def _compile_scalar(node: Any, where: Any) -> _Const:
         return _Const(node)
     if tn is float:
         if not math.isfinite(node):  # 1e400 parses to inf; non-finite floats use {"t": "float"}
-            raise DecodeError(f"{where}: expected a finite number, got {node!r}")
+            raise DecodeError(f"{where}: expected a finite number, got {node!r:.80}")
         return _Const(node)
     if tn is int:
         if not _INT64_MIN <= node <= _INT64_MAX:
-            raise DecodeError(f"{where}: expected an int64 value, got {node}")
+            raise DecodeError(f"{where}: expected an int64 value, got {node!r:.40}")
         return _Const(node)
     raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
 
@@ -347,7 +349,7 @@ def _compile_float(node: dict, comp: _Compiler, where: Any, depth: int) -> _Cons
         _expect_keys(node, _FLOAT_KEYS, where)
     value = node["v"]
     if type(value) is not str or value not in _SPECIAL_FLOATS:
-        raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {value!r}")
+        raise DecodeError(f"{where}.v: expected 'nan', 'inf' or '-inf', got {value!r:.80}")
     return _Const(_SPECIAL_FLOATS[value])
 
 
@@ -361,9 +363,9 @@ def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> "_Cons
             raise DecodeError(f"{Where((where, '.items[{}]', i))}: expected a [key, value] pair, got {_json_type(pair)}")
         key = pair[0]
         if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
-            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r}")
+            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r:.80}")
         if key in seen:
-            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected unique keys, got {key!r} twice")
+            raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected unique keys, got {key!r:.80} twice")
         seen.add(key)
         keys.append(key)
         parts.append(_compile(pair[1], comp, Where((where, ".items[{}][1]", i)), depth + 1))
@@ -381,13 +383,13 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
     index = node["leaf"]
     if type(index) is not int or index != comp.next or index >= len(comp.leaves):
         expected = comp.next if comp.next < len(comp.leaves) else "none (all leaves used)"
-        raise DecodeError(f"{where}.leaf: expected leaf index {expected}, got {index!r}")
+        raise DecodeError(f"{where}.leaf: expected leaf index {expected}, got {index!r:.80}")
     comp.next += 1
     attrs = kind.parse_attributes(node, where)
     grad = node.get("grad", False)
     if grad is not False:
         if grad is not True:
-            raise DecodeError(f"{where}.grad: expected true or absent, got {grad!r}")
+            raise DecodeError(f"{where}.grad: expected true or absent, got {grad!r:.80}")
         dtype = comp.leaves[index].dtype
         if not dtype.can_require_grad:
             raise DecodeError(
@@ -460,11 +462,12 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> 
     field_tuple = tuple(fields)
     if (name, field_tuple) not in comp.namedtuple_types:
         comp.namedtuple_types.add((name, field_tuple))
-        comp.namedtuple_fields += len(field_tuple)
+        comp.namedtuple_fields += namedtuple_cost(len(field_tuple))
         if comp.namedtuple_fields > comp.max_namedtuple_fields:
             raise DecodeError(
-                f"{where}.fields: expected at most {comp.max_namedtuple_fields} fields over the distinct "
-                f"namedtuple types of one message (limits.namedtuple_fields), got {comp.namedtuple_fields}"
+                f"{where}.fields: expected at most {comp.max_namedtuple_fields} units over the distinct "
+                f"namedtuple types of one message ({NAMEDTUPLE_TYPE_COST} per type plus one per field; "
+                f"limits.namedtuple_fields), got {comp.namedtuple_fields}"
             )
     parts = [_builder(_compile(v, comp, Where((where, ".items[{}]", i)), depth + 1)) for i, v in enumerate(items)]
     generic = _generic_namedtuple(name, field_tuple, where)
@@ -479,31 +482,54 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> 
     return build
 
 
-# Generated namedtuple classes, by (name, fields). A class costs memory per field (descriptors,
-# docstrings), and names come from the network: the cache is bounded by its total fields.
-_GENERIC_CACHE_FIELDS = 16_384
-_generic_fields = 0
+# Making a namedtuple class costs about as much as 32 fields (collections.namedtuple compiles
+# code) plus a little per field, in time and in memory: a type is charged that, per message
+# (limits.namedtuple_fields) and in the cache of generated classes.
+NAMEDTUPLE_TYPE_COST = 32
+
+
+def namedtuple_cost(fields: int) -> int:
+    return NAMEDTUPLE_TYPE_COST + fields
+
+
+# Generated namedtuple classes by (name, fields), least recently used first. Names come from the
+# network: the cache is bounded by the cost of what it holds (~512 small classes, ~4 MB).
+_GENERIC_CACHE_COST = 16_384
+_generic_cost = 0
+_generic_lock = threading.Lock()
+
+
+def forget_generated_classes() -> None:
+    """Empty the cache of generated namedtuple classes (benchmarks measure a cold start)."""
+    global _generic_cost
+    with _generic_lock:
+        _GENERIC_NAMEDTUPLES.clear()
+        _generic_cost = 0
 
 
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
-    global _generic_fields
+    global _generic_cost
     key = (name, fields)
-    cls = _GENERIC_NAMEDTUPLES.get(key)
-    if cls is not None:
-        return cls
+    with _generic_lock:
+        cls = _GENERIC_NAMEDTUPLES.get(key)
+        if cls is not None:
+            _GENERIC_NAMEDTUPLES.move_to_end(key)  # a stream keeps getting the same class
+            return cls
     short = name.rsplit(".", 1)[-1]
-    if not short.isidentifier():
+    if not short.isidentifier() or keyword.iskeyword(short):
         short = "NamedTuple"
     try:
         cls = collections.namedtuple(short, fields)
     except ValueError as e:
         raise DecodeError(f"{where}.fields: {e}") from None
-    _GENERIC_NAMEDTUPLES[key] = cls
-    _generic_fields += len(fields)
-    while _generic_fields > _GENERIC_CACHE_FIELDS and len(_GENERIC_NAMEDTUPLES) > 1:
-        oldest = next(iter(_GENERIC_NAMEDTUPLES))
-        _generic_fields -= len(oldest[1])
-        del _GENERIC_NAMEDTUPLES[oldest]
+    with _generic_lock:
+        if key in _GENERIC_NAMEDTUPLES:  # made meanwhile by another thread: use that one
+            return _GENERIC_NAMEDTUPLES[key]
+        _GENERIC_NAMEDTUPLES[key] = cls
+        _generic_cost += namedtuple_cost(len(fields))
+        while _generic_cost > _GENERIC_CACHE_COST and len(_GENERIC_NAMEDTUPLES) > 1:
+            (_, old_fields), _ = _GENERIC_NAMEDTUPLES.popitem(last=False)
+            _generic_cost -= namedtuple_cost(len(old_fields))
     return cls
 
 

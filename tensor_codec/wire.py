@@ -189,13 +189,13 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
     version = metadata.get(KEY_VERSION)
     if version is None:
         raise DecodeError(
-            f"metadata: expected key {KEY_VERSION!r} (not a tensor_codec message?), got keys {sorted(map(str, metadata))[:8]}"
+            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys {sorted(map(str, metadata))[:8]}"
         )
     if type(version) is not int or version != VERSION:
-        raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r}")
+        raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r:.80}")
     transport = metadata.get(KEY_TRANSPORT)
     if type(transport) is not str:
-        raise DecodeError(f"{KEY_TRANSPORT}: expected a transport name string, got {transport!r}")
+        raise DecodeError(f"{KEY_TRANSPORT}: expected a transport name string, got {transport!r:.80}")
     text = metadata.get(KEY_HEADER)
     if type(text) is not str:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
@@ -234,7 +234,7 @@ def parse_header(text: str, transport_name: str, transport: Any) -> tuple[dict, 
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     entry = (header, leaves, build, transport.prepare(header, leaves))
     if len(text) <= _CACHE_MAX_TEXT and nodes + len(leaves) <= _CACHE_MAX_NODES:
-        _remember(key, entry, nodes + len(leaves))
+        _remember(key, entry, nodes + len(leaves), bounds)
     return entry
 
 
@@ -248,11 +248,11 @@ def _forget_all() -> None:
 limits.on_change(_forget_all)  # a header accepted under other limits must be checked again
 
 
-def _remember(key: tuple, entry: tuple, cost: int) -> None:
+def _remember(key: tuple, entry: tuple, cost: int, bounds: limits.Limits) -> None:
     global _cache_nodes
     with _cache_lock:  # misses only; hits read the dict without it
-        if key in _header_cache:
-            return
+        if key in _header_cache or bounds is not limits.current():
+            return  # the limits changed while it was validated: not kept under the new ones
         _header_cache[key] = entry + (cost,)
         _cache_nodes += cost
         while _header_cache and (len(_header_cache) > _CACHE_ENTRIES or _cache_nodes > _CACHE_NODE_BUDGET):
@@ -288,7 +288,7 @@ def parse_leaves(
         strides = _int_list(entry["strides"], i, "strides")
         nbytes = entry["nbytes"]
         if type(nbytes) is not int or not 0 <= nbytes <= MAX_DIM:
-            raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r}")
+            raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r:.80}")
         check_leaf_layout(dtype, shape, strides, nbytes, where)
         # A 4-byte message may describe a stride-0 tensor of 2**62 logical bytes: bounded here so
         # that no consumer that densifies what it got (a checksum, .contiguous(), a copy) can be
@@ -322,7 +322,7 @@ def _leaf_keys_error(entry: Any, allowed: frozenset, where: str):
     raise DecodeError(
         f"{where}: expected keys {sorted(allowed)}, got"
         + (f" missing {sorted(missing)}" if missing else "")
-        + (f" unexpected {sorted(unexpected)}" if unexpected else "")
+        + (f" unexpected {[name[:40] for name in sorted(unexpected)[:8]]}" if unexpected else "")
     )
 
 
@@ -332,5 +332,5 @@ def _int_list(value: Any, index: int, field: str) -> tuple[int, ...]:
         raise DecodeError(f"tc.header.leaves[{index}].{field}: expected a list of at most {MAX_RANK} integers, got {what}")
     for v in value:
         if type(v) is not int or not 0 <= v <= MAX_DIM:
-            raise DecodeError(f"tc.header.leaves[{index}].{field}: expected integers in [0, 2**62], got {v!r}")
+            raise DecodeError(f"tc.header.leaves[{index}].{field}: expected integers in [0, 2**62], got {v!r:.80}")
     return tuple(value)

@@ -88,6 +88,21 @@ def test_item_count_is_exact_for_what_the_encoder_writes():
     assert header_json.measure(text).items == count(json.loads(text))
 
 
+@pytest.mark.parametrize("text, items", [('["x"]', 2), ('[[""],[""]]', 5), ('{"a":["b"],"c":{}}', 6), ('["\\"",[]]', 3)])
+def test_item_count_is_exact_when_arrays_hold_only_a_string(text, items):
+    assert header_json.measure(text).items == items
+
+
+def test_a_sender_and_a_receiver_count_single_string_arrays_alike():
+    with pytest.raises(tc.EncodeError, match="items"):
+        tc.encode([["x"]] * 6500)  # 39,009 items: past the limit, however the strings are placed
+
+
+def test_integers_longer_than_int64_are_refused_before_conversion():
+    digits = "9" * 4000  # converting such numbers costs O(digits^2)
+    refused(*host_message('{"leaves":[],"tree":[%s]}' % ",".join([digits] * 200)), "int64", "4000 characters")
+
+
 def test_string_bytes_past_the_limit_are_refused():
     text = "s" * (300 << 10)
     refused(*host_message(json.dumps({"leaves": [], "tree": text})), "string literals", "262144")
@@ -103,9 +118,56 @@ def test_namedtuple_fields_are_bounded_over_the_distinct_types_of_a_message():
     types = [collections.namedtuple(f"T{k}", [f"f{i}" for i in range(1024)]) for k in range(3)]
     value, metadata = _unlimited(lambda: tc.encode([cls(*range(1024)) for cls in types]))
     refused(value, metadata, "fields", "2048", "limits.namedtuple_fields")
-    # The same type many times costs one class: accepted.
-    value, metadata = tc.encode([types[0](*range(1024))] * 2 + [types[1](*range(1024))])
-    assert tc.decode(value, metadata)[2] == tuple(range(1024))
+    # The same type many times costs one class: two types of 990 fields (2 x (32 + 990) units) fit.
+    smaller = [collections.namedtuple(f"S{k}", [f"f{i}" for i in range(990)]) for k in range(2)]
+    value, metadata = tc.encode([smaller[0](*range(990))] * 5 + [smaller[1](*range(990))])
+    assert tc.decode(value, metadata)[5] == tuple(range(990))
+
+
+def test_many_distinct_namedtuple_types_cost_a_unit_budget_even_without_fields():
+    nodes = ",".join('{"t":"namedtuple","name":"N%d","fields":[],"items":[]}' % i for i in range(3600))
+    refused(*host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes), "32 per type", "limits.namedtuple_fields")
+
+
+def test_the_cache_of_generated_namedtuple_classes_stays_bounded_across_messages():
+    from tensor_codec import tree
+
+    for batch in range(40):
+        nodes = ",".join('{"t":"namedtuple","name":"B%d_%d","fields":["a"],"items":[1]}' % (batch, i) for i in range(60))
+        tc.decode(*host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes))
+    assert tree._generic_cost <= tree._GENERIC_CACHE_COST
+    assert sum(tree.namedtuple_cost(len(f)) for _, f in tree._GENERIC_NAMEDTUPLES) == tree._generic_cost
+
+
+def test_a_keyword_as_namedtuple_name_still_decodes():
+    header = '{"leaves":[],"tree":{"t":"namedtuple","name":"pkg.class","fields":["x"],"items":[3]}}'
+    assert tc.decode(*host_message(header)) == (3,)
+
+
+def test_the_collector_is_paused_only_while_decoding_and_a_disabled_one_stays_disabled():
+    import gc
+    import threading
+
+    value, metadata = tc.encode({"a": list(range(100)), "t": torch.ones(3)})
+    assert gc.isenabled()
+    threads = [threading.Thread(target=lambda: [tc.decode(value, metadata) for _ in range(200)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        tc.decode(value, metadata)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_non_ascii_digit_in_a_limit_variable_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv("TC_MAX_LEAVES", "\u00b2")
+    with pytest.raises(tc.UsageError, match="TC_MAX_LEAVES"):
+        limits._from_environment()
 
 
 def test_a_sender_refuses_what_receivers_with_the_same_limits_would():
@@ -144,7 +206,7 @@ def test_set_limits_refuses_unknown_names_and_non_positive_values():
 
 
 def test_deep_trees_name_the_place_of_a_bad_node():
-    node = {"t": "list", "items": [{"t": "tuple", "items": [1, {"t": "dict", "items": [["k", 2**70]]}]}]}
+    node = {"t": "list", "items": [{"t": "tuple", "items": [1, {"t": "dict", "items": [["k", 2**64]]}]}]}
     refused(*host_message(json.dumps({"leaves": [], "tree": node})), "tc.header.tree.items[0].items[1].items[0][1]", "int64")
 
 

@@ -188,7 +188,8 @@ def test_bool_bytes_other_than_zero_or_one_are_refused():
         ({"t": "namedtuple", "name": "P", "fields": ["if"], "items": [1]}, ["tree.fields", "keyword"]),
         ([1, 2], ["tree", "array"]),
         ({"t": "namedtuple", "name": "Wide", "fields": [f"f{i}" for i in range(1025)], "items": list(range(1025))}, ["tree.fields", "at most 1024", "1025 fields"]),
-        ({"t": "list", "items": [2**70]}, ["items[0]", "int64"]),
+        ({"t": "list", "items": [2**64]}, ["items[0]", "int64"]),  # 20 digits: parsed, then refused by the tree
+        ({"t": "list", "items": [2**70]}, ["tc.header", "int64", "22 characters"]),  # refused unconverted
     ],
 )
 def test_tree_defects_name_the_node(tree, fragments):

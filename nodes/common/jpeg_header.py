@@ -54,7 +54,7 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
     if n >= 2 and (b[0] != 0xFF or b[1] != 0xD8):
         raise JpegError(f"jpeg: expected the start-of-image marker ff d8, got {bytes(b[:4]).hex(' ')}")
     if n < 4:
-        got = f"{n} bytes ({bytes(b).hex(' ')})" if n else "no bytes"
+        got = f"{n} byte{'s' if n > 1 else ''} ({bytes(b).hex(' ')})" if n else "no bytes"
         raise JpegError(f"jpeg: expected at least 4 bytes (start- and end-of-image markers), got {got}")
     tail = bytes(b[max(2, n - _TAIL):])
     if b"\xff\xd9" not in tail:

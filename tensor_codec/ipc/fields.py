@@ -74,7 +74,7 @@ class Producer:
 def _int(metadata: dict, key: str, low: int, high: int) -> int:
     value = metadata.get(key)
     if type(value) is not int or not low <= value <= high:
-        raise DecodeError(f"{key}: expected an integer {low}..{high}, got {value!r}")
+        raise DecodeError(f"{key}: expected an integer {low}..{high}, got {value!r:.80}")
     return value
 
 
@@ -82,7 +82,7 @@ def _b64(metadata: dict, key: str, min_bytes: int, max_bytes: int) -> bytes:
     text = metadata.get(key)
     if type(text) is not str or len(text) > (max_bytes + 2) // 3 * 4:
         shown = text if type(text) is not str else f"{len(text)} characters"
-        raise DecodeError(f"{key}: expected base64 of {min_bytes}..{max_bytes} bytes, got {shown!r}")
+        raise DecodeError(f"{key}: expected base64 of {min_bytes}..{max_bytes} bytes, got {shown!r:.80}")
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -104,7 +104,7 @@ def _check_handle(raw: bytes) -> None:
         return
     raise DecodeError(
         f"{KEY_HANDLE}: expected a 64-byte CUDA IPC handle or torch's [version][c|e] form, "
-        f"got {len(raw)} bytes of kind {kind!r}"
+        f"got {len(raw)} bytes of kind {kind!r:.80}"
     )
 
 
@@ -143,15 +143,15 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> Producer:
         raise DecodeError(f"{where}: expected keys {sorted(_PRODUCER_KEYS)}, missing {missing}, unexpected {extra}")
     host, pidns, pid, gpu, ledger = (value[k] for k in ("host", "pidns", "pid", "gpu", "ledger"))
     if type(host) is not str or not 0 < len(host) <= 300:
-        raise DecodeError(f"{where}.host: expected a host identity string, got {host!r}")
+        raise DecodeError(f"{where}.host: expected a host identity string, got {host!r:.80}")
     if type(pidns) is not str or len(pidns) > 100:
-        raise DecodeError(f"{where}.pidns: expected a pid namespace string, got {pidns!r}")
+        raise DecodeError(f"{where}.pidns: expected a pid namespace string, got {pidns!r:.80}")
     if type(pid) is not int or not 0 < pid < 2**31:
-        raise DecodeError(f"{where}.pid: expected a process id, got {pid!r}")
+        raise DecodeError(f"{where}.pid: expected a process id, got {pid!r:.80}")
     if type(gpu) is not str or not _GPU.match(gpu):
-        raise DecodeError(f"{where}.gpu: expected a GPU UUID like 'GPU-3f2a...', got {gpu!r}")
+        raise DecodeError(f"{where}.gpu: expected a GPU UUID like 'GPU-3f2a...', got {gpu!r:.80}")
     if type(ledger) is not str or not _LEDGER.match(ledger):
-        raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r}")
+        raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r:.80}")
     return Producer(host, pidns, pid, gpu, ledger)
 
 

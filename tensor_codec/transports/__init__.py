@@ -36,12 +36,12 @@ def _load(name: str) -> Transport:
 def get_transport(name: object) -> Transport:
     """A transport for sending; unknown names are a caller error."""
     if name not in _TABLE:
-        raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r}")
+        raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)
 
 
 def transport_for_message(name: str) -> Transport:
     """A transport named by a received message."""
     if name not in _TABLE:
-        raise DecodeError(f"tc.transport: expected one of {list(_TABLE)}, got {name!r}")
+        raise DecodeError(f"tc.transport: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)

@@ -31,6 +31,6 @@ def check_canonical_offsets(leaves: list[ReceivedLeaf], alignment: int) -> tuple
         if type(got) is not int or got != expected:
             raise DecodeError(
                 f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
-                f"to {alignment} bytes), got {got!r}"
+                f"to {alignment} bytes), got {got!r:.80}"
             )
     return offsets, total

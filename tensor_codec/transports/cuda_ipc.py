@@ -106,7 +106,7 @@ def flush(timeout_s: float = 10.0) -> bool:
     import time
 
     if type(timeout_s) not in (int, float) or not timeout_s >= 0:
-        raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r}")
+        raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
     state = _state
     if state is None or state.producer._ledger is None:
         return True
@@ -239,7 +239,7 @@ class CudaIpcTransport:
         state = _get_state()
         index = self._local_index(state, producer.gpu)
         if not producer.ledger.startswith(f"tc-{producer.pid}-"):
-            raise DecodeError(f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r}")
+            raise DecodeError(f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}")
         base, memory = state.receiver.open(producer, fields, index)
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
