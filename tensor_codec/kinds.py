@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .errors import DecodeError
+from .errors import DecodeError, EncodeError
 
 __all__ = ["TensorKind", "kind_of", "kind_by_tag", "all_kinds"]
 
@@ -82,6 +82,17 @@ class _PlainSubclassKind(TensorKind):
         return plain.as_subclass(self.cls)
 
 
+def _attribute(x, name: str):
+    """A TVTensor attribute the codec must send; one made with as_subclass may lack it."""
+    try:
+        return getattr(x, name)
+    except AttributeError:
+        raise EncodeError(
+            f"unsupported {type(x).__name__}: expected its `{name}` attribute, got none "
+            f"(made with .as_subclass()? build it with the torchvision class or set .{name})"
+        ) from None
+
+
 def _canvas_to_json(value) -> list[int]:
     return [int(value[0]), int(value[1])]
 
@@ -106,12 +117,13 @@ class _BoundingBoxesKind(TensorKind):
         self.optional_attribute_names = ("clamping_mode",)
 
     def attribute_key(self, x):
-        return (x.format, tuple(x.canvas_size), getattr(x, "clamping_mode", None))
+        return (_attribute(x, "format"), tuple(_attribute(x, "canvas_size")), getattr(x, "clamping_mode", None))
 
     def attributes(self, x):
-        attrs = {"format": x.format.name, "canvas_size": _canvas_to_json(x.canvas_size)}
+        attrs = {"format": _attribute(x, "format").name, "canvas_size": _canvas_to_json(_attribute(x, "canvas_size"))}
         if self.has_clamping:
-            attrs["clamping_mode"] = x.clamping_mode
+            # A BoundingBoxes made with as_subclass may lack it: torchvision's default then.
+            attrs["clamping_mode"] = getattr(x, "clamping_mode", "soft")
         return attrs
 
     def parse_attributes(self, node, where):
@@ -137,7 +149,12 @@ class _BoundingBoxesKind(TensorKind):
         return out
 
     def wrap_like(self, plain, like):
-        return _tvt.wrap(plain, like=like)
+        # Not tv_tensors.wrap: it checks the shape, and a BoundingBoxes of any shape can be sent
+        # and received (the decoder rebuilds it this way too).
+        attrs = {"format": like.format, "canvas_size": like.canvas_size}
+        if self.has_clamping:
+            attrs["clamping_mode"] = getattr(like, "clamping_mode", "soft")
+        return self.wrap(plain, attrs)
 
 
 class _KeyPointsKind(TensorKind):
@@ -148,10 +165,10 @@ class _KeyPointsKind(TensorKind):
         self.tag = "tv.KeyPoints"
 
     def attribute_key(self, x):
-        return (tuple(x.canvas_size),)
+        return (tuple(_attribute(x, "canvas_size")),)
 
     def attributes(self, x):
-        return {"canvas_size": _canvas_to_json(x.canvas_size)}
+        return {"canvas_size": _canvas_to_json(_attribute(x, "canvas_size"))}
 
     def parse_attributes(self, node, where):
         return {"canvas_size": _parse_canvas(node, where)}
@@ -162,7 +179,7 @@ class _KeyPointsKind(TensorKind):
         return out
 
     def wrap_like(self, plain, like):
-        return _tvt.wrap(plain, like=like)
+        return self.wrap(plain, {"canvas_size": like.canvas_size})  # any shape, as the decoder does
 
 
 _KINDS: list[TensorKind] = [TensorKind()]

@@ -412,3 +412,29 @@ def test_a_full_ledger_is_a_codec_error():
             ledger.publish(1, 4, object())
     finally:
         ledger.close()
+
+
+def test_a_tvtensor_made_with_as_subclass_and_no_attributes_is_an_encode_error():
+    from torchvision import tv_tensors as tvt
+
+    with pytest.raises(tc.EncodeError, match="expected its `format` attribute"):
+        tc.encode({"boxes": torch.zeros(1, 4).as_subclass(tvt.BoundingBoxes)})
+    with pytest.raises(tc.EncodeError, match="expected its `canvas_size` attribute"):
+        tc.encode(torch.zeros(1, 2).as_subclass(tvt.KeyPoints))
+
+
+def test_keep_and_pin_rebuild_tvtensors_of_any_shape_the_decoder_accepts():
+    # Found by make fuzz: torchvision's wrap() refuses a 5-D BoundingBoxes; the decoder does not.
+    from torchvision import tv_tensors as tvt
+
+    boxes = torch.zeros(2, 1, 1, 1, 4).as_subclass(tvt.BoundingBoxes)
+    boxes.format, boxes.canvas_size = tvt.BoundingBoxFormat.XYXY, (5, 6)
+    boxes.clamping_mode = "hard"  # sent where this torchvision has clamping modes
+    points = torch.tensor(1.5).as_subclass(tvt.KeyPoints)
+    points.canvas_size = (7, 8)
+    received = tc.decode(*tc.encode({"b": boxes, "p": points}))
+    for obj in (tc.keep(received), tc.map_tensors(lambda t, _: t.clone(), received)):
+        assert type(obj["b"]) is tvt.BoundingBoxes and obj["b"].shape == (2, 1, 1, 1, 4)
+        assert obj["b"].canvas_size == (5, 6) and obj["b"].format == tvt.BoundingBoxFormat.XYXY
+        assert getattr(obj["b"], "clamping_mode", "hard") == "hard"
+        assert type(obj["p"]) is tvt.KeyPoints and obj["p"].shape == () and obj["p"].canvas_size == (7, 8)
