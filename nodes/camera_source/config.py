@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..common.delivery import ack_settings
 from ..common.settings import Setting, SettingError, as_fields, load_settings
 
 OUTPUT = "image"
@@ -22,6 +23,7 @@ SETTINGS = (
     Setting("FORMAT", "choice", "codec", "`codec`: a tv_tensors.Image through tensor_codec. `raw`: flat HWC rgb8/mono8 bytes, the form dora's own image nodes (plot, record) read.", ("codec", "raw")),
     Setting("LAYOUT", "choice", "planar", "Synthetic camera, FORMAT=codec: memory order of the (C, H, W) frames. `planar` (contiguous CHW) or `interleaved` (pixel by pixel, as real cameras deliver; the tensor_codec message keeps the strides). A CPU JPEG encoder is about 2x faster on interleaved frames: planar ones need a reordering pass first.", ("planar", "interleaved")),
     Setting("DEVICE", "device", "auto", "Where frames are made: auto (CUDA when present), cpu, cuda or cuda:N."),
+    *ack_settings("frame"),
 )
 
 
@@ -40,6 +42,9 @@ class CameraConfig:
     format: str
     layout: str
     device: str
+    window: int
+    retry_s: float
+    ack_timeout_s: float
 
 
 def load_config(env: Mapping[str, str]) -> CameraConfig:

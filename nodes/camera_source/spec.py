@@ -10,7 +10,18 @@ SPEC = NodeSpec(
         "test pattern that carries its own frame index (default, no hardware), a V4L2/USB camera, a video file "
         "or a folder of images. FORMAT=raw sends flat rgb8 for dora's own image nodes instead."
     ),
-    inputs=(Port(TICK_INPUT, "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.", optional=True),),
+    inputs=(
+        Port(TICK_INPUT, "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.", optional=True),
+        Port(
+            "ack*",
+            "Optional. Acknowledged delivery: one input per consumer of `image` whose id starts with `ack` (`ack_encoder`, "
+            "`ack_receiver`, ...), wired to that consumer's `ack` output. A frame counts as delivered when every one of them "
+            "acknowledged it; at most WINDOW frames are unacknowledged (a slow consumer slows the camera down instead of "
+            "losing frames), one unacknowledged for RETRY_S is resent, and one past ACK_TIMEOUT_S is given up and makes the "
+            "node exit with status 1, logging how many frames were not acknowledged.",
+            optional=True,
+        ),
+    ),
     outputs=(
         Port(
             OUTPUT,
@@ -25,6 +36,7 @@ SPEC = NodeSpec(
                 "seq": "same as frame: per-stream sequence number",
                 "count": "FRAMES (0 = open-ended)",
                 "stream": "id of this run of the node",
+                "wants_ack": "true when `ack*` inputs are wired: the consumer acknowledges seq and stream on its `ack` output",
                 "pattern": "tc-synthetic-v2 on synthetic frames: the pixels carry `frame` and can be rebuilt exactly",
                 "tc.*": "tensor_codec's own keys (FORMAT=codec only)",
             },

@@ -5,16 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..common.delivery import ack_settings
 from ..common.settings import Setting, as_fields, load_settings
 
 INPUT = "jpeg"
 OUTPUT = "image"
+ACK_OUTPUT = "ack"  # acknowledges each JPEG taken to its sender (when declared)
 
 SETTINGS = (
     Setting("MODE", "choice", "auto", "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a greyscale JPEG and 3 otherwise), `rgb` or `gray`.", ("auto", "rgb", "gray")),
     Setting("BATCH", "int", "4", "Decode up to this many JPEGs that are already queued in one call.", minimum=1),
     Setting("MAX_PIXELS", "int", "67108864", "Refuse a JPEG whose header declares more pixels than this (64 Mpx, more than 8K), before any memory is taken.", minimum=1),
     Setting("DEVICE", "device", "auto", "Where frames are decoded and sent from: auto (nvJPEG on CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    *ack_settings("frame"),
 )
 
 
@@ -26,6 +29,9 @@ class DecoderConfig:
     batch: int
     max_pixels: int
     device: str
+    window: int
+    retry_s: float
+    ack_timeout_s: float
 
 
 def load_config(env: Mapping[str, str]) -> DecoderConfig:

@@ -1,7 +1,7 @@
 """The JPEG decoder's interface, as its manifest shows it."""
 
 from ..common.manifest import NodeSpec, Port
-from .config import INPUT, OUTPUT, SETTINGS
+from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-jpeg-decoder",
@@ -13,6 +13,15 @@ SPEC = NodeSpec(
     ),
     inputs=(
         Port(INPUT, "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG."),
+        Port(
+            "ack*",
+            "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with `ack`, "
+            "wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, until there "
+            "is room, so a slow consumer slows the JPEGs' sender down. Unacknowledged frames are resent after RETRY_S and "
+            "given up after ACK_TIMEOUT_S (the node then exits with status 1). The node ends when `jpeg` closed and every "
+            "frame was acknowledged.",
+            optional=True,
+        ),
     ),
     outputs=(
         Port(
@@ -25,7 +34,15 @@ SPEC = NodeSpec(
                 "lossy": "jpeg: the frame went through JPEG (its content matches the source within bounds, not exactly)",
                 "sent_ns": "wall clock (ns) just before sending",
                 "(carried)": "every other key of the JPEG message (quality, frame, capture_ns, seq, count, stream, pattern, ...), except channels and jpeg_crc32",
+                "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the JPEG's) and wants_ack true",
             },
+        ),
+        Port(
+            ACK_OUTPUT,
+            "Optional. When declared, each JPEG whose metadata has wants_ack=true is acknowledged here when the decoder "
+            "takes it (empty value); wire it to the JPEGs' sender's `ack*` input.",
+            {"seq": "the acknowledged JPEG's seq", "stream": "its stream"},
+            optional=True,
         ),
     ),
     settings=SETTINGS,

@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import tensor_codec as tc
 
-from ..common import protocol as P
-from ..common.runtime import load_node_config, setup_logging
-from .config import INPUT, OUTPUT, load_config
+from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
+from ..common.runtime import declared_inputs, declared_outputs, drain, load_node_config, setup_logging
+from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
 from .engines import make_engine
 
 POLL_S = 0.002  # while batches are in flight: how long to wait for one before looking for input
+
+
+def in_progress(encoder: JpegEncoder) -> int:
+    """Frames taken and not yet sent: waiting for a batch or being encoded."""
+    return len(encoder.pending) + sum(len(job.items) for job in encoder.inflight)
+
+
+def take(relay: Relay, encoder: JpegEncoder) -> bool:
+    """Frames from the relay's backlog into the encoder, while the encoder and (with acks) the
+    output window have room; -> True if a good frame was taken."""
+    got = False
+    while relay.backlog and encoder.can_accept and relay.room(in_progress(encoder)) > 0:
+        for event in relay.take(1):
+            got |= encoder.accept(event)
+    return got
 
 
 def main() -> int:
@@ -27,37 +43,70 @@ def main() -> int:
     node = Node()
     engine = make_engine(device, config.quality, config.workers)
     encoder = JpegEncoder(engine, config.quality, config.batch)
+    # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
+    # make the output windowed; an `ack` output acknowledges the frames to their sender.
+    ackers = ackers_of(declared_inputs(node))
+    window = AckWindow(reliable=bool(ackers), window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s, ackers=ackers)
+    outbox = Outbox(window, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), log, time.monotonic)
+    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
+    relay = Relay({INPUT}, outbox, send_ack, log)
     what = f"nvJPEG (torchvision, fenced by the {engine.fence})" if device.type == "cuda" else "torchvision's CPU encoder"
-    log.info("%s on %s, quality %d, batch %d, %d workers", what, device, config.quality, config.batch, config.workers)
-    ended = False
+    acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
+    log.info("%s on %s, quality %d, batch %d, %d workers%s", what, device, config.quality, config.batch, config.workers, acked)
+    ended = False  # the event stream ended
     try:
-        # Run until the event stream ends (not on STOP: dora delivers STOP before inputs still
-        # queued), then finish what is in flight.
-        while not ended or encoder.busy:
-            got_input = False
-            # Idle: block for the next event. Busy: take only what is already queued, and no
-            # more than the encoder has room for (the rest waits in dora's queue).
-            while not ended and encoder.can_accept:
-                event = node.try_recv() if encoder.busy else node.next()
-                if event is None:
-                    ended = not encoder.busy  # try_recv's None only means "nothing queued"
-                    break
-                if event["type"] == "INPUT" and event["id"] == INPUT:
-                    got_input |= encoder.accept(event)
-                elif event["type"] == "ERROR":
-                    log.error("dora reported: %s", str(event.get("error"))[:500])
+        # Without acks: run until the event stream ends (not on STOP: dora delivers STOP before
+        # inputs still queued), then finish what is in flight. With acks: until the frames input
+        # closed and every JPEG is acknowledged (the acks' own inputs close only after this node
+        # ends, so the event stream would never end first).
+        while True:
+            got_input = take(relay, encoder)
+            # Idle: block for the next event (with acks outstanding, no longer than the next
+            # resend is due). Busy: take only what is already queued. Without acks, read no more
+            # than the encoder has room for (the rest waits in dora's queue); with acks, read
+            # everything (acks must get through), frames waiting in the relay's backlog, which
+            # the sender's window bounds.
+            while not ended and (outbox.reliable or encoder.can_accept):
+                if encoder.busy:
+                    event = node.try_recv()
+                    if event is None:
+                        break  # try_recv's None only means "nothing queued"
+                else:
+                    if outbox.reliable:
+                        if relay.gone or relay.finished(lambda: drain(node)):
+                            break
+                        got_input |= take(relay, encoder)  # finished() may have found frames
+                        if encoder.busy:
+                            continue
+                    due = window.next_due(time.monotonic())
+                    event = node.next() if due is None else node.next(timeout=max(due, 0.005))
+                    if event is None:
+                        ended = True
+                        break
+                    if is_timeout(event):
+                        break
+                relay.on_event(event)
                 del event
+                got_input |= take(relay, encoder)
             encoder.dispatch()
             for data, metadata in encoder.collect(0 if got_input and not ended else POLL_S):
-                metadata[P.SENT_NS] = P.now_ns()
                 try:
-                    tc.send_plain(node, OUTPUT, data, metadata)
+                    relay.send(data, metadata)
                 except Exception as e:  # one failed send is logged and counted
                     encoder.send_failed(metadata, e)
+            outbox.resend_due()
+            if relay.gone and outbox.reliable:
+                break
+            if outbox.reliable and relay.finished(lambda: drain(node), in_progress(encoder)):
+                break
+            if ended and not encoder.busy and not relay.backlog:
+                break
     finally:
         encoder.close()
-    log.info("%s", encoder.stats.summary())
-    return 0
+    status = relay.end_report()
+    delivered = f"; JPEGs {outbox.summary()}" if outbox.reliable else ""
+    log.info("%s%s", encoder.stats.summary(), delivered)
+    return status
 
 
 if __name__ == "__main__":

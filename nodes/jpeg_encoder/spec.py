@@ -1,7 +1,7 @@
 """The JPEG encoder's interface, as its manifest shows it."""
 
 from ..common.manifest import NodeSpec, Port
-from .config import INPUT, OUTPUT, SETTINGS
+from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-jpeg-encoder",
@@ -15,6 +15,15 @@ SPEC = NodeSpec(
             INPUT,
             "Frames: a tv_tensors.Image (uint8, (C, H, W), 1 or 3 channels, CPU or CUDA) through tensor_codec, or a "
             "plain dora image message (rgb8, bgr8, mono8). Anything else is logged, counted and skipped.",
+        ),
+        Port(
+            "ack*",
+            "Optional. Acknowledged delivery of the JPEGs: one input per consumer of `jpeg` whose id starts with `ack` "
+            "(`ack_decoder`, `ack_sink`), wired to its `ack` output. At most WINDOW JPEGs (plus frames being encoded) are "
+            "unacknowledged: frames wait, unacknowledged, until there is room, so a slow consumer slows the frames' sender "
+            "down. Unacknowledged JPEGs are resent after RETRY_S and given up after ACK_TIMEOUT_S (the node then exits "
+            "with status 1). The node ends when `frames` closed and every JPEG was acknowledged.",
+            optional=True,
         ),
     ),
     outputs=(
@@ -30,7 +39,15 @@ SPEC = NodeSpec(
                 "jpeg_crc32": "zlib.crc32 of the JPEG bytes; tc-jpeg-decoder refuses a JPEG that no longer matches it",
                 "sent_ns": "wall clock (ns) just before sending",
                 "(carried)": "every other key of the frame's metadata (frame, capture_ns, seq, count, stream, pattern, ...), except tensor_codec's tc.* keys, checksum, wants_ack and expect",
+                "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the frame's) and wants_ack true",
             },
+        ),
+        Port(
+            ACK_OUTPUT,
+            "Optional. When declared, each frame whose metadata has wants_ack=true is acknowledged here when the encoder "
+            "takes it (empty value); wire it to the frames' sender's `ack*` input.",
+            {"seq": "the acknowledged frame's seq", "stream": "its stream"},
+            optional=True,
         ),
     ),
     settings=SETTINGS,

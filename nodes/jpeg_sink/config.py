@@ -8,6 +8,7 @@ from typing import Mapping
 from ..common.settings import Setting, as_fields, load_settings
 
 INPUT = "jpeg"
+ACK_OUTPUT = "ack"  # acknowledges each JPEG to its sender (when declared)
 
 SETTINGS = (
     Setting("DIR", "path", "out/jpeg", "Folder the JPEGs are written to (relative to the dataflow's directory); created if missing."),

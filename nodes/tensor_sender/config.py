@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..common.delivery import ack_settings
 from ..common.settings import Setting, SettingError, as_fields, load_settings
 
 OUTPUT = "tensors"
@@ -16,9 +17,7 @@ SETTINGS = (
     Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send."),
     Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless."),
     Setting("RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0),
-    Setting("WINDOW", "int", "8", "With an `ack` input wired: messages sent but not yet acknowledged, at most.", minimum=1),
-    Setting("RETRY_S", "float", "1.0", "With an `ack` input wired: resend a message unacknowledged for this many seconds (dora 1.1 can drop messages under load).", minimum=0.01),
-    Setting("ACK_TIMEOUT_S", "float", "30", "With an `ack` input wired: give up on a message (log it, count it lost) after this many seconds.", minimum=0.1),
+    *ack_settings("message"),
     Setting("CORRUPT", "bool", "0", "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them."),
     Setting("SEED", "int", "0", "Seed of the suite and of random payloads.", minimum=0),
     Setting("DEVICE", "device", "auto", "Where payloads live before sending: auto (CUDA when present), cpu, cuda or cuda:N."),

@@ -9,16 +9,18 @@ import time
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line
 from ..common.device import resolve_device
 from ..common.runtime import Pacer, declared_inputs, declared_outputs, drain, setup_logging
 from ..common.settings import SettingError
-from .config import ACK_INPUT, OUTPUT, load_config
+from .config import OUTPUT, load_config
 from .delivery import Delivery
 from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
 
 
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
+MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the count covers the rest
 
 
 def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "auto", outputs=(OUTPUT,)) -> bool:
@@ -43,13 +45,13 @@ def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transpor
 
 
 def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
-    """Apply acks; -> True when the node should stop: dora asked it to, or the `ack` input
-    closed (the receiver is gone, so nothing would ever be acknowledged)."""
+    """Apply acks; -> True when the node should stop: dora asked it to, or an `ack` input
+    closed (that receiver is gone, so nothing would ever be fully acknowledged)."""
     stop = False
     for event in events:
         if event["type"] == "STOP":
             stop = True
-        elif event["type"] == "INPUT_CLOSED" and event.get("id") in delivery.ackers and delivery.reliable:
+        elif ack_input_closed(event, delivery):
             stop = True
         elif event["type"] == "INPUT" and event["id"] in delivery.ackers:
             metadata = event.get("metadata") or {}
@@ -57,6 +59,40 @@ def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) 
             if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
                 delivery.ack(seq, event["id"])
     return stop
+
+
+def ack_input_closed(event: dict, delivery: Delivery) -> bool:
+    return event["type"] == "INPUT_CLOSED" and event.get("id") in delivery.ackers and delivery.reliable
+
+
+def linger(node, sender: TensorSender, delivery: Delivery, log, transport: str, outputs, grace_s: float = STOP_GRACE_S) -> None:
+    """After STOP: send nothing new, but give the messages already sent `grace_s` to be
+    acknowledged (receivers run their queues out after STOP), resending as usual."""
+    deadline = time.monotonic() + grace_s
+    while delivery.unacked and time.monotonic() < deadline:
+        events = drain(node)
+        handle_events(events, sender, delivery)
+        if any(ack_input_closed(e, delivery) for e in events):
+            return
+        for seq in delivery.retransmissions(time.monotonic()):
+            send(node, sender, delivery, seq, log, transport, outputs)
+        time.sleep(0.002)
+
+
+def end_report(delivery: Delivery, log) -> int:
+    """Log every message not delivered; -> how many (with acks: not acknowledged, whatever
+    the reason: given up, still unacknowledged when the node stopped, or never sent)."""
+    for seq in sorted(delivery.lost)[:MAX_LOST_LINES]:
+        log.error("message %d was lost (not sent, or never acknowledged)", seq)
+    if len(delivery.lost) > MAX_LOST_LINES:
+        log.error("... and %d more lost", len(delivery.lost) - MAX_LOST_LINES)
+    if not delivery.reliable:
+        return 0
+    undelivered = delivery.undelivered()
+    if undelivered:
+        total = delivery.total or delivery.next_seq
+        log.error("%s", not_acknowledged_line(len(undelivered), total, "messages", f"seq {undelivered[0]}"))
+    return len(undelivered)
 
 
 def main() -> int:
@@ -81,7 +117,7 @@ def main() -> int:
         for output in outputs:
             tc.ipc_configure(output, max_bytes_in_flight=config.max_in_flight, on_full="wait")
     corrupted = corrupted_messages(config.seed) if config.corrupt else ()
-    ackers = sorted(i for i in declared_inputs(node) if i.startswith(ACK_INPUT))
+    ackers = ackers_of(declared_inputs(node))
     reliable = bool(ackers)
     sender = TensorSender(payloads, config.count, corrupted, wants_ack=reliable)
     delivery = Delivery(
@@ -91,7 +127,16 @@ def main() -> int:
     acked = f", acknowledged by {', '.join(ackers)}" if reliable else ""
     log.info("%s mode on %s: %s messages%s, transport %s", config.mode, device, sender.total or "endless", acked, config.transport)
     while True:
-        if handle_events(drain(node), sender, delivery) or delivery.finished:
+        events = drain(node)
+        if handle_events(events, sender, delivery):
+            closed = [e["id"] for e in events if ack_input_closed(e, delivery)]
+            if closed:
+                log.error("%s closed: that receiver went away, nothing more can be acknowledged", ", ".join(closed))
+                handle_events(drain(node), sender, delivery)  # acks queued behind INPUT_CLOSED (dora hands it out first)
+            elif delivery.reliable:
+                linger(node, sender, delivery, log, config.transport, outputs)
+            break
+        if delivery.finished:
             break
         now = time.monotonic()
         healthy = all([send(node, sender, delivery, seq, log, config.transport, outputs) for seq in delivery.retransmissions(now)])
@@ -104,11 +149,7 @@ def main() -> int:
             break
         if not sent_new:
             time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
-    unfinished = sorted(delivery.unacked) + list(range(delivery.next_seq, delivery.total))
-    for seq in delivery.lost:
-        log.error("message %d was lost (not sent, or never acknowledged)", seq)
-    if unfinished:
-        log.error("stopped with %d messages not delivered (first: %d)", len(unfinished), unfinished[0])
+    undelivered = end_report(delivery, log)
     ipc = ""
     shared = tc.ipc_stats()["outputs"] if may_share_gpu else {}
     if any(shared.get(output, {}).get("sent") for output in outputs):
@@ -125,7 +166,8 @@ def main() -> int:
         f"{len(delivery.lost)} lost{ipc}",
         flush=True,
     )
-    return 1 if sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW else 0
+    # With acks, a run that did not deliver everything fails (dora then reports the node failed).
+    return 1 if sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW or undelivered else 0
 
 
 if __name__ == "__main__":
