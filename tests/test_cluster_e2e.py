@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, dora_env, node_script
+from conftest import ROOT, DataflowRun, dora_env, node_script, run_dora, wait_until
 from tensor_codec.testing import make_suite
 
 pytestmark = pytest.mark.dora
@@ -37,11 +37,16 @@ def copy_cluster_flow(tmp_path: Path) -> Path:
     return flow
 
 
-def run_cluster(flow: Path, *reports: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    args = [*RUNNER, str(flow), "--timeout", str(timeout - 30)]
+def run_cluster(flow: Path, *reports: str, timeout: float = 360) -> DataflowRun:
+    """The cluster runner on `flow`; a failure is explained with the receivers' reports and logs."""
+    args = [*RUNNER, str(flow), "--timeout", str(timeout - 60)]
     for report in reports:
         args += ["--report", report]
-    return subprocess.run(args, cwd=flow.parent, env=dora_env(), capture_output=True, text=True, timeout=timeout)
+    return run_dora(args, flow, timeout=timeout, env=dora_env())
+
+
+def still_alive(pids: dict[str, int]) -> list[str]:
+    return [name for name, pid in pids.items() if alive(pid)]
 
 
 def started_pids(output: str) -> dict[str, int]:
@@ -74,52 +79,55 @@ def processes_inside(directory: Path) -> list[int]:
 
 def test_two_daemon_pipeline_delivers_everything_bit_exact_to_the_remote_receiver(tmp_path):
     flow = copy_cluster_flow(tmp_path)
-    proc = run_cluster(flow, "out/cluster-report-A.json", "out/cluster-report-B.json")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
-    pids = started_pids(output)
-    assert set(pids) == {"coordinator", "daemon-A", "daemon-B"}
-    assert not [name for name, pid in pids.items() if alive(pid)]
-    assert "daemon `B`" in output and "daemon `A`" in output  # the nodes really ran on both
-    on_gpu = torch.cuda.is_available()
-    for machine in "AB":
-        report = json.loads((tmp_path / "out" / f"cluster-report-{machine}.json").read_text())
-        assert report["ok"], json.dumps(report, indent=1)
-        suite, big = report["inputs"]["suite"], report["inputs"]["big"]
-        # Every case of the suite: all dtypes and layouts, each TVTensor class with its
-        # attributes, PackedSequences, nested dict/list/tuple structures.
-        assert suite["good"] == suite["received"] == len(make_suite()), suite
-        assert big["good"] == big["received"] == 8, big  # 12 MB and 1 MB tensors, in turn
-        assert suite["bad"] == big["bad"] == 0 and suite["missing"] == big["missing"] == 0
-        assert report["device"] == ("cuda:0" if on_gpu else "cpu")
+    run = run_cluster(flow, "out/cluster-report-A.json", "out/cluster-report-B.json")
+    output = run.output
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        pids = started_pids(output)
+        assert set(pids) == {"coordinator", "daemon-A", "daemon-B"}
+        # Stopped (SIGTERM, then SIGKILL) and waited for by the runner; gone once the kernel is done.
+        wait_until(lambda: still_alive(pids), lambda left: not left, describe="what the runner started to be gone")
+        assert "daemon `B`" in output and "daemon `A`" in output  # the nodes really ran on both
+        on_gpu = torch.cuda.is_available()
+        for machine in "AB":
+            report = run.report(f"receiver-{machine.lower()}")  # out/cluster-report-{machine}.json
+            assert report["ok"], json.dumps(report, indent=1)
+            suite, big = report["inputs"]["suite"], report["inputs"]["big"]
+            # Every case of the suite: all dtypes and layouts, each TVTensor class with its
+            # attributes, PackedSequences, nested dict/list/tuple structures.
+            assert suite["good"] == suite["received"] == len(make_suite()), suite
+            assert big["good"] == big["received"] == 8, big  # 12 MB and 1 MB tensors, in turn
+            assert suite["bad"] == big["bad"] == 0 and suite["missing"] == big["missing"] == 0
+            assert report["device"] == ("cuda:0" if on_gpu else "cpu")
+            if not on_gpu:
+                assert suite["transports"] == {"host": len(make_suite())} and big["transports"] == {"host": 8}
+        # No GPU here: every output carries host bytes, and the sender says why.
         if not on_gpu:
-            assert suite["transports"] == {"host": len(make_suite())} and big["transports"] == {"host": 8}
-    # No GPU here: every output carries host bytes, and the sender says why.
-    if not on_gpu:
-        assert "output 'remote': transport host (no CUDA tensor in the message)" in output
-    assert not (tmp_path / ".dataflow-cluster.cluster-run.yml").exists()
+            assert "output 'remote': transport host (no CUDA tensor in the message)" in output
+        assert not (tmp_path / ".dataflow-cluster.cluster-run.yml").exists()
 
 
 @pytest.mark.gpu
 def test_on_a_gpu_the_local_receiver_gets_cuda_ipc_and_the_remote_one_host_bytes_on_its_gpu(tmp_path):
     flow = copy_cluster_flow(tmp_path)
-    proc = run_cluster(flow, "out/cluster-report-A.json", "out/cluster-report-B.json")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
-    assert "output 'tensors': transport cuda-ipc (all 1 consumer(s) on this machine and the data on a GPU)" in output
-    assert re.search(r"output 'remote': transport host \(consumer receiver-b/\w+ runs on machine 'B'", output)
-    assert re.search(r"tensors by cuda-ipc: \d+ sent", output)
-    for machine, transport in (("A", "cuda-ipc"), ("B", "host")):
-        report = json.loads((tmp_path / "out" / f"cluster-report-{machine}.json").read_text())
-        assert report["ok"] and report["device"].startswith("cuda"), json.dumps(report, indent=1)
-        assert report["inputs"]["big"]["good"] == 8 and report["inputs"]["suite"]["good"] == len(make_suite())
-        # A's receiver read GPU memory shared by CUDA IPC; B's restored host bytes onto its GPU.
-        assert report["inputs"]["big"]["transports"] == {transport: 8}, report["inputs"]["big"]
-        suite = report["inputs"]["suite"]["transports"]
-        if transport == "host":
-            assert suite == {"host": len(make_suite())}, suite
-        else:  # a suite case with no tensor at all goes as host bytes: nothing to share
-            assert suite.get("cuda-ipc", 0) >= len(make_suite()) - 3 and set(suite) <= {"cuda-ipc", "host"}, suite
+    run = run_cluster(flow, "out/cluster-report-A.json", "out/cluster-report-B.json")
+    output = run.output
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        assert "output 'tensors': transport cuda-ipc (all 1 consumer(s) on this machine and the data on a GPU)" in output
+        assert re.search(r"output 'remote': transport host \(consumer receiver-b/\w+ runs on machine 'B'", output)
+        assert re.search(r"tensors by cuda-ipc: \d+ sent", output)
+        for machine, transport in (("A", "cuda-ipc"), ("B", "host")):
+            report = run.report(f"receiver-{machine.lower()}")  # out/cluster-report-{machine}.json
+            assert report["ok"] and report["device"].startswith("cuda"), json.dumps(report, indent=1)
+            assert report["inputs"]["big"]["good"] == 8 and report["inputs"]["suite"]["good"] == len(make_suite())
+            # A's receiver read GPU memory shared by CUDA IPC; B's restored host bytes onto its GPU.
+            assert report["inputs"]["big"]["transports"] == {transport: 8}, report["inputs"]["big"]
+            suite = report["inputs"]["suite"]["transports"]
+            if transport == "host":
+                assert suite == {"host": len(make_suite())}, suite
+            else:  # a suite case with no tensor at all goes as host bytes: nothing to share
+                assert suite.get("cuda-ipc", 0) >= len(make_suite()) - 3 and set(suite) <= {"cuda-ipc", "host"}, suite
 
 
 def endless_flow(tmp_path: Path) -> Path:
@@ -144,14 +152,15 @@ def endless_flow(tmp_path: Path) -> Path:
 def test_an_interrupted_run_tears_down_only_what_it_started(tmp_path, sig):
     flow = endless_flow(tmp_path)
     # A bystander in the same process-group-free situation: it must survive the teardown.
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"], start_new_session=True)
+    args = [*RUNNER, str(flow), "--timeout", "300"]
     proc = subprocess.Popen(
-        [*RUNNER, str(flow), "--timeout", "120"], cwd=tmp_path, env=dora_env(),
+        args, cwd=tmp_path, env=dora_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     lines = []
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240  # a busy machine starts three dora processes and two nodes slowly
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -162,16 +171,19 @@ def test_an_interrupted_run_tears_down_only_what_it_started(tmp_path, sig):
         assert any("random mode on cpu" in line for line in lines), "".join(lines)[-4000:]
         assert processes_inside(tmp_path), "the nodes should be running in the dataflow's directory"
         proc.send_signal(sig)
-        rest, _ = proc.communicate(timeout=60)
+        rest, _ = proc.communicate(timeout=120)
         output = "".join(lines) + rest
-        assert proc.returncode == 130, output[-4000:]
-        assert "interrupted; stopped everything it started" in output
-        pids = started_pids(output)
-        assert set(pids) == {"coordinator", "daemon-A", "daemon-B"}
-        assert not [name for name, pid in pids.items() if alive(pid)], output[-4000:]
-        assert processes_inside(tmp_path) == []  # the nodes went with their daemons
-        assert bystander.poll() is None
-        assert not (tmp_path / ".endless.cluster-run.yml").exists()
+        run = DataflowRun(args, tmp_path, proc.returncode, output, "", receivers={"receiver"})
+        with run.explained():
+            assert proc.returncode == 130
+            assert "interrupted; stopped everything it started" in output
+            pids = started_pids(output)
+            assert set(pids) == {"coordinator", "daemon-A", "daemon-B"}
+            # Signalled (SIGTERM, then SIGKILL) by the runner; gone once the kernel has finished them.
+            wait_until(lambda: still_alive(pids), lambda left: not left, describe="what the runner started to be gone")
+            wait_until(lambda: processes_inside(tmp_path), lambda left: left == [], describe="the nodes to go with their daemons")
+            assert bystander.poll() is None
+            assert not (tmp_path / ".endless.cluster-run.yml").exists()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -193,7 +205,8 @@ def test_a_cluster_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
 
     with pytest.raises(ClusterError, match="machines: expected distinct machine ids, got \\['A', 'A'\\]"):
         LocalCluster(["A", "A"], tmp_path, dora="/bin/false").start()
-    cluster = LocalCluster(["A", "B"], tmp_path, dora="/bin/false", ready_timeout_s=5)
+    # A coordinator that exits is seen at once; the limit only matters to one that hangs.
+    cluster = LocalCluster(["A", "B"], tmp_path, dora="/bin/false", ready_timeout_s=60)
     with pytest.raises(ClusterError, match="coordinator exited with 1"):
         with cluster:
             pass

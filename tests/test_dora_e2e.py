@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, python_node, run_dataflow, tail
+from conftest import ROOT, python_node, run_dataflow
 
 pytestmark = pytest.mark.dora
 TESTS = ROOT / "tests"
@@ -22,8 +22,10 @@ def test_a_message_too_big_for_any_route_is_refused_inside_a_real_node(dora_cli,
         outputs=["out"],
         env={"MEGABYTES": 70, "RESULT": result},
     )
-    proc = run_dataflow(dora_cli, tmp_path, [node])
-    assert proc.returncode == 0, tail(proc)
-    outcome = json.loads(result.read_text())
-    assert outcome["raised"] == "MessageTooLargeError"
-    assert "shared_memory_pool_size" in outcome["message"] and "'sender'" in outcome["message"]
+    run = run_dataflow(dora_cli, tmp_path, [node])
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        assert result.exists(), f"the sender wrote no result to {result}"
+        outcome = json.loads(result.read_text())
+        assert outcome["raised"] == "MessageTooLargeError", outcome
+        assert "shared_memory_pool_size" in outcome["message"] and "'sender'" in outcome["message"], outcome

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import gc
 import logging
-import time
 
 import pyarrow as pa
 import pytest
@@ -20,6 +19,7 @@ from tensor_codec.ipc import fields as ipc_fields
 from tensor_codec.testing import assert_identical, make_layout_cases, make_many_small, make_packed_sequences, make_tvtensor_cases, make_dtype_cases
 from tensor_codec.transports import cuda_ipc
 
+from conftest import wait_until
 from ipc_fake_backend import FakeBackend
 
 
@@ -45,21 +45,42 @@ def roundtrip(obj, **kw):
     return tc.decode(value, metadata, **kw), value, metadata
 
 
-def live_bytes():
-    return cuda_ipc._get_state().producer.output(cuda_ipc.ENCODE_OUTPUT).live_bytes
+def live_bytes(output: str = cuda_ipc.ENCODE_OUTPUT) -> int:
+    return cuda_ipc._get_state().producer.output(output).live_bytes
 
 
-def drain():
-    """Let dropped views die and their releases reach the producer (the receiver's poller thread
-    may be giving one back while this polls: wait until it has)."""
+def _step() -> dict:
+    """Move releases along once: dropped views die (their finalizers queue a release), the
+    receiver gives back what its markers allow (its own thread may be doing it too), the producer
+    collects finished slots. -> what is in flight now."""
     gc.collect()
     state = cuda_ipc._get_state()
-    for _ in range(2000):
-        state.receiver.poll()
-        if state.receiver.settled():
-            break
-        time.sleep(0.001)
+    state.receiver.poll()
     state.producer.collect()
+    return {
+        "live_bytes": {name: out.live_bytes for name, out in state.producer.outputs.items()},
+        "receiver": state.receiver.stats(),
+        "markers_done": [m.done for m in getattr(state.backend, "markers", [])],
+    }
+
+
+def wait_live_bytes(expected: int, output: str = cuda_ipc.ENCODE_OUTPUT) -> None:
+    """Wait (with a deadline) until the producer's bytes in flight on `output` are `expected`:
+    releases go through a finalizer, the receiver's release thread and the ledger, so reading
+    them once, right after a release, races that thread on a busy machine."""
+    wait_until(
+        _step, lambda seen: seen["live_bytes"].get(output, 0) == expected,
+        describe=f"output {output!r} to have {expected} bytes in flight",
+    )
+
+
+def drain() -> None:
+    """Give every release that can happen the chance to (until the receiver has nothing left to
+    give back but what waits on a marker the test holds): before asserting what is still held."""
+    wait_until(
+        _step, lambda seen: seen["receiver"]["pending_release"] == len([d for d in seen["markers_done"] if not d]),
+        describe="the receiver to give back every message whose views died and whose marker completed",
+    )
 
 
 # ---------------------------------------------------------------------------------- right bytes
@@ -145,21 +166,23 @@ def test_memory_returns_to_the_producer_only_after_the_receiver_is_done(fake):
     del got
     drain()
     assert live_bytes() == 4000
+    assert fake.markers == []  # no release even began: the view holds the message
     del view
-    drain()
-    assert live_bytes() == 0
+    wait_live_bytes(0)
 
 
 def test_release_waits_for_the_receivers_gpu_work(fake):
-    fake.markers_done = False
+    fake.markers_done = False  # the test completes the marker, below: nothing else can
     got, _, _ = roundtrip(torch.zeros(100))
     tc.release(got)
     del got
+    # The release reached the receiver: its marker is recorded and the receiver waits on it.
+    (marker,) = wait_until(lambda: (gc.collect(), list(fake.markers))[1], describe="the release to record its marker")
     drain()
     assert live_bytes() == 400  # marker not reached yet: the GPU may still read it
-    fake.markers[-1].done = True
-    drain()
-    assert live_bytes() == 0
+    assert cuda_ipc._get_state().receiver.stats()["pending_release"] == 1
+    marker.done = True
+    wait_live_bytes(0)
 
 
 def test_scope_releases_and_catches_writes_into_shared_views(fake):
@@ -170,8 +193,7 @@ def test_scope_releases_and_catches_writes_into_shared_views(fake):
             got.add_(1)
     assert got.numel() == 0  # detached at release
     del got
-    drain()
-    assert live_bytes() == 0
+    wait_live_bytes(0)
 
 
 def test_keep_copies_a_structure_out_as_one_unit(fake):
@@ -180,15 +202,13 @@ def test_keep_copies_a_structure_out_as_one_unit(fake):
         got, _, _ = roundtrip(packed)
         kept = tc.keep(got)
     del got
-    drain()
-    assert live_bytes() == 0
+    wait_live_bytes(0)
     assert_identical(kept, packed)
 
 
 def test_copy_out_to_host_releases_at_once(fake):
     got, _, _ = roundtrip({"a": torch.arange(10)}, device="cpu")
-    drain()
-    assert live_bytes() == 0
+    wait_live_bytes(0)  # nothing of the message is referenced: no tc.release, no scope needed
     assert got["a"].tolist() == list(range(10))
 
 
@@ -207,6 +227,8 @@ def test_cap_drop_policy_drops_and_counts_then_recovers(fake):
             return {}
 
     node = Node()
+    # Unclaimed messages stay in flight for the whole test, however slowly it runs.
+    cuda_ipc._get_state().producer.ledger.claim_timeout_ns = 1 << 62
     tc.ipc_configure("out", max_bytes_in_flight=10_000, on_full="drop")
     assert tc.send(node, "out", torch.zeros(1000), transport="cuda-ipc")  # 4000 bytes
     assert tc.send(node, "out", torch.zeros(1000), transport="cuda-ipc")  # 8000
@@ -215,13 +237,14 @@ def test_cap_drop_policy_drops_and_counts_then_recovers(fake):
     assert stats["dropped"] == 1 and stats["bytes_in_flight"] == 8000 and stats["peak_bytes_in_flight"] <= 10_000
     got = tc.decode(pa.array([], type=pa.uint8()), node.sent[0])
     del got
-    drain()
+    wait_live_bytes(4000, "out")  # the first one given back
     assert tc.send(node, "out", torch.zeros(1000), transport="cuda-ipc")
     with pytest.raises(tc.InFlightLimitError, match="can never fit"):
         tc.send(node, "out", torch.zeros(3000), transport="cuda-ipc")
 
 
 def test_cap_wait_policy_times_out_with_a_clear_error(fake):
+    cuda_ipc._get_state().producer.ledger.claim_timeout_ns = 1 << 62  # the first one is never reclaimed
     tc.ipc_configure(cuda_ipc.ENCODE_OUTPUT, max_bytes_in_flight=5000, on_full="wait", timeout_s=0.05)
     tc.encode(torch.zeros(1000), transport="cuda-ipc")
     with pytest.raises(tc.InFlightLimitError, match="still in flight after waiting"):
@@ -232,8 +255,7 @@ def test_unclaimed_messages_are_reclaimed_after_the_claim_timeout(fake):
     state = cuda_ipc._get_state()
     state.producer.ledger.claim_timeout_ns = 0
     value, metadata = tc.encode(torch.zeros(100), transport="cuda-ipc")
-    drain()
-    assert live_bytes() == 0
+    wait_live_bytes(0)
     with pytest.raises(tc.DecodeError, match=r"tc\.ipc\.slot: message expired"):
         tc.decode(value, metadata)
 

@@ -15,6 +15,7 @@ import torch
 from torchvision import tv_tensors as tvt
 
 import tensor_codec as tc
+from conftest import wait_until
 from tensor_codec.lifetimes import is_borrowed
 from tensor_codec.testing import assert_identical, make_packed_sequences
 
@@ -177,8 +178,11 @@ def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
             assert obj["frame"].shape == (256, 1024)
             retained.append(obj)
         del value, metadata, obj
-    gc.collect()
-    assert pa.total_allocated_bytes() - baseline < 4 << 20  # not 200 MiB
+    # Not 200 MiB. Dropped buffers come back once the collector has run (whichever thread runs it).
+    wait_until(
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1], lambda grown: grown < 4 << 20,
+        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
+    )
 
 
 def test_packed_sequence_released_as_one_unit():

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 
-from conftest import ROOT, dora_env, python_node, run_dataflow, run_flow_file, script_node, tail
+from conftest import ROOT, dora_env, private_dora, python_node, run_dataflow, run_dora, run_flow_file, script_node
 
 pytestmark = pytest.mark.dora
 
-
-def read_report(path):
-    assert path.exists(), f"no report at {path}"
-    return json.loads(path.read_text())
+# A busy machine runs these slowly; a limit only bounds a hang (the run is explained either way).
+RUN_TIMEOUT_S = 300
 
 
 def assert_clean(report, inputs):
@@ -29,22 +26,25 @@ def assert_clean(report, inputs):
         assert stats["good"] + stats["rejected"] == stats["received"], (name, stats)
 
 
-def check_default_run(workdir):
+def check_default_run(run):
     from torchvision.io import decode_jpeg, read_file
 
     from tensor_codec.testing import make_suite
 
-    report = read_report(workdir / "out" / "receiver-report.json")
-    assert_clean(report, {"frames", "decoded", "suite", "load"})
-    inputs = report["inputs"]
-    assert inputs["frames"]["good"] == 150
-    assert inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0  # JPEG round trips within bounds
-    saved = sorted((workdir / "out" / "jpeg").glob("*.jpg"))
-    assert [p.name for p in saved] == [f"frame-{i:06d}.jpg" for i in range(5)]
-    assert all(decode_jpeg(read_file(str(p))).shape == (3, 480, 640) for p in saved)
-    assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
-    assert inputs["load"]["good"] == 40
-    assert inputs["frames"]["latency_ms"]["p50"] is not None
+    workdir = run.workdir
+    with run.explained():  # any mismatch below shows the receiver's report and log
+        assert "tensor receiver summary: PASS" in run.output
+        report = run.report("receiver")
+        assert_clean(report, {"frames", "decoded", "suite", "load"})
+        inputs = report["inputs"]
+        assert inputs["frames"]["good"] == 150
+        assert inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0  # JPEG round trips within bounds
+        saved = sorted((workdir / "out" / "jpeg").glob("*.jpg"))
+        assert [p.name for p in saved] == [f"frame-{i:06d}.jpg" for i in range(5)]
+        assert all(decode_jpeg(read_file(str(p))).shape == (3, 480, 640) for p in saved)
+        assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
+        assert inputs["load"]["good"] == 40
+        assert inputs["frames"]["latency_ms"]["p50"] is not None
 
 
 def copy_default_pipeline(tmp_path):
@@ -55,31 +55,23 @@ def copy_default_pipeline(tmp_path):
 
 def test_default_pipeline_with_dora_run(dora_cli, tmp_path):
     flow = copy_default_pipeline(tmp_path)
-    proc = run_flow_file(dora_cli, flow, timeout=120)
-    assert proc.returncode == 0, tail(proc)
-    assert "tensor receiver summary: PASS" in proc.stdout + proc.stderr
-    check_default_run(tmp_path)
+    run = run_flow_file(dora_cli, flow, timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.explain()
+    check_default_run(run)
 
 
 def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
+    """The pipeline on a coordinator and daemon (what `dora up` starts), with `dora start --attach`.
+    They are this test's own, on free ports: one that someone else has up on a shared machine
+    (another test run, a `make run`, a stale one) would run our nodes in its environment and
+    directory, and its owner's `dora down` would end our run."""
     flow = copy_default_pipeline(tmp_path)
-    env = dora_env()
-    # Like `make run`: use a coordinator that is already up, else start one and take it down.
-    already_up = subprocess.run([dora_cli, "list"], env=env, capture_output=True, timeout=60).returncode == 0
-    if not already_up:
-        subprocess.run([dora_cli, "up"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
-    try:
-        proc = subprocess.run(
-            [dora_cli, "start", str(flow), "--attach"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-        )
-    finally:
-        if not already_up:
-            subprocess.run([dora_cli, "down"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
-    assert proc.returncode == 0, tail(proc)
-    output = proc.stdout + proc.stderr
-    assert "tensor receiver: " in output  # progress lines reach the attached terminal
-    assert "tensor receiver summary: PASS" in output
-    check_default_run(tmp_path)
+    with private_dora(dora_cli, tmp_path) as env:
+        run = run_dora([dora_cli, "start", str(flow), "--attach"], flow, timeout=RUN_TIMEOUT_S, env=env)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        assert "tensor receiver: " in run.output  # progress lines reach the attached terminal
+    check_default_run(run)
 
 
 def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_path):
@@ -94,21 +86,22 @@ def test_receiver_logs_and_counts_corrupted_messages_and_goes_on(dora_cli, tmp_p
         script_node(
             "receiver",
             "tc-tensor-receiver",
-            inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100}},
+            # Every message is counted: the unacknowledged link must not drop one under load.
+            inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100, "queue_policy": "backpressure"}},
             env={"REPORT": report_path, "STRICT": 0},
         ),
     ]
-    proc = run_dataflow(dora_cli, tmp_path, nodes)
-    assert proc.returncode == 0, tail(proc)
-    stats = read_report(report_path)["inputs"]["tensors"]
-    assert (stats["received"], stats["good"], stats["bad"], stats["missing"]) == (6, 2, 4, 0), stats
-    reasons = "\n".join(stats["failures"])
-    assert "truncated buffer" in reasons and "expected 4000 bytes" in reasons
-    assert "broken header" in reasons and "tc.header" in reasons
-    assert "no codec keys" in reasons and "tc.version" in reasons
-    assert "wrong checksum" in reasons and "checksum: expected crc32:00000000" in reasons
-    log = proc.stdout + proc.stderr
-    assert log.count("bad message") >= 4  # each one logged with its reason
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        stats = run.report("receiver")["inputs"]["tensors"]
+        assert (stats["received"], stats["good"], stats["bad"], stats["missing"]) == (6, 2, 4, 0), stats
+        reasons = "\n".join(stats["failures"])
+        assert "truncated buffer" in reasons and "expected 4000 bytes" in reasons
+        assert "broken header" in reasons and "tc.header" in reasons
+        assert "no codec keys" in reasons and "tc.version" in reasons
+        assert "wrong checksum" in reasons and "checksum: expected crc32:00000000" in reasons
+        assert run.output.count("bad message") >= 4  # each one logged with its reason
 
 
 def test_camera_driven_by_a_dora_timer_and_mono_frames(dora_cli, tmp_path):
@@ -120,20 +113,22 @@ def test_camera_driven_by_a_dora_timer_and_mono_frames(dora_cli, tmp_path):
         ),
         script_node("receiver", "tc-tensor-receiver", inputs={"frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"}}, env={"REPORT": report_path, "STRICT": 1}),
     ]
-    proc = run_dataflow(dora_cli, tmp_path, nodes)
-    assert proc.returncode == 0, tail(proc)
-    stats = read_report(report_path)["inputs"]["frames"]
-    assert (stats["good"], stats["missing"], stats["unverified"]) == (12, 0, 0)
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        stats = run.report("receiver")["inputs"]["frames"]
+        assert (stats["good"], stats["missing"], stats["unverified"]) == (12, 0, 0), stats
 
 
 def test_strict_receiver_fails_the_dataflow(dora_cli, tmp_path):
     nodes = [
         python_node("corrupter", ROOT / "tests" / "dora_nodes" / "corrupt_sender.py", inputs={"tick": "dora/timer/millis/50"}, outputs=["tensors"]),
-        script_node("receiver", "tc-tensor-receiver", inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100}}, env={"STRICT": 1}),
+        script_node("receiver", "tc-tensor-receiver", inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100, "queue_policy": "backpressure"}}, env={"STRICT": 1}),
     ]
-    proc = run_dataflow(dora_cli, tmp_path, nodes)
-    assert proc.returncode != 0
-    assert "tensor receiver summary: FAIL" in proc.stdout + proc.stderr
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
+    assert run.returncode != 0, run.explain()
+    with run.explained():
+        assert "tensor receiver summary: FAIL" in run.output
 
 
 def test_nodes_are_reusable_by_name_from_any_directory(dora_cli, tmp_path_factory):
@@ -169,15 +164,13 @@ nodes:
     )
     env = dora_env(repo_on_pythonpath=False)
     env.pop("UV_NO_PROJECT")  # a plain user directory: dora's uv lookup must work as is
-    proc = subprocess.run(
-        [dora_cli, "run", str(flow)], cwd=workdir, env=env, capture_output=True, text=True, timeout=120
-    )
-    (workdir / "dora-output.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, tail(proc)
-    report = read_report(workdir / "report.json")
-    assert_clean(report, {"frames", "weights"})
-    assert report["inputs"]["frames"]["good"] == 20
-    assert report["inputs"]["weights"]["good"] == 6
+    run = run_flow_file(dora_cli, flow, timeout=RUN_TIMEOUT_S, env=env)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        report = run.report("check")
+        assert_clean(report, {"frames", "weights"})
+        assert report["inputs"]["frames"]["good"] == 20
+        assert report["inputs"]["weights"]["good"] == 6
 
 
 @pytest.mark.gpu
@@ -206,12 +199,13 @@ def test_every_node_on_cuda(dora_cli, tmp_path):
             outputs=["ack"], env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1},
         ),
     ]
-    proc = run_dataflow(dora_cli, tmp_path, nodes, timeout=180)
-    assert proc.returncode == 0, tail(proc)
-    report = read_report(report_path)
-    assert report["device"].startswith("cuda")
-    assert_clean(report, {"frames", "decoded", "raw", "suite"})
-    assert report["inputs"]["decoded"]["good"] == 60
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        report = run.report("receiver")
+        assert report["device"].startswith("cuda")
+        assert_clean(report, {"frames", "decoded", "raw", "suite"})
+        assert report["inputs"]["decoded"]["good"] == 60
 
 
 def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_cli, tmp_path):
@@ -234,14 +228,15 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
         script_node("receiver", "tc-tensor-receiver", inputs={"decoded": {"source": "decoder/image", "queue_size": 64, "queue_policy": "backpressure"}},
                     env={"REPORT": report_path, "STRICT": 1, "DEVICE": "cpu"}),
     ]
-    proc = run_dataflow(dora_cli, tmp_path, nodes, timeout=180)
-    assert proc.returncode == 0, tail(proc)
-    report = read_report(report_path)
-    assert_clean(report, {"decoded"})
-    assert report["inputs"]["decoded"]["good"] == 12 and report["inputs"]["decoded"]["unverified"] == 0
-    log = proc.stdout + proc.stderr
-    assert "received 15, encoded 12, bad 3, failed 0" in log, tail(proc)
-    assert "received 15, decoded 12, bad 3" in log, tail(proc)
-    for reason in ("frame.dtype: expected torch.uint8, got torch.float32", "channels): expected 1 or 3, got 4", "expected (C, H, W), got (64, 64)",
-                   "end-of-image marker", "changed on the way", "start-of-image marker"):
-        assert reason in log, reason
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.explain()
+    with run.explained():  # a lost frame shows in the receiver's report (missing) and the nodes' logs
+        report = run.report("receiver")
+        assert_clean(report, {"decoded"})
+        assert report["inputs"]["decoded"]["good"] == 12 and report["inputs"]["decoded"]["unverified"] == 0
+        log = run.output
+        assert "received 15, encoded 12, bad 3, failed 0" in log
+        assert "received 15, decoded 12, bad 3" in log
+        for reason in ("frame.dtype: expected torch.uint8, got torch.float32", "channels): expected 1 or 3, got 4", "expected (C, H, W), got (64, 64)",
+                       "end-of-image marker", "changed on the way", "start-of-image marker"):
+            assert reason in log, reason
