@@ -409,11 +409,14 @@ def check_reports(reports: Sequence[Path]) -> list[str]:
 
 
 def _interrupts_raise() -> None:
-    """SIGTERM (and SIGHUP) end the run like Ctrl-C does: through the `finally` that tears down."""
+    """SIGTERM (and SIGHUP) end the run like Ctrl-C does: through the `finally` that tears down.
+    Ctrl-C itself is set explicitly: a process started in the background by a non-interactive
+    shell (a CI script's `cmd &`) inherits SIGINT ignored, and Python then leaves it ignored."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 

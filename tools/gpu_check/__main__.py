@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     for stale in ("report.md", "report.json", "gpu-tests.xml", "gpu-check.log"):
         (out / stale).unlink(missing_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: stop the running part, write the report
+    # Set explicitly: started in the background by a non-interactive shell (`make gpu-check &` in
+    # a script), a process inherits SIGINT ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     report = Report(out, args.budget)
     work = Path(tempfile.mkdtemp(prefix="tc-gpu-check-"))
     with open(out / "gpu-check.log", "w") as log:
