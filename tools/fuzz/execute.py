@@ -21,6 +21,7 @@ the end of ``tc.scope()``) releases it, so nothing outlives the case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import traceback
@@ -185,16 +186,8 @@ def run_case(case: dict, index: int = 0) -> Outcome:
         call = case["call"]
         rng = random.Random(index)
         stage = "decode"
-        if call["scope"]:
-            with tc.scope():
-                obj = _decode(call, value, metadata)
-                stage = "touch"
-                _touch(obj, metadata, value, rng)
-                if call["keep"]:
-                    stage = "keep"
-                    _keep(obj)
-                stage = "release"
-        else:
+        # Released by the scope's end, or by tc.release: both are exercised.
+        with tc.scope() if call["scope"] else contextlib.nullcontext():
             obj = _decode(call, value, metadata)
             stage = "touch"
             _touch(obj, metadata, value, rng)
@@ -202,7 +195,8 @@ def run_case(case: dict, index: int = 0) -> Outcome:
                 stage = "keep"
                 _keep(obj)
             stage = "release"
-            tc.release(obj)
+            if not call["scope"]:
+                tc.release(obj)
         del obj
         return Outcome("ok")
     except tc.DecodeError as e:
