@@ -10,7 +10,11 @@ from .errors import DecodeError, EncodeError
 from .transports import TRANSPORT_NAMES, get_transport
 from .wire import RESERVED_PREFIX, make_plan
 
-__all__ = ["send", "receive", "transport_for"]
+__all__ = ["send", "receive", "transport_for", "DORA_IMAGE_KEYS"]
+
+# dora's image convention (flat uint8 bytes described by these keys): a dora-hub node takes any
+# message carrying them as such an image, so tc.send refuses them (tc.send_plain is for that).
+DORA_IMAGE_KEYS = ("encoding", "width", "height")
 
 
 def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
@@ -32,6 +36,13 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
         if reserved:
             raise EncodeError(f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}")
+        image_keys = [k for k in DORA_IMAGE_KEYS if k in metadata]
+        if image_keys:
+            raise EncodeError(
+                f"metadata.{image_keys[0]}: dora's image key, which says the value is flat image bytes; a tensor_codec "
+                "message is not, and dora-hub image nodes would read its bytes as pixels, scrambled. Send flat bytes "
+                "with tc.send_plain, or name the pixel format under another key (the nodes use `pixel_format`)"
+            )
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     plan = make_plan(obj)

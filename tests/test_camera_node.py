@@ -24,7 +24,7 @@ def synthetic_camera(**overrides) -> Camera:
     return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU, hwc=config.format == "raw"), stream="s1")
 
 
-def test_codec_frames_are_images_with_dora_image_metadata():
+def test_codec_frames_are_images_that_name_their_pixel_format_but_carry_no_dora_image_keys():
     camera = synthetic_camera()
     frames = []
     while (message := camera.next_frame()) is not None:
@@ -33,7 +33,9 @@ def test_codec_frames_are_images_with_dora_image_metadata():
     for i, (image, metadata) in enumerate(frames):
         assert type(image) is tv_tensors.Image and image.dtype == torch.uint8 and image.shape == (3, 120, 160)
         assert torch.equal(image.as_subclass(torch.Tensor), render(i, 120, 160))
-        assert metadata[P.ENCODING] == "rgb8" and (metadata[P.WIDTH], metadata[P.HEIGHT]) == (160, 120)
+        # dora's image keys would tell hub nodes the value is flat interleaved bytes: it is not
+        assert metadata[P.PIXEL_FORMAT] == "rgb8" and not P.IMAGE_KEYS & metadata.keys()
+        assert metadata[P.PATTERN_SIZE] == "160x120"
         assert (metadata[P.FRAME], metadata[P.SEQ], metadata[P.COUNT], metadata[P.STREAM]) == (i, i, 3, "s1")
         assert metadata[P.PATTERN] == PATTERN_NAME and isinstance(metadata[P.CAPTURE_NS], int)
 
@@ -53,8 +55,11 @@ def test_raw_frames_are_hwc_views_and_mono_is_mono8():
     hwc, metadata = synthetic_camera(format="raw").next_frame()
     assert hwc.shape == (120, 160, 3) and type(hwc) is torch.Tensor
     assert hwc.is_contiguous()  # rendered interleaved: sending it is one plain copy
+    assert (metadata[P.ENCODING], metadata[P.WIDTH], metadata[P.HEIGHT]) == ("rgb8", 160, 120) and P.PIXEL_FORMAT not in metadata
+    mono, metadata = synthetic_camera(channels=1, format="raw").next_frame()
+    assert mono.shape == (120, 160, 1) and metadata[P.ENCODING] == "mono8"
     mono, metadata = synthetic_camera(channels=1).next_frame()
-    assert mono.shape == (1, 120, 160) and metadata[P.ENCODING] == "mono8"
+    assert mono.shape == (1, 120, 160) and metadata[P.PIXEL_FORMAT] == "mono8"
 
 
 def test_endless_camera_never_finishes():

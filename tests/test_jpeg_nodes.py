@@ -201,7 +201,7 @@ def test_decoder_restores_frames_the_receiver_accepts():
     for image, meta in decode_all(decoder, events):
         assert isinstance(image, tv_tensors.Image)
         assert meta[P.LOSSY] == "jpeg" and meta[P.QUALITY] == 90 and P.JPEG_CRC32 not in meta
-        assert meta[P.ENCODING] == ("mono8" if image.shape[0] == 1 else "rgb8")
+        assert meta[P.PIXEL_FORMAT] == ("mono8" if image.shape[0] == 1 else "rgb8") and not P.IMAGE_KEYS & meta.keys()
         assert receiver.handle(codec_event(image, meta, "decoded")) == "good"
     assert decoder.stats.decoded == 3 and receiver.ok
 
@@ -221,7 +221,7 @@ def test_receiver_refuses_a_lossy_frame_outside_the_bounds():
 def test_decoder_modes(mode, channels, want):
     data, meta = encoded(channels=channels)
     (image, out), = decode_all(JpegDecoder(torch.device("cpu"), mode), [jpeg_event(data, meta)])
-    assert image.shape[0] == want and out[P.ENCODING] == ("mono8" if want == 1 else "rgb8")
+    assert image.shape[0] == want and out[P.PIXEL_FORMAT] == ("mono8" if want == 1 else "rgb8")
 
 
 def test_auto_mode_without_metadata_follows_the_jpeg():

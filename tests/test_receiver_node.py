@@ -27,16 +27,19 @@ def codec_event(obj, seq, *, count=0, stream="s", input_id="tensors", **extra):
 
 
 def frame_metadata(index, height=120, width=160, channels=3):
+    """A raw frame's metadata, as the camera sends it with FORMAT=raw (dora's image keys)."""
     return {
         P.SEQ: index, P.COUNT: 0, P.STREAM: "cam", P.FRAME: index, P.ENCODING: "rgb8" if channels == 3 else "mono8",
-        P.WIDTH: width, P.HEIGHT: height, P.PATTERN: PATTERN_NAME,
+        P.WIDTH: width, P.HEIGHT: height, P.PATTERN: PATTERN_NAME, P.PATTERN_SIZE: f"{width}x{height}",
     }
 
 
 def codec_frame_event(index, frame=None):
+    """A tensor_codec frame, as the camera sends it with FORMAT=codec: `pixel_format`, no image keys."""
     frame = render(index, 120, 160) if frame is None else frame
     value, metadata = tc.encode(tv_tensors.Image(frame))
-    return {"type": "INPUT", "id": "frames", "value": value, "metadata": {**metadata, **frame_metadata(index)}}
+    ours = {P.SEQ: index, P.COUNT: 0, P.STREAM: "cam", P.FRAME: index, P.PIXEL_FORMAT: "rgb8", P.PATTERN: PATTERN_NAME, P.PATTERN_SIZE: "160x120"}
+    return {"type": "INPUT", "id": "frames", "value": value, "metadata": {**metadata, **ours}}
 
 
 def raw_frame_event(index, frame=None):
@@ -216,13 +219,64 @@ def test_an_input_that_never_delivers_fails_the_run():
     assert "frames" in summary_table(receiver.report())
 
 
-def test_messages_without_anything_to_check_are_counted_unverified():
+def test_messages_without_anything_to_check_are_unverified_never_good():
     receiver = Receiver(CPU)
     value, metadata = tc.encode(torch.ones(3))
-    assert receiver.handle({"type": "INPUT", "id": "x", "value": value, "metadata": metadata}) == "good"
-    assert receiver.report()["inputs"]["x"]["unverified"] == 1
+    assert receiver.handle({"type": "INPUT", "id": "x", "value": value, "metadata": metadata}) == "unverified"
     assert receiver.handle(codec_event(torch.ones(3), 0, input_id="x")) == "good"
-    assert receiver.report()["inputs"]["x"]["unverified"] == 1
+    stats = receiver.report()["inputs"]["x"]
+    assert (stats["good"], stats["unverified"], stats["bad"]) == (1, 1, 0)
+    assert stats["unverified_because"] == {"nothing to check against (no checksum, no pixel format)": 1}
+    assert receiver.ok  # nothing bad: unverified is reported, not failed
+    assert "1 unverified: nothing to check against" in summary_table(receiver.report())
+
+
+def test_a_real_cameras_frame_is_unverified_with_its_reason():
+    receiver = Receiver(CPU)
+    event = raw_frame_event(0)
+    for key in (P.PATTERN, P.PATTERN_SIZE):
+        del event["metadata"][key]
+    assert receiver.handle(event) == "unverified"
+    (reason,) = receiver.report()["inputs"]["frames"]["unverified_because"]
+    assert "no pattern or checksum" in reason
+
+
+@pytest.mark.parametrize("make", [raw_frame_event, codec_frame_event], ids=["raw", "codec"])
+def test_a_frame_cropped_upstream_is_unverified_not_bad(make):
+    """A hub node (the image splitter) cut the frame: its pattern no longer fits its size, so
+    nothing can be verified; that is said, and not called a bad frame."""
+    full = render(3, 120, 160)
+    event = make(3, full[:, :, :80].contiguous())
+    if P.ENCODING in event["metadata"]:
+        event["metadata"][P.WIDTH] = 80
+    receiver = Receiver(CPU)
+    assert receiver.handle(event) == "unverified"
+    (reason,) = receiver.report()["inputs"]["frames"]["unverified_because"]
+    assert reason.startswith("frame is 80x120, its pattern was rendered at 160x120: cropped or resized upstream?"), reason
+    assert "VERIFY=none" in reason
+
+
+def test_a_damaged_frame_of_the_patterns_own_size_is_still_bad():
+    frame = render(3, 120, 160)
+    frame[:, :16, :] = 0  # the index strip wiped
+    receiver = Receiver(CPU)
+    assert receiver.handle(codec_frame_event(3, frame)) == "bad"
+    assert "frame index in the pixels: expected 3, got unreadable" in receiver.report()["inputs"]["frames"]["failures"][0]
+
+
+def test_verify_none_counts_everything_as_unverified():
+    receiver = Receiver(CPU, verify_mode="none")
+    assert receiver.handle(codec_frame_event(0)) == "unverified"
+    assert receiver.report()["inputs"]["frames"]["unverified_because"] == {"VERIFY=none": 1}
+
+
+def test_a_jpeg_input_is_told_to_go_through_the_decoder():
+    receiver = Receiver(CPU)
+    jpeg = pa.array(bytes([0xFF, 0xD8, 0xFF, 0xD9]) * 4, type=pa.uint8())
+    event = {"type": "INPUT", "id": "halves", "value": jpeg, "metadata": {P.ENCODING: "jpeg", P.WIDTH: 80, P.HEIGHT: 120, P.SEQ: 0}}
+    assert receiver.handle(event) == "bad"
+    (failure,) = receiver.report()["inputs"]["halves"]["failures"]
+    assert "got 'jpeg', a compressed image: wire this input through tc-jpeg-decoder" in failure
 
 
 def test_duplicates_do_not_count_towards_the_message_rate():

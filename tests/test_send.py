@@ -93,6 +93,17 @@ def test_reserved_metadata_keys_are_refused():
         tc.send(FakeNode(), "out", torch.zeros(1), {"tc.header": "mine"})
 
 
+@pytest.mark.parametrize("key", ["encoding", "width", "height"])
+def test_dora_image_keys_are_refused_on_codec_messages(key):
+    """dora-hub image nodes read any message with these keys as flat interleaved pixels: a codec
+    message carrying them is scrambled downstream without an error, so it cannot be sent."""
+    node = FakeNode()
+    with pytest.raises(tc.EncodeError, match=rf"metadata.{key}: dora's image key.*tc.send_plain.*pixel_format"):
+        tc.send(node, "out", torch.zeros(3, 4, 4, dtype=torch.uint8), {key: "rgb8" if key == "encoding" else 4})
+    assert not node.sent
+    tc.send_plain(node, "out", torch.zeros(4, 4, 3, dtype=torch.uint8), {"encoding": "rgb8", "width": 4, "height": 4})
+
+
 def test_a_message_no_route_can_carry_fails_before_writing_and_names_the_pool_setting():
     node = FakeNode()  # dora's default 8 MiB pool
     big = torch.zeros(61 << 20, dtype=torch.uint8)

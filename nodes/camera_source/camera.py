@@ -49,13 +49,15 @@ class Camera:
             P.STREAM: self.stream,
             P.FRAME: self.index,
             P.CAPTURE_NS: capture_ns,
-            P.ENCODING: ENCODINGS[channels],
-            P.WIDTH: width,
-            P.HEIGHT: height,
         }
         if self.source.pattern:
             metadata[P.PATTERN] = PATTERN_NAME
+            metadata[P.PATTERN_SIZE] = f"{width}x{height}"
         self.index += 1
         if self.config.format == "raw":
+            # dora's image convention: the value is exactly these interleaved bytes
+            metadata.update(P.image_keys(ENCODINGS[channels], width, height))
             return frame.permute(1, 2, 0), metadata
+        # A tensor_codec message: never dora's image keys (see protocol.IMAGE_KEYS)
+        metadata[P.PIXEL_FORMAT] = ENCODINGS[channels]
         return tv_tensors.Image(frame), metadata

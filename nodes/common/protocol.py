@@ -19,13 +19,21 @@ CASE = "case"  # what the payload is, for reports
 EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
 WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output
 
-# Image messages, in the form dora's image nodes use, plus the frame's own fields.
+# dora's image convention: a message with these keys has a value of exactly those flat bytes
+# (rgb8/bgr8/mono8: height x width x channels, interleaved; jpeg: the file). dora-hub nodes take
+# any message carrying them as such an image, so a tensor_codec message never carries them: a
+# planar codec frame of H x W x 3 bytes would be read as interleaved pixels, scrambled, silently.
 ENCODING = "encoding"  # "rgb8", "bgr8", "mono8", "jpeg"
 WIDTH = "width"
 HEIGHT = "height"
+IMAGE_KEYS = frozenset({ENCODING, WIDTH, HEIGHT})
+# A tensor_codec frame (a (C, H, W) tv_tensors.Image) names its channels' meaning here instead;
+# its size is the tensor's shape.
+PIXEL_FORMAT = "pixel_format"  # "rgb8" or "mono8"
 FRAME = "frame"  # frame index
 CAPTURE_NS = "capture_ns"  # wall clock when the frame was captured or rendered
 PATTERN = "pattern"  # pattern.PATTERN_NAME on synthetic frames: content can be verified
+PATTERN_SIZE = "pattern_size"  # "640x480": the size the pattern was rendered at (a crop no longer is)
 
 # JPEG messages (encoding "jpeg") and the frames decoded from them.
 QUALITY = "quality"  # JPEG quality the frame was encoded at, 1..100
@@ -41,6 +49,11 @@ def carried(metadata: dict, dropped: set[str] | frozenset[str]) -> dict:
     """The keys a node passes on from an input message to the message it makes from it: all but
     tensor_codec's own (`tc.*`) and those in `dropped` (what described the input, not the output)."""
     return {k: v for k, v in metadata.items() if not k.startswith("tc.") and k not in dropped}
+
+
+def image_keys(encoding: str, width: int, height: int) -> dict:
+    """dora's image keys for a message whose value is flat image bytes (send_plain)."""
+    return {ENCODING: encoding, WIDTH: width, HEIGHT: height}
 
 
 def label(metadata: dict) -> str:

@@ -19,14 +19,15 @@ from .engine import decode_batch
 
 log = logging.getLogger("jpeg-decoder")
 
-_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.CHANNELS, P.JPEG_CRC32})
+_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.CHANNELS, P.JPEG_CRC32})
 
 
 def frame_metadata(source: dict, image: torch.Tensor) -> dict:
     """The decoded frame's metadata: what the JPEG carried, now describing a lossy frame."""
     out = P.carried(source, _NOT_CARRIED)
-    channels, height, width = image.shape
-    out.update({P.ENCODING: encoding_for(channels), P.WIDTH: width, P.HEIGHT: height, P.LOSSY: "jpeg"})
+    channels = image.shape[0]
+    # a tensor_codec message: its pixel format under its own key, never dora's image keys
+    out.update({P.PIXEL_FORMAT: encoding_for(channels), P.LOSSY: "jpeg"})
     return out
 
 

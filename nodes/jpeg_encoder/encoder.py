@@ -22,7 +22,7 @@ from .engines import JpegEngine
 log = logging.getLogger("jpeg-encoder")
 
 # Keys that describe the source message, not the JPEG: dropped on the way through.
-_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, P.ENCODING, P.WIDTH, P.HEIGHT, P.JPEG_CRC32, P.LOSSY})
+_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.JPEG_CRC32, P.LOSSY})
 
 
 def jpeg_metadata(source: dict, channels: int, height: int, width: int, quality: int) -> dict:

@@ -19,12 +19,15 @@ from .verify import LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
 
+MAX_REASONS = 8  # distinct reasons for unverified messages kept per input
+COMPRESSED = frozenset({"jpeg", "jpg", "jpe", "png", "webp", "bmp", "avif"})  # dora image encodings of files, not pixels
+
 
 @dataclass
 class InputStats:
     received: int = 0
-    good: int = 0
-    unverified: int = 0  # good, but carried nothing to check against (no checksum, no pattern)
+    good: int = 0  # decoded and verified (checksum, or a synthetic frame's pixels)
+    unverified: int = 0  # decoded, but nothing could prove the content right (see `why_unverified`)
     bad: int = 0
     rejected: int = 0  # deliberately corrupted messages, refused as they must be
     duplicates: int = 0
@@ -36,7 +39,8 @@ class InputStats:
     first_ns: int | None = None
     last_ns: int | None = None
     failures: list[str] = field(default_factory=list)
-    transports: dict[str, int] = field(default_factory=dict)  # tc.transport of the good messages
+    transports: dict[str, int] = field(default_factory=dict)  # tc.transport of the decoded messages
+    why_unverified: dict[str, int] = field(default_factory=dict)  # reason -> messages (first few reasons)
 
     @property
     def missing(self) -> int:
@@ -69,6 +73,7 @@ class InputStats:
             "latency_ms": self.latency.summary(),
             "age_ms": self.age.summary(),
             "failures": list(self.failures),
+            "unverified_because": dict(self.why_unverified),
             "transports": dict(self.transports),
         }
 
@@ -85,7 +90,7 @@ class Receiver:
         self.inputs: dict[str, InputStats] = {name: InputStats() for name in sorted(inputs)}
 
     def handle(self, event: dict) -> str:
-        """One INPUT event -> 'good', 'bad', 'rejected' or 'duplicate'. Never raises."""
+        """One INPUT event -> 'good', 'unverified', 'bad', 'rejected' or 'duplicate'. Never raises."""
         name = str(event.get("id"))
         metadata = event.get("metadata") or {}
         stats = self.inputs.setdefault(name, InputStats())
@@ -119,7 +124,7 @@ class Receiver:
                         stats.age.add((now - captured) / 1e6)
                 if rejecting:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
-                checked = verify(obj, metadata, self.verify_mode, self.lossy)
+                why_not = verify(obj, metadata, self.verify_mode, self.lossy)
                 del obj
         except tc.CodecError as e:
             if rejecting:
@@ -131,16 +136,28 @@ class Receiver:
             return self._bad(name, stats, metadata, str(e))
         except Exception as e:  # never die on one message
             return self._bad(name, stats, metadata, f"unexpected {type(e).__name__}: {e}")
-        stats.good += 1
-        stats.unverified += not checked
+        if why_not is None:
+            stats.good += 1
+            verdict = "good"
+        else:
+            stats.unverified += 1
+            verdict = "unverified"
+            if why_not in stats.why_unverified or len(stats.why_unverified) < MAX_REASONS:
+                stats.why_unverified[why_not] = stats.why_unverified.get(why_not, 0) + 1
         # Which path the bytes took (host, cuda-ipc; "plain" for flat frames without codec keys):
         # what routing chose for this input, visible in the report.
         transport = metadata.get("tc.transport")
         key = transport if isinstance(transport, str) and len(transport) <= 32 else "plain"
         stats.transports[key] = stats.transports.get(key, 0) + 1
-        return "good"
+        return verdict
 
     def _restore(self, event: dict, metadata: dict) -> Any:
+        encoding = metadata.get(P.ENCODING)
+        if isinstance(encoding, str) and encoding in COMPRESSED:
+            raise tc.DecodeError(
+                f"metadata.encoding: expected a tensor_codec message or raw frame bytes (rgb8, bgr8, mono8), got {encoding!r:.20}, "
+                "a compressed image: wire this input through tc-jpeg-decoder (its `jpeg` input) and this one to its `image` output"
+            )
         if is_plain_image(metadata):
             image = restore_plain_image(event.get("value"), metadata)
             return image if self.device.type == "cpu" else tc.map_tensors(lambda p, o: p.to(self.device), image)

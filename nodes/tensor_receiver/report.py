@@ -11,11 +11,12 @@ def progress_line(report: dict) -> str:
     parts = []
     for name, s in report["inputs"].items():
         fps = "" if s["fps"] is None else f" {s['fps']:.1f}/s"
-        parts.append(f"{name} {s['good']} good {s['bad']} bad{fps} p50 {_ms(s['latency_ms']['p50'])} ms")
+        unverified = f" {s['unverified']} unverified" if s["unverified"] else ""
+        parts.append(f"{name} {s['good']} good{unverified} {s['bad']} bad{fps} p50 {_ms(s['latency_ms']['p50'])} ms")
     return "tensor receiver: " + (" | ".join(parts) if parts else "waiting for messages")
 
 
-COLUMNS = ("input", "received", "good", "bad", "rejected", "missing", "out-of-order", "dup", "msg/s", "p50 ms", "p99 ms", "age p50")
+COLUMNS = ("input", "received", "good", "unverified", "bad", "rejected", "missing", "out-of-order", "dup", "msg/s", "p50 ms", "p99 ms", "age p50")
 
 
 def summary_table(report: dict) -> str:
@@ -23,7 +24,7 @@ def summary_table(report: dict) -> str:
     for name, s in report["inputs"].items():
         expected = "" if s["expected"] is None else f"/{s['expected']}"
         rows.append((
-            name, f"{s['received']}{expected}", s["good"], s["bad"], s["rejected"], s["missing"], s["out_of_order"],
+            name, f"{s['received']}{expected}", s["good"], s["unverified"], s["bad"], s["rejected"], s["missing"], s["out_of_order"],
             s["duplicates"], "-" if s["fps"] is None else f"{s['fps']:.1f}",
             _ms(s["latency_ms"]["p50"]), _ms(s["latency_ms"]["p99"]), _ms(s["age_ms"]["p50"]),
         ))
@@ -36,6 +37,7 @@ def summary_table(report: dict) -> str:
         out.append("  (p50/p99: from the last sender's sent_ns; age: from the frame's capture_ns, through every node on the way)")
     for name, s in report["inputs"].items():
         out += [f"  {name}: {f}" for f in s["failures"][:10]]
+        out += [f"  {name}: {n} unverified: {why}" for why, n in s.get("unverified_because", {}).items()]
     if not rows:
         out.append("  no messages received")
     return "\n".join(out)

@@ -28,11 +28,21 @@ class LossyBounds:
     max_mad: float = 3.0
 
 
-def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> bool:
-    """Raise Mismatch if `obj` is not what `metadata` promises; -> whether anything was checked
-    (a message with neither a checksum nor an image description decodes, but proves nothing)."""
+def frame_format(metadata: dict) -> str | None:
+    """The pixel format a frame message declares: dora's `encoding` on flat image bytes, or
+    `pixel_format` on a tensor_codec frame; None for messages that are not frames."""
+    for key in (P.ENCODING, P.PIXEL_FORMAT):
+        value = metadata.get(key)
+        if isinstance(value, str) and value in CHANNELS:
+            return value
+    return None
+
+
+def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> str | None:
+    """Raise Mismatch if `obj` is not what `metadata` promises; -> None when its content was
+    verified, else why it could not be (it decoded, but nothing proves it is what was sent)."""
     if mode == "none":
-        return False
+        return "VERIFY=none"
     checked = False
     expected = metadata.get(P.CHECKSUM)
     if expected is not None:
@@ -40,27 +50,41 @@ def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds
         if got != expected:
             raise Mismatch(f"checksum: expected {expected}, got {got}")
         checked = True
-    if metadata.get(P.ENCODING) in CHANNELS:
-        verify_frame(obj, metadata, mode, lossy)
-        checked = True
-    return checked
+    pixel_format = frame_format(metadata)
+    if pixel_format is not None:
+        why_not = verify_frame(obj, metadata, pixel_format, mode, lossy)
+        if why_not is not None and not checked:
+            return why_not
+        return None
+    return None if checked else "nothing to check against (no checksum, no pixel format)"
 
 
-def verify_frame(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> None:
+def verify_frame(obj: Any, metadata: dict, pixel_format: str, mode: str, lossy: LossyBounds = LossyBounds()) -> str | None:
+    """Check a frame's type, dtype and shape against its metadata, and a synthetic frame's pixels;
+    -> None when the content was verified, else why it could not be."""
     if not isinstance(obj, tv_tensors.Image):
         raise Mismatch(f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}")
-    channels = CHANNELS[metadata[P.ENCODING]]
-    want = (channels, metadata.get(P.HEIGHT), metadata.get(P.WIDTH))
+    channels = CHANNELS[pixel_format]
+    if obj.dim() == 3 and P.ENCODING not in metadata:
+        want = (channels, obj.shape[1], obj.shape[2])  # a tensor_codec frame: its size is its shape
+    else:
+        want = (channels, metadata.get(P.HEIGHT), metadata.get(P.WIDTH))
     if obj.dtype != torch.uint8 or tuple(obj.shape) != want:
         raise Mismatch(f"frame: expected uint8 of shape {want}, got {obj.dtype} of shape {tuple(obj.shape)}")
     if metadata.get(P.PATTERN) != PATTERN_NAME:
-        return  # a real camera: nothing more is known about the content
+        return "no pattern or checksum: a real camera's frame, nothing known about its content"
+    height, width = want[1], want[2]
+    rendered = metadata.get(P.PATTERN_SIZE)
+    if rendered is not None and rendered != f"{width}x{height}":
+        return f"frame is {width}x{height}, its pattern was rendered at {rendered!s:.32}: cropped or resized upstream? (VERIFY=none counts without checking)"
     frame = metadata.get(P.FRAME)
+    if type(frame) is not int or frame < 0:
+        raise Mismatch(f"metadata.frame: expected the index a {PATTERN_NAME} frame carries (an integer >= 0), got {frame!r:.40}")
     index = read_index(obj)
     if index is None or index != frame % 2**32:
         raise Mismatch(f"frame index in the pixels: expected {frame}, got {index if index is not None else 'unreadable'}")
     if mode == "full" and metadata.get(P.LOSSY) is not None:
-        reference = render(index, want[1], want[2], channels=channels, device=obj.device)
+        reference = render(index, height, width, channels=channels, device=obj.device)
         db, mad = compare(obj.as_subclass(torch.Tensor), reference)
         if db < lossy.min_psnr or mad > lossy.max_mad:
             raise Mismatch(
@@ -70,7 +94,8 @@ def verify_frame(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = Lossy
     elif mode == "full":
         plain = obj.as_subclass(torch.Tensor)
         interleaved = channels > 1 and plain.stride(0) == 1  # rgb8 bytes: build the reference alike
-        reference = render(index, want[1], want[2], channels=channels, device=obj.device, hwc=interleaved)
+        reference = render(index, height, width, channels=channels, device=obj.device, hwc=interleaved)
         if not same_pixels(plain, reference):
             differing = int((plain != reference).sum())
             raise Mismatch(f"pixels: expected synthetic frame {frame} exactly, got {differing} of {plain.numel()} values different")
+    return None
