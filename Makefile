@@ -20,7 +20,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-gpu gpu-check bench fuzz clean
+.PHONY: install run run-cluster test test-gpu gpu-check bench fuzz wheel clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
 # Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
@@ -74,5 +74,12 @@ FUZZ_ARGS ?= --cases 100000
 fuzz: install
 	$(BIN)/python -m tools.fuzz $(FUZZ_ARGS)
 
+# A wheel of the project in dist/, for installing into another environment (one that has, or may
+# fetch, torch): `pip install dist/dora_tensor_codec-*.whl`. Offline (PIP_NO_INDEX=1) it builds
+# with .venv's setuptools instead of fetching one.
+wheel: install
+	$(BIN)/python -m pip wheel --quiet --no-deps $(if $(filter 1 true yes on,$(PIP_NO_INDEX)),--no-build-isolation) --wheel-dir dist .
+	@ls dist/*.whl
+
 clean:
-	rm -rf $(VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) out dist build .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .errors import UsageError
 from .tree import map_tensors
 
 __all__ = ["pin_memory"]
@@ -21,7 +22,17 @@ def pin_memory(obj: Any) -> Any:
     """Pin every CPU tensor of `obj` (page-locked memory for fast, async host-to-GPU copies).
 
     The structure, every TVTensor class and attribute, and PackedSequences come back intact;
-    tensors already pinned or not on the CPU are left as they are. Needs a CUDA-capable torch
-    with a GPU present (torch raises otherwise).
+    tensors already pinned or not on the CPU are left as they are.
+
+    Page-locked memory belongs to the CUDA driver: without a usable CUDA device (a CPU-only torch
+    build, no NVIDIA driver) this raises `UsageError` saying so, instead of torch's "Found no
+    NVIDIA driver" from deep inside. Pinning only speeds up copies to a GPU, so on such a machine
+    leave it out (``if torch.cuda.is_available(): obj = tc.pin_memory(obj)``).
     """
+    if not torch.cuda.is_available():
+        raise UsageError(
+            "tc.pin_memory: expected a usable CUDA device (page-locked memory is the CUDA driver's), got none: "
+            f"torch {torch.__version__} reports torch.cuda.is_available() False (a CPU-only build or no NVIDIA driver). "
+            "Pinning only speeds up copies to a GPU: call it only when torch.cuda.is_available()"
+        )
     return map_tensors(_pin, obj)

@@ -73,10 +73,18 @@ def test_pin_memory_walks_the_structure_and_rewraps_on_cpu(monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     obj = {"sample": make_detection_sample(), "packed": tc.decode(*tc.encode(CASES["video"]))}
     pinned = tc.pin_memory(obj)
     assert_identical(pinned, obj)
     assert len(calls) == len(_tensors(obj)) and all(c is torch.Tensor for c in calls)
+
+
+def test_pin_memory_without_cuda_is_a_clear_usage_error(monkeypatch):
+    """Not torch's "Found no NVIDIA driver" from deep inside: what is missing and what to do."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(tc.UsageError, match=r"tc.pin_memory: expected a usable CUDA device .* call it only when torch.cuda.is_available\(\)"):
+        tc.pin_memory({"x": torch.ones(2)})
 
 
 @pytest.mark.gpu

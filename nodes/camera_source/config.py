@@ -12,8 +12,8 @@ OUTPUT = "image"
 TICK_INPUT = "tick"
 
 SETTINGS = (
-    Setting("SOURCE", "choice", "synthetic", "Where frames come from: `synthetic` (a moving test pattern that carries its frame index, no hardware), `camera` (V4L2/USB through OpenCV, `pip install dora-tensor-codec[camera]`), `video` (a file, through OpenCV) or `images` (a folder of JPEG/PNG files).", ("synthetic", "camera", "video", "images")),
-    Setting("SOURCE_PATH", "path", "", "camera: a device index (`0`) or path (`/dev/video0`); video: the file; images: the folder. Unused for synthetic."),
+    Setting("SOURCE", "choice", "synthetic", "Where frames come from: `synthetic` (a moving test pattern that carries its frame index, no hardware), `camera` (V4L2/USB through OpenCV: `pip install opencv-python-headless`), `video` (a file, through OpenCV) or `images` (a folder of JPEG/PNG files).", ("synthetic", "camera", "video", "images")),
+    Setting("SOURCE_PATH", "path", "", "camera: a device index (`0`) or path (`/dev/video0`); video: the file; images: the folder. Unused for synthetic.", required_when="SOURCE is camera, video or images"),
     Setting("WIDTH", "int", "640", "Frame width in px. Real sources are resized to WIDTH x HEIGHT; 0 keeps their native size (the synthetic camera needs a size).", minimum=0),
     Setting("HEIGHT", "int", "480", "Frame height in px (see WIDTH).", minimum=0),
     Setting("CHANNELS", "choice", "3", "Synthetic camera only: 3 (rgb8) or 1 (mono8).", ("3", "1")),

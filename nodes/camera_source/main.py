@@ -8,12 +8,14 @@ import time
 
 import tensor_codec as tc
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of
 from ..common.device import resolve_device
 from ..common.runtime import Pacer, declared_inputs, drain, finish_sharing, setup_logging
 from ..common.settings import SettingError
 from .camera import Camera
+from .spec import SPEC
 from .config import OUTPUT, TICK_INPUT, load_config
 from .sources import SourceError, open_source
 
@@ -101,6 +103,9 @@ def run(node, camera: Camera, outbox: Outbox, ticked: bool, log) -> bool:
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("camera-source")
     try:
         config = load_config(os.environ)
@@ -109,9 +114,12 @@ def main() -> int:
     except (SettingError, SourceError) as e:
         log.error("%s", e)
         return 2
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     camera = Camera(config, source)
     inputs = declared_inputs(node)
     ackers = ackers_of(inputs)

@@ -68,7 +68,7 @@ class OpenCVSource:
         except ImportError:
             raise SourceError(
                 f"SOURCE={config.source}: needs OpenCV, which is not installed "
-                "(pip install 'dora-tensor-codec[camera]')"
+                "(pip install opencv-python-headless, or the checkout's extra: pip install '<checkout>[camera]')"
             ) from None
         self.cv2 = cv2
         self.config = config

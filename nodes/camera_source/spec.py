@@ -8,7 +8,7 @@ SPEC = NodeSpec(
     description=(
         "Frames as torchvision tv_tensors.Image (uint8, CHW) through tensor_codec, on CPU or CUDA: a synthetic "
         "test pattern that carries its own frame index (default, no hardware), a V4L2/USB camera, a video file "
-        "or a folder of images. FORMAT=raw sends flat rgb8 for dora's own image nodes instead."
+        "or a folder of images. FORMAT=raw sends flat rgb8 for dora-hub image nodes instead."
     ),
     inputs=(
         Port(TICK_INPUT, "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.", optional=True),
@@ -27,9 +27,10 @@ SPEC = NodeSpec(
             OUTPUT,
             "One frame per message: a tensor_codec message (FORMAT=codec) or flat HWC bytes (FORMAT=raw).",
             {
-                "encoding": "rgb8 (3 channels) or mono8 (1 channel): the pixel format, as dora's image nodes name it. With FORMAT=codec the value is a tensor_codec message (tc.* keys), not flat bytes: wire dora's plot/record nodes to FORMAT=raw",
-                "width": "frame width in px",
-                "height": "frame height in px",
+                "encoding": "FORMAT=raw only: rgb8 (3 channels) or mono8 (1 channel), dora's image convention: the value is exactly height x width x channels interleaved bytes, what dora-hub image nodes read",
+                "width": "FORMAT=raw only: frame width in px",
+                "height": "FORMAT=raw only: frame height in px",
+                "pixel_format": "FORMAT=codec only: rgb8 or mono8. A tensor_codec message never carries encoding/width/height: hub image nodes would read its planar bytes as interleaved pixels (the frame's size is the tensor's shape)",
                 "frame": "frame index, 0, 1, 2, ...",
                 "capture_ns": "wall clock (ns since the epoch) when the frame was captured or rendered",
                 "sent_ns": "wall clock (ns) just before sending",
@@ -38,6 +39,7 @@ SPEC = NodeSpec(
                 "stream": "id of this run of the node",
                 "wants_ack": "true when `ack*` inputs are wired: the consumer acknowledges seq and stream on its `ack` output",
                 "pattern": "tc-synthetic-v2 on synthetic frames: the pixels carry `frame` and can be rebuilt exactly",
+                "pattern_size": "WIDTHxHEIGHT the pattern was rendered at (a receiver tells a frame cropped upstream by it)",
                 "tc.*": "tensor_codec's own keys (FORMAT=codec only)",
             },
         ),

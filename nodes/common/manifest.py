@@ -40,7 +40,10 @@ class NodeSpec:
 
 
 def _setting(s: Setting) -> dict:
-    entry = {"type": s.type, "default": s.default, "description": s.description}
+    # Every setting has a default: none is required outright, some only with another's value.
+    entry = {"type": s.type, "default": s.default, "required": False, "description": s.description}
+    if s.required_when:
+        entry["required_when"] = s.required_when
     if s.choices:
         entry["choices"] = list(s.choices)
     if s.minimum is not None:
@@ -51,9 +54,7 @@ def _setting(s: Setting) -> dict:
 
 
 def _port(p: Port) -> dict:
-    entry: dict = {"description": p.description}
-    if p.optional:
-        entry["optional"] = True
+    entry: dict = {"required": not p.optional, "description": p.description}
     if p.metadata:
         entry["metadata"] = dict(p.metadata)
     return entry
@@ -64,15 +65,29 @@ def render(spec: NodeSpec) -> str:
         "name": spec.name,
         "description": spec.description,
         "entrypoint": spec.name,
-        "build": "pip install dora-tensor-codec",
-        "install_from_source": "pip install -e <path of this repository>",
+        # No index serves the project: these install it from a checkout (README: Install).
+        "build": "pip install <path of a dora-tensor-codec checkout>",
+        "install_from_wheel": "make wheel in the checkout, then pip install dist/dora_tensor_codec-0.1.0-py3-none-any.whl",
         "inputs": {p.id: _port(p) for p in spec.inputs},
         "outputs": {p.id: _port(p) for p in spec.outputs},
         "env": {s.name: _setting(s) for s in spec.settings},
         "example": spec.example,
     }
     header = "# Generated from the node's spec.py and settings table: python -m tensor_codec_nodes.common.manifest --write\n"
-    return header + yaml.safe_dump(document, sort_keys=False, width=100, allow_unicode=True)
+    return header + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the example dataflow) as literal blocks: readable YAML, not one
+    string of \n escapes."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str):
+    style = "|" if "\n" in text.rstrip("\n") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _str)
 
 
 def manifests() -> dict[Path, str]:

@@ -28,6 +28,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    required_when: str = ""  # "SOURCE is camera, video or images": the default (empty) is not enough then
 
     def parse(self, raw: str) -> Any:
         try:

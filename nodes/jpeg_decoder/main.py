@@ -11,21 +11,29 @@ import torch
 
 import tensor_codec as tc
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
 from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
+from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("jpeg-decoder")
     loaded = load_node_config(log, load_config, os.environ)
     if loaded is None:
         return 2
     config, device = loaded
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     decoder = JpegDecoder(device, config.mode, config.max_pixels)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
     # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.

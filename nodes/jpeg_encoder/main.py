@@ -8,8 +8,10 @@ import time
 
 import tensor_codec as tc
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
 from ..common.runtime import declared_inputs, declared_outputs, drain, load_node_config, setup_logging
+from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
 from .engines import make_engine
@@ -33,14 +35,20 @@ def take(relay: Relay, encoder: JpegEncoder) -> bool:
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("jpeg-encoder")
     loaded = load_node_config(log, load_config, os.environ)
     if loaded is None:
         return 2
     config, device = loaded
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     engine = make_engine(device, config.quality, config.workers)
     encoder = JpegEncoder(engine, config.quality, config.batch)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers

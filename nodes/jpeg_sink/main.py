@@ -5,23 +5,31 @@ from __future__ import annotations
 import os
 import sys
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common import protocol as P
 from ..common.delivery import EMPTY, ack_for
 from ..common.runtime import declared_outputs, load_node_config, setup_logging
 from ..common.stats import SeqTracker
+from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, load_config
 from .sink import JpegSink
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("jpeg-sink")
     loaded = load_node_config(log, load_config, os.environ)
     if loaded is None:
         return 2
     config, _ = loaded
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     sink = JpegSink(config.dir, config.count, config.prefix)
     acks = ACK_OUTPUT in declared_outputs(node)  # acknowledged delivery: see ../common/delivery.py
     seen: dict[str, SeqTracker] = {}

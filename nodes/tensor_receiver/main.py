@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common.runtime import declared_inputs, declared_outputs, load_node_config, setup_logging
+from .spec import SPEC
 from .config import ACK_OUTPUT, load_config
 from .receiver import Receiver, ack_for
 from .verify import LossyBounds
@@ -25,14 +27,20 @@ def _is_timeout(event: dict) -> bool:
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("tensor-receiver")
     loaded = load_node_config(log, load_config, os.environ)
     if loaded is None:
         return 2
     config, device = loaded
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     lossy = LossyBounds(config.jpeg_min_psnr, config.jpeg_max_mad)
     receiver = Receiver(device, config.verify, inputs=declared_inputs(node), lossy=lossy)
     acks = ACK_OUTPUT in declared_outputs(node)

@@ -14,7 +14,7 @@ ACK_INPUT = "ack"
 SETTINGS = (
     Setting("MODE", "choice", "suite", "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.", ("suite", "random", "safetensors")),
     Setting("SIZES", "sizes", "1MB,16MB", "random mode: tensor sizes, comma-separated (KB/MB/GB are 1024-based; each a multiple of 4 bytes)."),
-    Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send."),
+    Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send.", required_when="MODE is safetensors"),
     Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless."),
     Setting("RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0),
     *ack_settings("message"),

@@ -8,11 +8,13 @@ import time
 
 import tensor_codec as tc
 
+from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line
 from ..common.device import resolve_device
 from ..common.runtime import Pacer, declared_inputs, declared_outputs, drain, setup_logging
 from ..common.settings import SettingError
+from .spec import SPEC
 from .config import OUTPUT, load_config
 from .delivery import Delivery
 from .payloads import corrupted_messages, make_payloads
@@ -96,6 +98,9 @@ def end_report(delivery: Delivery, log) -> int:
 
 
 def main() -> int:
+    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    if answered is not None:
+        return answered
     log = setup_logging("tensor-sender")
     try:
         config = load_config(os.environ)
@@ -106,9 +111,12 @@ def main() -> int:
     except SettingError as e:
         log.error("%s", e)
         return 2
+    if outside_dora(SPEC):
+        return 2
     from dora import Node
 
     node = Node()
+    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
     # Every declared output gets every message: wire local consumers to one output and remote
     # ones to another, and each gets its own transport.
     outputs = sorted(declared_outputs(node)) or [OUTPUT]

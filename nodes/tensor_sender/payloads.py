@@ -101,7 +101,7 @@ def safetensors_payloads(path: str, device: torch.device) -> list[Payload]:
     except ImportError:
         raise SettingError(
             "MODE: safetensors needs the safetensors package, which is not installed "
-            "(pip install 'dora-tensor-codec[safetensors]')"
+            "(pip install safetensors, or the checkout's extra: pip install '<checkout>[safetensors]')"
         ) from None
 
     try:

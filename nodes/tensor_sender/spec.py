@@ -12,7 +12,7 @@ SPEC = NodeSpec(
     ),
     inputs=(
         Port(
-            ACK_INPUT,
+            f"{ACK_INPUT}*",
             "Optional. Wire it to the receiver's `ack` output for acknowledged delivery, the only lossless kind in dora "
             "1.1 (a consumer's queue drops the oldest past queue_size, or past 10 x queue_size with queue_policy: "
             "backpressure): at most WINDOW messages unacknowledged, so a slow receiver slows the sender down; one "
@@ -40,6 +40,12 @@ SPEC = NodeSpec(
                 "expect": "reject, on deliberately corrupted messages (CORRUPT=1)",
                 "tc.*": "tensor_codec's own keys",
             },
+        ),
+        Port(
+            "<any other id>",
+            "Optional. Every other declared output gets the same messages as `tensors`, each routed on its own "
+            "(e.g. `local` and `remote`).",
+            optional=True,
         ),
     ),
     settings=SETTINGS,
