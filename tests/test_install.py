@@ -168,16 +168,45 @@ def run_make(project: Path, *args: str, env: dict | None = None, timeout: float 
     return subprocess.run(["make", *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def tiny_wheel(folder: Path, name: str, version: str) -> Path:
+    """A wheel of an empty package `name` (what pip needs of one, nothing more)."""
+    import zipfile
+
+    module, info = name.replace("-", "_"), f"{name.replace('-', '_')}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": "",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_run(tmp_path):
     """This test's interpreter plays the GPU host's: it has torch, torchvision, pyarrow and dora.
     `PIP_NO_INDEX=1 make install PYTHON=<it>` in a fresh copy layers .venv over it, fetching
     nothing and installing no torch; then `make test-gpu` collects every gpu test and the
-    console scripts run."""
+    console scripts run. A hub node that cannot be had offline is a warning, not retried by a
+    plain `make`, and installed by a later `make WHEELS=dir` that has its wheel."""
     project = copy_of_the_project(tmp_path / "project")
+    absent = "tc-test-absent-hub-node==1.0"  # a hub node on no index and in no wheel folder
+    with (project / installer.HUB_NODES).open("a") as f:
+        f.write(f"{absent} --no-deps  # for the test: cannot be had offline\n")
     proc = run_make(project, "install", f"PYTHON={sys.executable}", env={"PIP_NO_INDEX": "1"})
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
+    assert f"install: warning: hub node {absent} is missing: its example's tests skip" in output, output[-3000:]
+    # Hub nodes the environment below already has are not installed again; their commands are
+    # linked beside .venv's python, where the examples' tests look for them.
+    for script in ("dora-opencv-image-splitter", "dora-echo", "dora-camera-opencv"):
+        if (Path(sys.executable).parent / script).exists():
+            assert (project / ".venv" / "bin" / script).exists(), script
     assert f"using torch {torch.__version__.split('+')[0]}" in output and ".venv ready (layered)" in output, output[-2000:]
     python = project / ".venv" / "bin" / "python"
     where = subprocess.run(
@@ -212,9 +241,16 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     assert json.loads((flow.parent / "report.json").read_text())["inputs"]["tensors"]["good"] == 3
 
-    # A second `make` (no PYTHON=) keeps the layered .venv and does nothing.
+    # A second `make` (no PYTHON=) keeps the layered .venv and does nothing: offline without a
+    # wheel folder, the missing hub node cannot be had either.
     again = run_make(project, "install", env={"PIP_NO_INDEX": "1"})
     assert again.returncode == 0 and again.stdout.strip() == "", again.stdout + again.stderr
+    # With its wheel in WHEELS=, a later `make` installs it.
+    wheels = tmp_path / "wheels"
+    tiny_wheel(wheels, *absent.split("=="))
+    retry = run_make(project, "install", f"WHEELS={wheels}", env={"PIP_NO_INDEX": "1"})
+    assert retry.returncode == 0 and f"hub node {absent}: installed without its dependencies" in retry.stdout, retry.stdout + retry.stderr
+    assert json.loads((project / ".venv" / installer.STAMP).read_text())["missing"] == []
 
     # Every gpu test is collected there, as here.
     here = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
@@ -227,3 +263,170 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
         gpu = run_make(project, "test-gpu", "PYTEST_ARGS=-p no:cacheprovider", env={"PIP_NO_INDEX": "1"})
         assert gpu.returncode == 0, gpu.stdout[-3000:] + gpu.stderr[-2000:]
         assert re.search(rf"\b{expected} skipped\b", gpu.stdout), gpu.stdout[-3000:]
+
+
+# ------------------------------------------------------------------- hub nodes (examples/)
+HUB_LIST = ROOT / "examples" / "hub-nodes.txt"
+
+
+def test_the_hub_nodes_are_pinned_and_say_which_install_without_their_dependencies():
+    assert installer.hub_nodes() == [
+        ("dora-opencv-image-splitter==0.1.0", False),  # its dependencies are the project's own
+        ("dora-echo==0.5.0", True),  # pins numpy<2
+        ("dora-camera-opencv==0.0.1", True),  # pins dora-rs<0.4
+    ]
+    text = HUB_LIST.read_text()
+    assert "numpy<2" in text and "dora-rs<0.4" in text  # the reasons, said where the choice is made
+
+
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ("dora-echo>=0.5", r"hub-nodes.txt line 2: expected a hub node pinned as <name>==<version>, got 'dora-echo>=0.5'"),
+        ("dora-echo", r"line 2: expected a hub node pinned as <name>==<version>, got 'dora-echo'"),
+        ("dora-echo==0.5.0 --force-reinstall", r"line 2: expected nothing or `--no-deps` after dora-echo==0.5.0, got '--force-reinstall'"),
+        ("dora-echo==0.5.0 --no-deps --no-deps", r"got '--no-deps --no-deps'"),
+    ],
+)
+def test_a_hub_list_that_says_something_else_is_refused(tmp_path, line, error):
+    path = tmp_path / "hub-nodes.txt"
+    path.write_text(f"# a comment\n{line}  # why\n")
+    with pytest.raises(installer.InstallError, match=error):
+        installer.hub_nodes(path)
+
+
+def test_no_hub_list_installs_no_hub_node(tmp_path):
+    assert installer.hub_nodes(tmp_path / "absent.txt") == []
+
+
+def test_an_edit_of_the_hub_list_installs_again(tmp_path, monkeypatch):
+    for name in ("pyproject.toml", "constraints.txt", installer.HUB_NODES, "tools/install_env.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.setattr(installer, "ROOT", tmp_path)
+    before = installer.inputs_digest()
+    with (tmp_path / installer.HUB_NODES).open("a") as f:
+        f.write("dora-rerun==0.5.0\n")
+    assert installer.inputs_digest() != before
+
+
+class FakePip:
+    """installer.run for pip commands: records them, fails those naming a requirement in `fail`."""
+
+    def __init__(self, fail=()):
+        self.fail = set(fail)
+        self.commands: list[list[str]] = []
+
+    def __call__(self, cmd, *, capture=False, check=True):
+        cmd = [str(c) for c in cmd]
+        self.commands.append(cmd)
+        if cmd[-1] in self.fail:
+            stderr = (f"ERROR: Could not find a version that satisfies the requirement {cmd[-1]} (from versions: none)\n"
+                      f"ERROR: No matching distribution found for {cmd[-1]}\n")
+            return subprocess.CompletedProcess(cmd, 1, "", stderr)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+HAS = {"torch": "2.14.1", "torchvision": "0.29.1", "pyarrow": "26.0.1", "numpy": "2.4.6", "dora-rs": "1.1.0"}
+
+
+@pytest.fixture
+def fake_venv(tmp_path, monkeypatch):
+    """install_hub_nodes against a .venv that has HAS and none of the hub nodes."""
+    monkeypatch.setattr(installer, "installed_versions", lambda venv, names: {n: HAS.get(n) for n in names})
+    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [(text, group, None) for text, group in reqs])
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    return tmp_path
+
+
+def test_hub_nodes_install_held_to_what_the_venv_has(fake_venv, monkeypatch, capsys):
+    pip = FakePip()
+    monkeypatch.setattr(installer, "run", pip)
+    assert installer.install_hub_nodes(fake_venv, None, installer.hub_nodes()) == []
+    pins = fake_venv / installer.HUB_PINS
+    # numpy 2, pyarrow, torch and dora-rs 1.1 stay: dora-echo's numpy<2 or the camera's
+    # dora-rs<0.4 can never replace them, even where a node is installed with its dependencies.
+    assert pins.read_text().splitlines() == ["torch==2.14.1", "torchvision==0.29.1", "pyarrow==26.0.1", "numpy==2.4.6", "dora-rs==1.1.0"]
+    installed = {cmd[-1]: cmd for cmd in pip.commands}
+    assert list(installed) == ["dora-opencv-image-splitter==0.1.0", "dora-echo==0.5.0", "dora-camera-opencv==0.0.1"]
+    for text, cmd in installed.items():
+        assert cmd[1:4] == ["-m", "pip", "install"] and cmd[cmd.index("-c") + 1] == str(pins), cmd
+        assert ("--no-deps" in cmd) == (text != "dora-opencv-image-splitter==0.1.0"), cmd
+    out = capsys.readouterr().out
+    assert "hub node dora-echo==0.5.0: installed without its dependencies (--no-deps: see examples/hub-nodes.txt)" in out
+    assert "hub node dora-opencv-image-splitter==0.1.0: installed\n" in out
+
+
+def test_hub_nodes_already_there_are_left_alone(fake_venv, monkeypatch):
+    pip = FakePip()
+    monkeypatch.setattr(installer, "run", pip)
+    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [(t, g, None) for t, g in reqs if t.startswith("dora-echo")])
+    assert installer.install_hub_nodes(fake_venv, None, installer.hub_nodes()) == []
+    assert [cmd[-1] for cmd in pip.commands] == ["dora-echo==0.5.0"]
+    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [])
+    pip.commands.clear()
+    assert installer.install_hub_nodes(fake_venv, None, installer.hub_nodes()) == [] and pip.commands == []
+
+
+def test_a_hub_node_that_cannot_be_had_offline_is_a_warning_retried_with_wheels(fake_venv, monkeypatch, capsys):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    pip = FakePip(fail={"dora-echo==0.5.0"})
+    monkeypatch.setattr(installer, "run", pip)
+    missing = installer.install_hub_nodes(fake_venv, "/wheels", installer.hub_nodes())  # never raises
+    assert missing == ["dora-echo==0.5.0"]
+    assert [cmd[-1] for cmd in pip.commands] == [text for text, _ in installer.hub_nodes()]  # the others still installed
+    assert all("--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve()) for cmd in pip.commands)
+    assert ("hub node dora-echo==0.5.0: not to be had here (ERROR: Could not find a version that satisfies the requirement "
+            "dora-echo==0.5.0 (from versions: none))") in capsys.readouterr().out
+    # Recorded with the missing test requirements: retried by a make with WHEELS= or an index.
+    stamp = {"mode": "fresh", "python": "/usr/bin/python3", "digest": "d", "missing": missing}
+    (fake_venv / "bin").mkdir()
+    (fake_venv / "bin" / "python").write_text("")
+    assert installer.up_to_date(stamp, "d", "/usr/bin/python3", fake_venv, None)
+    assert not installer.up_to_date(stamp, "d", "/usr/bin/python3", fake_venv, "wheels")
+
+
+@pytest.mark.parametrize("mode", ["fresh", "layered"])
+def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_missing(tmp_path, monkeypatch, capsys, mode):
+    venv = tmp_path / ".venv"
+    venv.mkdir()
+    steps = []
+
+    def step(name, result=None):
+        def record(*args, **kwargs):
+            steps.append(name)
+            return result
+        return record
+
+    monkeypatch.setattr(installer, "read_stamp", lambda venv: None)
+    monkeypatch.setattr(installer, "which_outside", lambda python, venv: "/usr/bin/python3")
+    monkeypatch.setattr(installer, "probe_interpreter", lambda python: probe(**(SUPPORTED if mode == "layered" else {})))
+    monkeypatch.setattr(installer, "must_rebuild", lambda *args: False)
+    monkeypatch.setattr(installer, "install_fresh", step("project"))
+    monkeypatch.setattr(installer, "install_layered", step("project", ["hypothesis>=6.100"]))
+    monkeypatch.setattr(installer, "link_dora_cli", step("link dora"))
+    monkeypatch.setattr(installer, "install_hub_nodes", step("hub nodes", ["dora-echo==0.5.0"]))
+    monkeypatch.setattr(installer, "link_hub_scripts", step("link hub scripts"))
+    monkeypatch.setattr(installer, "verify", step("verify", "summary"))
+    assert installer.main(["--venv", str(venv)]) == 0
+    if mode == "fresh":
+        assert steps == ["project", "hub nodes", "verify"]
+    else:
+        assert steps == ["project", "link dora", "hub nodes", "link hub scripts", "verify"]
+    out = capsys.readouterr().out
+    assert "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= retries)" in out
+    stamp = json.loads((venv / installer.STAMP).read_text())
+    assert stamp["missing"] == (["hypothesis>=6.100"] if mode == "layered" else []) + ["dora-echo==0.5.0"]
+
+
+def test_a_malformed_hub_list_fails_before_anything_is_installed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(installer, "read_stamp", lambda venv: None)
+    monkeypatch.setattr(installer, "which_outside", lambda python, venv: "/usr/bin/python3")
+    monkeypatch.setattr(installer, "probe_interpreter", lambda python: probe())
+    malformed = tmp_path / "hub-nodes.txt"
+    malformed.write_text("dora-echo==0.5.0\n\ndora-echo>=0.5\n")
+    read = installer.hub_nodes
+    monkeypatch.setattr(installer, "hub_nodes", lambda: read(malformed))
+    monkeypatch.setattr(installer, "install_fresh", lambda *a: pytest.fail("installed with a malformed hub list"))
+    assert installer.main(["--venv", str(tmp_path / ".venv")]) == 1
+    assert "install: FAILED: hub-nodes.txt line 3" in capsys.readouterr().err

@@ -15,9 +15,14 @@ Offline (PIP_NO_INDEX=1) nothing is fetched: missing wheels come from WHEELS=dir
 --find-links) and the project is built without build isolation, with the setuptools the
 environment has. A requirement that cannot be met offline is named with the wheel to bring.
 
+Either way the dora-hub nodes that examples/ runs (examples/hub-nodes.txt) are installed after the
+project, each as that file says (some with `--no-deps`), with what .venv has of torch, torchvision,
+pyarrow, numpy and dora-rs held as constraints. One that cannot be had is a warning: the tests of
+its example skip.
+
 The result is recorded in .venv/tc-install.json; a later `make` with the same inputs (pyproject,
-constraints, this file, the interpreter) does nothing. A later `make` without PYTHON= keeps the
-interpreter .venv was made over.
+constraints, examples/hub-nodes.txt, this file, the interpreter) does nothing. A later `make`
+without PYTHON= keeps the interpreter .venv was made over.
 
     python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
 """
@@ -46,6 +51,11 @@ PTH = "_tc_preinstalled.pth"  # the underlying interpreter's site directories (v
 PINS = "tc-preinstalled.txt"
 PINNED = ("torch", "torchvision", "pyarrow", "numpy")  # never replaced: their builds must match
 BUILD_BACKEND = "setuptools>=77"  # as pyproject's [build-system], for builds without isolation
+HUB_NODES = "examples/hub-nodes.txt"  # the dora-hub nodes the examples run, pinned, some to install with --no-deps
+HUB_PINS = "tc-hub-pins.txt"  # in .venv: what it has of HUB_KEPT, as constraints for the hub nodes
+# A hub node's own pins may not replace these: dora-echo asks numpy<2 (pyarrow then fails to
+# import), dora-camera-opencv dora-rs<0.4 (whose nodes cannot talk to a dora 1.1 daemon).
+HUB_KEPT = PINNED + ("dora-rs",)
 # A requirement met by another distribution of the same module (import cv2).
 ALTERNATIVES = {
     "opencv-python-headless": ["opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"],
@@ -116,6 +126,27 @@ def requirement_name(text: str) -> str:
     return re.split(r"[\s\[<>=!~;]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def hub_nodes(path: Path | None = None) -> list[tuple[str, bool]]:
+    """(requirement, no_deps) for each node listed in examples/hub-nodes.txt (`name==version`, then
+    `--no-deps` or nothing; `#` starts a comment); an absent file lists none. Each must be pinned:
+    an example is tested with one release of a node, not whatever the hub publishes next."""
+    path = path or ROOT / HUB_NODES
+    if not path.exists():
+        return []
+    nodes = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        where = f"{path.name} line {number}"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*", words[0]):
+            raise InstallError(f"{where}: expected a hub node pinned as <name>==<version>, got {words[0]!r}")
+        if words[1:] not in ([], ["--no-deps"]):
+            raise InstallError(f"{where}: expected nothing or `--no-deps` after {words[0]}, got {' '.join(words[1:])!r}")
+        nodes.append((words[0], words[1:] == ["--no-deps"]))
+    return nodes
+
+
 def wheel_hint(missing: list[str]) -> str:
     names = " ".join(repr(m.split(";")[0].replace(" ", "")) for m in missing)
     return (
@@ -173,6 +204,30 @@ for text, group in json.loads(sys.argv[1]):
     if found is None or not req.specifier.contains(Version(".".join(map(str, Version(found).release))), prereleases=True):
         unmet.append([text, group, found])
 print(json.dumps(unmet))
+"""
+
+
+VERSIONS = r"""
+import json, sys
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+print(json.dumps({name: version(name) for name in sys.argv[1:]}))
+"""
+
+SCRIPTS = r"""
+import json, sys
+from importlib import metadata
+names = []
+for dist in sys.argv[1:]:
+    try:
+        names += [e.name for e in metadata.distribution(dist).entry_points if e.group == "console_scripts"]
+    except metadata.PackageNotFoundError:
+        pass
+print(json.dumps(names))
 """
 
 
@@ -300,6 +355,53 @@ def link_dora_cli(probe: dict, venv: Path) -> None:
         target.symlink_to(beside)
 
 
+def installed_versions(venv: Path, names) -> dict[str, str | None]:
+    proc = run([venv_python(venv), "-c", VERSIONS, *names], capture=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_hub_pins(venv: Path) -> Path:
+    """Constraints holding what .venv has now of HUB_KEPT (its own or the underlying
+    environment's): pip may not change them to meet a hub node's dependencies."""
+    found = installed_versions(venv, HUB_KEPT)
+    path = venv / HUB_PINS
+    path.write_text("".join(f"{name}=={version}\n" for name, version in found.items() if version))
+    return path
+
+
+def install_hub_nodes(venv: Path, wheels: str | None, nodes: list[tuple[str, bool]]) -> list[str]:
+    """Install the hub nodes .venv does not have yet, after the project (so what they need of it is
+    already there), under write_hub_pins; -> those that could not be had. Never an error: the
+    project is whole without them, and the tests of their examples skip."""
+    todo = {text for text, _, _ in unmet(venv, [(text, "hub") for text, _ in nodes])}
+    if not todo:
+        return []
+    pip = [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", write_hub_pins(venv)]
+    missing = []
+    for text, no_deps in nodes:
+        if text not in todo:
+            continue
+        proc = run([*pip, *(["--no-deps"] if no_deps else []), text], capture=True, check=False)
+        if proc.returncode == 0:
+            how = " without its dependencies (--no-deps: see examples/hub-nodes.txt)" if no_deps else ""
+            print(f"install: hub node {text}: installed{how}")
+            continue
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")] or proc.stderr.strip().splitlines() or ["?"]
+        print(f"install: hub node {text}: not to be had here ({errors[0][:300]})")
+        missing.append(text)
+    return missing
+
+
+def link_hub_scripts(probe: dict, venv: Path, nodes: list[tuple[str, bool]]) -> None:
+    """As link_dora_cli: a hub node the underlying environment already has is not installed again,
+    and its command is beside that interpreter, not beside .venv's python where tests look."""
+    proc = run([venv_python(venv), "-c", SCRIPTS, *(requirement_name(text) for text, _ in nodes)], capture=True)
+    for name in json.loads(proc.stdout.strip().splitlines()[-1]):
+        target, beside = venv / "bin" / name, Path(probe["executable"]).parent / name
+        if not target.exists() and not target.is_symlink() and beside.exists():
+            target.symlink_to(beside)
+
+
 def verify(venv: Path) -> str:
     """Import everything from outside the checkout (so only what is installed counts) and check
     that the project found is this checkout: a copy installed in the underlying environment
@@ -327,8 +429,9 @@ def verify(venv: Path) -> str:
 # --------------------------------------------------------------------------------------- main
 def inputs_digest() -> str:
     h = hashlib.sha256()
-    for name in ("pyproject.toml", "constraints.txt", "tools/install_env.py"):
-        h.update((ROOT / name).read_bytes())
+    for name in ("pyproject.toml", "constraints.txt", HUB_NODES, "tools/install_env.py"):
+        path = ROOT / name
+        h.update(path.read_bytes() if path.exists() else b"")  # hub-nodes.txt may be left out
     return h.hexdigest()[:16]
 
 
@@ -386,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         probe = probe_interpreter(wanted)
         mode, notes = decide(probe, named)
+        hub = hub_nodes()  # a malformed list fails before anything is changed
         if must_rebuild(venv, stamp, mode, probe["executable"]):
             if not (venv / "pyvenv.cfg").exists():
                 raise InstallError(f"{venv} exists and is not a virtual environment: move it away")
@@ -403,13 +507,20 @@ def main(argv: list[str] | None = None) -> int:
             link_dora_cli(probe, venv)
         else:
             install_fresh(probe["executable"], venv, args.wheels)
-        summary = verify(venv)
+        hub_missing = install_hub_nodes(venv, args.wheels, hub)
+        if mode == "layered":
+            link_hub_scripts(probe, venv, hub)
+        summary = verify(venv)  # after the hub nodes: everything still imports
     except InstallError as e:
         print(f"install: FAILED: {e}", file=sys.stderr)
         return 1
     for text in missing:
         print(f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with WHEELS= retries)")
-    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"], "missing": missing}
+    for text in hub_missing:
+        print(f"install: warning: hub node {text} is missing: its example's tests skip (a later make with WHEELS= retries)")
+    # Hub nodes are recorded with the missing test requirements: up_to_date retries them alike.
+    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"],
+              "missing": missing + hub_missing}
     (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
     print(f"install: .venv ready ({mode}): {summary}")
     return 0
