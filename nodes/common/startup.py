@@ -77,7 +77,10 @@ def answer_command_line(spec: NodeSpec, argv: list[str] | None = None) -> int | 
     if not args:
         return None
     if args[0] in ("-h", "--help"):
-        print(help_text(spec))
+        try:
+            print(help_text(spec), flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     print(
         f"{spec.name}: unexpected argument {args[0]!r:.60}: this node takes its settings from environment variables "
