@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -245,5 +247,6 @@ def test_cuda_ipc_without_a_gpu_device_is_a_setting_error(monkeypatch, caplog):
 
     monkeypatch.setenv("TRANSPORT", "cuda-ipc")
     monkeypatch.setenv("DEVICE", "cpu")
+    monkeypatch.setattr(sys, "argv", ["tc-tensor-sender"])  # not pytest's own arguments
     assert sender_main.main() == 2
     assert "TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got cpu" in caplog.text
