@@ -12,7 +12,7 @@ from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of
 from ..common.device import resolve_device
-from ..common.runtime import Pacer, declared_inputs, drain, finish_sharing, setup_logging
+from ..common.runtime import declared_inputs, drain, finish_sharing, Pacer, settle_heap, setup_logging
 from ..common.settings import SettingError
 from .camera import Camera
 from .spec import SPEC
@@ -120,6 +120,7 @@ def main() -> int:
 
     node = Node()
     preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
+    settle_heap()  # no full collection over start-up's objects while messages wait
     camera = Camera(config, source)
     inputs = declared_inputs(node)
     ackers = ackers_of(inputs)

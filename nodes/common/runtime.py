@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from typing import Any
 
-__all__ = ["setup_logging", "load_node_config", "declared_inputs", "declared_outputs", "Pacer", "drain"]
+__all__ = ["setup_logging", "load_node_config", "declared_inputs", "declared_outputs", "settle_heap", "Pacer", "drain"]
 
 
 def setup_logging(name: str) -> logging.Logger:
@@ -28,6 +29,16 @@ def load_node_config(log: logging.Logger, load_config, env) -> tuple[Any, Any] |
         log.error("%s", e)
         return None
     return config, device
+
+
+def settle_heap() -> None:
+    """Call once started, before the first message: collect, then move every object alive now
+    (torch's, dora's, the node's modules: several hundred thousand) out of the garbage
+    collector's reach (`gc.freeze`). Otherwise the first full collection of the run walks them
+    all while messages wait: in the default pipeline the receiver stalled about 250 ms a few
+    messages in, and that stall was the p99 latency of the whole run on every input."""
+    gc.collect()
+    gc.freeze()
 
 
 def _node_config(node: Any) -> dict:

@@ -13,7 +13,7 @@ import tensor_codec as tc
 
 from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
-from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
+from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, settle_heap, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
@@ -34,6 +34,7 @@ def main() -> int:
 
     node = Node()
     preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
+    settle_heap()  # no full collection over start-up's objects while messages wait
     decoder = JpegDecoder(device, config.mode, config.max_pixels)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
     # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.

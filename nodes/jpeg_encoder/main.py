@@ -10,7 +10,7 @@ import tensor_codec as tc
 
 from ..common.startup import answer_command_line, outside_dora, preflight
 from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
-from ..common.runtime import declared_inputs, declared_outputs, drain, load_node_config, setup_logging
+from ..common.runtime import declared_inputs, declared_outputs, drain, load_node_config, settle_heap, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
@@ -49,6 +49,7 @@ def main() -> int:
 
     node = Node()
     preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
+    settle_heap()  # no full collection over start-up's objects while messages wait
     engine = make_engine(device, config.quality, config.workers)
     encoder = JpegEncoder(engine, config.quality, config.batch)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
