@@ -92,13 +92,18 @@ def dora_cli() -> str:
     return path
 
 
-def node_script(name: str) -> str:
-    """Absolute path of one of the project's console scripts (installed next to the interpreter,
-    or on PATH); fails clearly when the project is not installed in this environment."""
+def find_script(name: str) -> str | None:
+    """Absolute path of a console script installed next to the interpreter, or on PATH."""
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    found = shutil.which(name)
+    return shutil.which(name)
+
+
+def node_script(name: str) -> str:
+    """Absolute path of one of the project's console scripts; fails clearly when the project is
+    not installed in this environment."""
+    found = find_script(name)
     if found is None:
         pytest.fail(f"console script {name!r} not found: install the project (pip install -e .) in this environment")
     return found

@@ -18,15 +18,13 @@ Each test skips, naming the node, where `make install` has not installed its hub
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from conftest import ROOT, python_node, run_flow_file
+from conftest import ROOT, find_script, python_node, run_flow_file
 from tensor_codec_nodes.common.pattern import read_index, render
 from tensor_codec_nodes.common.quality import compare
 
@@ -43,10 +41,7 @@ MAX_MAD = 4.0
 
 def hub_node(script: str) -> str:
     """The hub node's console script (beside this interpreter, or on PATH); skip without it."""
-    beside = Path(sys.executable).parent / script
-    if beside.exists():
-        return str(beside)
-    found = shutil.which(script)
+    found = find_script(script)
     if found is None:
         pytest.skip(f"hub node {script} is not installed: `make install` installs it (examples/hub-nodes.txt)")
     return found

@@ -156,14 +156,18 @@ def wheel_hint(missing: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------ the interpreter
-PROBE = r"""
-import importlib.util, json, os, sys, sysconfig
+# Run by another interpreter (`python -c`): what it has of a distribution, or None.
+_VERSION_OF = r"""
 from importlib import metadata
 def version(name):
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+"""
+
+PROBE = _VERSION_OF + r"""
+import importlib.util, json, os, sys, sysconfig
 paths = sysconfig.get_paths()
 stdlib = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
 def is_stdlib(p):
@@ -207,14 +211,8 @@ print(json.dumps(unmet))
 """
 
 
-VERSIONS = r"""
+VERSIONS = _VERSION_OF + r"""
 import json, sys
-from importlib import metadata
-def version(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 print(json.dumps({name: version(name) for name in sys.argv[1:]}))
 """
 

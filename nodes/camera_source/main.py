@@ -8,11 +8,11 @@ import time
 
 import tensor_codec as tc
 
-from ..common.startup import answer_command_line, outside_dora, preflight
+from ..common.startup import answer_command_line, join_dataflow
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of
 from ..common.device import resolve_device
-from ..common.runtime import declared_inputs, drain, finish_sharing, Pacer, settle_heap, setup_logging
+from ..common.runtime import declared_inputs, drain, finish_sharing, Pacer, setup_logging
 from ..common.settings import SettingError
 from .camera import Camera
 from .spec import SPEC
@@ -114,13 +114,9 @@ def main() -> int:
     except (SettingError, SourceError) as e:
         log.error("%s", e)
         return 2
-    if outside_dora(SPEC):
+    node = join_dataflow(SPEC, log)
+    if node is None:
         return 2
-    from dora import Node
-
-    node = Node()
-    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
-    settle_heap()  # no full collection over start-up's objects while messages wait
     camera = Camera(config, source)
     inputs = declared_inputs(node)
     ackers = ackers_of(inputs)

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 from .manifest import NodeSpec, Port
 from .settings import Setting
 
-__all__ = ["help_text", "answer_command_line", "outside_dora", "close_setting_names", "wiring_problems", "preflight"]
+__all__ = ["help_text", "answer_command_line", "outside_dora", "close_setting_names", "wiring_problems", "preflight", "join_dataflow"]
 
 WIDTH = 100
 # Environment names the project reads besides the settings tables (tensor_codec's own limits and
@@ -187,3 +187,19 @@ def preflight(node: Any, spec: NodeSpec, log: logging.Logger) -> list[str]:
     for text in warnings:
         log.warning("%s", text)
     return warnings
+
+
+def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Any | None:
+    """The node's dora `Node`, once joined: its wiring and env checked (`preflight`) and start-up's
+    objects out of the garbage collector's way (`settle_heap`); None when the process was not
+    started by dora (`outside_dora` said so): the node's main then exits with status 2."""
+    if outside_dora(spec):
+        return None
+    from dora import Node
+
+    from .runtime import settle_heap
+
+    node = Node()
+    preflight(node, spec, log)
+    settle_heap()
+    return node

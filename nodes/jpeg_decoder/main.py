@@ -11,9 +11,9 @@ import torch
 
 import tensor_codec as tc
 
-from ..common.startup import answer_command_line, outside_dora, preflight
+from ..common.startup import answer_command_line, join_dataflow
 from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
-from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, settle_heap, setup_logging
+from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
@@ -28,13 +28,9 @@ def main() -> int:
     if loaded is None:
         return 2
     config, device = loaded
-    if outside_dora(SPEC):
+    node = join_dataflow(SPEC, log)
+    if node is None:
         return 2
-    from dora import Node
-
-    node = Node()
-    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
-    settle_heap()  # no full collection over start-up's objects while messages wait
     decoder = JpegDecoder(device, config.mode, config.max_pixels)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
     # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
-from ..common.startup import answer_command_line, outside_dora, preflight
+from ..common.startup import answer_command_line, join_dataflow
 from ..common import protocol as P
 from ..common.delivery import EMPTY, ack_for
-from ..common.runtime import declared_outputs, load_node_config, settle_heap, setup_logging
+from ..common.runtime import declared_outputs, load_node_config, setup_logging
 from ..common.stats import SeqTracker
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, load_config
@@ -24,13 +24,9 @@ def main() -> int:
     if loaded is None:
         return 2
     config, _ = loaded
-    if outside_dora(SPEC):
+    node = join_dataflow(SPEC, log)
+    if node is None:
         return 2
-    from dora import Node
-
-    node = Node()
-    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
-    settle_heap()  # no full collection over start-up's objects while messages wait
     sink = JpegSink(config.dir, config.count, config.prefix)
     acks = ACK_OUTPUT in declared_outputs(node)  # acknowledged delivery: see ../common/delivery.py
     seen: dict[str, SeqTracker] = {}

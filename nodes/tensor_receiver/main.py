@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..common.startup import answer_command_line, outside_dora, preflight
-from ..common.runtime import declared_inputs, declared_outputs, load_node_config, settle_heap, setup_logging
+from ..common.startup import answer_command_line, join_dataflow
+from ..common.runtime import declared_inputs, declared_outputs, load_node_config, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, load_config
 from .receiver import Receiver, ack_for
@@ -35,13 +35,9 @@ def main() -> int:
     if loaded is None:
         return 2
     config, device = loaded
-    if outside_dora(SPEC):
+    node = join_dataflow(SPEC, log)
+    if node is None:
         return 2
-    from dora import Node
-
-    node = Node()
-    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
-    settle_heap()  # no full collection over start-up's objects while messages wait
     lossy = LossyBounds(config.jpeg_min_psnr, config.jpeg_max_mad)
     receiver = Receiver(device, config.verify, inputs=declared_inputs(node), lossy=lossy)
     acks = ACK_OUTPUT in declared_outputs(node)

@@ -8,11 +8,11 @@ import time
 
 import tensor_codec as tc
 
-from ..common.startup import answer_command_line, outside_dora, preflight
+from ..common.startup import answer_command_line, join_dataflow
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line
 from ..common.device import resolve_device
-from ..common.runtime import declared_inputs, declared_outputs, drain, Pacer, settle_heap, setup_logging
+from ..common.runtime import declared_inputs, declared_outputs, drain, Pacer, setup_logging
 from ..common.settings import SettingError
 from .spec import SPEC
 from .config import OUTPUT, load_config
@@ -111,13 +111,9 @@ def main() -> int:
     except SettingError as e:
         log.error("%s", e)
         return 2
-    if outside_dora(SPEC):
+    node = join_dataflow(SPEC, log)
+    if node is None:
         return 2
-    from dora import Node
-
-    node = Node()
-    preflight(node, SPEC, log)  # typos in env names, inputs wired under ids this node does not read
-    settle_heap()  # no full collection over start-up's objects while messages wait
     # Every declared output gets every message: wire local consumers to one output and remote
     # ones to another, and each gets its own transport.
     outputs = sorted(declared_outputs(node)) or [OUTPUT]
