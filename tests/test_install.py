@@ -143,7 +143,8 @@ def test_preinstalled_builds_are_pinned_so_pip_cannot_replace_them():
 def test_requirements_are_read_from_pyproject_runtime_and_test():
     reqs = dict(installer.requirements())
     assert reqs["dora-rs>=1.1,<1.2"] == "runtime" and reqs["pytest>=8"] == "test"
-    assert all(group in ("runtime", "test") for group in reqs.values())
+    assert reqs["torchcodec>=0.16"] == "fallback"  # a runtime requirement the JPEG nodes can do without
+    assert all(group in ("runtime", "fallback", "test") for group in reqs.values())
 
 
 # ------------------------------------------------------------------------- a real install, offline
@@ -405,18 +406,22 @@ def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_mi
     monkeypatch.setattr(installer, "install_fresh", step("project"))
     monkeypatch.setattr(installer, "install_layered", step("project", ["hypothesis>=6.100"]))
     monkeypatch.setattr(installer, "link_dora_cli", step("link dora"))
+    optional = []
+    monkeypatch.setattr(installer, "install_optional", lambda venv, wheels, reqs: (steps.append("optional"), optional.extend(reqs)) and reqs[:1])
     monkeypatch.setattr(installer, "install_hub_nodes", step("hub nodes", ["dora-echo==0.5.0"]))
     monkeypatch.setattr(installer, "link_hub_scripts", step("link hub scripts"))
     monkeypatch.setattr(installer, "verify", step("verify", "summary"))
     assert installer.main(["--venv", str(venv)]) == 0
     if mode == "fresh":
-        assert steps == ["project", "hub nodes", "verify"]
+        assert steps == ["project", "optional", "hub nodes", "verify"]
     else:
-        assert steps == ["project", "link dora", "hub nodes", "link hub scripts", "verify"]
+        assert steps == ["project", "link dora", "optional", "hub nodes", "link hub scripts", "verify"]
+    assert optional == installer.optional_requirements(mode)
     out = capsys.readouterr().out
     assert "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= retries)" in out
     stamp = json.loads((venv / installer.STAMP).read_text())
     assert stamp["missing"] == (["hypothesis>=6.100"] if mode == "layered" else []) + ["dora-echo==0.5.0"]
+    assert stamp["optional_missing"] == optional[:1]  # recorded apart: not a requirement of the project or its tests
 
 
 def test_a_malformed_hub_list_fails_before_anything_is_installed(tmp_path, monkeypatch, capsys):
@@ -430,3 +435,164 @@ def test_a_malformed_hub_list_fails_before_anything_is_installed(tmp_path, monke
     monkeypatch.setattr(installer, "install_fresh", lambda *a: pytest.fail("installed with a malformed hub list"))
     assert installer.main(["--venv", str(tmp_path / ".venv")]) == 1
     assert "install: FAILED: hub-nodes.txt line 3" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- the JPEG engines' packages (torchcodec, nvimgcodec)
+def test_torchcodec_is_a_runtime_dependency_pinned_for_the_fresh_install():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "torchcodec>=0.16" in project["dependencies"]
+    assert installer.constraint_pins()["torchcodec"] == "torchcodec==0.17.0"
+    assert set(installer.FALLBACKS) == {"torchcodec"}
+
+
+def test_the_nvimgcodec_extra_is_pinned_for_a_fresh_venv_and_at_its_floors_over_a_preinstalled_torch():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][installer.OPTIONAL_EXTRA]
+    # nvidia-nvjpeg, as nvImageCodec's own `nvjpeg` extra names it (nvidia-nvjpeg-cu13 is an empty placeholder).
+    assert extra == ["nvidia-nvimgcodec-cu13>=0.9", "nvidia-nvjpeg>=13"]
+    assert installer.optional_requirements("fresh") == ["nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43"]
+    assert installer.optional_requirements("layered") == extra
+
+
+def test_constraint_pins_are_read_by_name(tmp_path):
+    path = tmp_path / "constraints.txt"
+    path.write_text("# a comment\ntorch==2.14.1  # why\n\nNVIDIA_nvjpeg==13.3.2.43\nnot-a-pin>=1\n")
+    assert installer.constraint_pins(path) == {"torch": "torch==2.14.1", "nvidia-nvjpeg": "NVIDIA_nvjpeg==13.3.2.43"}
+    assert installer.constraint_pins(tmp_path / "absent.txt") == {}
+
+
+class FakeEnv:
+    """installer.run and installer.unmet over a .venv that has `has` (requirement names): a pip
+    install of names in `fail` fails as pip does offline; any other adds them."""
+
+    def __init__(self, has=(), fail=()):
+        self.has, self.fail = set(has), set(fail)
+        self.commands: list[list[str]] = []
+
+    def run(self, cmd, *, capture=False, check=True):
+        cmd = [str(c) for c in cmd]
+        self.commands.append(cmd)
+        wanted = [c for c in cmd[cmd.index("install") + 1:] if not c.startswith("-") and cmd[cmd.index(c) - 1] not in ("-c", "--find-links")]
+        failed = [w for w in wanted if installer.requirement_name(w) in self.fail]
+        if failed:
+            stderr = (f"ERROR: Could not find a version that satisfies the requirement {failed[0]} (from versions: none)\n"
+                      f"ERROR: No matching distribution found for {failed[0]}\n")
+            return subprocess.CompletedProcess(cmd, 1, "", stderr)
+        self.has |= {installer.requirement_name(w) for w in wanted}
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    def unmet(self, venv, reqs):
+        return [(text, group, None) for text, group in reqs if installer.requirement_name(text) not in self.has]
+
+
+LAYERED_PIP = ["/venv/bin/python", "-m", "pip", "install", "--quiet", "--no-input", "--no-index", "-c", "/venv/pins.txt"]
+
+
+def test_over_a_preinstalled_torch_a_torchcodec_not_to_be_had_is_a_warning_not_an_error(monkeypatch, capsys):
+    env = FakeEnv(has={"torch", "torchvision", "pyarrow", "numpy", "pytest"}, fail={"torchcodec"})
+    monkeypatch.setattr(installer, "run", env.run)
+    monkeypatch.setattr(installer, "unmet", env.unmet)
+    missing = installer.install_missing(Path("/venv"), LAYERED_PIP, installer.requirements())  # does not raise
+    assert "torchcodec>=0.16" in missing and "dora-rs>=1.1,<1.2" not in missing  # the rest installed, one by one
+    assert {"dora-rs", "dora-rs-cli", "pyyaml", "hypothesis"} <= env.has
+    out = capsys.readouterr().out
+    assert ("install: torchcodec>=0.16: not to be had here: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back); "
+            "bash ../shared/gpu/wheels.sh torchcodec==0.17.0 carries it\n") in out
+
+
+def test_over_a_preinstalled_torch_a_runtime_requirement_without_a_fallback_is_still_an_error(monkeypatch, capsys):
+    env = FakeEnv(has={"torch", "torchvision", "pyarrow", "numpy"}, fail={"dora-rs", "torchcodec"})
+    monkeypatch.setattr(installer, "run", env.run)
+    monkeypatch.setattr(installer, "unmet", env.unmet)
+    with pytest.raises(installer.InstallError, match=r"missing: dora-rs>=1.1,<1.2 \(found none\)\. Put the wheels") as raised:
+        installer.install_missing(Path("/venv"), LAYERED_PIP, installer.requirements())
+    assert "torchcodec" not in str(raised.value)
+
+
+def test_a_missing_torchcodec_is_warned_about_recorded_and_retried_with_wheels(tmp_path, monkeypatch, capsys):
+    venv = tmp_path / ".venv"
+    venv.mkdir()
+    monkeypatch.setattr(installer, "read_stamp", lambda venv: None)
+    monkeypatch.setattr(installer, "which_outside", lambda python, venv: "/usr/bin/python3")
+    monkeypatch.setattr(installer, "probe_interpreter", lambda python: probe(**SUPPORTED))
+    monkeypatch.setattr(installer, "must_rebuild", lambda *args: False)
+    monkeypatch.setattr(installer, "install_layered", lambda probe, venv, wheels: ["torchcodec>=0.16"])
+    for name in ("link_dora_cli", "link_hub_scripts"):
+        monkeypatch.setattr(installer, name, lambda *args: None)
+    monkeypatch.setattr(installer, "install_optional", lambda *args: [])
+    monkeypatch.setattr(installer, "install_hub_nodes", lambda *args: [])
+    monkeypatch.setattr(installer, "verify", lambda venv: "summary")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    assert installer.main(["--venv", str(venv)]) == 0
+    out = capsys.readouterr().out
+    assert ("install: warning: torchcodec>=0.16 is missing: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back) "
+            "(a later make with WHEELS= retries)") in out
+    assert "test requirement torchcodec" not in out
+    stamp = json.loads((venv / installer.STAMP).read_text())
+    assert stamp["missing"] == ["torchcodec>=0.16"]
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").write_text("")
+    assert installer.up_to_date(stamp, stamp["digest"], "/opt/torch/.venv/bin/python3", venv, None)
+    assert not installer.up_to_date(stamp, stamp["digest"], "/opt/torch/.venv/bin/python3", venv, "wheels")
+
+
+def test_the_optional_engine_packages_install_each_alone_held_to_what_the_venv_has(fake_venv, monkeypatch, capsys):
+    pip = FakePip()
+    monkeypatch.setattr(installer, "run", pip)
+    reqs = installer.optional_requirements("fresh")
+    assert installer.install_optional(fake_venv, None, reqs) == []
+    pins = fake_venv / installer.HUB_PINS
+    assert [cmd[-1] for cmd in pip.commands] == reqs
+    for cmd in pip.commands:
+        assert cmd[1:4] == ["-m", "pip", "install"] and cmd[cmd.index("-c") + 1] == str(pins) and "--no-deps" not in cmd, cmd
+    assert "torch==2.14.1" in pins.read_text()
+    assert capsys.readouterr().out.splitlines() == [
+        "install: optional nvidia-nvimgcodec-cu13==0.9.0.20 (the JPEG nodes' nvImageCodec engine): installed",
+        "install: optional nvidia-nvjpeg==13.3.2.43 (the JPEG nodes' nvImageCodec engine): installed",
+    ]
+    # Already there (in .venv or the environment below it): nothing is run.
+    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [])
+    pip.commands.clear()
+    assert installer.install_optional(fake_venv, None, reqs) == [] and pip.commands == []
+
+
+def test_an_optional_engine_package_not_to_be_had_is_one_line_never_an_error(fake_venv, monkeypatch, capsys):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    reqs = installer.optional_requirements("layered")
+    pip = FakePip(fail={reqs[0]})
+    monkeypatch.setattr(installer, "run", pip)
+    assert installer.install_optional(fake_venv, "/wheels", reqs) == [reqs[0]]  # never raises
+    assert [cmd[-1] for cmd in pip.commands] == reqs  # the other still installed
+    assert all("--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve()) for cmd in pip.commands)
+    assert capsys.readouterr().out.splitlines() == [
+        "install: optional nvidia-nvimgcodec-cu13>=0.9 (the JPEG nodes' nvImageCodec engine): not to be had here "
+        "(ERROR: Could not find a version that satisfies the requirement nvidia-nvimgcodec-cu13>=0.9 (from versions: none))",
+        "install: optional nvidia-nvjpeg>=13 (the JPEG nodes' nvImageCodec engine): installed",
+    ]
+    # Retried, as the rest, only where it could be had now: a wheel folder named, or an index.
+    stamp = {"mode": "layered", "python": "/opt/x/bin/python", "digest": "d", "missing": [], "optional_missing": [reqs[0]]}
+    (fake_venv / "bin").mkdir()
+    (fake_venv / "bin" / "python").write_text("")
+    assert installer.up_to_date(stamp, "d", "/opt/x/bin/python", fake_venv, None)
+    assert not installer.up_to_date(stamp, "d", "/opt/x/bin/python", fake_venv, "wheels")
+    monkeypatch.delenv("PIP_NO_INDEX")
+    assert not installer.up_to_date(stamp, "d", "/opt/x/bin/python", fake_venv, None)
+
+
+@pytest.mark.parametrize("name, old, new", [
+    ("pyproject.toml", '"nvidia-nvjpeg>=13"', '"nvidia-nvjpeg>=13.1"'),
+    ("constraints.txt", "nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvimgcodec-cu13==0.9.1.0"),
+    ("constraints.txt", "torchcodec==0.17.0", "torchcodec==0.17.1"),
+])
+def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, name, old, new):
+    for each in ("pyproject.toml", "constraints.txt", installer.HUB_NODES, "tools/install_env.py"):
+        (tmp_path / each).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / each, tmp_path / each)
+    monkeypatch.setattr(installer, "ROOT", tmp_path)
+    before, wanted = installer.inputs_digest(), installer.optional_requirements("fresh")
+    text = (tmp_path / name).read_text()
+    assert old in text
+    (tmp_path / name).write_text(text.replace(old, new))
+    assert installer.inputs_digest() != before
+    if name == "constraints.txt" and "nvimgcodec" in old:
+        assert installer.optional_requirements("fresh") == [new, wanted[1]]  # a new pin is unmet: installed again
+

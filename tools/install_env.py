@@ -13,7 +13,14 @@ Two ways, chosen by what the interpreter named by PYTHON already has:
 
 Offline (PIP_NO_INDEX=1) nothing is fetched: missing wheels come from WHEELS=dir (pip
 --find-links) and the project is built without build isolation, with the setuptools the
-environment has. A requirement that cannot be met offline is named with the wheel to bring.
+environment has. A requirement that cannot be met offline is named with the wheel to bring;
+over a preinstalled torch, a runtime requirement the project has a fallback for (FALLBACKS:
+torchcodec, whose place torchvision's codecs take) is a warning instead.
+
+Either way pyproject's `nvimgcodec` extra (the JPEG nodes' optional nvImageCodec engine) is then
+installed where it can be had: at the releases constraints.txt pins in a fresh .venv, at the
+extra's floors over a preinstalled torch (from WHEELS= offline). One that cannot be had is one
+line, never an error: ENGINE=auto does without it.
 
 Either way the dora-hub nodes that examples/ runs (examples/hub-nodes.txt) are installed after the
 project, each as that file says (some with `--no-deps`), with what .venv has of torch, torchvision,
@@ -21,8 +28,9 @@ pyarrow, numpy and dora-rs held as constraints. One that cannot be had is a warn
 its example skip.
 
 The result is recorded in .venv/tc-install.json; a later `make` with the same inputs (pyproject,
-constraints, examples/hub-nodes.txt, this file, the interpreter) does nothing. A later `make`
-without PYTHON= keeps the interpreter .venv was made over.
+constraints, examples/hub-nodes.txt, this file, the interpreter) does nothing, unless something
+missing could be had now (a wheel folder named, or an index to ask). A later `make` without
+PYTHON= keeps the interpreter .venv was made over.
 
     python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
 """
@@ -56,6 +64,15 @@ HUB_PINS = "tc-hub-pins.txt"  # in .venv: what it has of HUB_KEPT, as constraint
 # A hub node's own pins may not replace these: dora-echo asks numpy<2 (pyarrow then fails to
 # import), dora-camera-opencv dora-rs<0.4 (whose nodes cannot talk to a dora 1.1 daemon).
 HUB_KEPT = PINNED + ("dora-rs",)
+# Runtime requirements the project runs without, and what takes their place: over a preinstalled
+# torch (often offline), one that cannot be had is a warning, not an install error.
+FALLBACKS = {
+    "torchcodec": "the JPEG nodes use torchvision's codecs (ENGINE=auto falls back)",
+}
+GPU_HOST_WHEELS = "bash ../shared/gpu/wheels.sh"  # brings a wheel to this project's offline GPU hosts
+# pyproject's extra installed best-effort after the project, in both ways (never an error).
+OPTIONAL_EXTRA = "nvimgcodec"
+OPTIONAL_WHAT = "the JPEG nodes' nvImageCodec engine"
 # A requirement met by another distribution of the same module (import cv2).
 ALTERNATIVES = {
     "opencv-python-headless": ["opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"],
@@ -115,10 +132,34 @@ def pins(probe: dict) -> list[str]:
 
 
 def requirements() -> list[tuple[str, str]]:
-    """(requirement, group) of the project: group "runtime" or "test"."""
+    """(requirement, group) of the project: group "runtime", "fallback" (a runtime requirement
+    named in FALLBACKS) or "test"."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime = [(r, "runtime") for r in project["dependencies"]]
+    runtime = [(r, "fallback" if requirement_name(r) in FALLBACKS else "runtime") for r in project["dependencies"]]
     return runtime + [(r, "test") for r in project.get("optional-dependencies", {}).get("test", [])]
+
+
+def constraint_pins(path: Path | None = None) -> dict[str, str]:
+    """name -> `name==version` for each pin of constraints.txt (`#` starts a comment)."""
+    path = path or ROOT / "constraints.txt"
+    found = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        text = line.split("#", 1)[0].strip()
+        if "==" in text:
+            found[requirement_name(text)] = text
+    return found
+
+
+def optional_requirements(mode: str) -> list[str]:
+    """pyproject's OPTIONAL_EXTRA as .venv gets it: in a fresh .venv at the release constraints.txt
+    pins (so a new pin installs again), over a preinstalled torch at the extra's own floors (what
+    a wheel folder brings; constraints.txt's pins are for the torch it pins)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project.get("optional-dependencies", {}).get(OPTIONAL_EXTRA, [])
+    if mode != "fresh":
+        return extra
+    pinned = constraint_pins()
+    return [pinned.get(requirement_name(text), text) for text in extra]
 
 
 def requirement_name(text: str) -> str:
@@ -319,11 +360,11 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
 
 
 def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[str]:
-    """Install the requirements .venv does not meet yet; -> the test requirements still missing. A requirement whose own
+    """Install the requirements .venv does not meet yet; -> the test and fallback requirements still missing. A requirement whose own
     dependencies cannot be had offline (dora-rs-cli asks for uv, which nothing here runs) is
     installed without them (never torchvision or pyarrow: those must match the torch there); what
     is still missing after that is an error if the project needs it to run, a warning if only
-    tests need it (those tests skip)."""
+    tests need it (those tests skip) or if the project has a fallback for it (FALLBACKS)."""
     todo = [text for text, _, _ in unmet(venv, reqs)]
     if todo:
         print(f"install: not in the environment yet: {', '.join(todo)}")
@@ -335,6 +376,8 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
                 print(f"install: {text}: not to be had here with the dependencies it needs (it must match the torch there)")
             elif run([*pip, "--no-deps", text], capture=True, check=False).returncode == 0:
                 print(f"install: {text}: installed without its own dependencies (some are not to be had here)")
+            elif requirement_name(text) in FALLBACKS:
+                print(f"install: {text}: not to be had here: {fallback_hint(text)}")
             else:
                 print(f"install: {text}: not to be had here")
     still = unmet(venv, reqs)
@@ -342,6 +385,12 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
     if runtime:
         raise InstallError("missing: " + ", ".join(runtime) + ". " + wheel_hint([t for t, g, _ in still if g == "runtime"]))
     return [text for text, _, _ in still]
+
+
+def fallback_hint(text: str) -> str:
+    """What takes the place of a FALLBACKS requirement, and how its wheel comes to a GPU host."""
+    name = requirement_name(text)
+    return f"{FALLBACKS[name]}; {GPU_HOST_WHEELS} {constraint_pins().get(name, text)} carries it"
 
 
 def link_dora_cli(probe: dict, venv: Path) -> None:
@@ -360,7 +409,8 @@ def installed_versions(venv: Path, names) -> dict[str, str | None]:
 
 def write_hub_pins(venv: Path) -> Path:
     """Constraints holding what .venv has now of HUB_KEPT (its own or the underlying
-    environment's): pip may not change them to meet a hub node's dependencies."""
+    environment's): pip may not change them to meet a hub node's (or an optional package's)
+    dependencies."""
     found = installed_versions(venv, HUB_KEPT)
     path = venv / HUB_PINS
     path.write_text("".join(f"{name}=={version}\n" for name, version in found.items() if version))
@@ -384,9 +434,35 @@ def install_hub_nodes(venv: Path, wheels: str | None, nodes: list[tuple[str, boo
             how = " without its dependencies (--no-deps: see examples/hub-nodes.txt)" if no_deps else ""
             print(f"install: hub node {text}: installed{how}")
             continue
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")] or proc.stderr.strip().splitlines() or ["?"]
-        print(f"install: hub node {text}: not to be had here ({errors[0][:300]})")
+        print(f"install: hub node {text}: not to be had here ({first_error(proc)})")
         missing.append(text)
+    return missing
+
+
+def first_error(proc: subprocess.CompletedProcess) -> str:
+    """The first line of pip's reason for failing."""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")] or proc.stderr.strip().splitlines() or ["?"]
+    return errors[0][:300]
+
+
+def install_optional(venv: Path, wheels: str | None, reqs: list[str]) -> list[str]:
+    """Install the packages of the optional extra (optional_requirements) that .venv does not have
+    yet, each alone, after the project and under write_hub_pins; -> those that could not be had.
+    Never an error: the project is whole without them. One line each, installed or why not."""
+    todo = {text for text, _, _ in unmet(venv, [(text, "optional") for text in reqs])}
+    if not todo:
+        return []
+    pip = [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", write_hub_pins(venv)]
+    missing = []
+    for text in reqs:
+        if text not in todo:
+            continue
+        proc = run([*pip, text], capture=True, check=False)
+        if proc.returncode == 0:
+            print(f"install: optional {text} ({OPTIONAL_WHAT}): installed")
+        else:
+            print(f"install: optional {text} ({OPTIONAL_WHAT}): not to be had here ({first_error(proc)})")
+            missing.append(text)
     return missing
 
 
@@ -404,12 +480,12 @@ def verify(venv: Path) -> str:
     """Import everything from outside the checkout (so only what is installed counts) and check
     that the project found is this checkout: a copy installed in the underlying environment
     would otherwise hide it."""
-    code = (
+    # torchcodec by its metadata only: the JPEG nodes fall back where it is missing or does not load.
+    code = _VERSION_OF + (
         "import dora, pyarrow, torch, torchvision, tensor_codec, tensor_codec_nodes\n"
-        "from importlib import metadata\n"
         "print(tensor_codec.__file__); print(tensor_codec_nodes.__file__)\n"
-        "print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, pyarrow {pyarrow.__version__}, '\n"
-        "      f'dora-rs {metadata.version(\"dora-rs\")}; torch from {torch.__file__.rsplit(\"/torch/\", 1)[0]}')\n"
+        "print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, torchcodec {version(\"torchcodec\") or \"none\"}, '\n"
+        "      f'pyarrow {pyarrow.__version__}, dora-rs {version(\"dora-rs\")}; torch from {torch.__file__.rsplit(\"/torch/\", 1)[0]}')\n"
     )
     proc = subprocess.run([str(venv_python(venv)), "-c", code], env=clean_env(), text=True, capture_output=True, cwd=venv)
     if proc.returncode != 0:
@@ -466,7 +542,7 @@ def up_to_date(stamp: dict | None, digest: str, python: str, venv: Path, wheels:
     (a wheel folder named, or an index to ask)."""
     if not stamp or stamp["digest"] != digest or stamp["python"] != python or not venv_python(venv).exists():
         return False
-    return not stamp.get("missing") or not (wheels or not pip_offline())
+    return not (stamp.get("missing") or stamp.get("optional_missing")) or not (wheels or not pip_offline())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             link_dora_cli(probe, venv)
         else:
             install_fresh(probe["executable"], venv, args.wheels)
+        optional_missing = install_optional(venv, args.wheels, optional_requirements(mode))
         hub_missing = install_hub_nodes(venv, args.wheels, hub)
         if mode == "layered":
             link_hub_scripts(probe, venv, hub)
@@ -513,12 +590,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"install: FAILED: {e}", file=sys.stderr)
         return 1
     for text in missing:
-        print(f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with WHEELS= retries)")
+        if requirement_name(text) in FALLBACKS:
+            print(f"install: warning: {text} is missing: {FALLBACKS[requirement_name(text)]} (a later make with WHEELS= retries)")
+        else:
+            print(f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with WHEELS= retries)")
     for text in hub_missing:
         print(f"install: warning: hub node {text} is missing: its example's tests skip (a later make with WHEELS= retries)")
-    # Hub nodes are recorded with the missing test requirements: up_to_date retries them alike.
+    # Hub nodes are recorded with the missing test requirements, the optional packages beside
+    # them: up_to_date retries them alike.
     record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"],
-              "missing": missing + hub_missing}
+              "missing": missing + hub_missing, "optional_missing": optional_missing}
     (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
     print(f"install: .venv ready ({mode}): {summary}")
     return 0
