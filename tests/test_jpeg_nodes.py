@@ -13,21 +13,34 @@ import pyarrow as pa
 import pytest
 import torch
 from torchvision import tv_tensors
-from torchvision.io import decode_jpeg, encode_jpeg
 
 import tensor_codec as tc
 from conftest import wait_until
+from jpeg_support import decoder_engine, encoder_engine, reference_decode, reference_encode
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.jpeg_header import JpegError, read_header
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
 from tensor_codec_nodes.common.quality import compare
 from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
 from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder
-from tensor_codec_nodes.jpeg_encoder.engines import CpuJpegEngine
 from tensor_codec_nodes.jpeg_sink.sink import JpegSink
 from tensor_codec_nodes.tensor_receiver.receiver import Receiver
 
 MIN_PSNR, MAX_MAD = 35.0, 3.0
+
+
+def decode_jpeg(data):
+    """As the JPEG is: 1 channel for a greyscale one, 3 otherwise."""
+    return reference_decode(data, None)
+
+
+def encode_jpeg(frame, quality=90):
+    return reference_encode(frame, quality)
+
+
+def cpu_decoder(*args, **kwargs):
+    """The decoder node's logic on the CPU with ENGINE=auto."""
+    return JpegDecoder(decoder_engine("auto", "cpu"), *args, **kwargs)
 
 
 def codec_event(obj, metadata=None, input_id="frames"):
@@ -61,7 +74,7 @@ def finish(encoder, out=None):
 
 
 def run_encoder(events, *, quality=90, batch=4, workers=2):
-    encoder = JpegEncoder(CpuJpegEngine(quality, workers), quality, batch)
+    encoder = JpegEncoder(encoder_engine("auto", "cpu", quality, workers), quality, batch)
     out = []
     try:
         for event in events:
@@ -168,7 +181,7 @@ def test_undecodable_messages_are_counted_and_skipped():
 def test_received_frames_are_released_once_encoded():
     """Frames may view dora's shared memory: they go back when their JPEG is done, not later."""
     event = frame_event(0, 240, 320)
-    encoder = JpegEncoder(CpuJpegEngine(90, 1), 90, 1)
+    encoder = JpegEncoder(encoder_engine("auto", "cpu", 90, 1), 90, 1)
     try:
         encoder.accept(event)
         item = encoder.pending[0]
@@ -195,7 +208,7 @@ def decode_all(decoder, events):
 
 
 def test_decoder_restores_frames_the_receiver_accepts():
-    decoder = JpegDecoder(torch.device("cpu"))
+    decoder = cpu_decoder()
     receiver = Receiver(torch.device("cpu"), inputs=["decoded"])
     events = [jpeg_event(*encoded(i, channels=c)) for i, c in ((0, 3), (1, 1), (2, 3))]
     for image, meta in decode_all(decoder, events):
@@ -208,7 +221,7 @@ def test_decoder_restores_frames_the_receiver_accepts():
 
 def test_receiver_refuses_a_lossy_frame_outside_the_bounds():
     data, meta = encoded(5)
-    decoder = JpegDecoder(torch.device("cpu"))
+    decoder = cpu_decoder()
     (image, meta), = decode_all(decoder, [jpeg_event(data, meta)])
     noisy = image.clone()
     noisy[:, 100:] = torch.randint(0, 256, noisy[:, 100:].shape, dtype=torch.uint8)  # below the index strip
@@ -220,13 +233,13 @@ def test_receiver_refuses_a_lossy_frame_outside_the_bounds():
 @pytest.mark.parametrize("mode, channels, want", [("auto", 1, 1), ("auto", 3, 3), ("rgb", 1, 3), ("gray", 3, 1)])
 def test_decoder_modes(mode, channels, want):
     data, meta = encoded(channels=channels)
-    (image, out), = decode_all(JpegDecoder(torch.device("cpu"), mode), [jpeg_event(data, meta)])
+    (image, out), = decode_all(cpu_decoder(mode), [jpeg_event(data, meta)])
     assert image.shape[0] == want and out[P.PIXEL_FORMAT] == ("mono8" if want == 1 else "rgb8")
 
 
 def test_auto_mode_without_metadata_follows_the_jpeg():
     grey, _ = encoded(channels=1)
-    (image, _), = decode_all(JpegDecoder(torch.device("cpu")), [jpeg_event(grey, {P.ENCODING: "jpeg"})])
+    (image, _), = decode_all(cpu_decoder(), [jpeg_event(grey, {P.ENCODING: "jpeg"})])
     assert image.shape[0] == 1
 
 
@@ -252,7 +265,7 @@ def _corruptions():
 @pytest.mark.parametrize("name, data, meta, reason", _corruptions(), ids=[c[0] for c in _corruptions()])
 def test_corrupt_jpegs_are_counted_and_skipped(name, data, meta, reason, caplog):
     good0, good1 = jpeg_event(*encoded(0)), jpeg_event(*encoded(1))
-    decoder = JpegDecoder(torch.device("cpu"), max_pixels=4096 * 4096)
+    decoder = cpu_decoder(max_pixels=4096 * 4096)
     frames = decode_all(decoder, [good0, jpeg_event(data, {**meta, P.FRAME: 77}), good1])
     assert [m[P.FRAME] for _, m in frames] == [0, 1]
     assert decoder.stats.bad == 1 and reason in decoder.stats.failures[0], decoder.stats.failures
@@ -265,7 +278,7 @@ def test_a_jpeg_that_fails_inside_the_decoder_does_not_take_its_batch_with_it():
     sos = bytes(broken.numpy()).index(b"\xff\xda")
     broken[sos + 4 :] = 0xFF  # header intact, scan data gone (and no EOI check: keep the tail)
     broken[-2:] = torch.tensor([0xFF, 0xD9], dtype=torch.uint8)
-    decoder = JpegDecoder(torch.device("cpu"))
+    decoder = cpu_decoder()
     events = [jpeg_event(good, meta), jpeg_event(broken, {P.ENCODING: "jpeg", P.FRAME: 9}), jpeg_event(*encoded(1))]
     frames = decode_all(decoder, events)
     assert [m[P.FRAME] for _, m in frames] == [0, 1]

@@ -34,6 +34,17 @@ class JpegInfo:
     components: int  # 1 = greyscale, 3 = YCbCr/RGB, 4 = CMYK
     progressive: bool
     size: int  # bytes
+    subsampling: str = "gray"  # of the chroma: "gray" (one component), "444", "422", "420", "440", "411" or "other"
+
+
+def _subsampling(factors: list[tuple[int, int]]) -> str:
+    """The chroma subsampling named by the frame header's (horizontal, vertical) sampling factors."""
+    if len(factors) == 1:
+        return "gray"
+    (h, v), rest = factors[0], factors[1:]
+    if any(f != (1, 1) for f in rest):
+        return "444" if all(f == factors[0] for f in rest) else "other"
+    return {(1, 1): "444", (2, 1): "422", (2, 2): "420", (1, 2): "440", (4, 1): "411"}.get((h, v), "other")
 
 
 def _bytes_of(data) -> memoryview:
@@ -87,7 +98,10 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
                 raise JpegError(f"jpeg: frame header declares {components} components, expected 1, 3 or 4")
             if max_pixels is not None and width * height > max_pixels:
                 raise JpegError(f"jpeg: {width}x{height} = {width * height} px, expected at most {max_pixels} (MAX_PIXELS)")
-            return JpegInfo(width, height, components, marker in _PROGRESSIVE, n)
+            if length < 8 + 3 * components:
+                raise JpegError(f"jpeg: frame header at byte {i} is {length} bytes, expected {8 + 3 * components} for {components} components")
+            factors = [(b[i + 11 + 3 * c] >> 4, b[i + 11 + 3 * c] & 15) for c in range(components)]
+            return JpegInfo(width, height, components, marker in _PROGRESSIVE, n, _subsampling(factors))
         i += 2 + length
     raise JpegError(f"jpeg: expected a frame header (SOF marker) before the image data, got none in {n} bytes")
 

@@ -39,6 +39,7 @@ PATTERN_SIZE = "pattern_size"  # "640x480": the size the pattern was rendered at
 QUALITY = "quality"  # JPEG quality the frame was encoded at, 1..100
 CHANNELS = "channels"  # channels of the source frame (1 or 3): a decoder restores the same
 JPEG_CRC32 = "jpeg_crc32"  # zlib.crc32 of the JPEG bytes: a decoder refuses bytes that changed on the way
+SUBSAMPLING = "subsampling"  # chroma subsampling of a JPEG as its header says: "420", "444" or "gray"
 LOSSY = "lossy"  # "jpeg" on a frame decoded from a JPEG: its content matches the source within bounds
 
 ACK_INPUT = "ack"

@@ -15,7 +15,7 @@ from ..common import protocol as P
 from ..common.images import encoding_for
 from ..common.jpeg_header import JpegError, check_jpeg_message
 from ..common.stats import keep_failure
-from .engine import decode_batch
+from .engines import JpegDecodeEngine
 
 log = logging.getLogger("jpeg-decoder")
 
@@ -47,11 +47,14 @@ class _Checked:
     jpeg: torch.Tensor
     channels: int
     metadata: dict
+    height: int  # as the JPEG's header says
+    width: int
 
 
 class JpegDecoder:
-    def __init__(self, device: torch.device, mode: str = "auto", max_pixels: int = 64 * 2**20):
-        self.device = device
+    def __init__(self, engine: JpegDecodeEngine, mode: str = "auto", max_pixels: int = 64 * 2**20):
+        self.engine = engine
+        self.device = engine.device
         self.mode = mode
         self.max_pixels = max_pixels
         self.stats = DecoderStats()
@@ -68,7 +71,7 @@ class JpegDecoder:
         except (JpegError, tc.CodecError) as e:
             self._bad(metadata, f"{type(e).__name__}: {e}")
             return None
-        return _Checked(jpeg, channels, metadata)
+        return _Checked(jpeg, channels, metadata, info.height, info.width)
 
     def _channels(self, metadata: dict, components: int) -> int:
         if self.mode == "rgb":
@@ -86,10 +89,16 @@ class JpegDecoder:
     def decode(self, batch: list[_Checked]) -> list[tuple[tv_tensors.Image, dict]]:
         """Decode a batch; -> (frame, metadata) for each JPEG that decoded, in order."""
         out = []
-        results = decode_batch([c.jpeg for c in batch], [c.channels for c in batch], self.device)
+        results = self.engine.decode([c.jpeg for c in batch], [c.channels for c in batch])
         for item, result in zip(batch, results):
             if isinstance(result, Exception):
                 self._bad(item.metadata, f"decode: {type(result).__name__}: {str(result).splitlines()[0] if str(result) else ''}")
+                continue
+            # The header's size, or its sides swapped (an EXIF orientation that rotates by 90
+            # degrees, applied by every engine); anything else is not this JPEG's frame.
+            want = (item.channels, item.height, item.width)
+            if tuple(result.shape) not in (want, (item.channels, item.width, item.height)):
+                self._bad(item.metadata, f"decode: {self.engine.name} returned shape {tuple(result.shape)}, expected {want} from the JPEG's header")
                 continue
             self.stats.decoded += 1
             out.append((tv_tensors.Image(result), frame_metadata(item.metadata, result)))

@@ -16,7 +16,9 @@ from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_tim
 from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
+from ..common.jpeg_engines import EngineError, choose_decoder
 from .decoder import JpegDecoder
+from .engines import make_decode_engine
 
 
 def main() -> int:
@@ -31,7 +33,16 @@ def main() -> int:
     node = join_dataflow(SPEC, log)
     if node is None:
         return 2
-    decoder = JpegDecoder(device, config.mode, config.max_pixels)
+    try:
+        choice = choose_decoder(config.engine, device)
+        engine = make_decode_engine(choice, device)
+    except EngineError as e:
+        log.error("%s", e)
+        return 2
+    except Exception as e:  # the library imported but cannot start (no device memory, driver, ...)
+        log.error("ENGINE=%s: %s could not start on %s: %s: %s", config.engine, choice.name, device, type(e).__name__, e)
+        return 2
+    decoder = JpegDecoder(engine, config.mode, config.max_pixels)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
     # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
     ackers = ackers_of(declared_inputs(node))
@@ -40,7 +51,7 @@ def main() -> int:
     send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
     relay = Relay({INPUT}, outbox, send_ack, log)
     acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-    log.info("%s on %s, mode %s, batch %d%s", "nvJPEG" if device.type == "cuda" else "CPU decoder", device, config.mode, config.batch, acked)
+    log.info("%s on %s, mode %s, batch %d%s", choice.describe(), device, config.mode, config.batch, acked)
     # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():

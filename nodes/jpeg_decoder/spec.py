@@ -6,8 +6,9 @@ from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
 SPEC = NodeSpec(
     name="tc-jpeg-decoder",
     description=(
-        "Decodes JPEG messages to tv_tensors.Image frames sent through tensor_codec: nvJPEG on CUDA (the node's "
-        "stream is drained before each decode, so no block still in use is written) or the CPU. Every JPEG is "
+        "Decodes JPEG messages to tv_tensors.Image frames sent through tensor_codec, with TorchCodec, nvImageCodec or "
+        "torchvision (ENGINE) on CUDA (the node's stream is drained before each decode, so no block still in use is "
+        "written) or the CPU; EXIF orientation is applied by every engine. Every JPEG is "
         "checked first: markers, header size against MAX_PIXELS, metadata width/height and jpeg_crc32; a bad or "
         "corrupt one is logged, counted and skipped."
     ),
@@ -31,7 +32,7 @@ SPEC = NodeSpec(
                 "pixel_format": "rgb8 or mono8. Never dora's encoding/width/height: the value is a tensor_codec message, not flat pixels (the frame's size is the tensor's shape)",
                 "lossy": "jpeg: the frame went through JPEG (its content matches the source within bounds, not exactly)",
                 "sent_ns": "wall clock (ns) just before sending",
-                "(carried)": "every other key of the JPEG message (quality, frame, capture_ns, seq, count, stream, pattern, ...), except encoding, width, height, channels and jpeg_crc32",
+                "(carried)": "every other key of the JPEG message (quality, subsampling, frame, capture_ns, seq, count, stream, pattern, ...), except encoding, width, height, channels and jpeg_crc32",
                 "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the JPEG's) and wants_ack true",
             },
         ),

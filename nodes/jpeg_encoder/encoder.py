@@ -16,13 +16,14 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
+from ..common.jpeg_header import JpegError, read_header
 from ..common.stats import keep_failure
 from .engines import JpegEngine
 
 log = logging.getLogger("jpeg-encoder")
 
 # Keys that describe the source message, not the JPEG: dropped on the way through.
-_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.JPEG_CRC32, P.LOSSY})
+_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.JPEG_CRC32, P.LOSSY, P.SUBSAMPLING})
 
 
 def jpeg_metadata(source: dict, channels: int, height: int, width: int, quality: int) -> dict:
@@ -169,6 +170,11 @@ class JpegEncoder:
                     item.borrowed = None
             now = self.clock_ns()
             for item, (data, crc) in zip(job.items, encoded):
+                try:
+                    item.metadata[P.SUBSAMPLING] = read_header(data).subsampling  # what was written, whatever the engine
+                except JpegError as e:
+                    self._failed([item], f"encoder wrote no readable JPEG: {e}")
+                    continue
                 item.metadata[P.JPEG_CRC32] = crc
                 self.stats.encoded += 1
                 self.stats.bytes_out += data.numel()

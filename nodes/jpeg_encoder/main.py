@@ -14,7 +14,8 @@ from ..common.runtime import declared_inputs, declared_outputs, drain, load_node
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
-from .engines import make_engine
+from ..common.jpeg_engines import EngineError
+from .engines import choose_encoder, make_engine
 
 POLL_S = 0.002  # while batches are in flight: how long to wait for one before looking for input
 
@@ -46,7 +47,15 @@ def main() -> int:
     node = join_dataflow(SPEC, log)
     if node is None:
         return 2
-    engine = make_engine(device, config.quality, config.workers)
+    try:
+        choice = choose_encoder(config.engine, config.subsampling, device)
+        engine = make_engine(choice, device, config.quality, config.workers)
+    except EngineError as e:
+        log.error("%s", e)
+        return 2
+    except Exception as e:  # the library imported but cannot start (no device memory, driver, ...)
+        log.error("ENGINE=%s: %s could not start on %s: %s: %s", config.engine, choice.name, device, type(e).__name__, e)
+        return 2
     encoder = JpegEncoder(engine, config.quality, config.batch)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
     # make the output windowed; an `ack` output acknowledges the frames to their sender.
@@ -55,9 +64,8 @@ def main() -> int:
     outbox = Outbox(window, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), log, time.monotonic)
     send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
     relay = Relay({INPUT}, outbox, send_ack, log)
-    what = f"nvJPEG (torchvision, fenced by the {engine.fence})" if device.type == "cuda" else "torchvision's CPU encoder"
     acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-    log.info("%s on %s, quality %d, batch %d, %d workers%s", what, device, config.quality, config.batch, config.workers, acked)
+    log.info("%s: %s, quality %d, batch %d, %d workers%s", choice.describe(), engine.describe(), config.quality, config.batch, config.workers, acked)
     ended = False  # the event stream ended
     try:
         # Without acks: run until the event stream ends (not on STOP: dora delivers STOP before

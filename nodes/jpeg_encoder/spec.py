@@ -6,9 +6,9 @@ from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
 SPEC = NodeSpec(
     name="tc-jpeg-encoder",
     description=(
-        "Encodes frames to JPEG: nvJPEG on CUDA through torchvision, ordered by construction (each worker's own "
-        "stream waits on the frame's event; bytes are read only after an event recorded after the encode), or "
-        "torchvision's CPU encoder on a thread pool when there is no GPU or DEVICE=cpu. Output order is input order."
+        "Encodes frames to JPEG with TorchCodec (CPU or CUDA), NVIDIA nvImageCodec (batched, CUDA) or torchvision "
+        "(ENGINE), ordered by construction on CUDA: each worker's own stream waits on the frame's event (no host wait "
+        "for the producer) and bytes are read only after the encode is known to be done. Output order is input order."
     ),
     inputs=(
         Port(
@@ -36,6 +36,7 @@ SPEC = NodeSpec(
                 "height": "frame height in px",
                 "channels": "channels of the source frame (1 or 3); on a GPU greyscale is encoded as equal RGB, a decoder restores 1 channel",
                 "quality": "QUALITY",
+                "subsampling": "the JPEG's chroma subsampling as its header says: 420, 444 or gray",
                 "jpeg_crc32": "zlib.crc32 of the JPEG bytes; tc-jpeg-decoder refuses a JPEG that no longer matches it",
                 "sent_ns": "wall clock (ns) just before sending",
                 "(carried)": "every other key of the frame's metadata (frame, capture_ns, seq, count, stream, pattern, ...), except tensor_codec's tc.* keys, checksum, wants_ack and expect",

@@ -1,4 +1,6 @@
-"""JPEG encoders that are stream-correct by construction, whatever torchvision version runs.
+"""ENGINE=torchvision: torchvision.io's JPEG encoders (deprecated since torchvision 0.29 in favour of
+TorchCodec; kept for an older torch where TorchCodec does not import), stream-correct by
+construction whatever torchvision version runs.
 
 Failure mode 2: torchvision's CUDA encoder encodes on a private stream that never waits on the
 caller's stream. Through 0.21 it also recorded its "done" event *before* the encode and copied
@@ -15,7 +17,7 @@ stream built the encoder. Hence, in this engine:
      another stream, or the probe cannot tell, every encode ends with a device-wide synchronize:
      slower, never wrong (logged once);
   1. each worker, on its own stream, waits (GPU-side) on the event recorded after the frame was
-     made, prepares the frame (contiguous, 3 channels) and host-waits for *its own stream
+     made (base.PooledEngine), prepares the frame (contiguous, 3 channels) and host-waits for *its own stream
      only*: the private stream cannot be made to wait on ours, so the input must be complete
      before the call is made (no device-wide sync; other streams keep running);
   2. calls encode_jpeg;
@@ -24,63 +26,33 @@ stream built the encoder. Hence, in this engine:
   4. copies the bytes to pinned host memory on its stream, records an event after that copy and
      reads the bytes only once that event has completed.
 
-The CPU engine runs torchvision's CPU encoder on a thread pool.
+The CPU engine runs torchvision's CPU encoder on a thread pool. Both write 4:2:0 (CPU, libjpeg's
+default) and 4:4:4 (nvJPEG) only.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
 
 import torch
 from torchvision.io import encode_jpeg
 
-__all__ = ["Encoded", "JpegEngine", "CpuJpegEngine", "CudaJpegEngine", "make_engine", "encoder_fences_default_stream"]
+from .base import PooledEngine, as_rgb3
+
+__all__ = ["TorchvisionCpuEngine", "TorchvisionCudaEngine", "encoder_fences_default_stream", "FENCE_DEFAULT_STREAM", "FENCE_DEVICE_SYNC"]
 
 log = logging.getLogger("jpeg-encoder")
 
 
-class Encoded(NamedTuple):
-    data: torch.Tensor  # the JPEG: flat uint8, CPU
-    crc32: int  # of those bytes, computed on the worker (zlib releases the GIL)
+class TorchvisionCpuEngine(PooledEngine):
+    name = "torchvision"
 
-
-def _finish(jpegs) -> list[Encoded]:
-    return [Encoded(j, zlib.crc32(j.numpy())) for j in jpegs]
-
-
-class JpegEngine:
-    """submit(frames) -> Future of one `Encoded` per frame.
-
-    frames: (C, H, W) uint8 tensors on `self.device`, C in (1, 3), made on the submitting
-    thread's current stream. The caller keeps no promise about them after submit returns.
-    """
-
-    device: torch.device
-    workers: int
-
-    def submit(self, frames: list[torch.Tensor]) -> Future:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-
-class CpuJpegEngine(JpegEngine):
     def __init__(self, quality: int, workers: int):
-        self.device = torch.device("cpu")
+        super().__init__(torch.device("cpu"), workers, "420")
         self.quality = quality
-        self.workers = workers
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="jpeg-cpu")
 
-    def submit(self, frames: list[torch.Tensor]) -> Future:
-        return self._pool.submit(self._encode, list(frames))
-
-    def _encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
-        return _finish(encode_jpeg(frames, quality=self.quality))
+    def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
+        return encode_jpeg(frames, quality=self.quality)
 
 
 FENCE_DEFAULT_STREAM = "default-stream"
@@ -143,52 +115,33 @@ def bind_encoder_to_default_stream(device: torch.device) -> str:
     return FENCE_DEVICE_SYNC
 
 
-class CudaJpegEngine(JpegEngine):
+class TorchvisionCudaEngine(PooledEngine):
+    name = "torchvision"
+
     def __init__(self, device: torch.device, quality: int, workers: int):
         if device.type != "cuda":
             raise ValueError(f"device: expected a CUDA device, got {device}")
-        self.device = device
         self.quality = quality
-        self.workers = workers
         self.fence = bind_encoder_to_default_stream(device)  # step 0
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="jpeg-cuda")
+        super().__init__(device, workers, "444")
 
-    def _stream(self) -> torch.cuda.Stream:
-        stream = getattr(self._local, "stream", None)
-        if stream is None:
-            stream = self._local.stream = torch.cuda.Stream(self.device)
-        return stream
+    def describe(self) -> str:
+        return f"{self.name} on {self.device} (nvJPEG, fenced by the {self.fence})"
 
-    def submit(self, frames: list[torch.Tensor]) -> Future:
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(self.device))  # after the submitter's last write
-        return self._pool.submit(self._encode, list(frames), ready)
-
-    def _encode(self, frames: list[torch.Tensor], ready: torch.cuda.Event) -> list[torch.Tensor]:
-        stream = self._stream()
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
-            stream.wait_event(ready)
-            # nvJPEG through torchvision takes 3 contiguous channels; greyscale is replicated
-            # (it encodes to the same luma, and the decoder restores one channel).
-            inputs = [(f.expand(3, -1, -1) if f.shape[0] == 1 else f).contiguous() for f in frames]
-            stream.synchronize()  # step 1: inputs complete before the private stream reads them
-            encoded = encode_jpeg(inputs, quality=self.quality)
-            if self.fence == FENCE_DEFAULT_STREAM:
-                copied = torch.cuda.Event()
-                copied.record(torch.cuda.default_stream(self.device))  # step 3: after the encoder's fence
-                stream.wait_event(copied)
-            else:
-                torch.cuda.synchronize(self.device)
-            host = [e.to("cpu", non_blocking=True) for e in encoded]  # step 4: pinned, on our stream
-            done = torch.cuda.Event()
-            done.record(stream)
-            done.synchronize()
-            del inputs, encoded  # only now may the allocator hand their blocks out again
-        return _finish(host)
-
-
-def make_engine(device: torch.device, quality: int, workers: int) -> JpegEngine:
-    if device.type == "cuda":
-        return CudaJpegEngine(device, quality, workers)
-    return CpuJpegEngine(quality, workers)
+    def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
+        stream = torch.cuda.current_stream(self.device)  # the worker's, already waiting on the frames' event
+        inputs = [as_rgb3(f).contiguous() for f in frames]
+        stream.synchronize()  # step 1: inputs complete before the private stream reads them
+        encoded = encode_jpeg(inputs, quality=self.quality)
+        if self.fence == FENCE_DEFAULT_STREAM:
+            copied = torch.cuda.Event()
+            copied.record(torch.cuda.default_stream(self.device))  # step 3: after the encoder's fence
+            stream.wait_event(copied)
+        else:
+            torch.cuda.synchronize(self.device)
+        host = [e.to("cpu", non_blocking=True) for e in encoded]  # step 4: pinned, on our stream
+        done = torch.cuda.Event()
+        done.record(stream)
+        done.synchronize()
+        del inputs, encoded  # only now may the allocator hand their blocks out again
+        return host

@@ -1,0 +1,99 @@
+"""What every JPEG encoder engine shares: the submit/Future contract, a thread pool, and on CUDA
+the fence against the producer's stream.
+
+The contract: `submit(frames)` takes (C, H, W) uint8 tensors on `engine.device`, C in (1, 3), made
+on the submitting thread's current stream, and returns a Future of one `Encoded` per frame, in
+order. The submitter keeps no promise about the frames after submit returns.
+
+On CUDA, submit records an event on the submitter's current stream (after the frame's last
+write; for a frame received by CUDA IPC, after tensor_codec made that stream wait on the
+producer's event). Each worker has its own stream, which waits on that event GPU-side before
+anything reads the frames: no host waits for the producer, no device-wide synchronize.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["Encoded", "JpegEngine", "PooledEngine", "finish", "as_rgb3"]
+
+
+class Encoded(NamedTuple):
+    data: torch.Tensor  # the JPEG: flat uint8, CPU
+    crc32: int  # of those bytes, computed on the worker (zlib releases the GIL)
+
+
+def finish(jpegs) -> list[Encoded]:
+    return [Encoded(j, zlib.crc32(j.numpy())) for j in jpegs]
+
+
+def as_rgb3(frame: torch.Tensor) -> torch.Tensor:
+    """nvJPEG through TorchCodec and torchvision encodes 3 channels only: greyscale is replicated
+    (the same luma; the message's `channels: 1` makes the decoder restore one channel)."""
+    return frame.expand(3, -1, -1) if frame.shape[0] == 1 else frame
+
+
+class JpegEngine:
+    """submit(frames) -> Future of one `Encoded` per frame (see the module's docstring)."""
+
+    name: str  # the ENGINE setting's value for it
+    device: torch.device
+    workers: int
+    subsampling: str  # "420" or "444": what colour frames are written with
+
+    def submit(self, frames: list[torch.Tensor]) -> Future:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.device}"
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class PooledEngine(JpegEngine):
+    """A pool of `workers` threads; subclasses implement `encode(frames) -> list of flat uint8 CPU
+    tensors`, run on a worker with, on CUDA, the worker's own stream current and already waiting
+    on the submitter's event. An encode must leave the bytes it returns complete (read only after
+    the work that wrote them is known to be done)."""
+
+    def __init__(self, device: torch.device, workers: int, subsampling: str):
+        self.device = torch.device(device)
+        self.workers = workers
+        self.subsampling = subsampling
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix=f"jpeg-{self.name}")
+
+    def stream(self) -> torch.cuda.Stream:
+        """This worker's own CUDA stream (made on first use)."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        return stream
+
+    def submit(self, frames: list[torch.Tensor]) -> Future:
+        if self.device.type != "cuda":
+            return self._pool.submit(self._run_cpu, list(frames))
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.device))  # after the submitter's last write
+        return self._pool.submit(self._run_cuda, list(frames), ready)
+
+    def _run_cpu(self, frames: list[torch.Tensor]) -> list[Encoded]:
+        return finish(self.encode(frames))
+
+    def _run_cuda(self, frames: list[torch.Tensor], ready: torch.cuda.Event) -> list[Encoded]:
+        stream = self.stream()
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            stream.wait_event(ready)  # GPU-side: nothing below reads a frame before it is made
+            return finish(self.encode(frames))
+
+    def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
