@@ -22,7 +22,7 @@ SETTINGS = (
         "ENGINE",
         "choice",
         "auto",
-        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision; "
+        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision, else nvimgcodec; "
         "logged once at start as engine=<name>, with why when it fell back), `torchcodec`, `torchvision` (deprecated since 0.29) "
         "or `nvimgcodec` (the optional extra `nvimgcodec`).",
         ENGINE_CHOICES,

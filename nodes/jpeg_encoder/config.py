@@ -22,7 +22,7 @@ SETTINGS = (
         "ENGINE",
         "choice",
         "auto",
-        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision; "
+        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision, else nvimgcodec; "
         "logged once at start as engine=<name>, with why when it fell back), `torchcodec` (TorchCodec), `torchvision` (torchvision.io, "
         "deprecated since 0.29) or `nvimgcodec` (NVIDIA nvImageCodec, batched; the optional extra `nvimgcodec`).",
         ENGINE_CHOICES,

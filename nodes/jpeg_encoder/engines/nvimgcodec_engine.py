@@ -12,7 +12,8 @@ On CUDA, per batch, on a worker whose stream already waits on the frames' event
   3. an event recorded on the worker's stream after the call is waited on before the bytes are
      read and before the inputs may be freed: no device-wide synchronise, and no host wait per
      frame, only one per batch.
-Colour frames are written 4:2:0 or 4:4:4 (SUBSAMPLING), greyscale as one component.
+Colour frames are written 4:2:0 or 4:4:4 (SUBSAMPLING), greyscale as one component (as equal RGB
+where the backend has no one-component encoder).
 
 On the CPU (only when ENGINE=nvimgcodec is asked for) the same calls run on nvImageCodec's CPU
 backends with host frames.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ...common.jpeg_engines import unavailable
-from .base import PooledEngine
+from .base import PooledEngine, as_rgb3
 
 __all__ = ["NvImgCodecEngine"]
 
@@ -95,6 +96,14 @@ class NvImgCodecEngine(PooledEngine):
             keep.extend(view for _, view in wrapped)
             streams = self._encoder().encode([image for image, _ in wrapped], "jpeg", params=self._params[channels], cuda_stream=handle)
             results.update(zip(indices, streams))  # step 2
+            refused = [i for i in indices if results.get(i) is None]
+            if channels == 1 and refused:
+                # A backend without a one-component encoder: the same luma as equal RGB (the
+                # message's `channels: 1` makes the decoder restore one channel).
+                wrapped = [self._image(as_rgb3(frames[i]).contiguous(), handle) for i in refused]
+                keep.extend(view for _, view in wrapped)
+                streams = self._encoder().encode([image for image, _ in wrapped], "jpeg", params=self._params[3], cuda_stream=handle)
+                results.update(zip(refused, streams))
         if cuda:
             done = torch.cuda.Event()
             done.record(stream)  # step 3
