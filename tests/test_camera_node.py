@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
+from torchcodec.encoders import JpegEncoder, PngEncoder
 from torchvision import tv_tensors
-from torchvision.io import write_png
 
 from tensor_codec_nodes.camera_source.camera import Camera
 from tensor_codec_nodes.camera_source.config import load_config
+from tensor_codec_nodes.camera_source import sources
 from tensor_codec_nodes.camera_source.sources import OpenCVSource, SourceError, SyntheticSource, open_source
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
@@ -72,7 +75,7 @@ def test_endless_camera_never_finishes():
 def write_images(folder, count, size=(3, 48, 64)):
     folder.mkdir()
     for i in range(count):
-        write_png(torch.full(size, 40 * i, dtype=torch.uint8), str(folder / f"img_{i:02d}.png"))
+        PngEncoder(torch.full(size, 40 * i, dtype=torch.uint8)).to_file(folder / f"img_{i:02d}.png")
     (folder / "notes.txt").write_text("not an image")
 
 
@@ -149,30 +152,136 @@ def test_synthetic_index_wraps_past_32_bits():
     assert read_index(source.read(2**32 + 7)) == 7
 
 
-def test_an_undecodable_image_is_skipped_and_counted(tmp_path):
+def images_source(folder, **env):
+    return open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(folder), "WIDTH": "0", "HEIGHT": "0", **env}), CPU)
+
+
+def test_an_undecodable_image_is_skipped_and_counted(tmp_path, caplog):
     write_images(tmp_path / "imgs", 2)
     (tmp_path / "imgs" / "img_00b.png").write_bytes(b"\x89PNG broken")
-    config = load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0"})
-    source = open_source(config, CPU)
-    frames = [source.read(i) for i in range(3)]
+    source = images_source(tmp_path / "imgs")
+    with caplog.at_level("WARNING", logger="camera-source"):
+        frames = [source.read(i) for i in range(3)]
     assert [int(f[0, 0, 0]) for f in frames[:2]] == [0, 40] and frames[2] is None
     assert source.skipped == 1
+    assert f"skipped {tmp_path / 'imgs' / 'img_00b.png'}: not a decodable image (" in caplog.text
 
-    looping = open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0", "LOOP": "1"}), CPU)
+    looping = images_source(tmp_path / "imgs", LOOP="1")
     assert [int(looping.read(i)[0, 0, 0]) for i in range(6)] == [0, 40] * 3 and looping.skipped == 1
 
 
+def test_unreadable_empty_damaged_and_animated_files_are_skipped_each_named(tmp_path, caplog):
+    folder = tmp_path / "imgs"
+    write_images(folder, 1)
+    (folder / "a_folder.png").mkdir()  # matches the suffix, cannot be read
+    (folder / "b_empty.jpg").write_bytes(b"")
+    jpeg = JpegEncoder(torch.full((3, 48, 64), 90, dtype=torch.uint8)).to_tensor(quality=90).numpy().tobytes()
+    (folder / "c_truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (folder / "d_text.jpeg").write_bytes(b"hello, not an image")
+    image = pytest.importorskip("PIL.Image")
+    frames = [image.new("RGB", (64, 48), (v, v, v)) for v in (10, 20)]
+    frames[0].save(folder / "e_animated.png", format="GIF", save_all=True, append_images=frames[1:])  # a GIF named .png
+    source = images_source(folder)
+    with caplog.at_level("WARNING", logger="camera-source"):
+        assert source.read(0).shape == (3, 48, 64) and source.read(1) is None
+    assert source.skipped == 5
+    reasons = {
+        "a_folder.png": "Is a directory",
+        "b_empty.jpg": "the file is empty",
+        "c_truncated.jpg": "truncated",
+        "d_text.jpeg": "nrecognized image format",
+        "e_animated.png": "expected a still image, got 2 frames",
+    }
+    for name, reason in reasons.items():
+        line = next(r.getMessage() for r in caplog.records if f"skipped {folder / name}: not a decodable image" in r.getMessage())
+        assert reason in line, line
+
+
 def test_sixteen_bit_images_become_rgb8(tmp_path):
+    cv2 = pytest.importorskip("cv2")  # writes 16-bit PNGs (TorchCodec's PngEncoder takes uint8 only)
     (tmp_path / "imgs").mkdir()
-    write_png(torch.full((3, 24, 32), 200, dtype=torch.uint8), str(tmp_path / "imgs" / "a.png"))
-    source = open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "0", "HEIGHT": "0"}), CPU)
+    deep = np.full((24, 32, 3), 200 * 257, dtype=np.uint16)
+    deep[0, 0] = 0x12F0  # rgb8 takes the high byte, as torchvision's to_dtype(scale=True) does
+    assert cv2.imwrite(str(tmp_path / "imgs" / "a.png"), deep)
     from torchvision.transforms.v2 import functional as F
 
     from tensor_codec_nodes.camera_source.sources import _fit
 
-    deep = F.to_dtype(torch.full((3, 24, 32), 200, dtype=torch.uint8), torch.uint16, scale=True)
-    assert _fit(deep, 0, 0).dtype == torch.uint8 and int(_fit(deep, 0, 0)[0, 0, 0]) == 200
-    assert source.read(0).dtype == torch.uint8
+    wide = F.to_dtype(torch.full((3, 24, 32), 200, dtype=torch.uint8), torch.uint16, scale=True)
+    assert _fit(wide, 0, 0).dtype == torch.uint8 and int(_fit(wide, 0, 0)[0, 0, 0]) == 200
+    frame = images_source(tmp_path / "imgs").read(0)
+    assert frame.dtype == torch.uint8 and frame.shape == (3, 24, 32)
+    assert int(frame[0, 1, 1]) == 200 and frame[:, 0, 0].tolist() == [0x12] * 3
+
+
+def jpeg_with_exif_orientation(image: torch.Tensor, orientation: int) -> bytes:
+    """A JPEG of image whose EXIF says how to turn it upright (6: rotate 90 degrees clockwise)."""
+    tiff = b"MM\x00\x2a\x00\x00\x00\x08" + b"\x00\x01" + b"\x01\x12\x00\x03\x00\x00\x00\x01" + orientation.to_bytes(2, "big") + b"\x00\x00" + b"\x00" * 4
+    app1 = b"Exif\x00\x00" + tiff
+    jpeg = JpegEncoder(image).to_tensor(quality=95).numpy().tobytes()
+    return jpeg[:2] + b"\xff\xe1" + (len(app1) + 2).to_bytes(2, "big") + app1 + jpeg[2:]
+
+
+def exif_folder(tmp_path):
+    """Two JPEGs of a picture whose left half is dark and right half light: one plain, one
+    stored as is but tagged 'rotate 90 degrees clockwise to view' (EXIF orientation 6); and a
+    16-bit PNG."""
+    picture = torch.zeros(3, 48, 64, dtype=torch.uint8)
+    picture[:, :, 32:] = 220
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    (folder / "a_plain.jpg").write_bytes(jpeg_with_exif_orientation(picture, 1))
+    (folder / "b_rotated.jpg").write_bytes(jpeg_with_exif_orientation(picture, 6))
+    PngEncoder(picture).to_file(folder / "c.png")
+    return folder
+
+
+def test_images_are_turned_upright_by_their_exif_orientation(tmp_path):
+    source = images_source(exif_folder(tmp_path))
+    plain, rotated = source.read(0), source.read(1)
+    assert plain.shape == (3, 48, 64) and rotated.shape == (3, 64, 48)
+    # turned 90 degrees clockwise: the left (dark) half is now the top
+    assert int(rotated[:, :28].float().mean()) < 10 and int(rotated[:, 36:].float().mean()) > 210
+    assert torch.equal(rotated, plain.rot90(-1, dims=(1, 2)))  # the same decoded pixels, turned
+
+
+class BrokenTorchCodec(types.ModuleType):
+    """torchcodec.decoders as an older torch sees it: its native library does not load."""
+
+    def __getattr__(self, name):
+        raise OSError("libtorchcodec_image.so: undefined symbol: _ZN3c10...")
+
+
+@pytest.mark.parametrize("installed, error", [(None, "ModuleNotFoundError"), (BrokenTorchCodec("torchcodec.decoders"), "OSError")])
+def test_without_torchcodec_the_source_falls_back_to_torchvision_and_decodes_the_same(tmp_path, monkeypatch, caplog, installed, error):
+    """Where TorchCodec does not import (an older torch), torchvision.io decodes: the same frames
+    (EXIF orientation applied, 16-bit kept), and torchvision 0.29's deprecation warning is not
+    raised for that deliberate use (pytest -W error::DeprecationWarning would fail here)."""
+    import sys
+
+    folder = exif_folder(tmp_path)
+    cv2 = pytest.importorskip("cv2")
+    assert cv2.imwrite(str(folder / "d_deep.png"), np.full((24, 32, 3), 0x12F0, dtype=np.uint16))
+    count = 4
+
+    sources.image_decoder.cache_clear()
+    with_torchcodec = images_source(folder)
+    want = [with_torchcodec.read(i) for i in range(count)]
+    assert sources.image_decoder() is not sources._torchvision_decode
+
+    sources.image_decoder.cache_clear()
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", installed)
+    try:
+        with caplog.at_level("INFO", logger="camera-source"):
+            assert sources.image_decoder() is sources._torchvision_decode
+        assert f"TorchCodec is not usable here ({error}: " in caplog.text
+        fallback = images_source(folder)
+        got = [fallback.read(i) for i in range(count)]
+    finally:
+        sources.image_decoder.cache_clear()
+    assert fallback.skipped == 0 and with_torchcodec.skipped == 0
+    for name, a, b in zip(sorted(p.name for p in folder.iterdir()), got, want):
+        assert a.dtype == b.dtype == torch.uint8 and torch.equal(a, b), name
 
 
 class RecordingNode:

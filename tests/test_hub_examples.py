@@ -66,9 +66,9 @@ def node_of(flow: dict, node_id: str) -> dict:
 
 def decode_jpeg_file(path: Path) -> torch.Tensor:
     """A JPEG file as a (3, H, W) uint8 RGB tensor."""
-    from torchvision.io import ImageReadMode, decode_jpeg, read_file
+    from torchcodec.decoders import decode_jpeg
 
-    return decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB)
+    return decode_jpeg(path, mode="RGB")
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

@@ -27,7 +27,7 @@ def assert_clean(report, inputs):
 
 
 def check_default_run(run):
-    from torchvision.io import decode_jpeg, read_file
+    from torchcodec.decoders import decode_jpeg
 
     from tensor_codec.testing import make_suite
 
@@ -41,7 +41,7 @@ def check_default_run(run):
         assert inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0  # JPEG round trips within bounds
         saved = sorted((workdir / "out" / "jpeg").glob("*.jpg"))
         assert [p.name for p in saved] == [f"frame-{i:06d}.jpg" for i in range(5)]
-        assert all(decode_jpeg(read_file(str(p))).shape == (3, 480, 640) for p in saved)
+        assert all(decode_jpeg(p, mode="UNCHANGED").shape == (3, 480, 640) for p in saved)  # as stored: RGB
         assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
         assert inputs["load"]["good"] == 40
         assert inputs["frames"]["latency_ms"]["p50"] is not None

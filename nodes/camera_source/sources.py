@@ -3,10 +3,12 @@ None when it has no more frames."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+import warnings
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -112,8 +114,55 @@ class OpenCVSource:
         self.capture.release()
 
 
+# torchvision 0.29 warns on every call of its image codecs (deprecated for TorchCodec's).
+TORCHVISION_CODECS_DEPRECATED = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+@functools.cache
+def image_decoder() -> Callable[[bytes], torch.Tensor]:
+    """The decoder of SOURCE=images: encoded bytes -> RGB (3, H, W) tensor, uint8 (uint16 for a
+    16-bit PNG; _fit scales it), turned upright by the file's EXIF orientation.
+
+    TorchCodec's decode_image where it imports; otherwise (an older torch, for which this
+    TorchCodec has no build, or its native library fails to load) torchvision.io's, imported
+    only then, asked for the same: EXIF orientation applied (TorchCodec always applies it),
+    16-bit samples kept. Chosen once per process."""
+    try:
+        from torchcodec.decoders import decode_image
+    except (ImportError, OSError, RuntimeError) as e:
+        log.info("TorchCodec is not usable here (%s: %s): images are decoded by torchvision.io", type(e).__name__, e)
+        return _torchvision_decode
+
+    def decode(data: bytes) -> torch.Tensor:
+        return decode_image(data, mode="RGB", output_dtype="auto")
+
+    return decode
+
+
+def _torchvision_decode(data: bytes) -> torch.Tensor:
+    from torchvision.io import ImageReadMode, decode_image
+
+    with warnings.catch_warnings():  # the fallback is deliberate: torchvision 0.29+ only gets here without TorchCodec
+        warnings.filterwarnings("ignore", TORCHVISION_CODECS_DEPRECATED, DeprecationWarning)
+        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB, apply_exif_orientation=True)
+
+
+def decode_image_file(path: Path) -> torch.Tensor:
+    """One image file as an RGB (3, H, W) tensor. OSError where it cannot be read; ValueError or
+    RuntimeError where it is not one decodable still image (empty, not JPEG/PNG/..., damaged,
+    animated)."""
+    data = path.read_bytes()
+    if not data:
+        raise ValueError("the file is empty")
+    frame = image_decoder()(data)
+    if frame.dim() != 3:  # an animated GIF/WebP (the format is read from the bytes, not the suffix)
+        raise ValueError(f"expected a still image, got {frame.shape[0]} frames")
+    return frame
+
+
 class ImageFolderSource:
-    """JPEG/PNG files of a folder in name order (SOURCE=images), decoded by torchvision."""
+    """JPEG/PNG files of a folder in name order (SOURCE=images), decoded by TorchCodec
+    (torchvision.io where TorchCodec is not available), upright by their EXIF orientation."""
 
     pattern = False
 
@@ -131,9 +180,7 @@ class ImageFolderSource:
         self.bad: set[Path] = set()
 
     def read(self, index: int) -> torch.Tensor | None:
-        """The next decodable image; a file that does not decode is logged, counted, skipped."""
-        from torchvision.io import ImageReadMode, decode_image, read_file
-
+        """The next decodable image; a file that does not read or decode is logged, counted, skipped."""
         for _ in range(len(self.files) + 1):
             if self.position >= len(self.files):
                 if not self.config.loop or len(self.bad) == len(self.files):
@@ -144,8 +191,8 @@ class ImageFolderSource:
             if path in self.bad:
                 continue
             try:
-                frame = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
-            except (RuntimeError, ValueError) as e:
+                frame = decode_image_file(path)
+            except (OSError, RuntimeError, ValueError) as e:
                 self.bad.add(path)
                 self.skipped += 1
                 log.warning("skipped %s: not a decodable image (%s)", path, e)
