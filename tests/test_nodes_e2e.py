@@ -223,8 +223,9 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
         # a congested direct path (as in dataflow.yml; a CI run lost one JPEG to the decoder).
         script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "tamperer/frames", "queue_size": 64, "queue_policy": "backpressure"}},
                     outputs=["jpeg"], env={"DEVICE": "cpu", "BATCH": 3}),
+        # ENGINE: the encoder's auto choice, the decoder's named: both libraries in one real run.
         script_node("decoder", "tc-jpeg-decoder", inputs={"jpeg": {"source": "tamperer/jpeg", "queue_size": 64, "queue_policy": "backpressure"}},
-                    outputs=["image"], env={"DEVICE": "cpu"}, extra={"shared_memory_pool_size": "64MB"}),
+                    outputs=["image"], env={"DEVICE": "cpu", "ENGINE": "torchvision"}, extra={"shared_memory_pool_size": "64MB"}),
         script_node("receiver", "tc-tensor-receiver", inputs={"decoded": {"source": "decoder/image", "queue_size": 64, "queue_policy": "backpressure"}},
                     env={"REPORT": report_path, "STRICT": 1, "DEVICE": "cpu"}),
     ]
@@ -237,6 +238,8 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
         log = run.output
         assert "received 15, encoded 12, bad 3, failed 0" in log
         assert "received 15, decoded 12, bad 3" in log
+        assert "engine=torchcodec subsampling=420: torchcodec on cpu, quality 90" in log  # auto, said once at start
+        assert "engine=torchvision on cpu" in log
         for reason in ("frame.dtype: expected torch.uint8, got torch.float32", "channels): expected 1 or 3, got 4", "expected (C, H, W), got (64, 64)",
                        "end-of-image marker", "changed on the way", "start-of-image marker"):
             assert reason in log, reason
