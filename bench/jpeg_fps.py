@@ -1,46 +1,201 @@
-"""JPEG encoding throughput (issue 5): frames per second at 1080p and 4K, quality 90, for the
-encoder node's engines (CPU thread pool; nvJPEG on CUDA when present), batch 1 and batched, and
-for the node's whole per-frame path (restore the tensor_codec message, check, encode, collect),
-against PIL's encoder measured in the same run.
+"""JPEG encoding throughput (issue 5): frames per second at 1080p and 4K, quality 90, for every JPEG
+engine of the encoder node that can run here (ENGINE=torchcodec, torchvision, nvimgcodec; each on
+the CPU and, when CUDA is present, on the GPU), side by side with PIL's encoder in one run.
 
-    python bench/jpeg_fps.py [--frames 24] [--sizes 1080p,4k]
+    python bench/jpeg_fps.py [--frames 48] [--sizes 1080p,4k] [--engines torchcodec,...]
+                             [--device cpu|cuda|all] [--json PATH]
 
-PIL gets its most favourable input: an (H, W, C) uint8 array made beforehand. The engines get
-(C, H, W) tensors, what the nodes receive, in both memory orders: `interleaved` (pixel by pixel,
-as cameras deliver; the camera node's LAYOUT=interleaved) and `planar` (contiguous CHW), which
-the CPU encoder must reorder first. Ratios > 1 mean faster than PIL.
+Each engine is measured twice:
+  * engine alone: `submit` batches keeping every worker busy, frames made beforehand;
+  * node path: what the encoder node does per message, minus dora: `JpegEncoder.accept` of an
+    INPUT event (restore the message, check the frame) -> `dispatch` -> `collect` (JPEGs in input
+    order, each header read back). On the CPU the events are tensor_codec messages of interleaved
+    frames, what the camera node sends with LAYOUT=interleaved (the codec keeps their strides).
+    On CUDA they are CUDA IPC messages of interleaved frames on the GPU, sent by a producer
+    process started by this script (a process cannot open its own CUDA IPC messages): the frames
+    never leave the GPU, as from the camera node with DEVICE=cuda, TRANSPORT=cuda-ipc. The
+    producer's own rate is printed too (`CUDA IPC messages alone`: receive + release, no encode).
+
+PIL gets its most favourable input: an (H, W, C) uint8 array made beforehand, one thread. CPU
+engines run BATCH 4 with one worker per core; on CUDA each engine's node path is first swept over
+BATCH x WORKERS and its best setting is the one measured (and the one its engine-alone row uses).
+Subsampling is each engine's `auto` (4:2:0 on the CPU and for nvImageCodec; TorchCodec's and
+torchvision's nvJPEG write 4:4:4 only). The contenders take turns over ROUNDS rounds, each round
+starting one contender further on; the median counts. Ratios > 1 mean faster than PIL. Goals:
+TorchCodec's CPU node path at least as fast as torchvision's (each size; the median of the
+rounds' ratios, as the two are measured in the same round); on CUDA, the best engine's node path
+at least 600 4K frames per second and at least 10x the best CPU node path of this host. A goal
+this machine cannot measure (no CUDA, an engine missing) is reported as not measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# torchvision.io's codecs warn on every call since torchvision 0.29 (deprecated in favour of
+# TorchCodec). ENGINE=torchvision is measured here on purpose; the warning says nothing about speed.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
+
+import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
+from tensor_codec.transports import ENCODE_OUTPUT  # noqa: E402
+from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder, unavailable  # noqa: E402
 from tensor_codec_nodes.common.pattern import render  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder  # noqa: E402
-from tensor_codec_nodes.jpeg_encoder.engines import CpuJpegEngine, CudaJpegEngine  # noqa: E402
+from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _goals import goal, print_goals, write_json  # noqa: E402
 
 SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840)}
 QUALITY = 90
-ROUNDS = 3  # each contender runs ROUNDS times, interleaved; the median counts
+ROUNDS = 7  # each contender runs ROUNDS times, interleaved with the others; the median counts
+CPU_BATCH = 4  # the node's default BATCH
+GPU_BATCHES = (1, 8, 32)
+GPU_WORKERS = (1, 2, 4)
+GPU_FRAMES = 10  # a GPU measurement encodes GPU_FRAMES x --frames frames (at least two full rounds of batches)
+GOAL_4K_FPS = 600
+GOAL_GPU_OVER_CPU = 10
+FEED_CAP = 16 << 30  # the IPC producer's bytes in flight: up to BATCH x WORKERS frames held by the encoder, plus the pipe
+EMPTY = pa.array([], type=pa.uint8())
+SUB = {"420": "4:2:0", "444": "4:4:4"}
 
 
-def pil_fps(frames_hwc, n):
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def setting(batch: int, workers: int) -> str:
+    return f"batch {batch}, {workers} worker{'' if workers == 1 else 's'}"
+
+
+def frame_event(metadata: dict, value=EMPTY) -> dict:
+    return {"type": "INPUT", "id": "frames", "value": value, "metadata": metadata}
+
+
+# -- the CUDA IPC producer ------------------------------------------------------------------------
+
+
+def _feeder_main(conn, index: int) -> None:
+    """The producer process: renders interleaved frames on cuda:`index` and sends `n` CUDA IPC
+    messages of them on ("send", n); each message's metadata goes down the pipe (its Arrow value
+    is empty). The pipe and the in-flight cap pace it."""
+    try:
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+        tc.ipc_configure(ENCODE_OUTPUT, max_bytes_in_flight=FEED_CAP, timeout_s=120.0)
+        frames, k = [], 0
+        conn.send(("ready", None))
+        while True:
+            command = conn.recv()
+            if command is None:
+                break
+            if command[0] == "size":
+                _, height, width = command
+                frames = [tv_tensors.Image(render(i, height, width, device=device, hwc=True)) for i in range(4)]
+                torch.cuda.synchronize(device)
+                conn.send(("ok", None))
+            elif command[0] == "send":
+                for _ in range(command[1]):
+                    conn.send(tc.encode(frames[k % len(frames)], transport="cuda-ipc")[1])
+                    k += 1
+    except Exception as e:  # said to the parent, which stops using the producer
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        except Exception:
+            pass
+    finally:
+        tc.ipc_flush(10.0)  # its GPU memory dies with it: let the receiver finish first
+
+
+class IpcFeeder:
+    """The parent's end of the producer process."""
+
+    broken: str | None = None  # why it cannot be used any more
+
+    def __init__(self, index: int):
+        context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_feeder_main, args=(child, index), daemon=True, name="jpeg-bench-ipc-producer")
+        self.process.start()
+        child.close()
+        self._expect("ready", 120.0)
+
+    def _expect(self, tag: str, timeout_s: float):
+        if not self.conn.poll(timeout_s):
+            raise RuntimeError(f"the CUDA IPC producer did not answer ({tag}) within {timeout_s:.0f} s")
+        got, detail = self.conn.recv()
+        if got != tag:
+            raise RuntimeError(f"the CUDA IPC producer failed: {detail}")
+        return detail
+
+    def use_size(self, height: int, width: int) -> None:
+        self.conn.send(("size", height, width))
+        self._expect("ok", 60.0)
+
+    def events(self, n: int):
+        """Asks for `n` messages now; yields their INPUT events as they arrive. Messages left
+        unread (the consumer failed) are drained, so the next measurement starts clean."""
+        if self.broken:
+            raise RuntimeError(f"the CUDA IPC producer failed earlier: {self.broken}")
+        self.conn.send(("send", n))
+        got = 0
+        try:
+            while got < n:
+                metadata = self._next()
+                got += 1
+                yield frame_event(metadata)
+        finally:
+            while got < n and not self.broken:  # unclaimed: the producer reclaims them after its claim timeout
+                try:
+                    self._next()
+                except RuntimeError:
+                    break
+                got += 1
+
+    def _next(self) -> dict:
+        if not self.conn.poll(60.0):
+            self.broken = "it sent nothing for 60 s"
+            raise RuntimeError(f"the CUDA IPC producer {self.broken}")
+        metadata = self.conn.recv()
+        if isinstance(metadata, tuple):
+            self.broken = str(metadata[1])
+            raise RuntimeError(f"the CUDA IPC producer failed: {self.broken}")
+        return metadata
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+
+
+# -- measurements ---------------------------------------------------------------------------------
+
+
+def pil_fps(frames_hwc, n: int) -> float:
     start = time.perf_counter()
     for k in range(n):
         buffer = io.BytesIO()
@@ -48,7 +203,7 @@ def pil_fps(frames_hwc, n):
     return n / (time.perf_counter() - start)
 
 
-def engine_fps(engine, frames, n, batch):
+def engine_fps(engine, frames, n: int, batch: int) -> float:
     """Keep every worker busy with batches of `batch` frames; frames per second overall."""
     start = time.perf_counter()
     inflight, done, k = [], 0, 0
@@ -61,102 +216,328 @@ def engine_fps(engine, frames, n, batch):
     return n / (time.perf_counter() - start)
 
 
-def node_path_fps(engine, events, n, batch):
+def node_path_fps(engine, batch: int, events, n: int) -> float:
     """The encoder node's own loop minus dora: accept (restore + check) -> dispatch -> collect."""
     encoder = JpegEncoder(engine, QUALITY, batch)
     start = time.perf_counter()
     out = 0
-    for k in range(n):
+    for event in events:
         while not encoder.can_accept:
             encoder.dispatch()
             out += len(encoder.collect(0.002))
-        encoder.accept(events[k % len(events)])
+        encoder.accept(event)
         encoder.dispatch()
         out += len(encoder.collect())
     while encoder.busy:
         encoder.dispatch()
         out += len(encoder.collect(0.002))
-    assert out == n and encoder.stats.bad == encoder.stats.failed == 0
+    elapsed = time.perf_counter() - start
+    if out != n or encoder.stats.bad or encoder.stats.failed:
+        raise RuntimeError(f"node path: {encoder.stats.summary()}; {'; '.join(encoder.stats.failures[:2])}")
+    return n / elapsed
+
+
+def feed_fps(events, device: torch.device, n: int) -> float:
+    """The CUDA IPC messages alone: receive (claim, open, wait on the producer's event) + release."""
+    start = time.perf_counter()
+    for event in events:
+        tc.release(tc.receive(event, device=device))
+    torch.cuda.synchronize(device)
     return n / (time.perf_counter() - start)
 
 
-def contenders(has_cuda, workers):
-    """(name, device, batch, workers, kind, layout)"""
-    out = [("torchvision CPU, planar, batch 1, 1 worker", "cpu", 1, 1, "engine", "planar"),
-           ("torchvision CPU, batch 1, 1 worker", "cpu", 1, 1, "engine", "interleaved"),
-           (f"torchvision CPU, batch 4, {workers} workers", "cpu", 4, workers, "engine", "interleaved"),
-           (f"node path CPU, planar, batch 4, {workers} workers", "cpu", 4, workers, "node", "planar"),
-           (f"node path CPU, batch 4, {workers} workers", "cpu", 4, workers, "node", "interleaved")]
-    if has_cuda:
-        out += [("nvJPEG, batch 1, 1 worker", "cuda", 1, 1, "engine", "planar"),
-                ("nvJPEG, batch 8, 2 workers", "cuda", 8, 2, "engine", "planar"),
-                ("nvJPEG, batch 8, 4 workers", "cuda", 8, 4, "engine", "planar"),
-                ("node path nvJPEG, batch 8, 4 workers", "cuda", 8, 4, "node", "planar"),
-                ("node path nvJPEG, interleaved, batch 8, 4 workers", "cuda", 8, 4, "node", "interleaved")]
+@dataclass
+class Contender:
+    label: str
+    device: str  # "cpu" or "cuda"
+    engine: str  # an ENGINES name; "" for the IPC feed
+    kind: str  # "engine", "node" or "feed"
+    batch: int
+    workers: int
+    n: int
+
+
+class Bench:
+    def __init__(self, args, cuda: torch.device | None):
+        self.args = args
+        self.cuda = cuda
+        self.cores = cpu_cores()
+        self.engines: dict[tuple[str, str, int], object] = {}
+        self.feeder: IpcFeeder | None = None
+        self.feed_error: str | None = None
+        self.frames: dict[str, list] = {}
+        self.cpu_events: list[dict] = []
+
+    # engines, made once per (name, device, workers) and kept for the rounds
+    def engine(self, name: str, device: str, workers: int):
+        key = (name, device, workers)
+        if key not in self.engines:
+            choice = choose_encoder(name, "auto", self.cuda if device == "cuda" else "cpu")
+            self.engines[key] = make_engine(choice, self.cuda if device == "cuda" else torch.device("cpu"), QUALITY, workers)
+        return self.engines[key]
+
+    def drop_engine(self, name: str, device: str, workers: int) -> None:
+        engine = self.engines.pop((name, device, workers), None)
+        if engine is not None:
+            engine.close()
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            engine.close()
+        self.engines.clear()
+        if self.feeder is not None:
+            self.feeder.close()
+            self.feeder = None
+
+    def start_feeder(self) -> None:
+        if self.feeder is None and self.feed_error is None:
+            try:
+                self.feeder = IpcFeeder(self.cuda.index)
+            except Exception as e:
+                self.feed_error = f"{type(e).__name__}: {e}"
+                print(f"  CUDA IPC producer unavailable ({self.feed_error}): the GPU node path gets host messages copied to the GPU instead")
+
+    def set_size(self, height: int, width: int) -> None:
+        self.frames["cpu"] = [render(i, height, width, hwc=True) for i in range(4)]  # interleaved (C, H, W) views
+        self.cpu_events = []
+        for f in self.frames["cpu"]:  # what the camera node sends with LAYOUT=interleaved
+            value, metadata = tc.encode(tv_tensors.Image(f))
+            self.cpu_events.append(frame_event(metadata, value))
+        self.hwc = [f.permute(1, 2, 0).numpy() for f in self.frames["cpu"]]
+        if self.cuda is not None:
+            self.frames["cuda"] = [render(i, height, width, device=self.cuda, hwc=True) for i in range(4)]
+            torch.cuda.synchronize(self.cuda)
+            if self.feeder is not None:
+                try:
+                    self.feeder.use_size(height, width)
+                except Exception as e:
+                    self.feed_error = f"{type(e).__name__}: {e}"
+                    print(f"  CUDA IPC producer failed ({self.feed_error}): the GPU node path gets host messages copied to the GPU instead")
+                    self.feeder.close()
+                    self.feeder = None
+
+    def measure(self, c: Contender) -> float:
+        if c.kind == "feed":
+            events = self.feeder.events(c.n)
+            try:
+                return feed_fps(events, self.cuda, c.n)
+            finally:
+                events.close()
+        engine = self.engine(c.engine, c.device, c.workers)
+        if c.kind == "engine":
+            return engine_fps(engine, self.frames[c.device], c.n, c.batch)
+        if c.device == "cuda" and self.feeder is not None:
+            events = self.feeder.events(c.n)
+        else:  # CPU, or CUDA without the producer: host messages (restored onto the GPU by accept)
+            events = (self.cpu_events[k % len(self.cpu_events)] for k in range(c.n))
+        try:
+            return node_path_fps(engine, c.batch, events, c.n)
+        finally:
+            events.close()
+
+
+def engine_names(args, device: str) -> list[str]:
+    """The engines asked for that can run on `device` here; says why each other one cannot."""
+    out = []
+    for name in args.engines:
+        reason = unavailable(name, device)
+        if reason:
+            print(f"  {name} on {device}: not available ({reason})")
+        else:
+            out.append(name)
     return out
 
 
+def subsampling_of(name: str, device) -> str:
+    return SUB[choose_encoder(name, "auto", device).subsampling]
+
+
+def sweep_gpu(bench: Bench, name: str, frames: int) -> tuple[tuple[int, int] | None, dict]:
+    """The GPU node path of engine `name` at every BATCH x WORKERS: -> (best (batch, workers), figures)."""
+    figures, best = {}, None
+    for workers in GPU_WORKERS:
+        for batch in GPU_BATCHES:
+            n = max(GPU_FRAMES * frames, 2 * batch * workers)
+            try:
+                bench.measure(Contender("sweep", "cuda", name, "node", batch, workers, min(n, batch * workers)))  # warm-up
+                fps = bench.measure(Contender("sweep", "cuda", name, "node", batch, workers, n))
+            except Exception as e:
+                print(f"    {name} CUDA node path, {setting(batch, workers)}: failed ({type(e).__name__}: {str(e)[:300]})")
+                continue
+            figures[setting(batch, workers)] = fps
+            if best is None or fps > figures[setting(*best)]:
+                best = (batch, workers)
+        if best is None or best[1] != workers:
+            bench.drop_engine(name, "cuda", workers)
+    for workers in GPU_WORKERS:  # only the best setting's engine is kept for the rounds
+        if best is None or best[1] != workers:
+            bench.drop_engine(name, "cuda", workers)
+    return best, figures
+
+
+def not_measured(name: str, target: str, unit: str, why: str) -> dict:
+    return {"name": name, "measured": None, "target": target, "unit": unit, "met": None, "detail": why}
+
+
+def show_goals(goals: list[dict]) -> None:
+    for g in goals:
+        if g["met"] is None:
+            print(f"  not measured  {g['name']} ({g['detail']})")
+        else:
+            print_goals([g])
+
+
 def main(argv=()):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--frames", type=int, default=24, help="frames per measurement (GPU: x10)")
-    parser.add_argument("--sizes", default="1080p,4k")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=48, help="frames per CPU measurement (GPU: %d x this)" % GPU_FRAMES)
+    parser.add_argument("--sizes", default="1080p,4k", help="comma-separated: " + ", ".join(SIZES))
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of: " + ", ".join(ENGINES))
+    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all", help="where engines run (all: the CPU, and CUDA when present)")
     parser.add_argument("--json", type=Path, help="also write the figures and goals here")
     args = parser.parse_args(list(argv))
+    args.sizes = [s for s in args.sizes.split(",") if s]
+    args.engines = [e for e in args.engines.split(",") if e]
+    for s in args.sizes:
+        if s not in SIZES:
+            parser.error(f"--sizes: expected some of {', '.join(SIZES)}, got {s!r}")
+    for e in args.engines:
+        if e not in ENGINES:
+            parser.error(f"--engines: expected some of {', '.join(ENGINES)}, got {e!r}")
+    if args.frames < 1:
+        parser.error("--frames: expected at least 1")
     has_cuda = torch.cuda.is_available()
-    workers = max(2, min(4, os.cpu_count() or 2))
+    if args.device == "cuda" and not has_cuda:
+        parser.error("--device cuda: CUDA is not available on this machine")
+    cuda = torch.device("cuda", torch.cuda.current_device()) if has_cuda and args.device != "cpu" else None
+    on_cpu = args.device in ("cpu", "all")
+
+    began = time.monotonic()
+    bench = Bench(args, cuda)
     print(f"JPEG encoding at quality {QUALITY}: frames per second (median of {ROUNDS} interleaved rounds), ratio against PIL")
-    print(f"  CPU: {os.cpu_count()} cores; GPU: {torch.cuda.get_device_name() if has_cuda else 'none'}")
-    figures, goals = {}, []
-    for size in args.sizes.split(","):
-        h, w = SIZES[size]
-        frames = {"planar": [render(i, h, w) for i in range(4)], "interleaved": [render(i, h, w, hwc=True) for i in range(4)]}
-        hwc = [f.permute(1, 2, 0).numpy() for f in frames["interleaved"]]
-        events = {}
-        for layout, group in frames.items():
-            events[layout] = []
-            for f in group:
-                value, meta = tc.encode(tv_tensors.Image(f))
-                events[layout].append({"type": "INPUT", "id": "frames", "value": value, "metadata": meta})
-        gpu_frames = [f.cuda() for f in frames["planar"]] if has_cuda else []
-        results = {"PIL (baseline), 1 thread": []}
-        rows = contenders(has_cuda, workers)
-        engines = {}
-        for name, device, batch, nworkers, kind, layout in rows:
-            if (device, nworkers) not in engines:
-                engines[(device, nworkers)] = CpuJpegEngine(QUALITY, nworkers) if device == "cpu" else CudaJpegEngine(torch.device("cuda"), QUALITY, nworkers)
-            results[name] = []
-        for eng in engines.values():  # warm up: thread pools, nvJPEG state
-            engine_fps(eng, gpu_frames if eng.device.type == "cuda" else frames["planar"], 2 * eng.workers, 1)
-        for _ in range(ROUNDS):
-            results["PIL (baseline), 1 thread"].append(pil_fps(hwc, args.frames))
-            for name, device, batch, nworkers, kind, layout in rows:
-                n = args.frames * (10 if device == "cuda" else 1)
-                engine = engines[(device, nworkers)]
-                if kind == "engine":
-                    results[name].append(engine_fps(engine, gpu_frames if device == "cuda" else frames[layout], n, batch))
-                else:
-                    results[name].append(node_path_fps(engine, events[layout], n, batch))
-        for eng in engines.values():
-            eng.close()
-        base = statistics.median(results["PIL (baseline), 1 thread"])
-        print(f"\n  {size} ({w}x{h})")
-        figures[size] = {}
-        for name, values in results.items():
-            fps = statistics.median(values)
-            figures[size][name] = fps
-            print(f"    {name:<52} {fps:8.1f} fps   {fps / base:5.2f}x PIL")
-        if has_cuda:
-            cpu_best = max(statistics.median(v) for k, v in results.items() if "CPU" in k)
-            gpu_node = statistics.median(results["node path nvJPEG, batch 8, 4 workers"])
-            here = [goal(f"{size} JPEG: the node path on the GPU at least 10x the best CPU path of this host", gpu_node / cpu_best,
-                         ">=", 10, "x", f"{gpu_node:.0f} fps vs {cpu_best:.0f} fps")]
+    print(f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
+          f"torch {torch.__version__}")
+    cpu_names = engine_names(args, "cpu") if on_cpu else []
+    gpu_names = engine_names(args, "cuda") if cuda is not None else []
+    if gpu_names:
+        bench.start_feeder()
+    cpu_n = max(args.frames, 2 * CPU_BATCH * bench.cores)
+    figures, sweeps, goals = {}, {}, []
+    try:
+        for size in args.sizes:
+            h, w = SIZES[size]
+            bench.set_size(h, w)
+            print(f"\n  {size} ({w}x{h})")
+            rows: list[Contender] = []
+            node_rows: list[Contender] = []
+            for name in cpu_names:
+                sub = subsampling_of(name, "cpu")
+                where = f"{setting(CPU_BATCH, bench.cores)}, {sub}"
+                rows.append(Contender(f"{name}, CPU, engine alone ({where})", "cpu", name, "engine", CPU_BATCH, bench.cores, cpu_n))
+                node_rows.append(Contender(f"{name}, CPU, node path ({where})", "cpu", name, "node", CPU_BATCH, bench.cores, cpu_n))
+            rows += node_rows  # the node paths next to each other: the goal compares them round by round
+            node_rows = []
+            sweeps[size] = {}
+            for name in gpu_names:
+                best, sweeps[size][name] = sweep_gpu(bench, name, args.frames)
+                if sweeps[size][name]:
+                    print(f"    sweep, {name} CUDA node path: " + ", ".join(f"{k} {v:.0f}" for k, v in sweeps[size][name].items()) + " fps")
+                if best is None:
+                    continue
+                batch, workers = best
+                n = max(GPU_FRAMES * args.frames, 2 * batch * workers)
+                where = f"{setting(batch, workers)}, {subsampling_of(name, cuda)}"
+                source = "CUDA IPC frames" if bench.feeder is not None else "host messages"
+                rows.append(Contender(f"{name}, CUDA, engine alone ({where})", "cuda", name, "engine", batch, workers, n))
+                node_rows.append(Contender(f"{name}, CUDA, node path ({where}; {source})", "cuda", name, "node", batch, workers, n))
+            rows += node_rows
+            if bench.feeder is not None and gpu_names:
+                rows.append(Contender("CUDA IPC messages alone (receive + release, no encode)", "cuda", "", "feed", 1, 1, GPU_FRAMES * args.frames))
+            results: dict[str, list[float]] = {"PIL (baseline), 1 thread": []}
+            failed: dict[str, str] = {}
+            for c in rows:  # warm-up: thread pools, codec state, the IPC handle cache
+                try:
+                    bench.measure(Contender(c.label, c.device, c.engine, c.kind, c.batch, c.workers, min(c.n, 2 * c.batch * c.workers)))
+                    results[c.label] = []
+                except Exception as e:
+                    failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
+            for r in range(ROUNDS):
+                results["PIL (baseline), 1 thread"].append(pil_fps(bench.hwc, args.frames))
+                for c in rows[r % len(rows):] + rows[:r % len(rows)] if rows else []:  # each round starts one further on
+                    if c.label in failed:
+                        continue
+                    try:
+                        results[c.label].append(bench.measure(c))
+                    except Exception as e:
+                        failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
+                        results.pop(c.label, None)
+            base = statistics.median(results["PIL (baseline), 1 thread"])
+            figures[size] = {}
+            for label, values in results.items():
+                fps = statistics.median(values)
+                figures[size][label] = fps
+                print(f"    {label:<84} {fps:8.1f} fps  {fps / base:6.2f}x PIL")
+            for label, why in failed.items():
+                print(f"    {label:<84}   failed: {why}")
+
+            def label_of(name: str, device: str) -> str | None:
+                return next((c.label for c in rows if c.engine == name and c.device == device and c.kind == "node" and c.label in figures[size]), None)
+
+            def node(name: str, device: str) -> float | None:
+                label = label_of(name, device)
+                return None if label is None else figures[size][label]
+
+            here = []
+            title = f"{size} CPU node path: torchcodec >= torchvision"
+            tcodec, tvision = node("torchcodec", "cpu"), node("torchvision", "cpu")
+            if tcodec is not None and tvision is not None:
+                # paired by round (the two run back to back): the machine's drift cancels out
+                ratios = sorted(a / b for a, b in zip(results[label_of("torchcodec", "cpu")], results[label_of("torchvision", "cpu")]))
+                ratio = statistics.median(ratios)
+                here.append(goal(title, ratio, ">=", 1, "x",
+                                 f"{ratio:.3f}x: the median of {len(ratios)} rounds' ratios, {ratios[0]:.2f} to {ratios[-1]:.2f}; "
+                                 f"medians {tcodec:.1f} vs {tvision:.1f} fps, {bench.cores} workers each"))
+            else:
+                missing = [n for n, v in (("torchcodec", tcodec), ("torchvision", tvision)) if v is None]
+                here.append(not_measured(title, ">= 1", "x", f"no CPU node path figure for {' and '.join(missing)} in this run"))
             if size == "4k":
-                here.append(goal("4K JPEG frames per second, node path on the GPU (batch 8, 4 workers)", gpu_node, ">=", 300, "fps",
-                                 f"{gpu_node:.0f} fps"))
-            print_goals(here)
+                cpu_best = max((v for v in (node(n, "cpu") for n in ENGINES) if v is not None), default=None)
+                gpu = {n: node(n, "cuda") for n in ENGINES if node(n, "cuda") is not None}
+                title_fps = f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps"
+                title_ratio = f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path"
+                if gpu:
+                    best_name = max(gpu, key=gpu.get)
+                    best_fps = gpu[best_name]
+                    here.append(goal(title_fps, best_fps, ">=", GOAL_4K_FPS, "fps", f"{best_name}: {best_fps:.0f} fps on {torch.cuda.get_device_name(cuda)}"))
+                    if cpu_best is not None:
+                        here.append(goal(title_ratio, best_fps / cpu_best, ">=", GOAL_GPU_OVER_CPU, "x",
+                                         f"{best_name}: {best_fps:.0f} fps vs {cpu_best:.0f} fps on {bench.cores} CPU cores"))
+                    else:
+                        here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", "no CPU node path figure in this run"))
+                else:
+                    why = "no CUDA on this machine" if not has_cuda else ("--device cpu" if cuda is None else "no CUDA engine measured")
+                    here.append(not_measured(title_fps, f">= {GOAL_4K_FPS}", "fps", why))
+                    here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", why))
+            show_goals(here)
             goals += here
-    write_json(args.json, {"fps": figures, "goals": goals})
-    return {"fps": figures, "goals": goals}
+        if "4k" not in args.sizes:
+            why = "4k not in --sizes"
+            extra = [not_measured(f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps", f">= {GOAL_4K_FPS}", "fps", why),
+                     not_measured(f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path", f">= {GOAL_GPU_OVER_CPU}", "x", why)]
+            show_goals(extra)
+            goals += extra
+    finally:
+        bench.close()
+    print(f"  ({time.monotonic() - began:.0f} s)")
+    result = {
+        "device": torch.cuda.get_device_name(cuda) if cuda is not None else None,
+        "cpu_cores": bench.cores,
+        "fps": figures,
+        "gpu_sweep_fps": sweeps,
+        "gpu_node_input": None if cuda is None else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
+        "goals": goals,
+    }
+    write_json(args.json, result)
+    return result
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
     padding_check.py   refusing non-zero padding between leaves vs not checking it (issue 14)
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
-    jpeg_fps.py        JPEG encoding at 1080p and 4K, CPU (and nvJPEG on a GPU) against PIL (issue 5)
+    jpeg_fps.py        JPEG encoding at 1080p and 4K: every engine (CPU, and CUDA when present) and the
+                       encoder node's path, against PIL (issue 5)
     cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 4; GPU only)
     cross_daemon.py    two daemons (machines A, B): cross-daemon vs same-daemon latency and throughput,
                        1 to 64 MB, on loopback and on the host's address (issue 6; about 2.5 min)

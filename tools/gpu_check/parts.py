@@ -231,5 +231,5 @@ PARTS = [
     cluster,
     benchmark("bench: CUDA IPC", "cuda_ipc.py", ["--reps", "12", "--warmup", "3"], 90),
     benchmark("bench: pinned staging", "host_staging.py", ["--reps", "6"], 45),
-    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 90),
+    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 150),
 ]
