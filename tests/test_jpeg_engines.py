@@ -170,3 +170,22 @@ def test_every_decode_engine_applies_exif_orientation_and_the_node_accepts_the_t
     checked = decoder.check({"type": "INPUT", "id": "jpeg", "value": pa.array(turned.numpy()), "metadata": {P.ENCODING: "jpeg"}})
     (frame, _), = decoder.decode([checked])
     assert frame.shape == (3, 80, 48) and decoder.stats.bad == 0
+
+
+def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor():
+    """Frames from 4 Mpx on go through a memfd (no GIL taken mid-encode), smaller ones through
+    to_tensor: the same JPEG either way, and the memory files are closed with the engine."""
+    frame = render(9, 480, 640).permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    engine = encoder_engine("torchcodec", "cpu", workers=1)
+    try:
+        (small,) = engine.submit([frame]).result()
+        engine.memory_file_min_pixels = 1
+        (through_file,) = engine.submit([frame]).result()
+        opened = list(engine._files)
+    finally:
+        engine.close()
+    assert torch.equal(small.data, through_file.data) and small.crc32 == through_file.crc32
+    assert torch.equal(small.data, reference_encode(frame))
+    import os
+
+    assert opened and all(not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(f"/proc/self/fd/{fd}").find("tc-jpeg") < 0 for fd in opened)

@@ -12,11 +12,24 @@ worker whose stream already waits on the frames' event (base.PooledEngine):
   3. the bytes are read only after TorchCodec's synchronisation of that stream, which follows the
      retrieval that wrote them; the inputs are freed only then (same stream, in order).
 Both encoders release the GIL while they run, so WORKERS threads encode in parallel.
+
+On the CPU, TorchCodec's `to_tensor` writes through a Python file object: the encoder takes the
+GIL back for every 64 KiB it writes, in the middle of the encode, and while the node's main thread
+is busy restoring the next messages each of those waits can last up to the interpreter's switch
+interval (5 ms). Writing with `to_file` into a memory file of the worker's own (memfd, Linux) and
+reading the bytes back in one call needs no GIL mid-encode but costs a fixed ~50 us (open,
+truncate, close). So frames of at least MEMORY_FILE_MIN_PIXELS (4K: ~260 KB, 5 callbacks) go
+through the memory file and smaller ones (1080p: ~90 KB, 2 callbacks) through `to_tensor`.
+Measured through the node's path on 2 cores, against torchvision in the same run (15 rounds): at
+4K 85.3 fps with the memory file, 80.0 with to_tensor, 77.4 torchvision; at 1080p 360.5, 367.1
+and 368.4.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import threading
 
 import torch
 from torchcodec.encoders import JpegEncoder
@@ -28,9 +41,12 @@ __all__ = ["TorchCodecEngine"]
 
 class TorchCodecEngine(PooledEngine):
     name = "torchcodec"
+    memory_file_min_pixels = 4_000_000  # CPU: from this size on, encode through a memfd (see the docstring)
 
     def __init__(self, device: torch.device, quality: int, workers: int):
         self.quality = quality
+        self._files: list[int] = []  # the workers' memory files, closed with the engine
+        self._files_lock = threading.Lock()
         super().__init__(device, workers, "444" if torch.device(device).type == "cuda" else "420")
 
     def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -38,7 +54,40 @@ class TorchCodecEngine(PooledEngine):
             return [self._encode_cuda(f) for f in frames]
         # libjpeg reads rows of interleaved pixels: a CHW view of an interleaved (camera) frame is
         # passed as it is, TorchCodec then reorders nothing.
-        return [JpegEncoder(f).to_tensor(quality=self.quality) for f in frames]
+        out = []
+        for f in frames:
+            memory = self._memory_file() if f.shape[1] * f.shape[2] >= self.memory_file_min_pixels else None
+            if memory is None:
+                out.append(JpegEncoder(f).to_tensor(quality=self.quality))
+                continue
+            fd, path = memory
+            JpegEncoder(f).to_file(path, quality=self.quality)  # truncates, then writes without the GIL
+            size = os.fstat(fd).st_size
+            data = torch.empty(size, dtype=torch.uint8)
+            if os.preadv(fd, [data.numpy()], 0) != size:
+                raise OSError(f"read back {path}: expected {size} bytes")
+            out.append(data)
+        return out
+
+    def _memory_file(self) -> tuple[int, str] | None:
+        """This worker's memfd and a path that opens it; None where there is none (not Linux)."""
+        memory = getattr(self._local, "memory", False)
+        if memory is False:
+            memory = None
+            if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+                fd = os.memfd_create("tc-jpeg", os.MFD_CLOEXEC)
+                with self._files_lock:
+                    self._files.append(fd)
+                memory = (fd, f"/proc/self/fd/{fd}")
+            self._local.memory = memory
+        return memory
+
+    def close(self) -> None:
+        super().close()
+        with self._files_lock:
+            files, self._files = self._files, []
+        for fd in files:
+            os.close(fd)
 
     def _encode_cuda(self, frame: torch.Tensor) -> torch.Tensor:
         rgb = as_rgb3(frame).contiguous()  # step 1, on the worker's stream
