@@ -107,7 +107,7 @@ def unavailable(name: str, device_type: str = "cpu") -> str | None:
         try:
             from torchvision.io import image as tv_image
 
-            if not tv_image._has_image_ops():
+            if not getattr(tv_image, "_has_image_ops", lambda: True)():  # a private helper, present in 0.26 to 0.29
                 return "torchvision's image extension is not loaded"
         except Exception as e:
             return f"torchvision.io does not import ({type(e).__name__}: {e})"

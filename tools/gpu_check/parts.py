@@ -32,6 +32,13 @@ info = {
     "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
     "cuda": torch.cuda.is_available(),
 }
+try:  # which JPEG engines the nodes can use here, and what ENGINE=auto takes
+    from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder, unavailable
+    kind = "cuda" if info["cuda"] else "cpu"
+    info["jpeg engines"] = "; ".join(f"{name}: {unavailable(name, kind) or 'usable'}" for name in ENGINES)
+    info["jpeg encoder auto"] = choose_encoder("auto", "auto", kind).describe()
+except Exception as e:
+    info["jpeg engines"] = f"{type(e).__name__}: {e}"
 if info["cuda"]:
     p = torch.cuda.get_device_properties(0)
     info.update(device=torch.cuda.get_device_name(0), device_count=torch.cuda.device_count(),
