@@ -303,7 +303,7 @@ class RecordingNode:
 def test_emit_sends_frames_and_survives_send_failures(caplog):
     import logging
 
-    from tensor_codec_nodes.camera_source.main import MAX_FAILURES_IN_A_ROW, emit
+    from tensor_codec_nodes.camera_source.node import MAX_FAILURES_IN_A_ROW, emit
 
     node = RecordingNode(fail_first=2)
     camera = synthetic_camera(frames=5)

@@ -23,6 +23,22 @@ def no_dora_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("DORA_")}
 
 
+def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
+    """--help answers in a fraction of a second: main.py reads the node's SPEC only, the node
+    itself (node.py: torch, dora, tensor_codec) is imported once --help is not asked for."""
+    import sys
+
+    code = (
+        "import sys\n"
+        f"for package in {list(NODE_PACKAGES)!r}:\n"
+        "    __import__(f'tensor_codec_nodes.{package}.main')\n"
+        "print(sorted(m for m in ('torch', 'torchvision', 'dora', 'tensor_codec') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "[]", proc.stdout
+
+
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_help_without_a_daemon(package):
     spec = SPECS[package]

@@ -14,7 +14,7 @@ from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.tensor_sender.config import load_config
 from tensor_codec_nodes.tensor_sender.delivery import Delivery
-from tensor_codec_nodes.tensor_sender.main import handle_events, send
+from tensor_codec_nodes.tensor_sender.node import handle_events, send
 from tensor_codec_nodes.tensor_sender.payloads import (
     Payload,
     corrupted_messages,
@@ -229,7 +229,7 @@ def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
 def test_sending_that_keeps_failing_stops_the_sender():
     import logging
 
-    from tensor_codec_nodes.tensor_sender.main import MAX_FAILURES_IN_A_ROW
+    from tensor_codec_nodes.tensor_sender.node import MAX_FAILURES_IN_A_ROW
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=0)
     delivery = Delivery(0, reliable=False)

@@ -29,8 +29,6 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-import torch
-
 __all__ = [
     "ENGINES",
     "ENGINE_CHOICES",
@@ -136,11 +134,14 @@ def _check_engine(engine: str) -> None:
         raise EngineError(f"ENGINE: expected one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
 
 
-def _device_type(device: torch.device | str) -> str:
-    return "cuda" if torch.device(device).type == "cuda" else "cpu"
+def _device_type(device) -> str:
+    """"cuda" or "cpu" for a torch.device or its name (torch is not imported here: a node's --help
+    reads this module's choices without it)."""
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
+    return "cuda" if kind == "cuda" else "cpu"
 
 
-def choose_encoder(engine: str, subsampling: str, device: torch.device | str) -> EngineChoice:
+def choose_encoder(engine: str, subsampling: str, device) -> EngineChoice:
     """The engine an encoder node uses for ENGINE=`engine`, SUBSAMPLING=`subsampling` on `device`;
     EngineError when none can."""
     kind = _device_type(device)
@@ -170,7 +171,7 @@ def choose_encoder(engine: str, subsampling: str, device: torch.device | str) ->
     raise EngineError(f"ENGINE=auto: no JPEG encoder on {kind} can be used: " + "; ".join(passed))
 
 
-def choose_decoder(engine: str, device: torch.device | str) -> EngineChoice:
+def choose_decoder(engine: str, device) -> EngineChoice:
     """The engine a decoder node uses for ENGINE=`engine` on `device`; EngineError when none can."""
     kind = _device_type(device)
     _check_engine(engine)

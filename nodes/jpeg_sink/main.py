@@ -1,52 +1,24 @@
-"""Console script `tc-jpeg-sink`: see ../README.md and dora-node.yml."""
+"""Console script `tc-jpeg-sink`: see ../README.md and dora-node.yml.
+
+`--help` (and a stray argument) is answered from the node's SPEC alone, before torch, dora or
+tensor_codec is imported: instantly, and without a dora daemon. Everything else is node.py.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
 
-from ..common.startup import answer_command_line, join_dataflow
-from ..common import protocol as P
-from ..common.delivery import EMPTY, ack_for
-from ..common.runtime import declared_outputs, load_node_config, setup_logging
-from ..common.stats import SeqTracker
+from ..common.startup import answer_command_line
 from .spec import SPEC
-from .config import ACK_OUTPUT, INPUT, load_config
-from .sink import JpegSink
 
 
 def main() -> int:
-    answered = answer_command_line(SPEC)  # --help works without a dora daemon
+    answered = answer_command_line(SPEC)
     if answered is not None:
         return answered
-    log = setup_logging("jpeg-sink")
-    loaded = load_node_config(log, load_config, os.environ)
-    if loaded is None:
-        return 2
-    config, _ = loaded
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    sink = JpegSink(config.dir, config.count, config.prefix)
-    acks = ACK_OUTPUT in declared_outputs(node)  # acknowledged delivery: see ../common/delivery.py
-    seen: dict[str, SeqTracker] = {}
-    duplicates = 0
-    for event in node:
-        if event["type"] == "INPUT" and event["id"] == INPUT:
-            metadata = event.get("metadata") or {}
-            ack = ack_for(metadata)
-            if ack is not None and seen.setdefault(ack[P.STREAM], SeqTracker()).see(ack[P.SEQ]) == "duplicate":
-                duplicates += 1  # a resend whose original had arrived after all
-            else:
-                path = sink.handle(event)
-                if path is not None:
-                    log.info("saved %s", path)
-            if acks and ack is not None:
-                node.send_output(ACK_OUTPUT, EMPTY, ack)
-        elif event["type"] == "ERROR":
-            log.error("dora reported: %s", str(event.get("error"))[:500])
-    log.info("%s%s", sink.summary(), f", {duplicates} duplicates skipped" if duplicates else "")
-    return 0
+    from .node import main as run  # the node: torch, dora, tensor_codec
+
+    return run()
 
 
 if __name__ == "__main__":
