@@ -189,3 +189,25 @@ def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor(
     import os
 
     assert opened and all(not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(f"/proc/self/fd/{fd}").find("tc-jpeg") < 0 for fd in opened)
+
+
+def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
+    import logging
+
+    log = logging.getLogger("jpeg-test")
+    assert jpeg_engines.start_engine(log, "pil", "cpu", lambda: choose_encoder("pil", "auto", "cpu"), lambda c: 1) is None
+    assert "ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'" in caplog.text
+
+    def broken(choice):
+        raise RuntimeError("CUDA error: out of memory")
+
+    assert jpeg_engines.start_engine(log, "auto", "cuda:0", lambda: choose_encoder("torchcodec", "auto", "cpu"), broken) is None
+    assert "ENGINE=auto: torchcodec could not start on cuda:0: RuntimeError: CUDA error: out of memory" in caplog.text
+
+    def unlucky():
+        raise OSError("libnvjpeg.so.13: cannot open shared object file")
+
+    assert jpeg_engines.start_engine(log, "auto", "cpu", unlucky, broken) is None
+    assert "ENGINE=auto: the JPEG library could not start on cpu: OSError: libnvjpeg" in caplog.text
+    choice, engine = jpeg_engines.start_engine(log, "auto", "cpu", lambda: choose_encoder("auto", "auto", "cpu"), lambda c: "made")
+    assert (choice.name, engine) == ("torchcodec", "made")

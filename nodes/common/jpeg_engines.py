@@ -39,6 +39,7 @@ __all__ = [
     "encoder_subsamplings",
     "choose_encoder",
     "choose_decoder",
+    "start_engine",
 ]
 
 ENGINES = ("torchcodec", "torchvision", "nvimgcodec")
@@ -187,3 +188,20 @@ def choose_decoder(engine: str, device) -> EngineChoice:
             return EngineChoice(name, None, "; ".join(passed) or None)
         passed.append(f"{name} passed over: {reason}")
     raise EngineError(f"ENGINE=auto: no JPEG decoder on {kind} can be used: " + "; ".join(passed))
+
+
+def start_engine(log, setting: str, device, choose, make):
+    """A node's engine at start: `choose()` -> EngineChoice, `make(choice)` -> the engine.
+    -> (choice, engine), or None after logging why (the node then exits with status 2): the
+    EngineError's own words, or the library that imported but could not start (no device memory,
+    a driver, ...)."""
+    choice = None
+    try:
+        choice = choose()
+        return choice, make(choice)
+    except EngineError as e:
+        log.error("%s", e)
+    except Exception as e:
+        what = choice.name if choice is not None else "the JPEG library"
+        log.error("ENGINE=%s: %s could not start on %s: %s: %s", setting, what, device, type(e).__name__, e)
+    return None

@@ -17,7 +17,7 @@ from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_tim
 from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
-from ..common.jpeg_engines import EngineError, choose_decoder
+from ..common.jpeg_engines import choose_decoder, start_engine
 from .decoder import JpegDecoder
 from .engines import make_decode_engine
 
@@ -31,15 +31,10 @@ def main() -> int:
     node = join_dataflow(SPEC, log)
     if node is None:
         return 2
-    try:
-        choice = choose_decoder(config.engine, device)
-        engine = make_decode_engine(choice, device)
-    except EngineError as e:
-        log.error("%s", e)
+    started = start_engine(log, config.engine, device, lambda: choose_decoder(config.engine, device), lambda choice: make_decode_engine(choice, device))
+    if started is None:
         return 2
-    except Exception as e:  # the library imported but cannot start (no device memory, driver, ...)
-        log.error("ENGINE=%s: %s could not start on %s: %s: %s", config.engine, choice.name, device, type(e).__name__, e)
-        return 2
+    choice, engine = started
     decoder = JpegDecoder(engine, config.mode, config.max_pixels)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
     # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.

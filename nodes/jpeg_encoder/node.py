@@ -15,7 +15,7 @@ from ..common.runtime import declared_inputs, declared_outputs, drain, load_node
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
 from .encoder import JpegEncoder
-from ..common.jpeg_engines import EngineError
+from ..common.jpeg_engines import start_engine
 from .engines import choose_encoder, make_engine
 
 POLL_S = 0.002  # while batches are in flight: how long to wait for one before looking for input
@@ -45,15 +45,11 @@ def main() -> int:
     node = join_dataflow(SPEC, log)
     if node is None:
         return 2
-    try:
-        choice = choose_encoder(config.engine, config.subsampling, device)
-        engine = make_engine(choice, device, config.quality, config.workers)
-    except EngineError as e:
-        log.error("%s", e)
+    started = start_engine(log, config.engine, device, lambda: choose_encoder(config.engine, config.subsampling, device),
+                           lambda choice: make_engine(choice, device, config.quality, config.workers))
+    if started is None:
         return 2
-    except Exception as e:  # the library imported but cannot start (no device memory, driver, ...)
-        log.error("ENGINE=%s: %s could not start on %s: %s: %s", config.engine, choice.name, device, type(e).__name__, e)
-        return 2
+    choice, engine = started
     encoder = JpegEncoder(engine, config.quality, config.batch)
     # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
     # make the output windowed; an `ack` output acknowledges the frames to their sender.
