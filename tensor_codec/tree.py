@@ -36,6 +36,7 @@ __all__ = [
     "compile_tree",
     "map_tensors",
     "iter_tensors",
+    "iter_leaves",
     "leaf_paths",
     "register_namedtuple",
 ]
@@ -603,21 +604,31 @@ def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: A
     raise EncodeError(f"unsupported type at `{format_path(_path)}`: expected {_SUPPORTED}, got {tx.__module__}.{tx.__qualname__}")
 
 
-def iter_tensors(obj: Any, _path: tuple = (), _depth: int = 0):
-    """Yield every tensor object of a supported structure, as found (TVTensors stay TVTensors)."""
+def iter_leaves(obj: Any, _path: tuple = (), _depth: int = 0):
+    """Yield ``(path, leaf)`` for every leaf of a supported structure, depth first, in the order
+    `encode` numbers them: tensors as found (TVTensors stay TVTensors), and the scalars (None,
+    bool, int, float, str). `path` is a tuple of dict keys, list/tuple indices and namedtuple or
+    PackedSequence field names (``format_path`` renders it as ``$.boxes[2]``)."""
     if _depth > MAX_DEPTH:
         raise EncodeError(f"structure too deep at `{format_path(_path)}`: expected at most {MAX_DEPTH} levels")
     tx = type(obj)
-    if kind_of(obj) is not None:
-        yield obj
+    if kind_of(obj) is not None or obj is None or tx in (bool, int, float, str):
+        yield _path, obj
     elif tx is dict:
         for k, v in obj.items():
-            yield from iter_tensors(v, _path + (k,), _depth + 1)
+            yield from iter_leaves(v, _path + (k,), _depth + 1)
     elif tx is list or tx is tuple:
         for i, v in enumerate(obj):
-            yield from iter_tensors(v, _path + (i,), _depth + 1)
+            yield from iter_leaves(v, _path + (i,), _depth + 1)
     elif tx is PackedSequence or _is_namedtuple_type(tx):
         for f in tx._fields:
-            yield from iter_tensors(getattr(obj, f), _path + (f,), _depth + 1)
-    elif not (obj is None or tx in (bool, int, float, str)):
+            yield from iter_leaves(getattr(obj, f), _path + (f,), _depth + 1)
+    else:
         raise EncodeError(f"unsupported type at `{format_path(_path)}`: expected {_SUPPORTED}, got {tx.__module__}.{tx.__qualname__}")
+
+
+def iter_tensors(obj: Any):
+    """Yield every tensor object of a supported structure, as found (TVTensors stay TVTensors)."""
+    for _, leaf in iter_leaves(obj):
+        if isinstance(leaf, torch.Tensor):
+            yield leaf
