@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink")
+SCRIPTS = ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink", "tc-rerun-sink")
 
 
 def fresh_checkout(dest: Path) -> Path:

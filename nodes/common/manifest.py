@@ -17,7 +17,7 @@ import yaml
 
 from .settings import Setting
 
-NODE_PACKAGES = ("camera_source", "tensor_sender", "tensor_receiver", "jpeg_encoder", "jpeg_decoder", "jpeg_sink")
+NODE_PACKAGES = ("camera_source", "tensor_sender", "tensor_receiver", "jpeg_encoder", "jpeg_decoder", "jpeg_sink", "rerun_sink")
 MANIFEST = "dora-node.yml"
 
 
