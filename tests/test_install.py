@@ -221,7 +221,7 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
     assert not list((project / ".venv" / "lib").glob("python*/site-packages/torch"))
 
     # The console scripts are installed and run: a bad setting is reported before dora is needed.
-    for script in ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink"):
+    for script in ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink", "tc-rerun-sink"):
         assert (project / ".venv" / "bin" / script).exists(), script
     bad = subprocess.run([project / ".venv" / "bin" / "tc-tensor-sender"], env={**os.environ, "MODE": "bogus"}, capture_output=True, text=True)
     assert bad.returncode == 2 and "MODE: expected one of suite, random, safetensors, got 'bogus'" in bad.stderr
@@ -446,11 +446,22 @@ def test_torchcodec_is_a_runtime_dependency_pinned_for_the_fresh_install():
 
 
 def test_the_nvimgcodec_extra_is_pinned_for_a_fresh_venv_and_at_its_floors_over_a_preinstalled_torch():
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][installer.OPTIONAL_EXTRA]
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["nvimgcodec"]
     # nvidia-nvjpeg, as nvImageCodec's own `nvjpeg` extra names it (nvidia-nvjpeg-cu13 is an empty placeholder).
     assert extra == ["nvidia-nvimgcodec-cu13>=0.9", "nvidia-nvjpeg>=13"]
-    assert installer.optional_requirements("fresh") == ["nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43"]
-    assert installer.optional_requirements("layered") == extra
+    assert installer.optional_requirements("fresh", "nvimgcodec") == ["nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43"]
+    assert installer.optional_requirements("layered", "nvimgcodec") == extra
+
+
+def test_every_optional_extra_installs_best_effort_pinned_for_a_fresh_venv():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(installer.OPTIONAL_EXTRAS) == {"nvimgcodec", "rerun", "plots"} and set(installer.OPTIONAL_EXTRAS) <= set(extras)
+    assert installer.optional_requirements("fresh", "rerun") == ["rerun-sdk==0.41.0"]
+    assert installer.optional_requirements("layered", "plots") == ["matplotlib>=3.8"]
+    assert installer.optional_requirements("fresh") == [
+        "nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43", "rerun-sdk==0.41.0", "matplotlib==3.11.2"]
+    assert installer.optional_purpose("rerun-sdk>=0.41") == "the tc-rerun-sink node"
+    assert installer.optional_purpose("matplotlib==3.11.2") == "make plots"
 
 
 def test_constraint_pins_are_read_by_name(tmp_path):
@@ -538,7 +549,7 @@ def test_a_missing_torchcodec_is_warned_about_recorded_and_retried_with_wheels(t
 def test_the_optional_engine_packages_install_each_alone_held_to_what_the_venv_has(fake_venv, monkeypatch, capsys):
     pip = FakePip()
     monkeypatch.setattr(installer, "run", pip)
-    reqs = installer.optional_requirements("fresh")
+    reqs = installer.optional_requirements("fresh", "nvimgcodec")
     assert installer.install_optional(fake_venv, None, reqs) == []
     pins = fake_venv / installer.HUB_PINS
     assert [cmd[-1] for cmd in pip.commands] == reqs
@@ -557,7 +568,7 @@ def test_the_optional_engine_packages_install_each_alone_held_to_what_the_venv_h
 
 def test_an_optional_engine_package_not_to_be_had_is_one_line_never_an_error(fake_venv, monkeypatch, capsys):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    reqs = installer.optional_requirements("layered")
+    reqs = installer.optional_requirements("layered", "nvimgcodec")
     pip = FakePip(fail={reqs[0]})
     monkeypatch.setattr(installer, "run", pip)
     assert installer.install_optional(fake_venv, "/wheels", reqs) == [reqs[0]]  # never raises
@@ -588,11 +599,11 @@ def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, na
         (tmp_path / each).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / each, tmp_path / each)
     monkeypatch.setattr(installer, "ROOT", tmp_path)
-    before, wanted = installer.inputs_digest(), installer.optional_requirements("fresh")
+    before, wanted = installer.inputs_digest(), installer.optional_requirements("fresh", "nvimgcodec")
     text = (tmp_path / name).read_text()
     assert old in text
     (tmp_path / name).write_text(text.replace(old, new))
     assert installer.inputs_digest() != before
     if name == "constraints.txt" and "nvimgcodec" in old:
-        assert installer.optional_requirements("fresh") == [new, wanted[1]]  # a new pin is unmet: installed again
+        assert installer.optional_requirements("fresh", "nvimgcodec") == [new, wanted[1]]  # a new pin is unmet: installed again
 

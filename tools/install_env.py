@@ -17,8 +17,8 @@ environment has. A requirement that cannot be met offline is named with the whee
 over a preinstalled torch, a runtime requirement the project has a fallback for (FALLBACKS:
 torchcodec, whose place torchvision's codecs take) is a warning instead.
 
-Either way pyproject's `nvimgcodec` extra (the JPEG nodes' optional nvImageCodec engine) is then
-installed where it can be had: at the releases constraints.txt pins in a fresh .venv, at the
+Either way pyproject's optional extras (OPTIONAL_EXTRAS: the JPEG nodes' nvImageCodec engine,
+rerun-sdk for tc-rerun-sink, matplotlib for `make plots`) are then installed where they can be had: at the releases constraints.txt pins in a fresh .venv, at the
 extra's floors over a preinstalled torch (from WHEELS= offline). One that cannot be had is one
 line, never an error: ENGINE=auto does without it.
 
@@ -70,9 +70,13 @@ FALLBACKS = {
     "torchcodec": "the JPEG nodes use torchvision's codecs (ENGINE=auto falls back)",
 }
 GPU_HOST_WHEELS = "bash ../shared/gpu/wheels.sh"  # brings a wheel to this project's offline GPU hosts
-# pyproject's extra installed best-effort after the project, in both ways (never an error).
-OPTIONAL_EXTRA = "nvimgcodec"
-OPTIONAL_WHAT = "the JPEG nodes' nvImageCodec engine"
+# pyproject's extras installed best-effort after the project, in both ways (never an error), and
+# what each is for.
+OPTIONAL_EXTRAS = {
+    "nvimgcodec": "the JPEG nodes' nvImageCodec engine",
+    "rerun": "the tc-rerun-sink node",
+    "plots": "make plots",
+}
 # A requirement met by another distribution of the same module (import cv2).
 ALTERNATIVES = {
     "opencv-python-headless": ["opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"],
@@ -150,16 +154,28 @@ def constraint_pins(path: Path | None = None) -> dict[str, str]:
     return found
 
 
-def optional_requirements(mode: str) -> list[str]:
-    """pyproject's OPTIONAL_EXTRA as .venv gets it: in a fresh .venv at the release constraints.txt
-    pins (so a new pin installs again), over a preinstalled torch at the extra's own floors (what
-    a wheel folder brings; constraints.txt's pins are for the torch it pins)."""
+def optional_requirements(mode: str, extra: str | None = None) -> list[str]:
+    """pyproject's OPTIONAL_EXTRAS (or the one named) as .venv gets them: in a fresh .venv at the
+    release constraints.txt pins (so a new pin installs again), over a preinstalled torch at the
+    extra's own floors (what a wheel folder brings; constraints.txt's pins are for the torch it
+    pins)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extra = project.get("optional-dependencies", {}).get(OPTIONAL_EXTRA, [])
+    extras = project.get("optional-dependencies", {})
+    wanted = [text for name in ([extra] if extra else OPTIONAL_EXTRAS) for text in extras.get(name, [])]
     if mode != "fresh":
-        return extra
+        return wanted
     pinned = constraint_pins()
-    return [pinned.get(requirement_name(text), text) for text in extra]
+    return [pinned.get(requirement_name(text), text) for text in wanted]
+
+
+def optional_purpose(text: str) -> str:
+    """What an optional requirement is for: its extra's line in OPTIONAL_EXTRAS."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    name = requirement_name(text)
+    for extra, what in OPTIONAL_EXTRAS.items():
+        if any(requirement_name(r) == name for r in extras.get(extra, [])):
+            return what
+    return "optional"
 
 
 def requirement_name(text: str) -> str:
@@ -446,7 +462,7 @@ def first_error(proc: subprocess.CompletedProcess) -> str:
 
 
 def install_optional(venv: Path, wheels: str | None, reqs: list[str]) -> list[str]:
-    """Install the packages of the optional extra (optional_requirements) that .venv does not have
+    """Install the packages of the optional extras (optional_requirements) that .venv does not have
     yet, each alone, after the project and under write_hub_pins; -> those that could not be had.
     Never an error: the project is whole without them. One line each, installed or why not."""
     todo = {text for text, _, _ in unmet(venv, [(text, "optional") for text in reqs])}
@@ -459,9 +475,9 @@ def install_optional(venv: Path, wheels: str | None, reqs: list[str]) -> list[st
             continue
         proc = run([*pip, text], capture=True, check=False)
         if proc.returncode == 0:
-            print(f"install: optional {text} ({OPTIONAL_WHAT}): installed")
+            print(f"install: optional {text} ({optional_purpose(text)}): installed")
         else:
-            print(f"install: optional {text} ({OPTIONAL_WHAT}): not to be had here ({first_error(proc)})")
+            print(f"install: optional {text} ({optional_purpose(text)}): not to be had here ({first_error(proc)})")
             missing.append(text)
     return missing
 
