@@ -1,10 +1,7 @@
 """A benchmark's goals as `make gpu-check` reads them: each the figure measured in this run
-against its target, printed as a line and written with the other figures by ``--json``."""
+against its target, printed as a line and written with the other figures (bench/_results.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 _OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, ">": lambda a, b: a > b}
 
@@ -18,7 +15,3 @@ def print_goals(goals: list[dict]) -> None:
     for g in goals:
         print(f"  {'met    ' if g['met'] else 'NOT met'}  {g['name']} ({g['detail']})")
 
-
-def write_json(path: Path | None, result: dict) -> None:
-    if path is not None:
-        Path(path).write_text(json.dumps(result, indent=1))

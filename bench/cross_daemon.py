@@ -19,7 +19,7 @@ With CUDA, the sender's tensors live on the GPU and receivers restore onto their
 so both paths include the GPU->host copy and the host->GPU restore (TRANSPORT stays host here:
 CUDA IPC is measured by bench/cuda_ipc.py).
 
-    python bench/cross_daemon.py [--sizes 1,4,16,56,64] [--reps 8] [--runs 3] [--count 10] [--window 3]
+    python bench/cross_daemon.py [--sizes 1,4,16,56,64] [--reps 8] [--runs 3] [--count 10] [--window 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -36,8 +36,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
 from tensor_codec_nodes.local_cluster import LOOPBACK, ClusterError, LocalCluster  # noqa: E402
+from _goals import goal  # noqa: E402
+from _results import add_json_option, save  # noqa: E402
+
+BASELINE = "the same-daemon path of the same sender, measured in turns with it"
+GOAL_RATIO = 2.0  # same-daemon over cross-daemon throughput
 
 
 def routable_address() -> str | None:
@@ -96,27 +102,32 @@ def median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def report(label: str, rows: list[dict]) -> list[tuple[int, float | None]]:
+def report(label: str, rows: list[dict]) -> list[dict]:
+    """Prints one cluster's table; -> its rows as written to the results (one per size)."""
     print(f"\n{label}")
     print(f"{'size':>6} | {'same-daemon p50':>15} {'cross p50':>10} {'ratio':>6} | {'same MB/s':>9} {'cross MB/s':>10} {'same/cross':>10} | 2x goal")
-    ratios = []
+    out = []
     for row in rows:
         local, remote = row["local"], row["remote"]
         lat_l, lat_r = median(local["latency_ms"]), median(remote["latency_ms"])
         thr_l, thr_r = median(local["throughput_mb_s"]), median(remote["throughput_mb_s"])
-        if remote["error"] or local["error"]:
-            print(f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {'-':>10} {'-':>6} | {fmt(thr_l):>9} {'-':>10} {'-':>10} | refused: {remote['error'] or local['error']}")
-            ratios.append((row["size_mb"], None))
-            continue
+        error = remote["error"] or local["error"] or None
+        if error:
+            print(f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {'-':>10} {'-':>6} | {fmt(thr_l):>9} {'-':>10} {'-':>10} | refused: {error}")
+            lat_r = thr_r = None
         lat_ratio = lat_r / lat_l if lat_l and lat_r else None
         thr_ratio = thr_l / thr_r if thr_l and thr_r else None
-        goal = "-" if thr_ratio is None else ("met" if thr_ratio <= 2 else "NOT met")
-        print(
-            f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {fmt(lat_r, 'ms'):>10} {fmt(lat_ratio, 'x'):>6} | "
-            f"{fmt(thr_l):>9} {fmt(thr_r):>10} {fmt(thr_ratio, 'x'):>10} | {goal}"
-        )
-        ratios.append((row["size_mb"], thr_ratio))
-    return ratios
+        verdict = "-" if thr_ratio is None else ("met" if thr_ratio <= GOAL_RATIO else "NOT met")
+        if not error:
+            print(
+                f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {fmt(lat_r, 'ms'):>10} {fmt(lat_ratio, 'x'):>6} | "
+                f"{fmt(thr_l):>9} {fmt(thr_r):>10} {fmt(thr_ratio, 'x'):>10} | {verdict}"
+            )
+        out.append({
+            "size_mb": row["size_mb"], "same_p50_ms": lat_l, "cross_p50_ms": lat_r, "latency_ratio": lat_ratio,
+            "same_mb_s": thr_l, "cross_mb_s": thr_r, "throughput_ratio": thr_ratio, "error": error,
+        })
+    return out
 
 
 def fmt(value, unit: str = "") -> str:
@@ -129,7 +140,7 @@ def fmt(value, unit: str = "") -> str:
     return f"{value:.0f}"
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4,16,56,64", help="MB (MiB), comma-separated")
     parser.add_argument("--reps", type=int, default=8, help="latency rounds per size and path")
@@ -138,6 +149,7 @@ def main(argv=None) -> None:
     parser.add_argument("--window", type=int, default=3, help="messages in flight in a throughput run")
     parser.add_argument("--device", default=None, help="where tensors live and are restored (default: cuda if present, else cpu)")
     parser.add_argument("--hosts", default="loopback,address", help="which clusters: loopback, address")
+    add_json_option(parser, "cross_daemon")
     args = parser.parse_args(argv)
     import torch
 
@@ -160,17 +172,26 @@ def main(argv=None) -> None:
             print("\n(no routable address on this host: the host-address cluster is skipped)")
         else:
             clusters.append((f"host-address cluster ({address}): nodes on different daemons connect directly", address))
+    results, goals = [], []
     for label, host in clusters:
+        name = "loopback" if host == LOOPBACK else "host address"
         try:
             rows = measure(host, plan, device)
         except ClusterError as e:
             print(f"\n{label}: could not start: {e}")
+            results.append({"cluster": name, "host": host, "error": str(e), "rows": []})
             continue
-        report(label, rows)
+        rows = report(label, rows)
+        results.append({"cluster": name, "host": host, "error": None, "rows": rows})
+        goals += [goal(f"{name} cluster, {r['size_mb']} MB: cross-daemon throughput within {GOAL_RATIO:g}x of same-daemon",
+                       r["throughput_ratio"], "<=", GOAL_RATIO, "x", f"same/cross {r['throughput_ratio']:.2f}x")
+                  for r in rows if r["throughput_ratio"] is not None]
     print(
         "\n(ratio columns: cross-daemon over same-daemon latency, same-daemon over cross-daemon throughput; goal: throughput "
         "ratio <= 2. 'lost': a message or its ack did not arrive within 10 s, dora dropped it)"
     )
+    figures = {**plan, "goal_ratio": GOAL_RATIO, "clusters": results, "goals": goals}
+    return save("cross_daemon", BASELINE, figures, args.json)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,12 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _goals import goal, print_goals, write_json  # noqa: E402
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save, skipped  # noqa: E402
 from dora_latency import run_flow  # noqa: E402
 
 CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
+BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
 
 
 def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[dict]]:
@@ -78,6 +80,7 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
     return {
         "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()}, "flat_ratio": flat, "speedup": speedup,
         "codec_us": send_us + recv_us, "goals": goals,
+        "rows": [{"contender": c, "size_kb": s, "p50_ms": v, "baseline": c == "cpu+host+cuda"} for (c, s), v in lat.items()],
     }
 
 
@@ -86,16 +89,15 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--sizes-kb", default="4,1024,16384,65536")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--json", type=Path, help="also write the figures and goals here")
+    add_json_option(parser, "cuda_ipc")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
+        skipped("cuda_ipc", BASELINE, "no CUDA device on this machine", args.json)
         return None
     sizes = [int(s) for s in args.sizes_kb.split(",")]
     rows, codec = run(sizes, args.reps, args.warmup)
-    result = report(rows, codec, sizes)
-    write_json(args.json, result)
-    return result
+    return save("cuda_ipc", BASELINE, report(rows, codec, sizes), args.json)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save  # noqa: E402
 
 LAYOUTS = {
     "contiguous": ["raw", "tc", "pa.array"],
@@ -32,6 +36,7 @@ LAYOUTS = {
     "strided_crop": ["contiguous+raw", "tc", "pa.array"],
 }
 BASELINE = {"contiguous": "raw", "transposed": "contiguous+raw", "strided_crop": "contiguous+raw"}
+BASELINE_TEXT = "plain send_output_raw of the bytes (contiguous; t.contiguous() first for the other layouts), and the pa.array pattern"
 
 
 def dora_cli() -> str:
@@ -73,7 +78,27 @@ def p50_ms(rows: list[dict]) -> float:
     return statistics.median(r["latency_ns"] for r in rows) / 1e6
 
 
-def report(rows: list[dict], sizes_mb: list[int]) -> dict:
+def percentile_ms(rows: list[dict], q: int) -> float:
+    """The q-th percentile (1 to 99) of the rows' latencies, in ms."""
+    values = [r["latency_ns"] / 1e6 for r in rows]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def points(rows: list[dict], sizes_mb: list[int]) -> list[dict]:
+    """One row per layout, contender and size: what the plots draw (latency against size)."""
+    out = []
+    for layout, contenders in LAYOUTS.items():
+        for size in sizes_mb:
+            for c in contenders:
+                sel = [r for r in rows if r["layout"] == layout and r["size_mb"] == size and r["contender"] == c]
+                if sel:
+                    out.append({"layout": layout, "contender": c, "size_mb": size, "messages": len(sel), "p50_ms": p50_ms(sel),
+                                "p10_ms": percentile_ms(sel, 10), "p90_ms": percentile_ms(sel, 90),
+                                "baseline": c == BASELINE[layout]})
+    return out
+
+
+def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
     print("End-to-end latency through dora, p50 in ms (ratio to the baseline measured in the same run)")
     print(f"{'layout':14s}{'size':>7s}  " + "  ".join(f"{c:>24s}" for c in ["baseline", "tensor_codec", "pa.array pattern"]))
     summary = {}
@@ -91,16 +116,15 @@ def report(rows: list[dict], sizes_mb: list[int]) -> dict:
             cells = [f"{BASELINE[layout]} {base:7.2f}", f"{lat['tc']:7.2f} ({tc_ratio:4.2f}x)", f"{lat['pa.array']:7.2f} (tc {pa_ratio:4.2f}x)"]
             print(f"{layout:14s}{size:>5d}MB  " + "  ".join(f"{c:>24s}" for c in cells))
             if layout == "contiguous":
-                verdicts.append((f"contiguous {size} MB: tc within 1.2x of send_output_raw", tc_ratio <= 1.2, tc_ratio))
+                verdicts.append(goal(f"contiguous {size} MB: tc within 1.2x of send_output_raw", tc_ratio, "<=", 1.2, "x", f"ratio {tc_ratio:.2f}"))
             else:
-                verdicts.append((f"{layout} {size} MB: tc faster than contiguous()+raw", tc_ratio < 1.0, tc_ratio))
-            verdicts.append((f"{layout} {size} MB: tc not slower than pa.array pattern", pa_ratio <= 1.0, pa_ratio))
+                verdicts.append(goal(f"{layout} {size} MB: tc faster than contiguous()+raw", tc_ratio, "<", 1.0, "x", f"ratio {tc_ratio:.2f}"))
+            verdicts.append(goal(f"{layout} {size} MB: tc not slower than pa.array pattern", pa_ratio, "<=", 1.0, "x", f"ratio {pa_ratio:.2f}"))
     print()
-    for text, met, ratio in verdicts:
-        print(f"  {'met    ' if met else 'NOT met'}  {text} (ratio {ratio:.2f})")
+    print_goals(verdicts)
     bad = [r for r in rows if not r["ok"]]
     print(f"  messages measured: {len(rows)}, wrong shape or dtype: {len(bad)}")
-    return summary
+    return summary, verdicts
 
 
 def main(argv=None) -> dict:
@@ -109,10 +133,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--pool", default="512MB", help="shared_memory_pool_size of the sender, same for every contender")
+    add_json_option(parser, "dora_latency")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = run(sizes, args.reps, args.warmup, args.pool)
-    return report(rows, sizes)
+    summary, goals = report(rows, sizes)
+    figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "baselines": BASELINE, "rows": points(rows, sizes),
+               "summary": summary, "wrong": sum(1 for r in rows if not r["ok"]), "goals": goals}
+    return save("dora_latency", BASELINE_TEXT, figures, args.json)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ minimum is the best estimate of what the work itself costs; the median is printe
 (tracemalloc, a separate run). The baseline, measured in the same run, is json.loads of the same
 text: the floor for any Python receiver. Goals: every case handled in at most 50 ms and 32 MB.
 
-    python bench/header_cost.py [--json FILE] [--repeat N]
+    python bench/header_cost.py [--json PATH] [--repeat N]   (default out/bench/header_cost.json)
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ from torchvision import tv_tensors  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
 from tensor_codec import header_json, limits, wire  # noqa: E402  (modules)
-from _goals import goal, print_goals, write_json  # noqa: E402
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save  # noqa: E402
 
 GOAL_SECONDS = 0.050
 GOAL_BYTES = 32 << 20
+BASELINE = "json.loads of the same header text"
 
 
 def _largest(make, fits) -> int:
@@ -167,7 +169,7 @@ def _peak_bytes(value, metadata) -> int:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", type=Path, default=None)
+    add_json_option(parser, "header_cost")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
     bounds = limits.current()
@@ -200,9 +202,8 @@ def main(argv=None) -> dict:
         goal("each case accepted or refused as built", len(wrong), "<=", 0, "cases", ", ".join(wrong) or "all as built"),
     ]
     print_goals(goals)
-    result = {"benchmark": "header_cost", "limits": bounds.__dict__, "rows": rows, "goals": goals}
-    write_json(args.json, result)
-    return result
+    figures = {"limits": dict(vars(bounds)), "goal_ms": GOAL_SECONDS * 1e3, "goal_mib": GOAL_BYTES / 2**20, "rows": rows, "goals": goals}
+    return save("header_cost", BASELINE, figures, args.json)
 
 
 def _json_or_none(text):

@@ -24,7 +24,10 @@ import torch  # noqa: E402
 from tensor_codec import staging  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _goals import goal, print_goals, write_json  # noqa: E402
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save, skipped  # noqa: E402
+
+BASELINE = "a plain copy_ between the GPU and pageable host memory (ratio: plain / staged time)"
 
 
 def timed(fn, reps: int) -> float:
@@ -43,13 +46,14 @@ def main(argv=None) -> list | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-kb", default="256,1024,4096,16384,65536")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--json", type=Path, help="also write the figures and the goal here")
+    add_json_option(parser, "host_staging")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_staging.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
+        skipped("host_staging", BASELINE, "no CUDA device on this machine", args.json)
         return None
     previous = os.environ.get(staging.ENV_MIN_BYTES)
-    rows = []
+    rows, times = [], []
     print(f"GPU <-> pageable host copies on {torch.cuda.get_device_name()}: plain copy_ vs staged through pinned chunks")
     print(f"{'size':>8} | {'D2H plain':>10} {'staged':>8} {'ratio':>6} {'GB/s':>6} | {'H2D plain':>10} {'staged':>8} {'ratio':>6} {'GB/s':>6}")
     try:
@@ -71,6 +75,8 @@ def main(argv=None) -> list | None:
             d2h_staged, h2d_staged = timed(d2h, args.reps), timed(h2d, args.reps)
             assert torch.equal(back, gpu), "staged copies changed the bytes"
             rows.append((kb, d2h_plain / d2h_staged, h2d_plain / h2d_staged))
+            times.append({"d2h_plain_ms": d2h_plain * 1e3, "d2h_staged_ms": d2h_staged * 1e3,
+                          "h2d_plain_ms": h2d_plain * 1e3, "h2d_staged_ms": h2d_staged * 1e3})
             print(
                 f"{kb:>6}KB | {d2h_plain * 1e3:>8.3f}ms {d2h_staged * 1e3:>6.3f}ms {d2h_plain / d2h_staged:>5.2f}x {n / d2h_staged / 1e9:>6.1f} | "
                 f"{h2d_plain * 1e3:>8.3f}ms {h2d_staged * 1e3:>6.3f}ms {h2d_plain / h2d_staged:>5.2f}x {n / h2d_staged / 1e9:>6.1f}"
@@ -90,7 +96,11 @@ def main(argv=None) -> list | None:
                           worst, ">=", 1.0, "x", f"worst ratio {worst:.2f} at or above {threshold_kb} KB"))
         print()
         print_goals(goals)
-    write_json(args.json, {"rows": [{"kb": kb, "d2h_ratio": d2h, "h2d_ratio": h2d} for kb, d2h, h2d in rows], "goals": goals})
+    figures = {
+        "rows": [{"kb": kb, "d2h_ratio": d2h, "h2d_ratio": h2d, **t} for (kb, d2h, h2d), t in zip(rows, times)],
+        "threshold_kb": threshold_kb, "goals": goals,
+    }
+    save("host_staging", BASELINE, figures, args.json)
     return rows
 
 

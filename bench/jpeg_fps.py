@@ -3,7 +3,7 @@ engine of the encoder node that can run here (ENGINE=torchcodec, torchvision, nv
 the CPU and, when CUDA is present, on the GPU), side by side with PIL's encoder in one run.
 
     python bench/jpeg_fps.py [--frames 48] [--sizes 1080p,4k] [--engines torchcodec,...]
-                             [--device cpu|cuda|all] [--json PATH]
+                             [--device cpu|cuda|all] [--json PATH (default out/bench/jpeg_fps.json)]
 
 Each engine is measured twice:
   * engine alone: `submit` batches keeping every worker busy, frames made beforehand;
@@ -60,7 +60,8 @@ from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _goals import goal, print_goals, write_json  # noqa: E402
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save  # noqa: E402
 
 SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840)}
 QUALITY = 90
@@ -74,6 +75,8 @@ GOAL_GPU_OVER_CPU = 10
 FEED_CAP = 16 << 30  # the IPC producer's bytes in flight: up to BATCH x WORKERS frames held by the encoder, plus the pipe
 EMPTY = pa.array([], type=pa.uint8())
 SUB = {"420": "4:2:0", "444": "4:4:4"}
+PIL_LABEL = "PIL (baseline), 1 thread"
+BASELINE = "PIL's JPEG encoder on one thread, (H, W, C) uint8 frames made beforehand, in the same rounds"
 
 
 def cpu_cores() -> int:
@@ -375,6 +378,20 @@ def sweep_gpu(bench: Bench, name: str, frames: int) -> tuple[tuple[int, int] | N
     return best, figures
 
 
+def table_rows(size: str, contenders: list[Contender], fps: dict[str, float], base: float, failed: dict[str, str]) -> list[dict]:
+    """One row per contender of a size, PIL first, as the plots read them: which engine, where,
+    engine alone or node path, at what setting, its median fps and its ratio to PIL (a failed
+    contender has no fps and says why)."""
+    out = [{"size": size, "label": PIL_LABEL, "engine": "PIL", "device": "cpu", "kind": "baseline", "batch": 1, "workers": 1,
+            "fps": fps[PIL_LABEL], "ratio": 1.0, "error": None}]
+    for c in contenders:
+        value = fps.get(c.label)
+        out.append({"size": size, "label": c.label, "engine": c.engine or "CUDA IPC", "device": c.device, "kind": c.kind,
+                    "batch": c.batch, "workers": c.workers, "fps": value, "ratio": None if value is None else value / base,
+                    "error": failed.get(c.label)})
+    return out
+
+
 def not_measured(name: str, target: str, unit: str, why: str) -> dict:
     return {"name": name, "measured": None, "target": target, "unit": unit, "met": None, "detail": why}
 
@@ -393,7 +410,7 @@ def main(argv=()):
     parser.add_argument("--sizes", default="1080p,4k", help="comma-separated: " + ", ".join(SIZES))
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of: " + ", ".join(ENGINES))
     parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all", help="where engines run (all: the CPU, and CUDA when present)")
-    parser.add_argument("--json", type=Path, help="also write the figures and goals here")
+    add_json_option(parser, "jpeg_fps")
     args = parser.parse_args(list(argv))
     args.sizes = [s for s in args.sizes.split(",") if s]
     args.engines = [e for e in args.engines.split(",") if e]
@@ -421,7 +438,7 @@ def main(argv=()):
     if gpu_names:
         bench.start_feeder()
     cpu_n = max(args.frames, 2 * CPU_BATCH * bench.cores)
-    figures, sweeps, goals = {}, {}, []
+    figures, sweeps, goals, table = {}, {}, [], []
     try:
         for size in args.sizes:
             h, w = SIZES[size]
@@ -452,7 +469,7 @@ def main(argv=()):
             rows += node_rows
             if bench.feeder is not None and gpu_names:
                 rows.append(Contender("CUDA IPC messages alone (receive + release, no encode)", "cuda", "", "feed", 1, 1, GPU_FRAMES * args.frames))
-            results: dict[str, list[float]] = {"PIL (baseline), 1 thread": []}
+            results: dict[str, list[float]] = {PIL_LABEL: []}
             failed: dict[str, str] = {}
             for c in rows:  # warm-up: thread pools, codec state, the IPC handle cache
                 try:
@@ -461,7 +478,7 @@ def main(argv=()):
                 except Exception as e:
                     failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
             for r in range(ROUNDS):
-                results["PIL (baseline), 1 thread"].append(pil_fps(bench.hwc, args.frames))
+                results[PIL_LABEL].append(pil_fps(bench.hwc, args.frames))
                 for c in rows[r % len(rows):] + rows[:r % len(rows)] if rows else []:  # each round starts one further on
                     if c.label in failed:
                         continue
@@ -470,7 +487,7 @@ def main(argv=()):
                     except Exception as e:
                         failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
                         results.pop(c.label, None)
-            base = statistics.median(results["PIL (baseline), 1 thread"])
+            base = statistics.median(results[PIL_LABEL])
             figures[size] = {}
             for label, values in results.items():
                 fps = statistics.median(values)
@@ -478,6 +495,7 @@ def main(argv=()):
                 print(f"    {label:<84} {fps:8.1f} fps  {fps / base:6.2f}x PIL")
             for label, why in failed.items():
                 print(f"    {label:<84}   failed: {why}")
+            table += table_rows(size, rows, figures[size], base, failed)
 
             def label_of(name: str, device: str) -> str | None:
                 return next((c.label for c in rows if c.engine == name and c.device == device and c.kind == "node" and c.label in figures[size]), None)
@@ -534,10 +552,11 @@ def main(argv=()):
         "fps": figures,
         "gpu_sweep_fps": sweeps,
         "gpu_node_input": None if cuda is None else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
+        "rounds": ROUNDS,
+        "rows": table,
         "goals": goals,
     }
-    write_json(args.json, result)
-    return result
+    return save("jpeg_fps", BASELINE, result, args.json)
 
 
 if __name__ == "__main__":

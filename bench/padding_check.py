@@ -2,7 +2,7 @@
 leaves leave gaps (odd sizes, so every leaf but the first is preceded by padding), with the
 check, against the same decode with the check switched off, measured in the same run.
 
-    python bench/padding_check.py [--json FILE]
+    python bench/padding_check.py [--json PATH]   (default out/bench/padding_check.json)
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import torch  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
 from tensor_codec.transports import host  # noqa: E402
-from _goals import goal, print_goals, write_json  # noqa: E402
+from _goals import goal, print_goals  # noqa: E402
+from _results import add_json_option, save  # noqa: E402
 from _timing import fmt_us, per_call_seconds  # noqa: E402
 
+BASELINE = "the same decode with the padding check switched off"
+GOAL_RATIO = 1.10
 CASES = [  # (leaves, bytes per leaf)
     (2, 3),
     (16, 1001),
@@ -31,7 +34,7 @@ CASES = [  # (leaves, bytes per leaf)
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", type=Path, default=None)
+    add_json_option(parser, "padding_check")
     args = parser.parse_args(argv)
     original = host.Padding.check
     rows = []
@@ -59,12 +62,10 @@ def main(argv=None) -> dict:
     worst = max(rows, key=lambda r: r["ratio"])
     extra = max(r["with_check_s"] - r["without_s"] for r in rows if r["leaves"] <= 64)
     print(f"  up to 64 leaves the check adds at most {extra * 1e6:.1f} us to a message in this run (a dora hop costs 100 us and more)")
-    goals = [goal("padding check costs at most 10% of a decode whose header is cached", worst["ratio"], "<=", 1.10, "x",
+    goals = [goal("padding check costs at most 10% of a decode whose header is cached", worst["ratio"], "<=", GOAL_RATIO, "x",
                   f"worst: {worst['leaves']} leaves of {worst['leaf_bytes']} bytes, {worst['ratio']:.3f}x")]
     print_goals(goals)
-    result = {"benchmark": "padding_check", "rows": rows, "goals": goals}
-    write_json(args.json, result)
-    return result
+    return save("padding_check", BASELINE, {"goal_ratio": GOAL_RATIO, "rows": rows, "goals": goals}, args.json)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@
     host_staging.py    GPU<->host copies through pinned chunks vs plain copy_ (issue 6; GPU only)
     camera_fps.py      the synthetic camera at 1920x1080, 60 fps into the receiver: fps, drops, p50/p99
                        latency against the same frames sent as a flat pa.array (about 95 s)
+
+Each writes its results to out/bench/<script>.json (bench/_results.py; a GPU script without CUDA
+writes that it was skipped); `make plots` draws them into out/bench/img/ (bench/plots.py).
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ import host_staging  # noqa: E402
 import dora_latency  # noqa: E402
 import jpeg_fps  # noqa: E402
 import small_message  # noqa: E402
+from _results import RESULTS_DIR, ROOT  # noqa: E402
 
 
 def main() -> None:
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}\n")
-    small_message.main()
+    small_message.main([])
     print()
-    decode_scaling.main()
+    decode_scaling.main([])
     print()
     header_cost.main([])
     print()
@@ -60,6 +64,7 @@ def main() -> None:
     host_staging.main([])
     print()
     camera_fps.main([])
+    print(f"\nresults in {RESULTS_DIR.relative_to(ROOT)}/; `make plots` draws them")
 
 
 if __name__ == "__main__":
