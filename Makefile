@@ -20,7 +20,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-gpu gpu-check bench fuzz wheel clean
+.PHONY: install run run-cluster test test-gpu gpu-check bench plots fuzz wheel clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
 # Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
@@ -66,6 +66,11 @@ gpu-check: install
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# The benchmarks' results (out/bench/<script>.json, written by each bench script) drawn as PNGs in
+# out/bench/img/; a benchmark not run is listed as skipped. Needs matplotlib (the `plots` extra).
+plots: install
+	$(BIN)/python bench/plots.py
 
 # The structure-aware decode fuzzer (docs/fuzzing.md): 100,000 cases on one worker per CPU by
 # default; crashes, hangs and unexpected exceptions are written as reproducers under out/fuzz.
