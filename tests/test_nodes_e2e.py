@@ -45,6 +45,26 @@ def check_default_run(run):
         assert inputs["suite"]["good"] == len(make_suite()) and inputs["suite"]["rejected"] == 5
         assert inputs["load"]["good"] == 40
         assert inputs["frames"]["latency_ms"]["p50"] is not None
+        check_default_recording(run)
+
+
+def check_default_recording(run):
+    """The rerun sink recorded every JPEG and the suite as what they are (with rerun-sdk), or
+    said that it records nothing (without it: REQUIRED=0)."""
+    from tensor_codec_nodes.rerun_sink import sdk
+
+    recording = run.workdir / "out" / "pipeline.rrd"
+    if sdk.missing() is not None:
+        assert "REQUIRED=0: taking the inputs without recording them" in run.output and not recording.exists()
+        return
+    from rerun_support import read_recording
+
+    entities = read_recording(recording)
+    assert entities["/jpeg"].archetypes == {"EncodedImage"} and entities["/jpeg"].rows == 150
+    assert entities["/suite/suite/tv/boxes_xyxy"].archetypes == {"Boxes2D"}
+    assert entities["/suite/suite/tv/image"].archetypes == {"Image"}
+    assert "jpeg: 150 received, 150 shown; suite: 62 received, 57 shown, 5 bad" in run.output
+    assert "recording written to out/pipeline.rrd: open it with `rerun out/pipeline.rrd`" in run.output
 
 
 def copy_default_pipeline(tmp_path):
