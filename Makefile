@@ -41,8 +41,14 @@ run: install
 		trap 'exit 130' INT TERM; \
 		dora up; \
 	fi; \
+	rm -f out/pipeline.rrd; \
 	dora start dataflow.yml --attach; \
-	echo "make run: report written to out/receiver-report.json"
+	echo "make run: report written to out/receiver-report.json"; \
+	if [ -s out/pipeline.rrd ]; then \
+		echo "make run: recording written to out/pipeline.rrd: open it with  $(BIN)/rerun out/pipeline.rrd  (or any rerun viewer 0.41+)"; \
+	else \
+		echo "make run: no recording (rerun-sdk is not installed: pip install 'rerun-sdk>=0.41' into $(VENV), then make run)"; \
+	fi
 
 # The same nodes on two machines, A and B: a coordinator and two daemons on loopback (free ports
 # chosen at run time), the dataflow-cluster.yml nodes deployed on both, both receivers' reports
