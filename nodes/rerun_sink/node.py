@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+import tensor_codec as tc
+
 from ..common import protocol as P
 from ..common.delivery import EMPTY, ack_for
 from ..common.runtime import declared_outputs, load_node_config, setup_logging
@@ -27,8 +29,8 @@ def main() -> int:
         log.error("%s", why)
         return 2
     if why is None:
-        # rerun, torch, torchvision, tensor_codec: imported before joining, as dora starts the flow
-        # once every node has joined; after it, their seconds would go by with messages waiting.
+        # rerun (and torchvision's box conversions): imported before joining, as dora starts the
+        # flow once every node has joined; after it, their seconds would go by with messages waiting.
         from .sink import RerunSink
     node = join_dataflow(SPEC, log)
     if node is None:
@@ -54,6 +56,8 @@ def main() -> int:
                 taken += 1
                 if sink is not None:
                     sink.handle(event["id"], event.get("value"), metadata)
+                elif "tc.version" in metadata:
+                    _release_unshown(event, log)
             del event
             if acks and ack is not None:
                 node.send_output(ACK_OUTPUT, EMPTY, ack)
@@ -71,6 +75,17 @@ def main() -> int:
         log.error("the recording did not all reach %s: %s", config.viewer or config.file, failed)
         return 1
     return 0
+
+
+def _release_unshown(event: dict, log) -> None:
+    """Give a tensor_codec message back without showing it: a CUDA IPC message's producer keeps
+    its GPU memory until every consumer has claimed and released it (decoding and releasing a
+    host message costs nothing: zero-copy)."""
+    try:
+        with tc.scope():
+            tc.receive(event)
+    except tc.CodecError as e:
+        log.error("input %s: a bad message taken: %s", event.get("id"), str(e)[:300])
 
 
 def _prepare(file: str | None) -> str | None:
