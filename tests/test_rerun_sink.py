@@ -6,6 +6,7 @@ these tests skip, except those of the node's words when it is missing."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -419,3 +420,16 @@ def test_the_default_pipeline_wires_the_sink_to_take_what_it_shows(tmp_path):
     assert nodes["jpeg-encoder"]["inputs"]["ack_rerun"]["source"] == "rerun-sink/ack"
     assert nodes["suite-sender"]["inputs"]["ack_rerun"]["source"] == "rerun-sink/ack"
 
+
+
+def test_without_rerun_sdk_a_taken_message_is_still_released_and_a_bad_one_logged(caplog):
+    """REQUIRED=0 without the SDK: each tensor_codec message is decoded and released (a CUDA IPC
+    producer waits for every consumer's release), a bad one logged, nothing raised."""
+    from tensor_codec_nodes.rerun_sink import node
+
+    log = logging.getLogger("rerun-sink-test")
+    value, metadata = tc.encode({"x": torch.arange(4)})
+    node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": metadata}, log)
+    with caplog.at_level("ERROR", logger=log.name):
+        node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": dict(metadata, **{"tc.header": "{"})}, log)
+    assert "input in: a bad message taken: tc.header" in caplog.text
