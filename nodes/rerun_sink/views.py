@@ -78,6 +78,8 @@ def views(obj: Any, hint: str | None = None) -> tuple[list[View], list[str]]:
                 out.append(View(_parts(path) + view.parts, view.archetype, view.timeline))
         except CannotShow as e:
             problems.append(str(e))
+        except Exception as e:  # what torch or rerun refused, past the checks: this leaf only, named
+            problems.append(f"{format_path(path)}: not shown ({type(e).__name__}: {str(e)[:200]})")
     return out, problems
 
 
