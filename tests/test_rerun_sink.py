@@ -6,9 +6,11 @@ these tests skip, except those of the node's words when it is missing."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -313,56 +315,6 @@ def test_cuda_tensors_are_shown_from_a_host_copy(tmp_path):
 
 
 # --------------------------------------------------------------------------- in dora dataflows
-def _sink_node(env, inputs):
-    return script_node("rerun-sink", "tc-rerun-sink", inputs=inputs, outputs=["ack"], env=env)
-
-
-@pytest.mark.dora
-@needs_rerun
-def test_the_node_records_a_camera_jpegs_and_the_suite_through_dora(dora_cli, tmp_path):
-    from tensor_codec.testing import make_suite
-
-    rrd = tmp_path / "out" / "flow.rrd"
-    queue = {"queue_size": 64, "queue_policy": "backpressure"}
-    nodes = [
-        script_node("camera", "tc-camera-source", inputs={"ack": {"source": "rerun-sink/ack", "queue_size": 256}}, outputs=["image"],
-                    env={"FRAMES": 6, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "DEVICE": "cpu"}),
-        script_node("raw-camera", "tc-camera-source", inputs={"ack": {"source": "rerun-sink/ack", "queue_size": 256}}, outputs=["image"],
-                    env={"FRAMES": 4, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "FORMAT": "raw", "DEVICE": "cpu"}),
-        script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "camera/image", **queue}, "ack_rerun": {"source": "rerun-sink/ack", "queue_size": 256}},
-                    outputs=["jpeg", "ack"], env={"DEVICE": "cpu"}),
-        script_node("sender", "tc-tensor-sender", inputs={"ack": {"source": "rerun-sink/ack", "queue_size": 256}}, outputs=["tensors"],
-                    env={"MODE": "suite", "DEVICE": "cpu", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"}),
-        _sink_node({"RRD": "out/flow.rrd"}, {
-            "frames": {"source": "camera/image", **queue}, "raw": {"source": "raw-camera/image", **queue},
-            "jpeg": {"source": "encoder/jpeg", **queue}, "suite": {"source": "sender/tensors", "queue_size": 256},
-        }),
-    ]
-    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=300)
-    assert run.returncode == 0, run.explain()
-    with run.explained():
-        entities = read_recording(rrd)
-        assert entities["/frames"].archetypes == {"Image"} and entities["/frames"].rows == 6
-        assert entities["/raw"].archetypes == {"Image"} and entities["/raw"].rows == 4
-        assert entities["/jpeg"].archetypes == {"EncodedImage"} and entities["/jpeg"].rows == 6
-        # the camera's frames on their capture time and frame index; pixels as rendered
-        frames = entities["/frames"]
-        assert sorted(frames.values("frame")) == list(range(6)) and None not in frames.values("capture_time")
-        first = frames.values("frame").index(0)
-        assert bytes(frames.values("Image:buffer")[first][0]) == render(0, 56, 64).permute(1, 2, 0).contiguous().numpy().tobytes()
-        # every suite payload, under /suite/<its case>, as what it is
-        suite = {path: e for path, e in entities.items() if path.startswith("/suite/")}
-        assert entities[r"/suite/suite/tv/boxes_cxcywhr"].archetypes == {"LineStrips2D"}
-        assert entities[r"/suite/suite/tv/boxes_xywh"].archetypes == {"Boxes2D"}
-        assert entities[r"/suite/suite/tv/mask"].archetypes == {"SegmentationImage"}
-        assert entities[r"/suite/suite/tv/video"].rows == 4
-        assert entities[r"/suite/suite/nested/detection/image"].archetypes == {"Image"}
-        cases = {path.split("/")[4] for path in suite if path.count("/") >= 4}
-        assert cases >= {name.split("/", 1)[1].split("/")[0] for name in make_suite()} - {"empty_dict"}
-        assert "suite: 62 received, 57 shown, 5 bad" in run.output  # CORRUPT=1: five hostile messages, logged and skipped
-        assert "frames: 6 received, 6 shown" in run.output and "jpeg: 6 received, 6 shown" in run.output
-
-
 def _rerun_cli() -> str | None:
     beside = Path(sys.executable).parent / "rerun"
     return str(beside) if beside.exists() else shutil.which("rerun")
@@ -374,37 +326,87 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def rerun_server(saved: Path):
+    """rerun's own CLI as a headless viewer server on a free port, saving what it receives to
+    `saved`; -> its rerun+http:// URL (None where the CLI is not installed)."""
+    cli = _rerun_cli()
+    if cli is None:
+        yield None
+        return
+    port = _free_port()
+    server = subprocess.Popen([cli, "--port", str(port), "--save", str(saved)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, RERUN_ANALYTICS="off"), start_new_session=True)
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, timeout=60, describe=f"rerun's server on port {port}", interval=0.1)
+        yield f"rerun+http://127.0.0.1:{port}/proxy"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def check_suite_entities(entities: dict) -> None:
+    """Every suite payload under /suite/<its case>, each as what it is."""
+    from tensor_codec.testing import make_suite
+
+    assert entities["/suite/suite/tv/boxes_cxcywhr"].archetypes == {"LineStrips2D"}
+    assert entities["/suite/suite/tv/boxes_xywh"].archetypes == {"Boxes2D"}
+    assert entities["/suite/suite/tv/mask"].archetypes == {"SegmentationImage"}
+    assert entities["/suite/suite/tv/video"].rows == 4
+    assert entities["/suite/suite/nested/detection/image"].archetypes == {"Image"}
+    cases = {path.split("/")[4] for path in entities if path.startswith("/suite/suite/") and path.count("/") >= 4}
+    assert cases >= {name.split("/")[1] for name in make_suite()} - {"empty_dict"}  # {} has nothing to show
+
+
 @pytest.mark.dora
 @needs_rerun
 @pytest.mark.filterwarnings("ignore:RRD file has no footer")  # a server's --save streams without one
-def test_the_node_streams_to_a_viewer_at_connect(dora_cli, tmp_path):
-    """CONNECT: the recording goes to a running rerun server (rerun's own CLI, headless, saving
-    what it receives), not to a file."""
-    cli = _rerun_cli()
-    if cli is None:
-        pytest.skip("rerun's CLI (installed with rerun-sdk) is not on PATH")
-    port, saved = _free_port(), tmp_path / "received.rrd"
-    server = subprocess.Popen([cli, "--port", str(port), "--save", str(saved)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              env=dict(os.environ, RERUN_ANALYTICS="off"), start_new_session=True)
-    try:
-        def listening():
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-        wait_until(listening, timeout=60, describe=f"rerun's server on port {port}", interval=0.1)
+def test_the_node_in_dora_records_cameras_jpegs_and_the_suite_to_a_file_and_a_viewer(dora_cli, tmp_path):
+    """One dataflow: a codec camera, a raw (dora image) camera, their JPEGs and the tensor
+    sender's suite (with five hostile messages) into the sink, which writes RRD and streams to
+    CONNECT (rerun's own server, headless, saving what it gets) at once."""
+    queue = {"queue_size": 64, "queue_policy": "backpressure"}
+    ack = {"source": "rerun-sink/ack", "queue_size": 256}
+    with rerun_server(tmp_path / "received.rrd") as viewer:
+        env = {"RRD": "out/flow.rrd", **({"CONNECT": viewer} if viewer else {})}
         nodes = [
-            script_node("sender", "tc-tensor-sender", inputs={"ack": {"source": "rerun-sink/ack", "queue_size": 256}}, outputs=["tensors"],
-                        env={"MODE": "suite", "DEVICE": "cpu"}, extra={"shared_memory_pool_size": "64MB"}),
-            _sink_node({"RRD": "none", "CONNECT": f"rerun+http://127.0.0.1:{port}/proxy"}, {"suite": {"source": "sender/tensors", "queue_size": 256}}),
+            script_node("camera", "tc-camera-source", inputs={"ack": ack}, outputs=["image"],
+                        env={"FRAMES": 6, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "DEVICE": "cpu"}),
+            script_node("raw-camera", "tc-camera-source", inputs={"ack": ack}, outputs=["image"],
+                        env={"FRAMES": 4, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "FORMAT": "raw", "DEVICE": "cpu"}),
+            script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "camera/image", **queue}, "ack_rerun": ack},
+                        outputs=["jpeg", "ack"], env={"DEVICE": "cpu"}),
+            script_node("sender", "tc-tensor-sender", inputs={"ack": ack}, outputs=["tensors"],
+                        env={"MODE": "suite", "DEVICE": "cpu", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"}),
+            script_node("rerun-sink", "tc-rerun-sink", outputs=["ack"], env=env, inputs={
+                "frames": {"source": "camera/image", **queue}, "raw": {"source": "raw-camera/image", **queue},
+                "jpeg": {"source": "encoder/jpeg", **queue}, "suite": {"source": "sender/tensors", "queue_size": 256},
+            }),
         ]
-        run = run_dataflow(dora_cli, tmp_path / "flow", nodes, timeout=300)
-        assert run.returncode == 0, run.explain()
-        assert not (tmp_path / "flow" / "out" / "recording.rrd").exists()
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-    entities = read_recording(saved)
-    assert entities[r"/suite/suite/tv/keypoints"].archetypes == {"Points2D"}
-    assert sum(1 for path in entities if path.startswith("/suite/suite/tv/boxes_")) >= 6
+        run = run_dataflow(dora_cli, tmp_path, nodes, timeout=300)
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        entities = read_recording(tmp_path / "out" / "flow.rrd")
+        assert entities["/frames"].archetypes == {"Image"} and entities["/frames"].rows == 6
+        assert entities["/raw"].archetypes == {"Image"} and entities["/raw"].rows == 4
+        assert entities["/jpeg"].archetypes == {"EncodedImage"} and entities["/jpeg"].rows == 6
+        # the camera's frames on their capture time and frame index; pixels as rendered
+        frames = entities["/frames"]
+        assert sorted(frames.values("frame")) == list(range(6)) and None not in frames.values("capture_time")
+        first = frames.values("frame").index(0)
+        assert bytes(frames.values("Image:buffer")[first][0]) == render(0, 56, 64).permute(1, 2, 0).contiguous().numpy().tobytes()
+        check_suite_entities(entities)
+        assert "suite: 62 received, 57 shown, 5 bad" in run.output  # CORRUPT=1: five hostile messages, logged and skipped
+        assert "frames: 6 received, 6 shown" in run.output and "jpeg: 6 received, 6 shown" in run.output
+        if viewer is None:
+            pytest.skip("recorded to a file; rerun's CLI is not installed, so streaming to a viewer was not tested")
+        streamed = read_recording(tmp_path / "received.rrd")
+        assert {path: e.rows for path, e in streamed.items()} == {path: e.rows for path, e in entities.items()}
 
 
 def test_the_default_pipeline_wires_the_sink_to_take_what_it_shows(tmp_path):
