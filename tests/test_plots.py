@@ -92,7 +92,9 @@ SAMPLES = {
                            p99_goal_ms=20.0, summary=[
         {"contender": c, "fps": fps, "p50": p50, "p99": p99, "received": 600, "missing": 0, "bad": 0, "rounds": 2,
          "fps_ratio": fps / 59.3, "p50_ratio": p50 / 5.7, "p99_ratio": p99 / 9.7, "goal_met": fps > 59.4}
-        for c, fps, p50, p99 in (("pa.array", 59.3, 5.7, 9.7), ("tc", 60.0, 1.9, 2.7), ("raw", 60.0, 1.8, 2.6))]),
+        for c, fps, p50, p99 in (("pa.array", 59.3, 5.7, 9.7), ("tc", 60.0, 1.9, 2.7), ("raw", 60.0, 1.8, 2.6))],
+                           runs=[{"contender": c, "round": 1, "cpu_dataflow": 1.0, "cpu_other": other}
+                                 for c, other in (("pa.array", 0.02), ("tc", None), ("raw", 0.9))]),
     "jpeg_fps": envelope("jpeg_fps", "PIL, one thread", rows=jpeg_rows()),
     "cross_daemon": envelope("cross_daemon", "the same-daemon path", device="cpu", goal_ratio=2.0, clusters=[
         {"cluster": "loopback", "host": "127.0.0.1", "error": None, "rows": cross_rows(8.0, True)},
