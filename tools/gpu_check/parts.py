@@ -135,7 +135,7 @@ def read_junit(path: Path) -> tuple[dict, list[str], bool | None]:
 def pipeline(ctx: Context) -> tuple[Part, list[Goal]]:
     """The default pipeline (dataflow.yml) with every node on CUDA, through `dora run`."""
     flow, placed_ids, without = flows.variant_on(ctx.device, ROOT / "dataflow.yml", ctx.work / "pipeline", ctx.bindir)
-    placed = f"{len(placed_ids)} of {len(placed_ids) + len(without)} nodes on {ctx.device} ({', '.join(without)} has no device)"
+    placed = f"{len(placed_ids)} of {len(placed_ids) + len(without)} nodes on {ctx.device} ({', '.join(without)} {'have' if len(without) > 1 else 'has'} no device)"
     if not ctx.cuda:
         return Part(PIPELINE, SKIPPED, 0.0, f"no CUDA: the all-CUDA dataflow was written, not run: {placed}"), []
     ran = ctx.run([ctx.dora() or "dora", "run", flow], timeout=ctx.limit(120), cwd=flow.parent)
