@@ -1,5 +1,7 @@
-"""The nodes in real dora dataflows: the default pipeline with `dora run` and with `dora up` /
-`dora start`, a receiver that meets corrupted messages, and the nodes reused by name from a
+"""The nodes in real dora dataflows: the default pipeline with `dora up` / `dora start` (what
+`make run` does; `dora run` of dataflow.yml is run by test_gpu_check's pipeline part and by
+test_delivery_e2e's slow consumer: a third full run here cost 30 s of `make test` and only
+repeated them), a receiver that meets corrupted messages, and the nodes reused by name from a
 directory outside the repository."""
 
 from __future__ import annotations
@@ -71,13 +73,6 @@ def copy_default_pipeline(tmp_path):
     flow = tmp_path / "dataflow.yml"
     shutil.copy(ROOT / "dataflow.yml", flow)
     return flow
-
-
-def test_default_pipeline_with_dora_run(dora_cli, tmp_path):
-    flow = copy_default_pipeline(tmp_path)
-    run = run_flow_file(dora_cli, flow, timeout=RUN_TIMEOUT_S)
-    assert run.returncode == 0, run.explain()
-    check_default_run(run)
 
 
 def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
