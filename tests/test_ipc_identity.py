@@ -13,15 +13,10 @@ from tensor_codec.ipc.identity import gpu_uuid, host_identity, host_name, local_
 
 def test_host_identity_is_stable_and_shared_by_processes_of_this_kernel():
     here = host_identity()
-    other = subprocess.run(
-        [sys.executable, "-c", "from tensor_codec.ipc.identity import host_identity; print(host_identity())"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
+    code = "from tensor_codec.ipc.identity import host_identity, pid_namespace; print(host_identity()); print(pid_namespace())"
+    other, namespace = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert here == other and host_name(here) and "@" in here
-    assert pid_namespace() == subprocess.run(
-        [sys.executable, "-c", "from tensor_codec.ipc.identity import pid_namespace; print(pid_namespace())"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
+    assert pid_namespace() == namespace
 
 
 @pytest.mark.gpu
