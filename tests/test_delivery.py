@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.delivery import AckWindow, Delivery, Outbox, Relay, ack_for, ackers_of, not_acknowledged_line
+from tensor_codec_nodes.common.delivery import AckWindow, Delivery, Outbox, Relay, SinkIntake, ack_for, ackers_of, not_acknowledged_line
 
 log = logging.getLogger("delivery-test")
 
@@ -193,3 +193,19 @@ def test_relay_drops_the_oldest_unacknowledgeable_message_past_its_backlog_limit
         r.on_event(data(seq, wants_ack=False))
     assert [e["metadata"][P.SEQ] for e in r.backlog] == [2, 3, 4] and r.dropped == 2
     assert "its sender takes no acks" in caplog.text
+
+
+def test_a_sink_handles_each_message_once_and_acknowledges_every_copy():
+    sent = []
+    intake = SinkIntake(sent.append)
+    first = {"seq": 0, "stream": "s", "wants_ack": True}
+    assert intake.is_new(first)
+    intake.acknowledge(first)
+    assert not intake.is_new(dict(first))  # a resend: skipped, acknowledged again
+    intake.acknowledge(first)
+    assert intake.is_new({"seq": 0, "stream": "other", "wants_ack": True}) and intake.is_new({"frame": 3})  # no acks wanted
+    intake.acknowledge({"frame": 3})
+    assert sent == [{"seq": 0, "stream": "s"}] * 2 and intake.duplicates == 1
+    observer = SinkIntake(None)  # no ack output declared: nothing sent, duplicates still skipped
+    assert observer.is_new(first) and not observer.is_new(first)
+    observer.acknowledge(first)

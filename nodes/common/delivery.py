@@ -35,7 +35,7 @@ from .settings import Setting
 from .stats import SeqTracker
 
 __all__ = [
-    "AckWindow", "Delivery", "Outbox", "Relay", "ack_settings", "ackers_of", "ack_for", "is_timeout",
+    "AckWindow", "Delivery", "Outbox", "Relay", "ack_settings", "ackers_of", "ack_for", "SinkIntake", "is_timeout",
     "STOP_GRACE_S", "EMPTY", "not_acknowledged_line",
 ]
 
@@ -63,6 +63,30 @@ def ack_for(metadata: dict) -> dict | None:
     if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
         return None
     return {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}
+
+
+class SinkIntake:
+    """Acknowledged delivery into a sink (a node that ends a chain: tc-jpeg-sink, tc-rerun-sink):
+    `is_new(metadata)` says whether a message is to be handled or is a resend already taken (its
+    ack was lost or late); `acknowledge(metadata)`, once it is handled (or skipped), acks it on
+    the sink's ack output when one is declared (`send_ack` None: a pure observer)."""
+
+    def __init__(self, send_ack: Callable[[dict], None] | None):
+        self.send_ack = send_ack
+        self.seen: dict[str, SeqTracker] = {}
+        self.duplicates = 0
+
+    def is_new(self, metadata: dict) -> bool:
+        ack = ack_for(metadata)
+        if ack is not None and self.seen.setdefault(ack[P.STREAM], SeqTracker()).see(ack[P.SEQ]) == "duplicate":
+            self.duplicates += 1
+            return False
+        return True
+
+    def acknowledge(self, metadata: dict) -> None:
+        ack = ack_for(metadata)
+        if ack is not None and self.send_ack is not None:
+            self.send_ack(ack)
 
 
 def is_timeout(event: dict) -> bool:

@@ -7,10 +7,8 @@ import os
 import sys
 
 from ..common.startup import join_dataflow
-from ..common import protocol as P
-from ..common.delivery import EMPTY, ack_for
+from ..common.delivery import EMPTY, SinkIntake
 from ..common.runtime import declared_outputs, load_node_config, setup_logging
-from ..common.stats import SeqTracker
 from .spec import SPEC
 from .config import ACK_OUTPUT, INPUT, load_config
 from .sink import JpegSink
@@ -26,23 +24,20 @@ def main() -> int:
     if node is None:
         return 2
     sink = JpegSink(config.dir, config.count, config.prefix)
-    acks = ACK_OUTPUT in declared_outputs(node)  # acknowledged delivery: see ../common/delivery.py
-    seen: dict[str, SeqTracker] = {}
-    duplicates = 0
+    # acknowledged delivery (see ../common/delivery.py) when the dataflow declares the ack output
+    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
+    intake = SinkIntake(send_ack)
     for event in node:
         if event["type"] == "INPUT" and event["id"] == INPUT:
             metadata = event.get("metadata") or {}
-            ack = ack_for(metadata)
-            if ack is not None and seen.setdefault(ack[P.STREAM], SeqTracker()).see(ack[P.SEQ]) == "duplicate":
-                duplicates += 1  # a resend whose original had arrived after all
-            else:
+            if intake.is_new(metadata):
                 path = sink.handle(event)
                 if path is not None:
                     log.info("saved %s", path)
-            if acks and ack is not None:
-                node.send_output(ACK_OUTPUT, EMPTY, ack)
+            intake.acknowledge(metadata)
         elif event["type"] == "ERROR":
             log.error("dora reported: %s", str(event.get("error"))[:500])
+    duplicates = intake.duplicates
     log.info("%s%s", sink.summary(), f", {duplicates} duplicates skipped" if duplicates else "")
     return 0
 

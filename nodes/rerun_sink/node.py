@@ -8,11 +8,9 @@ import sys
 
 import tensor_codec as tc
 
-from ..common import protocol as P
-from ..common.delivery import EMPTY, ack_for
+from ..common.delivery import EMPTY, SinkIntake
 from ..common.runtime import declared_outputs, load_node_config, setup_logging
 from ..common.startup import join_dataflow
-from ..common.stats import SeqTracker
 from . import sdk
 from .config import ACK_OUTPUT, load_config
 from .spec import SPEC
@@ -43,26 +41,24 @@ def main() -> int:
     else:
         sink = None
         log.warning("%s; REQUIRED=0: taking the inputs without recording them", why)
-    acks = ACK_OUTPUT in declared_outputs(node)  # acknowledged delivery: see ../common/delivery.py
-    seen: dict[str, SeqTracker] = {}
-    duplicates = taken = 0
+    # acknowledged delivery (see ../common/delivery.py) when the dataflow declares the ack output
+    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
+    intake = SinkIntake(send_ack)
+    taken = 0
     for event in node:
         if event["type"] == "INPUT":
             metadata = event.get("metadata") or {}
-            ack = ack_for(metadata)
-            if ack is not None and seen.setdefault(ack[P.STREAM], SeqTracker()).see(ack[P.SEQ]) == "duplicate":
-                duplicates += 1  # a resend whose original had arrived after all
-            else:
+            if intake.is_new(metadata):
                 taken += 1
                 if sink is not None:
                     sink.handle(event["id"], event.get("value"), metadata)
                 elif "tc.version" in metadata:
                     _release_unshown(event, log)
             del event
-            if acks and ack is not None:
-                node.send_output(ACK_OUTPUT, EMPTY, ack)
+            intake.acknowledge(metadata)
         elif event["type"] == "ERROR":
             log.error("dora reported: %s", str(event.get("error"))[:500])
+    duplicates = intake.duplicates
     dup = f", {duplicates} duplicates skipped" if duplicates else ""
     if sink is None:
         log.info("took %d messages, recorded none (no rerun-sdk)%s", taken, dup)
