@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from ..common.delivery import ack_settings
-from ..common.settings import Setting, SettingError, as_fields, load_settings
+from ..common.settings import Setting, SettingError, settings_dataclass
 
 OUTPUT = "image"
 TICK_INPUT = "tick"
@@ -16,7 +15,7 @@ SETTINGS = (
     Setting("SOURCE_PATH", "path", "", "camera: a device index (`0`) or path (`/dev/video0`); video: the file; images: the folder. Unused for synthetic.", required_when="SOURCE is camera, video or images"),
     Setting("WIDTH", "int", "640", "Frame width in px. Real sources are resized to WIDTH x HEIGHT; 0 keeps their native size (the synthetic camera needs a size).", minimum=0),
     Setting("HEIGHT", "int", "480", "Frame height in px (see WIDTH).", minimum=0),
-    Setting("CHANNELS", "choice", "3", "Synthetic camera only: 3 (rgb8) or 1 (mono8).", ("3", "1")),
+    Setting("CHANNELS", "choice", "3", "Synthetic camera only: 3 (rgb8) or 1 (mono8).", ("3", "1"), convert=int),
     Setting("FPS", "float", "30", "Frames per second, paced by the node itself; 0 = as fast as possible. Ignored when a `tick` input is wired (one frame per tick).", minimum=0),
     Setting("FRAMES", "int", "0", "Stop after this many frames; 0 = endless (or until a video or folder ends).", minimum=0),
     Setting("LOOP", "bool", "0", "video / images: start again at the end instead of stopping."),
@@ -27,29 +26,13 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class CameraConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    source: str
-    source_path: str
-    width: int
-    height: int
-    channels: int
-    fps: float
-    frames: int
-    loop: bool
-    format: str
-    layout: str
-    device: str
-    window: int
-    retry_s: float
-    ack_timeout_s: float
+    """The parsed settings: a field per setting (SOURCE -> source)."""
 
 
 def load_config(env: Mapping[str, str]) -> CameraConfig:
-    v = load_settings(env, SETTINGS)
-    config = CameraConfig(**{**as_fields(v), "channels": int(v["CHANNELS"])})
+    config = CameraConfig.from_env(env)
     if config.source == "synthetic":
         if not config.width or not config.height:
             raise SettingError(f"WIDTH/HEIGHT: expected a frame size for the synthetic camera, got {config.width}x{config.height}")

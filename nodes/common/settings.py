@@ -2,17 +2,20 @@
 
 dora hands a node its `env:` values as strings. Each node declares its settings as `Setting`s;
 `load_settings(env, table)` parses every one (or raises `SettingError` naming the setting, the
-value that came and what is allowed), and `manifest.py` writes the same table into the node's
-`dora-node.yml`, so the documentation cannot drift from the code.
+value that came and what is allowed), `settings_dataclass(table)` makes the node's config class
+from the same table (a field per setting, its name lowercase: FPS -> fps), and `manifest.py`
+writes the table into the node's `dora-node.yml` and startup.py into its `--help`: the settings
+are written once, so the documentation cannot drift from the code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["Setting", "SettingError", "load_settings", "as_fields", "parse_size", "parse_sizes", "parse_device_spec"]
+__all__ = ["Setting", "SettingError", "load_settings", "settings_dataclass", "parse_size", "parse_sizes", "parse_device_spec"]
 
 
 class SettingError(ValueError):
@@ -29,13 +32,21 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     required_when: str = ""  # "SOURCE is camera, video or images": the default (empty) is not enough then
+    # What the node's config holds, from the parsed value (CHANNELS "3" -> 3); may raise a
+    # SettingError without the name. Not shown in the manifest: the type there is what is written.
+    convert: Callable[[Any], Any] | None = None
+
+    @property
+    def field(self) -> str:
+        """The config attribute: the name, lowercase (FPS -> fps)."""
+        return self.name.lower()
 
     def parse(self, raw: str) -> Any:
         try:
             value = PARSERS[self.type](raw, self)
+            return value if self.convert is None else self.convert(value)
         except SettingError as e:
             raise SettingError(f"{self.name}: {e}") from None
-        return value
 
 
 def _bounds(s: Setting, fmt) -> str:
@@ -168,7 +179,33 @@ def load_settings(env: Mapping[str, str], table: Sequence[Setting]) -> dict[str,
     return out
 
 
-def as_fields(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Parsed settings as a config dataclass's keyword arguments (FPS -> fps): each node's config
-    fields are its settings' names, so the table stays the one place defaults live."""
-    return {name.lower(): value for name, value in values.items()}
+_FIELD_TYPES: dict[str, Any] = {"int": int, "float": float, "bool": bool, "sizes": tuple[int, ...], "size": int}
+
+
+def _field_type(s: Setting) -> Any:
+    if s.convert is not None:
+        return s.convert if isinstance(s.convert, type) else Any
+    return _FIELD_TYPES.get(s.type, str)
+
+
+def settings_dataclass(table: Sequence[Setting]):
+    """Class decorator: the class becomes a frozen dataclass with one field per setting of
+    `table` (in its order, named `Setting.field`), `SETTINGS` (the table) and
+    `from_env(env)` (every setting parsed: `load_settings`). What the class body declares
+    besides (properties, a docstring) is kept. So a node's settings are written once, in the
+    table its manifest and `--help` are generated from."""
+    table = tuple(table)
+
+    def build(cls):
+        namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        namespace["SETTINGS"] = table
+        namespace["from_env"] = classmethod(_from_env)
+        made = dataclasses.make_dataclass(cls.__name__, [(s.field, _field_type(s)) for s in table], namespace=namespace, frozen=True)
+        made.__module__, made.__qualname__ = cls.__module__, cls.__qualname__
+        return made
+
+    return build
+
+
+def _from_env(cls, env: Mapping[str, str]):
+    return cls(**{name.lower(): value for name, value in load_settings(env, cls.SETTINGS).items()})

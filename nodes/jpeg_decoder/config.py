@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from ..common.delivery import ack_settings
 from ..common.jpeg_engines import ENGINE_CHOICES
-from ..common.settings import Setting, as_fields, load_settings
+from ..common.settings import Setting, settings_dataclass
 
 INPUT = "jpeg"
 OUTPUT = "image"
@@ -31,19 +30,10 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class DecoderConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    mode: str
-    batch: int
-    max_pixels: int
-    device: str
-    engine: str
-    window: int
-    retry_s: float
-    ack_timeout_s: float
+    """The parsed settings: a field per setting (MAX_PIXELS -> max_pixels)."""
 
 
 def load_config(env: Mapping[str, str]) -> DecoderConfig:
-    return DecoderConfig(**as_fields(load_settings(env, SETTINGS)))
+    return DecoderConfig.from_env(env)

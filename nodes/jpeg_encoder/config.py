@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from ..common.delivery import ack_settings
 from ..common.jpeg_engines import ENGINE_CHOICES, SUBSAMPLING_CHOICES
-from ..common.settings import Setting, as_fields, load_settings
+from ..common.settings import Setting, settings_dataclass
 
 INPUT = "frames"
 OUTPUT = "jpeg"
@@ -40,20 +39,10 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class EncoderConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    quality: int
-    batch: int
-    workers: int
-    device: str
-    engine: str
-    subsampling: str
-    window: int
-    retry_s: float
-    ack_timeout_s: float
+    """The parsed settings: a field per setting (QUALITY -> quality)."""
 
 
 def load_config(env: Mapping[str, str]) -> EncoderConfig:
-    return EncoderConfig(**as_fields(load_settings(env, SETTINGS)))
+    return EncoderConfig.from_env(env)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, as_fields, load_settings
+from ..common.settings import Setting, settings_dataclass
 
 INPUT = "jpeg"
 ACK_OUTPUT = "ack"  # acknowledges each JPEG to its sender (when declared)
@@ -17,14 +16,10 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class SinkConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    dir: str
-    count: int
-    prefix: str
+    """The parsed settings: a field per setting (DIR -> dir)."""
 
 
 def load_config(env: Mapping[str, str]) -> SinkConfig:
-    return SinkConfig(**as_fields(load_settings(env, SETTINGS)))
+    return SinkConfig.from_env(env)

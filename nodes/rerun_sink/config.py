@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, SettingError, as_fields, load_settings
+from ..common.settings import Setting, SettingError, settings_dataclass
 
 ACK_OUTPUT = "ack"  # acknowledges each message to its sender (when declared)
 DEFAULT_VIEWER = "rerun+http://127.0.0.1:9876/proxy"  # where `rerun` (the viewer) listens by default
@@ -37,15 +36,9 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class RerunSinkConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    rrd: str
-    connect: str
-    split_by: str
-    app_id: str
-    required: bool
+    """The parsed settings: a field per setting (RRD -> rrd), and what they mean."""
 
     @property
     def file(self) -> str | None:
@@ -63,7 +56,7 @@ class RerunSinkConfig:
 
 
 def load_config(env: Mapping[str, str]) -> RerunSinkConfig:
-    config = RerunSinkConfig(**as_fields(load_settings(env, SETTINGS)))
+    config = RerunSinkConfig.from_env(env)
     if config.file is None and config.viewer is None:
         raise SettingError("RRD and CONNECT: expected a file (RRD=out/recording.rrd) or a viewer (CONNECT=auto), got RRD=none and no CONNECT")
     if config.connect and config.connect.lower() != "auto" and not config.connect.startswith(("rerun://", "rerun+http://", "rerun+https://")):

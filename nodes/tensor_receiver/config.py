@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.settings import Setting, SettingError, as_fields, load_settings
+from ..common.settings import Setting, SettingError, settings_dataclass
 
 ACK_OUTPUT = "ack"
 
@@ -20,22 +19,14 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class ReceiverConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    device: str
-    verify: str
-    jpeg_min_psnr: float
-    jpeg_max_mad: float
-    report: str
-    strict: bool
-    progress_s: float
+    """The parsed settings: a field per setting (VERIFY -> verify)."""
 
 
 def load_config(env: Mapping[str, str]) -> ReceiverConfig:
-    v = load_settings(env, SETTINGS)
-    if 0 < v["PROGRESS_S"] < 0.1:
+    config = ReceiverConfig.from_env(env)
+    if 0 < config.progress_s < 0.1:
         # each idle wake-up costs dora ~5 ms (it builds a backtrace): keep it a report, not a spin
-        raise SettingError(f"PROGRESS_S: expected 0 (off) or at least 0.1 seconds, got {v['PROGRESS_S']:g}")
-    return ReceiverConfig(**as_fields(v))
+        raise SettingError(f"PROGRESS_S: expected 0 (off) or at least 0.1 seconds, got {config.progress_s:g}")
+    return config

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from ..common.delivery import ack_settings
-from ..common.settings import Setting, SettingError, as_fields, load_settings
+from ..common.settings import Setting, SettingError, settings_dataclass
 
 OUTPUT = "tensors"
 ACK_INPUT = "ack"
+
+
+def _count(raw: str) -> int | None:
+    """COUNT: None = each payload once (`all`), 0 = endless, N = N messages."""
+    text = raw.lower()
+    if text == "all":
+        return None
+    if text.isascii() and text.isdigit():
+        return int(text)
+    raise SettingError(f"expected all, 0 (endless) or a number of messages, got {raw!r}")
+
 
 SETTINGS = (
     Setting("MODE", "choice", "suite", "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.", ("suite", "random", "safetensors")),
     Setting("SIZES", "sizes", "1MB,16MB", "random mode: tensor sizes, comma-separated (KB/MB/GB are 1024-based; each a multiple of 4 bytes)."),
     Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send.", required_when="MODE is safetensors"),
-    Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless."),
+    Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless.", convert=_count),
     Setting("RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0),
     *ack_settings("message"),
     Setting("CORRUPT", "bool", "0", "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them."),
@@ -26,37 +36,13 @@ SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
+@settings_dataclass(SETTINGS)
 class SenderConfig:
-    """The parsed settings (defaults live in SETTINGS)."""
-
-    mode: str
-    sizes: tuple[int, ...]
-    file: str
-    count: int | None  # None = each payload once; 0 = endless
-    rate: float
-    window: int
-    retry_s: float
-    ack_timeout_s: float
-    corrupt: bool
-    seed: int
-    device: str
-    transport: str
-    max_in_flight: int
-
-
-def _count(raw: str) -> int | None:
-    text = raw.strip().lower()
-    if text == "all":
-        return None
-    if text.isascii() and text.isdigit():
-        return int(text)
-    raise SettingError(f"COUNT: expected all, 0 (endless) or a number of messages, got {raw!r}")
+    """The parsed settings: a field per setting (MODE -> mode; count: None = each payload once)."""
 
 
 def load_config(env: Mapping[str, str]) -> SenderConfig:
-    v = load_settings(env, SETTINGS)
-    config = SenderConfig(**{**as_fields(v), "count": _count(v["COUNT"])})
+    config = SenderConfig.from_env(env)
     bad = [s for s in config.sizes if s % 4 or s == 0]
     if config.mode == "random" and bad:
         raise SettingError(f"SIZES: expected non-zero multiples of 4 bytes (float32 tensors), got {bad}")
