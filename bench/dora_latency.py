@@ -5,7 +5,8 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
 * contiguous tensors, 1 MB to 64 MB: tc within 1.2x of plain `send_output_raw` of the same bytes;
 * non-contiguous (a transpose, a strided crop): tc faster than `t.contiguous()` + that raw send;
 * every case: tc never slower than `pa.array(t.contiguous().numpy().ravel())` + `send_output`,
-  received with `torch.from_numpy(...).reshape(...)`.
+  received with `torch.from_numpy(...).reshape(...)`; issue 18 names contiguous 1 MB end to end
+  in particular (tc / pa.array p50 <= 1.0x; 1.06 to 1.18x before its redesign).
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
 contenders are interleaved round by round so drift in machine load hits them alike.
@@ -119,7 +120,8 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                 verdicts.append(goal(f"contiguous {size} MB: tc within 1.2x of send_output_raw", tc_ratio, "<=", 1.2, "x", f"ratio {tc_ratio:.2f}"))
             else:
                 verdicts.append(goal(f"{layout} {size} MB: tc faster than contiguous()+raw", tc_ratio, "<", 1.0, "x", f"ratio {tc_ratio:.2f}"))
-            verdicts.append(goal(f"{layout} {size} MB: tc not slower than pa.array pattern", pa_ratio, "<=", 1.0, "x", f"ratio {pa_ratio:.2f}"))
+            issue = " end to end (issue 18)" if (layout, size) == ("contiguous", 1) else ""
+            verdicts.append(goal(f"{layout} {size} MB{issue}: tc not slower than pa.array pattern", pa_ratio, "<=", 1.0, "x", f"ratio {pa_ratio:.2f}"))
     print()
     print_goals(verdicts)
     bad = [r for r in rows if not r["ok"]]
