@@ -20,7 +20,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-gpu gpu-check bench plots fuzz wheel clean
+.PHONY: install run run-cluster test test-fast test-gpu gpu-check bench plots fuzz wheel clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
 # Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
@@ -58,8 +58,13 @@ run-cluster: install
 	$(BIN)/python -m tensor_codec_nodes.local_cluster dataflow-cluster.yml \
 		--report out/cluster-report-A.json --report out/cluster-report-B.json
 
+# Everything (what CI runs): tests/{codec,ipc,nodes} then tests/e2e (real dora dataflows, installs).
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The three tiers without a dora dataflow, the dora CLI or an install (under a minute): while editing.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not e2e" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)

@@ -1,0 +1,251 @@
+"""Received zero-copy objects: kept or released as one unit (failure mode 4); in-place writes
+into shared views detected by the version counter (failure mode 5)."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import re
+import logging
+import threading
+
+import pyarrow as pa
+import pytest
+import torch
+from torchvision import tv_tensors as tvt
+
+import tensor_codec as tc
+from tests.support.waiting import wait_until
+from tensor_codec.lifetimes import is_borrowed
+from tensor_codec.testing import assert_identical, make_packed_sequences
+
+
+def big_sample(seed: int = 0) -> dict:
+    """A structure big enough to be decoded zero-copy (> 4 KiB)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "image": tvt.Image(torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g)),
+        "boxes": tvt.BoundingBoxes(torch.rand(256, 4, generator=g), format="XYXY", canvas_size=(32, 32)),
+        "features": torch.randn(64, 64, generator=g).t(),
+    }
+
+
+def event(obj, input_id="frames"):
+    value, metadata = tc.encode(obj)
+    return {"type": "INPUT", "id": input_id, "value": value, "metadata": {**metadata, "timestamp": 0}}
+
+
+def test_received_views_are_tracked_and_released_together_at_scope_exit():
+    sample = big_sample()
+    with tc.scope():
+        obj = tc.receive(event(sample))
+        assert all(is_borrowed(t) for t in obj.values())
+        assert_identical(obj, sample)
+    for t in obj.values():
+        assert t.numel() == 0  # detached from the shared memory
+        assert not is_borrowed(t)
+
+
+def test_keep_copies_a_structure_out_as_one_unit():
+    sample = big_sample()
+    with tc.scope():
+        kept = tc.keep(tc.receive(event(sample)))
+    assert_identical(kept, sample)
+    assert_identical(kept, sample, strides="exact")  # strides exactly as received
+    blocks = {t.untyped_storage().data_ptr() for t in kept.values()}
+    assert len(blocks) == 1  # one owned block for the whole message
+    assert not any(is_borrowed(t) for t in kept.values())
+
+
+def test_keep_of_a_packed_sequence_keeps_every_part_valid_after_release():
+    big = torch.nn.utils.rnn.pack_sequence([torch.randn(n, 64) for n in (30, 20, 10)], enforce_sorted=False)
+    with tc.scope():
+        kept = tc.keep(tc.receive(event({"seq": big})))
+    gc.collect()
+    assert_identical(kept["seq"], big)
+    padded, lengths = torch.nn.utils.rnn.pad_packed_sequence(kept["seq"])
+    assert lengths.tolist() == [30, 20, 10]
+
+
+def test_a_write_into_a_received_view_is_reported_with_input_and_path():
+    with pytest.raises(tc.SharedViewWriteError) as info:
+        with tc.scope():
+            obj = tc.receive(event(big_sample(), "detections"))
+            obj["boxes"].mul_(2)
+    message = str(info.value)
+    assert "input 'detections'" in message and "`$.boxes`" in message
+    assert re.search(r"version (\d+) -> (\d+)", message)
+
+
+def test_a_write_through_a_derived_view_is_detected():
+    with pytest.raises(tc.SharedViewWriteError, match=r"\$\.features"):
+        with tc.scope():
+            obj = tc.receive(event(big_sample()))
+            obj["features"][0, :4].zero_()
+
+
+def test_a_write_then_drop_inside_the_scope_is_still_detected():
+    with pytest.raises(tc.SharedViewWriteError, match=r"\$\.image"):
+        with tc.scope():
+            obj = tc.receive(event(big_sample()))
+            obj["image"].add_(1)
+            del obj
+
+
+def test_reading_and_computing_is_not_a_write():
+    with tc.scope():
+        obj = tc.receive(event(big_sample()))
+        _ = (obj["features"] * 2).sum() + obj["boxes"].mean()
+        _ = obj["features"].contiguous().add_(1)  # a copy: fine
+
+
+def test_release_releases_every_part_of_the_message_even_ones_not_passed():
+    obj = tc.receive(event(big_sample()))
+    tc.release(obj["boxes"])
+    assert all(t.numel() == 0 for t in obj.values())
+
+
+def test_release_outside_a_scope_reports_writes():
+    obj = tc.receive(event(big_sample(), "cam"))
+    obj["features"].add_(1)
+    with pytest.raises(tc.SharedViewWriteError, match="input 'cam'"):
+        tc.release(obj)
+
+
+def test_keep_after_release_is_an_error():
+    with tc.scope():
+        obj = tc.receive(event(big_sample(), "cam"))
+    with pytest.raises(tc.ReleasedError, match="input 'cam'"):
+        tc.keep(obj)
+
+
+def test_an_exception_in_the_scope_is_not_masked_by_a_write_report(caplog):
+    with caplog.at_level(logging.ERROR, logger="tensor_codec"):
+        with pytest.raises(KeyError):
+            with tc.scope():
+                obj = tc.receive(event(big_sample()))
+                obj["image"].add_(1)
+                raise KeyError("boom")
+    assert "zero-copy view was written" in caplog.text
+
+
+def test_copied_and_small_messages_are_owned_and_writable():
+    with tc.scope():
+        owned = tc.receive(event(big_sample()), copy=True)
+        small = tc.receive(event(torch.zeros(4)))
+        owned["features"].add_(1)
+        small.add_(1)
+    assert owned["features"].numel() == 64 * 64 and small.tolist() == [1.0] * 4
+
+
+def test_nested_scopes_release_their_own_messages():
+    with tc.scope():
+        outer = tc.receive(event(big_sample()))
+        with tc.scope():
+            inner = tc.receive(event(big_sample(1)))
+        assert inner["features"].numel() == 0
+        assert outer["features"].numel() == 64 * 64
+    assert outer["features"].numel() == 0
+
+
+def test_scopes_are_per_thread():
+    results = {}
+
+    def worker():
+        with tc.scope():
+            results["obj"] = tc.receive(event(big_sample()))
+
+    with tc.scope():
+        mine = tc.receive(event(big_sample()))
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert results["obj"]["features"].numel() == 0  # released by the thread's own scope
+        assert mine["features"].numel() == 64 * 64
+
+
+def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
+    """Releasing detaches every part, so a stream whose results are (accidentally) retained
+    does not pin one message's memory per iteration."""
+    payload = {"frame": torch.randn(256, 1024)}  # 1 MiB
+    gc.collect()
+    baseline = pa.total_allocated_bytes()
+    retained = []
+    for i in range(200):
+        value, metadata = tc.encode(payload)
+        with tc.scope():
+            obj = tc.decode(value, metadata, name="frame")
+            assert obj["frame"].shape == (256, 1024)
+            retained.append(obj)
+        del value, metadata, obj
+    # Not 200 MiB. Dropped buffers come back once the collector has run (whichever thread runs it).
+    wait_until(
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1], lambda grown: grown < 4 << 20,
+        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
+    )
+
+
+def test_packed_sequence_released_as_one_unit():
+    packed = torch.nn.utils.rnn.pack_sequence([torch.randn(40, 32), torch.randn(25, 32)])
+    with tc.scope():
+        got = tc.receive(event(packed))
+        assert got.data.shape == packed.data.shape
+    assert got.data.numel() == 0 and got.batch_sizes.numel() == 0
+
+
+def test_small_packed_sequences_are_plain_owned_values():
+    packed = make_packed_sequences()["packed_unsorted"]
+    with tc.scope():
+        got = tc.receive(event(packed))
+    assert_identical(got, packed)  # < 4 KiB: copied, so nothing to release
+
+
+def test_concurrent_encode_decode_from_several_threads_is_exact():
+    """The header, plan and metadata caches and the lifetime registry are shared by threads."""
+    errors = []
+
+    def worker(seed: int):
+        try:
+            for i in range(150):
+                shape = (8 + (seed + i) % 5, 64)  # a few layouts per thread, shared across threads
+                obj = {"x": torch.full(shape, float(seed * 1000 + i)).t(), "boxes": big_sample(seed)["boxes"]}
+                with tc.scope():
+                    got = tc.receive(event(obj, f"t{seed}"))
+                    assert_identical(got, obj)
+                    kept = tc.keep(got)
+                assert_identical(kept, obj)
+        except Exception as e:  # surfaced below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_keep_racing_release_never_returns_released_memory():
+    """Review finding: keep() in one thread and release() in another once produced empty tensors."""
+    outcomes = collections.Counter()
+    for _ in range(300):
+        obj = tc.receive(event({"a": torch.randn(64, 32), "b": torch.randn(2048)}))
+        result = {}
+
+        def keeper():
+            try:
+                result["kept"] = tc.keep(obj)
+            except tc.ReleasedError:
+                result["kept"] = None
+
+        thread = threading.Thread(target=keeper)
+        thread.start()
+        tc.release(obj)
+        thread.join()
+        kept = result["kept"]
+        if kept is None:
+            outcomes["released first"] += 1
+        else:
+            assert kept["a"].shape == (64, 32) and kept["b"].shape == (2048,)
+            outcomes["kept first"] += 1
+    assert sum(outcomes.values()) == 300

@@ -1,0 +1,133 @@
+"""tc.send / tc.receive against a stand-in for dora's Node (the loop itself is tested with real
+dora in tests/e2e/test_dora_e2e.py): one pass into the send buffer, reserved keys, size limits."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pytest
+import torch
+
+import tensor_codec as tc
+from tensor_codec import dora_adapter
+from tensor_codec.testing import assert_identical, make_suite
+from tests.support.fakes import FakeNode
+
+
+def as_event(sent, input_id="in"):
+    output_id, raw, metadata = sent
+    return {"type": "INPUT", "id": input_id, "value": pa.array(list(raw), pa.uint8()) if raw else pa.array([], pa.uint8()), "metadata": metadata}
+
+
+@pytest.mark.parametrize("name", ["layout/stacked", "layout/strided_crop", "tv/boxes_xyxy", "nested/detection", "packed/packed_unsorted", "nested/empty_dict"])
+def test_send_writes_exactly_what_encode_produces(name):
+    obj = make_suite()[name]
+    node = FakeNode()
+    tc.send(node, "out", obj, {"frame": 3})
+    (output_id, raw, metadata), = node.sent
+    value, expected_metadata = tc.encode(obj)
+    assert output_id == "out" and raw == value.buffers()[1].to_pybytes()[: len(value)] if len(value) else raw == b""
+    assert metadata == {"frame": 3, **expected_metadata}
+    assert_identical(tc.receive(as_event(node.sent[0])), obj)
+
+
+def test_padding_never_carries_stale_buffer_bytes():
+    node = FakeNode()
+    tc.send(node, "out", [torch.ones(3, dtype=torch.uint8), torch.ones(3, dtype=torch.uint8)])
+    raw = node.sent[0][1]
+    assert raw[3:64] == b"\0" * 61 and b"\xAA" not in raw
+
+
+def _aten_ops(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return [e.name for e in prof.events()]
+
+
+def test_a_non_contiguous_tensor_is_compacted_in_one_copy_straight_into_the_buffer():
+    crop = torch.randn(512, 512)[::2, 1::3]
+    node = FakeNode()
+    ops = _aten_ops(lambda: tc.send(node, "out", crop))
+    assert ops.count("aten::copy_") == 1
+    assert not {"aten::contiguous", "aten::clone", "aten::to", "aten::_to_copy"} & set(ops)
+    assert torch.equal(tc.receive(as_event(node.sent[0])), crop)
+
+
+def test_a_dense_permuted_tensor_is_one_byte_copy():
+    big = torch.randn(2, 3, 256, 256).contiguous(memory_format=torch.channels_last)
+    node = FakeNode()
+    ops = _aten_ops(lambda: tc.send(node, "out", big))
+    assert ops.count("aten::copy_") == 1 and "aten::contiguous" not in ops
+
+
+def test_reserved_metadata_keys_are_refused():
+    with pytest.raises(tc.EncodeError, match="reserved"):
+        tc.send(FakeNode(), "out", torch.zeros(1), {"tc.header": "mine"})
+
+
+@pytest.mark.parametrize("key", ["encoding", "width", "height"])
+def test_dora_image_keys_are_refused_on_codec_messages(key):
+    """dora-hub image nodes read any message with these keys as flat interleaved pixels: a codec
+    message carrying them is scrambled downstream without an error, so it cannot be sent."""
+    node = FakeNode()
+    with pytest.raises(tc.EncodeError, match=rf"metadata.{key}: dora's image key.*tc.send_plain.*pixel_format"):
+        tc.send(node, "out", torch.zeros(3, 4, 4, dtype=torch.uint8), {key: "rgb8" if key == "encoding" else 4})
+    assert not node.sent
+    tc.send_plain(node, "out", torch.zeros(4, 4, 3, dtype=torch.uint8), {"encoding": "rgb8", "width": 4, "height": 4})
+
+
+def test_a_message_no_route_can_carry_fails_before_writing_and_names_the_pool_setting():
+    node = FakeNode()  # dora's default 8 MiB pool
+    big = torch.zeros(61 << 20, dtype=torch.uint8)
+    with pytest.raises(tc.MessageTooLargeError) as info:
+        tc.send(node, "frames", big)
+    message = str(info.value)
+    assert "shared_memory_pool_size" in message and "frames" in message
+    assert str(big.numel()) in message and "128MB" in message and "dora's default" in message
+    assert node.sent == []
+
+
+def test_a_configured_pool_lets_a_big_message_through():
+    node = FakeNode(pool=256 << 20)
+    tc.send(node, "frames", torch.zeros(61 << 20, dtype=torch.uint8))
+    assert len(node.sent[0][1]) == 61 << 20
+
+
+def test_a_message_over_the_pool_but_under_the_daemon_limit_warns_once(caplog):
+    node = FakeNode()
+    with caplog.at_level(logging.WARNING, logger="tensor_codec"):
+        for _ in range(3):
+            tc.send(node, "frames", torch.zeros(9 << 20, dtype=torch.uint8))
+    warnings = [r for r in caplog.records if "shared_memory_pool_size" in r.getMessage()]
+    assert len(warnings) == 1 and "slow fallback path" in warnings[0].getMessage()
+
+
+def test_pool_size_from_the_environment(monkeypatch):
+    monkeypatch.setenv("DORA_NODE_SHM_POOL_SIZE", str(64 << 20))
+    assert dora_adapter.pool_size(FakeNode()) == (64 << 20, "DORA_NODE_SHM_POOL_SIZE")
+
+
+def test_doras_own_size_error_becomes_a_clear_codec_error():
+    node = FakeNode(fail_with='output "x": IPC-encoded message is 9 bytes, exceeding the 67108864-byte daemon transport limit')
+    with pytest.raises(tc.MessageTooLargeError, match="shared_memory_pool_size"):
+        tc.send(node, "x", torch.zeros(4))
+
+
+def test_suggested_pool_holds_two_messages():
+    assert dora_adapter.suggested_pool(70 << 20) == "256MB"
+    assert dora_adapter.suggested_pool(10 << 20) == "32MB"
+
+
+def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplog):
+    """The suite's nested/empty_dict under TRANSPORT=cuda-ipc: nothing to share on a GPU, so it
+    goes as host bytes instead of failing the send (and losing the message)."""
+    node = FakeNode()
+    with caplog.at_level(logging.INFO, logger="tensor_codec"):
+        for obj in ({}, {}, {"x": torch.arange(4)}):
+            assert tc.send(node, "out", obj, transport="cuda-ipc")
+    assert [m["tc.transport"] for _, _, m in node.sent] == ["host"] * 3
+    assert_identical(tc.receive(as_event(node.sent[2]), copy=True), {"x": torch.arange(4)})
+    said = [r.getMessage() for r in caplog.records if "transport" in r.getMessage()]
+    assert said == ["output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"]
+

@@ -1,0 +1,135 @@
+"""Delivery through real dora dataflows: what dora 1.1 drops, and what the acknowledged links of
+the default pipeline (dataflow.yml) deliver anyway.
+
+dora 1.1 drops the oldest queued message of an input past `queue_size` (or past 10 x queue_size,
+at least 100, with `queue_policy: backpressure`). The default pipeline's producers (camera, tensor
+senders, JPEG encoder and decoder) each keep a window of unacknowledged messages, so a slow
+consumer slows them down instead. These tests make the receiver slow and check, from its report
+(counts, checksums, frames rebuilt and compared), that nothing was lost on any link, next to
+unacknowledged controls in the same dataflow that do lose messages, and that a producer whose
+consumer dies exits non-zero saying how many messages were not acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+import yaml
+
+from tests.support.dora import ROOT, run_flow_file, tail
+
+pytestmark = pytest.mark.dora
+
+SLOW_RECEIVER = ROOT / "tests" / "dora_nodes" / "slow_receiver.py"
+QUEUE = 10  # queue_size of every data input in the slow-consumer test: hard cap 100 with backpressure
+FRAMES = 150  # camera frames, as many JPEGs and decoded frames
+LOAD = 150  # the load sender's messages (4 KB each, as fast as the window allows)
+CONTROL = 250  # the unacknowledged control sender's messages
+
+
+def slow_receiver(node: dict, **env) -> dict:
+    """`node` (a tc-tensor-receiver entry) run through tests/dora_nodes/slow_receiver.py."""
+    node = dict(node)
+    node["path"] = sys.executable
+    node["args"] = f"-u {SLOW_RECEIVER}"
+    node["env"] = {**node.get("env", {}), **{k: str(v) for k, v in env.items()}}
+    return node
+
+
+def by_id(flow: dict) -> dict[str, dict]:
+    return {node["id"]: node for node in flow["nodes"]}
+
+
+def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(dora_cli, tmp_path):
+    """dataflow.yml as shipped (every node, every link and its queue policy), with the receiver
+    taking 10 ms more per message, the camera and the load sender as fast as they can go, small
+    frames, and every data input's queue_size cut to QUEUE: 150 frames, 150 JPEGs and 150 tensors
+    each exceed even backpressure's hard cap (10 x QUEUE). An unacknowledged control sender into
+    the same receiver, on an input with `queue_policy: backpressure` and the same queue_size,
+    loses messages (dora drops them); the pipeline's own links lose none."""
+    flow = yaml.safe_load((ROOT / "dataflow.yml").read_text())
+    nodes = by_id(flow)
+    nodes["camera"]["env"].update({"WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": str(FRAMES)})
+    nodes["load-sender"]["env"].update({"SIZES": "4KB", "COUNT": str(LOAD), "RATE": "0"})
+    for node in flow["nodes"]:
+        for name, spec in (node.get("inputs") or {}).items():
+            if not name.startswith("ack"):
+                assert isinstance(spec, dict), (node["id"], name, spec)
+                spec["queue_size"] = QUEUE
+    receiver = slow_receiver(nodes["receiver"], SLOW_MS=10, STRICT=0, PROGRESS_S=0)
+    receiver["inputs"]["control"] = {"source": "control-sender/tensors", "queue_size": QUEUE, "queue_policy": "backpressure"}
+    flow["nodes"] = [n for n in flow["nodes"] if n["id"] != "receiver"] + [
+        receiver,
+        {"id": "control-sender", "path": "tc-tensor-sender", "outputs": ["tensors"],
+         "env": {"MODE": "random", "SIZES": "4KB", "COUNT": str(CONTROL), "RATE": "0", "SEED": "1"}},
+    ]
+    path = tmp_path / "dataflow.yml"
+    path.write_text(yaml.safe_dump(flow, sort_keys=False))
+
+    proc = run_flow_file(dora_cli, path, timeout=240)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, tail(proc)
+    report = json.loads((tmp_path / "out" / "receiver-report.json").read_text())
+    inputs = report["inputs"]
+    print(json.dumps({name: {k: s[k] for k in ("expected", "received", "good", "missing", "duplicates")} for name, s in inputs.items()}))
+    print("\n".join(line for line in log.splitlines() if "acknowledged, " in line or "tensor sender: " in line))
+
+    # The pipeline's links: every message, each verified (checksums; frames rebuilt and
+    # compared byte for byte, decoded ones within JPEG's bounds).
+    for name in ("frames", "decoded", "suite", "load"):
+        stats = inputs[name]
+        assert stats["bad"] == 0 and stats["missing"] == 0, (name, stats)
+        assert stats["received"] == stats["expected"] and stats["good"] + stats["rejected"] == stats["received"], (name, stats)
+    assert inputs["frames"]["good"] == FRAMES and inputs["frames"]["unverified"] == 0
+    assert inputs["decoded"]["good"] == FRAMES and inputs["decoded"]["unverified"] == 0
+    assert inputs["load"]["good"] == LOAD and inputs["suite"]["rejected"] == 5
+    assert f"received {FRAMES}, encoded {FRAMES}, bad 0, failed 0" in log, tail(proc)  # the encoder took every frame once
+    assert f"received {FRAMES}, decoded {FRAMES}, bad 0" in log, tail(proc)  # the decoder every JPEG once
+    assert f"jpeg-sink: INFO received {FRAMES}, saved 5 to out/jpeg, bad 0" in log, tail(proc)
+    assert not re.search(r"(hit hard cap|Discarding event for input) .(frames|decoded|suite|load|jpeg)", log)
+
+    # The control: dora dropped most of it (what the acks prevent), though it was on backpressure.
+    control = inputs["control"]
+    assert control["expected"] == CONTROL and control["bad"] == 0, control
+    assert control["missing"] > 0 and control["received"] + control["missing"] == CONTROL, control
+    assert f"Backpressure input `control` hit hard cap ({max(10 * QUEUE, 100)}), dropping oldest" in log
+
+
+def test_producers_whose_consumer_dies_exit_non_zero_and_say_how_many_were_not_acknowledged(dora_cli, tmp_path):
+    """A tensor sender and a camera, both acknowledged by a receiver that dies (os._exit) after
+    30 messages: each stops, logs how many of its messages were not acknowledged and exits 1,
+    and dora reports each as failed."""
+    flow = {"nodes": [
+        {"id": "sender", "path": "tc-tensor-sender", "outputs": ["tensors"],
+         "inputs": {"ack": {"source": "receiver/ack", "queue_size": 64}},
+         "env": {"MODE": "random", "SIZES": "4KB", "COUNT": "200", "DEVICE": "cpu"}},
+        {"id": "camera", "path": "tc-camera-source", "outputs": ["image"],
+         "inputs": {"ack_receiver": {"source": "receiver/ack", "queue_size": 256}},
+         "env": {"WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": "100", "DEVICE": "cpu"}},
+        slow_receiver(
+            {"id": "receiver", "path": "tc-tensor-receiver", "outputs": ["ack"],
+             "inputs": {"tensors": {"source": "sender/tensors", "queue_size": 64}, "frames": {"source": "camera/image", "queue_size": 64}},
+             "env": {"DEVICE": "cpu", "PROGRESS_S": "0"}},
+            SLOW_MS=5, DIE_AFTER=30,
+        ),
+    ]}
+    path = tmp_path / "dataflow.yml"
+    path.write_text(json.dumps(flow, indent=1))
+
+    proc = run_flow_file(dora_cli, path, timeout=180)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, tail(proc)
+    assert "Node `receiver` failed: exited with code 3" in log, tail(proc)
+    assert "Node `sender` failed: exited with code 1" in log, tail(proc)
+    assert "Node `camera` failed: exited with code 1" in log, tail(proc)
+    sender = re.search(r"tensor-sender: ERROR (\d+) of 200 messages not acknowledged \(first: seq \d+\)", log)
+    camera = re.search(r"camera-source: ERROR (\d+) of 100 frames not acknowledged", log)
+    assert sender and camera, tail(proc)
+    n_sender, n_camera = int(sender.group(1)), int(camera.group(1))
+    print(f"not acknowledged: sender {n_sender} of 200, camera {n_camera} of 100")
+    # The receiver handled (and acknowledged) at most 30 messages of the 300 before it died.
+    assert n_sender <= 200 and n_camera <= 100 and n_sender + n_camera >= 300 - 30
+    assert "ack closed: that receiver went away" in log and "ack_receiver closed: that consumer went away" in log

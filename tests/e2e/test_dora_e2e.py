@@ -1,0 +1,31 @@
+"""Size errors raised inside a real dora node (`dora run`, from a directory outside the repo).
+The suite itself travels through real dataflows in test_nodes_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.dora import ROOT, python_node, run_dataflow
+
+pytestmark = pytest.mark.dora
+TESTS = ROOT / "tests"
+
+
+def test_a_message_too_big_for_any_route_is_refused_inside_a_real_node(dora_cli, tmp_path):
+    result = tmp_path / "result.json"
+    node = python_node(
+        "sender",
+        TESTS / "dora_nodes" / "oversize_sender.py",
+        inputs={"tick": "dora/timer/millis/50"},
+        outputs=["out"],
+        env={"MEGABYTES": 70, "RESULT": result},
+    )
+    run = run_dataflow(dora_cli, tmp_path, [node])
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        assert result.exists(), f"the sender wrote no result to {result}"
+        outcome = json.loads(result.read_text())
+        assert outcome["raised"] == "MessageTooLargeError", outcome
+        assert "shared_memory_pool_size" in outcome["message"] and "'sender'" in outcome["message"], outcome

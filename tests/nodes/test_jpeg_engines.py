@@ -1,0 +1,213 @@
+"""The JPEG engines on the CPU: how ENGINE=auto chooses and says why, SUBSAMPLING met or refused
+by name, every engine's JPEGs within the bounds (PSNR >= 35 dB, mean absolute difference <= 3 at
+quality 90) in every layout and subsampling it writes, what the header says against what the
+engine claims, every decode engine's frames against the others', and EXIF orientation applied
+alike by all of them."""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+import torch
+
+from tests.support.jpeg import MAX_MAD, MIN_PSNR, assert_close_to_source, decoder_engine, encoder_engine, engine_params, reference_decode, reference_encode
+from tensor_codec_nodes.common import jpeg_engines
+from tensor_codec_nodes.common.jpeg_engines import EngineError, choose_decoder, choose_encoder
+from tensor_codec_nodes.common.jpeg_header import read_header
+from tensor_codec_nodes.common.pattern import render
+from tensor_codec_nodes.common.quality import compare
+from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
+from tensor_codec_nodes.common import protocol as P
+
+
+def only(*usable):
+    """unavailable() as if only `usable` engines imported here."""
+    return lambda name, device_type="cpu": None if name in usable else f"{name} is not installed (test)"
+
+
+# -- choosing ------------------------------------------------------------------------------------
+
+def test_auto_takes_torchcodec_on_the_cpu_and_nvimgcodec_first_on_cuda(monkeypatch):
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision", "nvimgcodec"))
+    cpu = choose_encoder("auto", "auto", "cpu")
+    assert (cpu.name, cpu.subsampling, cpu.why) == ("torchcodec", "420", None)
+    assert cpu.describe() == "engine=torchcodec subsampling=420"
+    gpu = choose_encoder("auto", "auto", "cuda")
+    assert (gpu.name, gpu.subsampling) == ("nvimgcodec", "420")
+    assert choose_decoder("auto", "cuda").name == "nvimgcodec"
+    assert choose_decoder("auto", "cpu").name == "torchcodec"
+
+
+def test_auto_falls_back_and_says_why(monkeypatch):
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchvision"))
+    gpu = choose_encoder("auto", "auto", "cuda")
+    assert (gpu.name, gpu.subsampling) == ("torchvision", "444")
+    assert "nvimgcodec passed over: nvimgcodec is not installed" in gpu.why
+    assert "torchcodec passed over: torchcodec is not installed" in gpu.why
+    assert gpu.describe().startswith("engine=torchvision subsampling=444 (auto: nvimgcodec passed over")
+    assert "torchcodec passed over" in choose_decoder("auto", "cpu").why
+
+
+def test_auto_picks_an_engine_that_writes_the_subsampling_asked_for(monkeypatch):
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision", "nvimgcodec"))
+    on_cpu = choose_encoder("auto", "444", "cpu")
+    assert (on_cpu.name, on_cpu.subsampling) == ("nvimgcodec", "444")
+    assert "torchcodec passed over: writes 420 only, SUBSAMPLING=444" in on_cpu.why
+    assert choose_encoder("auto", "420", "cuda").name == "nvimgcodec"
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision"))
+    with pytest.raises(EngineError, match=r"ENGINE=auto: no JPEG encoder on cpu can be used: torchcodec passed over: writes 420 only, SUBSAMPLING=444"):
+        choose_encoder("auto", "444", "cpu")
+    with pytest.raises(EngineError, match=r"nvimgcodec passed over: nvimgcodec is not installed.*torchcodec passed over: writes 444 only, SUBSAMPLING=420"):
+        choose_encoder("auto", "420", "cuda")
+
+
+def test_an_engine_asked_for_by_name_that_cannot_serve_stops_with_the_setting_named(monkeypatch):
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision"))
+    with pytest.raises(EngineError, match=r"ENGINE=nvimgcodec: cannot be used on cuda: nvimgcodec is not installed"):
+        choose_encoder("nvimgcodec", "auto", "cuda")
+    with pytest.raises(EngineError, match=r"SUBSAMPLING=444: ENGINE=torchcodec on cpu writes 420 only; use SUBSAMPLING=auto, or ENGINE=nvimgcodec"):
+        choose_encoder("torchcodec", "444", "cpu")
+    with pytest.raises(EngineError, match=r"SUBSAMPLING=420: ENGINE=torchvision on cuda writes 444 only"):
+        choose_encoder("torchvision", "420", "cuda")
+    with pytest.raises(EngineError, match=r"SUBSAMPLING: expected one of auto, 420, 444, got '422'"):
+        choose_encoder("auto", "422", "cpu")
+    with pytest.raises(EngineError, match=r"ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'"):
+        choose_decoder("pil", "cpu")
+
+
+def test_the_real_probe_here():
+    """TorchCodec is a dependency: it imports here, and auto takes it on the CPU."""
+    assert jpeg_engines.unavailable("torchcodec", "cpu") is None
+    assert choose_encoder("auto", "auto", "cpu").name == "torchcodec"
+
+
+# -- every engine's JPEGs ------------------------------------------------------------------------
+
+def layouts(frame: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The same frame as the nodes receive it: planar (contiguous CHW) and interleaved (a CHW view
+    of an HWC frame: the camera's LAYOUT=interleaved, a plain dora rgb8 message)."""
+    return {"planar": frame, "interleaved": frame.permute(1, 2, 0).contiguous().permute(2, 0, 1)}
+
+
+@pytest.mark.parametrize("engine_name", engine_params("cpu"))
+@pytest.mark.parametrize("subsampling", ["auto", "420", "444"])
+def test_every_engine_within_bounds_in_every_layout_and_subsampling_it_writes(engine_name, subsampling):
+    try:
+        engine = encoder_engine(engine_name, "cpu", subsampling=subsampling)
+    except EngineError as e:
+        assert subsampling == "444" and "writes 420 only" in str(e)
+        return
+    try:
+        rgb, grey = render(3, 1080, 1920), render(4, 1080, 1920, channels=1)
+        frames = [*layouts(rgb).values(), grey]
+        out = engine.submit(frames).result()
+    finally:
+        engine.close()
+    assert len(out) == 3
+    for (data, crc), source, what in zip(out, [rgb, rgb, grey], ["planar", "interleaved", "grey"]):
+        db, mad = assert_close_to_source(data, source, f"{engine.describe()} {what}")
+        header = read_header(data)
+        assert (header.width, header.height) == (1920, 1080)
+        assert header.subsampling == ("gray" if what == "grey" else engine.subsampling), (what, header)
+    assert engine.subsampling == ("420" if subsampling == "auto" else subsampling)
+
+
+@pytest.mark.parametrize("engine_name", engine_params("cpu"))
+def test_every_decode_engine_gives_the_frames_the_others_give(engine_name):
+    rgb, grey = render(5, 480, 640), render(6, 480, 640, channels=1)
+    jpegs = [reference_encode(rgb), reference_encode(grey)]
+    engine = decoder_engine(engine_name, "cpu")
+    rgb_out, grey_out = engine.decode(jpegs, [3, 1])
+    assert rgb_out.shape == (3, 480, 640) and grey_out.shape == (1, 480, 640)
+    assert rgb_out.dtype == grey_out.dtype == torch.uint8
+    for mine, theirs, source in ((rgb_out, reference_decode(jpegs[0], 3), rgb), (grey_out, reference_decode(jpegs[1], 1), grey)):
+        db, mad = compare(mine, source)
+        assert db >= MIN_PSNR and mad <= MAX_MAD
+        assert compare(mine, theirs)[0] >= 45  # libjpeg-turbo everywhere here: (nearly) identical
+    # A colour JPEG asked for in grey and the reverse: what the node's MODE does.
+    as_grey, as_rgb = engine.decode(jpegs, [1, 3])
+    assert as_grey.shape == (1, 480, 640) and as_rgb.shape == (3, 480, 640)
+
+
+@pytest.mark.parametrize("engine_name", engine_params("cpu"))
+def test_a_jpeg_that_fails_does_not_take_the_batch_with_it(engine_name):
+    good = reference_encode(render(0, 64, 96))
+    broken = good.clone()
+    sos = bytes(broken.numpy()).index(b"\xff\xda")
+    broken[sos + 4 :] = 0xFF
+    broken[-2:] = torch.tensor([0xFF, 0xD9], dtype=torch.uint8)
+    engine = decoder_engine(engine_name, "cpu")
+    out = engine.decode([good, broken, good], [3, 3, 3])
+    assert isinstance(out[0], torch.Tensor) and isinstance(out[2], torch.Tensor)
+    assert isinstance(out[1], Exception)
+
+
+# -- EXIF orientation ---------------------------------------------------------------------------
+
+def with_exif_orientation(jpeg: torch.Tensor, orientation: int) -> torch.Tensor:
+    """The JPEG with an APP1 Exif segment (little-endian TIFF, one IFD entry: Orientation) right
+    after its start-of-image marker."""
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack("<I", 0)
+    body = b"Exif\x00\x00" + tiff
+    segment = b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
+    data = bytes(jpeg.numpy())
+    return torch.frombuffer(bytearray(data[:2] + segment + data[2:]), dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("engine_name", engine_params("cpu"))
+def test_every_decode_engine_applies_exif_orientation_and_the_node_accepts_the_turned_frame(engine_name):
+    source = render(7, 48, 80)
+    plain = reference_encode(source)
+    turned = with_exif_orientation(plain, 6)  # 6: rotate 90 degrees clockwise to view
+    assert read_header(turned).width == 80
+    engine = decoder_engine(engine_name, "cpu")
+    (image,) = engine.decode([turned], [3])
+    assert image.shape == (3, 80, 48), f"{engine_name} did not apply the EXIF orientation"
+    assert compare(image, torch.rot90(reference_decode(plain), k=-1, dims=(1, 2)))[0] >= 45
+    decoder = JpegDecoder(engine)
+    checked = decoder.check({"type": "INPUT", "id": "jpeg", "value": pa.array(turned.numpy()), "metadata": {P.ENCODING: "jpeg"}})
+    (frame, _), = decoder.decode([checked])
+    assert frame.shape == (3, 80, 48) and decoder.stats.bad == 0
+
+
+def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor():
+    """Frames from 4 Mpx on go through a memfd (no GIL taken mid-encode), smaller ones through
+    to_tensor: the same JPEG either way, and the memory files are closed with the engine."""
+    frame = render(9, 480, 640).permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    engine = encoder_engine("torchcodec", "cpu", workers=1)
+    try:
+        (small,) = engine.submit([frame]).result()
+        engine.memory_file_min_pixels = 1
+        (through_file,) = engine.submit([frame]).result()
+        opened = list(engine._files)
+    finally:
+        engine.close()
+    assert torch.equal(small.data, through_file.data) and small.crc32 == through_file.crc32
+    assert torch.equal(small.data, reference_encode(frame))
+    import os
+
+    assert opened and all(not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(f"/proc/self/fd/{fd}").find("tc-jpeg") < 0 for fd in opened)
+
+
+def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
+    import logging
+
+    log = logging.getLogger("jpeg-test")
+    assert jpeg_engines.start_engine(log, "pil", "cpu", lambda: choose_encoder("pil", "auto", "cpu"), lambda c: 1) is None
+    assert "ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'" in caplog.text
+
+    def broken(choice):
+        raise RuntimeError("CUDA error: out of memory")
+
+    assert jpeg_engines.start_engine(log, "auto", "cuda:0", lambda: choose_encoder("torchcodec", "auto", "cpu"), broken) is None
+    assert "ENGINE=auto: torchcodec could not start on cuda:0: RuntimeError: CUDA error: out of memory" in caplog.text
+
+    def unlucky():
+        raise OSError("libnvjpeg.so.13: cannot open shared object file")
+
+    assert jpeg_engines.start_engine(log, "auto", "cpu", unlucky, broken) is None
+    assert "ENGINE=auto: the JPEG library could not start on cpu: OSError: libnvjpeg" in caplog.text
+    choice, engine = jpeg_engines.start_engine(log, "auto", "cpu", lambda: choose_encoder("auto", "auto", "cpu"), lambda c: "made")
+    assert (choice.name, engine) == ("torchcodec", "made")

@@ -1,0 +1,138 @@
+"""Node settings: parsing, clear errors, device choice, and manifests generated from the same tables."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+
+import pytest
+import torch
+import yaml
+
+from tests.support.paths import ROOT
+from tensor_codec_nodes.common import manifest
+from tensor_codec_nodes.common.device import resolve_device
+from tensor_codec_nodes.common.settings import Setting, SettingError, load_settings, parse_size, parse_sizes
+
+CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in manifest.NODE_PACKAGES}
+
+
+@pytest.mark.parametrize(
+    "setting, raw, expected",
+    [
+        (Setting("N", "int", "1", "", minimum=0), " 42 ", 42),
+        (Setting("X", "float", "1", "", minimum=0), "2.5", 2.5),
+        (Setting("B", "bool", "0", ""), "true", True),
+        (Setting("B", "bool", "0", ""), "0", False),
+        (Setting("C", "choice", "a", "", ("a", "b")), "B", "b"),
+        (Setting("S", "sizes", "1MB", ""), "4096, 512KB,1.5MiB", (4096, 512 << 10, 3 << 19)),
+        (Setting("D", "device", "auto", ""), "CUDA:1", "cuda:1"),
+    ],
+)
+def test_settings_parse(setting, raw, expected):
+    assert load_settings({setting.name: raw}, [setting])[setting.name] == expected
+
+
+@pytest.mark.parametrize(
+    "setting, raw, message",
+    [
+        (Setting("FRAMES", "int", "0", "", minimum=0), "-3", r"FRAMES: expected an integer >= 0, got -3"),
+        (Setting("FRAMES", "int", "0", "", minimum=0), "ten", r"FRAMES: expected an integer >= 0, got 'ten'"),
+        (Setting("FPS", "float", "30", "", minimum=0), "nan", r"FPS: expected a number >= 0, got 'nan'"),
+        (Setting("LOOP", "bool", "0", ""), "maybe", r"LOOP: expected 1/0 \(or true/false\), got 'maybe'"),
+        (Setting("FORMAT", "choice", "codec", "", ("codec", "raw")), "png", r"FORMAT: expected one of codec, raw, got 'png'"),
+        (Setting("SIZES", "sizes", "1MB", ""), "1MB,lots", r"SIZES: expected a size such as 4096, 512KB or 16MB, got 'lots'"),
+        (Setting("DEVICE", "device", "auto", ""), "gpu", r"DEVICE: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ],
+)
+def test_bad_settings_name_the_setting_the_value_and_what_is_allowed(setting, raw, message):
+    with pytest.raises(SettingError, match=message):
+        load_settings({setting.name: raw}, [setting])
+
+
+def test_empty_values_mean_the_default():
+    setting = Setting("N", "int", "7", "")
+    assert load_settings({"N": "  "}, [setting]) == {"N": 7}
+    assert load_settings({}, [setting]) == {"N": 7}
+
+
+def test_sizes_are_1024_based_and_whole():
+    assert parse_size("16MB") == 16 << 20 and parse_size("1GiB") == 1 << 30 and parse_size("100") == 100
+    assert parse_sizes("1MB,16MB") == (1 << 20, 16 << 20)
+    with pytest.raises(SettingError, match="whole number of bytes"):
+        parse_size("0.3B")
+
+
+def test_device_auto_is_cpu_without_cuda_and_cuda_needs_a_gpu():
+    assert resolve_device("cpu") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert resolve_device("auto").type == "cuda"
+        with pytest.raises(SettingError, match=r"DEVICE: expected cuda:0\.\.cuda:"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")
+    else:
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(SettingError, match=r"DEVICE: expected auto or cpu on this machine \(no CUDA device\), got 'cuda:0'"):
+            resolve_device("cuda:0")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_default_loads(name):
+    CONFIGS[name].load_config({})
+
+
+@pytest.mark.parametrize(
+    "name, env, message",
+    [
+        ("camera_source", {"WIDTH": "0", "HEIGHT": "0"}, r"WIDTH/HEIGHT: expected a frame size for the synthetic camera, got 0x0"),
+        ("camera_source", {"WIDTH": "32", "HEIGHT": "32"}, r"WIDTH/HEIGHT: frame size: expected at least 64 px wide"),
+        ("camera_source", {"SOURCE": "video"}, r"SOURCE_PATH: expected a path for SOURCE=video, got nothing"),
+        ("camera_source", {"SOURCE": "camera"}, r"SOURCE_PATH: expected a device index or path for SOURCE=camera"),
+        ("camera_source", {"SOURCE": "images", "SOURCE_PATH": "x", "WIDTH": "0"}, r"WIDTH/HEIGHT: expected both set or both 0"),
+        ("camera_source", {"CHANNELS": "4"}, r"CHANNELS: expected one of 3, 1, got '4'"),
+        ("tensor_sender", {"COUNT": "some"}, r"COUNT: expected all, 0 \(endless\) or a number of messages, got 'some'"),
+        ("tensor_sender", {"MODE": "random", "SIZES": "6"}, r"SIZES: expected non-zero multiples of 4 bytes"),
+        ("tensor_sender", {"MODE": "safetensors"}, r"FILE: expected the path of a .safetensors file for MODE=safetensors, got nothing"),
+        ("tensor_sender", {"CORRUPT": "1", "COUNT": "0"}, r"CORRUPT: expected 0 with COUNT=0"),
+        ("tensor_sender", {"WINDOW": "0"}, r"WINDOW: expected an integer >= 1, got 0"),
+        ("tensor_receiver", {"VERIFY": "some"}, r"VERIFY: expected one of full, index, none, got 'some'"),
+        ("tensor_receiver", {"STRICT": "2"}, r"STRICT: expected 1/0"),
+        ("tensor_receiver", {"PROGRESS_S": "0.01"}, r"PROGRESS_S: expected 0 \(off\) or at least 0.1 seconds, got 0.01"),
+        ("tensor_receiver", {"JPEG_MIN_PSNR": "-1"}, r"JPEG_MIN_PSNR: expected a number >= 0, got '-1'"),
+        ("jpeg_encoder", {"QUALITY": "101"}, r"QUALITY: expected an integer from 1 to 100, got 101"),
+        ("jpeg_encoder", {"QUALITY": "0"}, r"QUALITY: expected an integer from 1 to 100, got 0"),
+        ("jpeg_encoder", {"BATCH": "0"}, r"BATCH: expected an integer >= 1, got 0"),
+        ("jpeg_encoder", {"WORKERS": "two"}, r"WORKERS: expected an integer >= 1, got 'two'"),
+        ("jpeg_encoder", {"DEVICE": "gpu"}, r"DEVICE: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+        ("jpeg_decoder", {"MODE": "cmyk"}, r"MODE: expected one of auto, rgb, gray, got 'cmyk'"),
+        ("jpeg_decoder", {"MAX_PIXELS": "0"}, r"MAX_PIXELS: expected an integer >= 1, got 0"),
+        ("jpeg_sink", {"COUNT": "-1"}, r"COUNT: expected an integer >= 0, got -1"),
+    ],
+)
+def test_bad_node_config_is_a_clear_error(name, env, message):
+    with pytest.raises(SettingError, match=message):
+        CONFIGS[name].load_config(env)
+
+
+def test_manifests_are_generated_from_the_settings_tables():
+    assert manifest.main([]) == 0, "run: python -m tensor_codec_nodes.common.manifest --write"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_manifest_documents_every_setting_with_type_default_and_description(name):
+    document = yaml.safe_load((ROOT / "nodes" / name / "dora-node.yml").read_text())
+    table = CONFIGS[name].SETTINGS
+    assert list(document["env"]) == [s.name for s in table]
+    for setting in table:
+        entry = document["env"][setting.name]
+        assert entry["type"] == setting.type and entry["default"] == setting.default and entry["description"]
+    assert document["inputs"] and isinstance(document["outputs"], dict)
+    example = yaml.safe_load(document["example"])
+    assert any(node["path"] == document["name"] for node in example["nodes"])
+
+
+def test_every_manifest_names_an_installed_console_script():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name in CONFIGS:
+        document = yaml.safe_load((ROOT / "nodes" / name / "dora-node.yml").read_text())
+        target = scripts[document["entrypoint"]]
+        assert target == f"tensor_codec_nodes.{name}.main:main"

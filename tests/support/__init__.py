@@ -1,0 +1,4 @@
+"""Helpers shared by the tests (imported as `tests.support.<module>`; no test imports another test
+module): dora dataflow runs (dora.py), waiting with a deadline (waiting.py), the fake dora node
+(fakes.py), the CPU stand-in for the CUDA IPC backend (ipc_fake_backend.py), JPEG references
+(jpeg.py) and reading rerun recordings (rerun.py)."""
