@@ -1,24 +1,21 @@
-"""The `tc-camera-source` node itself: settings, dora, the event loop (main.py answers --help before
-any of this is imported)."""
+"""The `tc-camera-source` node itself, on the node loop (../common/loop.py): frames at FPS or one
+per tick, through an acknowledged window when `ack*` inputs are wired (main.py answers --help
+before any of this is imported)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import tensor_codec as tc
 
-from ..common.startup import join_dataflow
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of
-from ..common.device import resolve_device
-from ..common.runtime import declared_inputs, drain, finish_sharing, Pacer, setup_logging
-from ..common.settings import SettingError
+from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, window_of
+from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, CannotStart, NodeLogic, run
+from ..common.runtime import Pacer, declared_inputs
 from .camera import Camera
-from .spec import SPEC
 from .config import OUTPUT, TICK_INPUT, load_config
 from .sources import SourceError, open_source
+from .spec import SPEC
 
 
 MAX_FAILURES_IN_A_ROW = 30  # then the source is broken, not glitching: stop with an error
@@ -58,81 +55,101 @@ def emit(node, camera: Camera, log, outbox: Outbox | None = None) -> bool:
     return True
 
 
-def run(node, camera: Camera, outbox: Outbox, ticked: bool, log) -> bool:
+class CameraSource(NodeLogic):
     """Frames at FPS, or one per tick, while the output window has room (with acks: a consumer
-    that falls behind holds the camera back instead of losing frames); then, or after STOP, wait
-    for the frames still unacknowledged (after STOP at most STOP_GRACE_S).
-    -> True if the stream ran to its end, False if it was cut short (STOP, a consumer gone)."""
-    pacer = Pacer(camera.config.fps)
-    window = outbox.window
-    producing = True
-    complete = True
-    tick_due = False
-    stop_deadline = None
-    while True:
-        block = ticked and stop_deadline is None and (producing or outbox.outstanding)
-        events = ([node.next()] if block else []) + drain(node)  # with ticks, block: they wake us
-        for event in events:
-            if event is None:
-                producing, complete = False, complete and not producing
-                stop_deadline = stop_deadline or time.monotonic()  # the event stream ended
-            elif outbox.on_ack(event):
-                pass
-            elif event["type"] == "STOP":
-                producing, complete = False, complete and not producing
-                stop_deadline = stop_deadline or time.monotonic() + STOP_GRACE_S
-            elif event["type"] == "INPUT_CLOSED" and event.get("id") in window.ackers and outbox.reliable:
-                log.error("%s closed: that consumer went away, nothing more can be acknowledged", event["id"])
-                for later in drain(node):  # acks queued behind INPUT_CLOSED (dora hands it out first)
-                    outbox.on_ack(later)
-                return complete and not producing
-            elif event["type"] == "INPUT" and event.get("id") == TICK_INPUT:
-                tick_due = True
-        outbox.resend_due()
-        if not producing and (not outbox.outstanding or (stop_deadline is not None and time.monotonic() >= stop_deadline)):
-            return complete
-        if producing and outbox.room() and (tick_due if ticked else pacer.wait_time() == 0):
-            tick_due = False
-            if not emit(node, camera, log, outbox):
-                producing = False
-            elif not ticked:
-                pacer.sent()
-            continue
-        if not block:  # waiting for the next frame's time, or for acks
-            pause = pacer.wait_time() if producing and not ticked and outbox.room() else 0.002
-            time.sleep(max(min(pause, 0.002), 0.0005))
+    that falls behind holds the camera back instead of losing frames); then, or after STOP, it
+    waits for the frames still unacknowledged (after STOP at most STOP_GRACE_S). A consumer gone
+    (its ack input closed) ends it at once."""
+
+    spec = SPEC
+    load_config = staticmethod(load_config)
+    SENDS_WITH_TC = True  # CUDA frames sent by CUDA IPC live in this process's GPU memory
+
+    def __init__(self, config, device, log):
+        super().__init__(config, device, log)
+        try:
+            self.source = open_source(config, device)
+        except SourceError as e:
+            raise CannotStart(str(e)) from None
+        self.camera = Camera(config, self.source)
+        self.pacer = Pacer(config.fps)
+        self.producing = True
+        self.complete = True  # False: cut short (STOP, a consumer gone, the stream ended)
+        self.tick_due = False
+        self.just_sent = True  # the first round takes only what is queued
+        self.stop_deadline: float | None = None
+        self.gone = False
+
+    def start(self, node) -> None:
+        config = self.config
+        inputs = declared_inputs(node)
+        self.ticked = TICK_INPUT in inputs
+        ackers = ackers_of(inputs)
+        window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
+        self.outbox = Outbox(window, lambda obj, metadata: send_frame(node, self.camera, obj, metadata), self.log, time.monotonic)
+        self.node = node
+        acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
+        self.log.info("%s %dx%d on %s, %s frames, format %s%s", config.source, config.width, config.height, self.device, config.frames or "endless", config.format, acked)
+
+    # -- reading: with ticks, block (they wake the loop); else nap until the next frame is due
+    def wait(self) -> float | None:
+        if self.ticked and self.stop_deadline is None and (self.producing or self.outbox.outstanding):
+            return None
+        if self.just_sent:
+            return 0
+        pause = self.pacer.wait_time() if self.producing and not self.ticked and self.outbox.room() else NAP_S
+        return max(min(pause, NAP_S), 0.0005)
+
+    def on_input(self, event: dict) -> None:
+        if not self.outbox.on_ack(event) and event["id"] == TICK_INPUT:
+            self.tick_due = True
+
+    def on_input_closed(self, input_id: str) -> None:
+        if input_id in self.outbox.window.ackers and self.outbox.reliable:
+            self.log.error("%s closed: that consumer went away, nothing more can be acknowledged", input_id)
+            self._stop(time.monotonic())
+            self.gone = True
+
+    def on_stop(self) -> None:
+        self._stop(time.monotonic() + STOP_GRACE_S)
+
+    def on_input_over(self) -> None:
+        self._stop(time.monotonic())  # no ack can come any more
+
+    def _stop(self, deadline: float) -> None:
+        self.complete = self.complete and not self.producing
+        self.producing = False
+        self.stop_deadline = self.stop_deadline or deadline
+
+    # -- work -------------------------------------------------------------------------------
+    def work(self) -> None:
+        self.outbox.resend_due()
+        self.just_sent = False
+        if self.producing and self.outbox.room() and (self.tick_due if self.ticked else self.pacer.wait_time() == 0):
+            self.tick_due = False
+            if not emit(self.node, self.camera, self.log, self.outbox):
+                self.producing = False
+            elif not self.ticked:
+                self.pacer.sent()
+            self.just_sent = True
+
+    def finished(self) -> bool:
+        if self.gone:
+            return True
+        past_deadline = self.stop_deadline is not None and time.monotonic() >= self.stop_deadline
+        return not self.producing and (not self.outbox.outstanding or past_deadline)
+
+    def close(self) -> None:
+        self.source.close()
+
+    def finish(self) -> int:
+        # Cut short: the frames never sent count as not delivered too (FRAMES=0: endless, none).
+        status = self.outbox.end_report("frames", planned=0 if self.complete else self.config.frames)
+        delivered = f" ({self.outbox.summary()})" if self.outbox.reliable else ""
+        self.log.info("sent %d frames, %d failed%s", self.camera.sent, self.camera.failed, delivered)
+        broken = self.camera.failures_in_a_row >= MAX_FAILURES_IN_A_ROW
+        return EXIT_FAILED if broken or status else EXIT_OK
 
 
 def main() -> int:
-    log = setup_logging("camera-source")
-    try:
-        config = load_config(os.environ)
-        device = resolve_device(config.device)
-        source = open_source(config, device)
-    except (SettingError, SourceError) as e:
-        log.error("%s", e)
-        return 2
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    camera = Camera(config, source)
-    inputs = declared_inputs(node)
-    ackers = ackers_of(inputs)
-    window = AckWindow(reliable=bool(ackers), window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s, ackers=ackers)
-    outbox = Outbox(window, lambda obj, metadata: send_frame(node, camera, obj, metadata), log, time.monotonic)
-    acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-    log.info("%s %dx%d on %s, %s frames, format %s%s", config.source, config.width, config.height, device, config.frames or "endless", config.format, acked)
-    try:
-        complete = run(node, camera, outbox, TICK_INPUT in inputs, log)
-    finally:
-        source.close()
-    # Cut short: the frames never sent count as not delivered too (FRAMES=0: endless, none).
-    status = outbox.end_report("frames", planned=0 if complete else config.frames)
-    finish_sharing(log)  # CUDA frames sent by CUDA IPC live in this process's GPU memory
-    delivered = f" ({outbox.summary()})" if outbox.reliable else ""
-    log.info("sent %d frames, %d failed%s", camera.sent, camera.failed, delivered)
-    return 1 if camera.failures_in_a_row >= MAX_FAILURES_IN_A_ROW or status else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run(CameraSource)

@@ -31,12 +31,13 @@ from typing import Any, Callable, Hashable, Iterable
 import pyarrow as pa
 
 from . import protocol as P
+from .manifest import Port
 from .settings import Setting
 from .stats import SeqTracker
 
 __all__ = [
-    "AckWindow", "Delivery", "Outbox", "Relay", "ack_settings", "ackers_of", "ack_for", "SinkIntake", "is_timeout",
-    "STOP_GRACE_S", "EMPTY", "not_acknowledged_line",
+    "AckWindow", "Delivery", "Outbox", "Relay", "ack_settings", "ack_inputs_port", "ack_output_port", "ackers_of", "ack_for",
+    "ack_sender", "window_of", "SinkIntake", "STOP_GRACE_S", "EMPTY", "not_acknowledged_line",
 ]
 
 STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of what it sent
@@ -52,6 +53,27 @@ def ack_settings(what: str = "message") -> tuple[Setting, ...]:
     )
 
 
+def window_of(config: Any) -> dict:
+    """The AckWindow arguments of a node's `ack_settings` (its config's window, retry_s, ack_timeout_s)."""
+    return {"window": config.window, "retry_s": config.retry_s, "give_up_s": config.ack_timeout_s}
+
+
+def ack_inputs_port(description: str) -> Port:
+    """A producer's `ack*` inputs, as its spec declares them (optional: without, no acks)."""
+    return Port(f"{P.ACK_INPUT}*", description, optional=True)
+
+
+def ack_output_port(what: str, when: str, wire_to: str, every: str = "each") -> Port:
+    """A consumer's `ack` output, as its spec declares it: `every` `what` that wants an ack is
+    acknowledged `when`; wire it to `wire_to`."""
+    return Port(
+        P.ACK_OUTPUT,
+        f"Optional. When declared, {every} {what} whose metadata has wants_ack=true is acknowledged here{when}; wire it to {wire_to}.",
+        {"seq": f"the acknowledged {what}'s seq", "stream": "its stream"},
+        optional=True,
+    )
+
+
 def ackers_of(inputs: Iterable[str]) -> list[str]:
     """The acknowledgement inputs among a node's declared inputs: ids starting with `ack`."""
     return sorted(i for i in inputs if i.startswith(P.ACK_INPUT))
@@ -63,6 +85,16 @@ def ack_for(metadata: dict) -> dict | None:
     if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
         return None
     return {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}
+
+
+def ack_sender(node: Any) -> Callable[[dict], None] | None:
+    """How a consumer sends an ack (see `ack_for`): on its `ack` output when the dataflow declares
+    one, else None (nobody waits for its acks)."""
+    from .runtime import declared_outputs
+
+    if P.ACK_OUTPUT not in declared_outputs(node):
+        return None
+    return lambda ack: node.send_output(P.ACK_OUTPUT, EMPTY, ack)
 
 
 class SinkIntake:
@@ -87,11 +119,6 @@ class SinkIntake:
         ack = ack_for(metadata)
         if ack is not None and self.send_ack is not None:
             self.send_ack(ack)
-
-
-def is_timeout(event: dict) -> bool:
-    """dora 1.1 reports `node.next(timeout=...)` running out as an ERROR event."""
-    return event.get("type") == "ERROR" and str(event.get("error", "")).startswith("Timeout event stream error")
 
 
 def not_acknowledged_line(missing: int, total: int, what: str = "messages", first: Any = None) -> str:
@@ -342,7 +369,6 @@ class Relay:
         self.seen: dict[str, SeqTracker] = {}
         self.closed: set[str] = set()
         self.gone: list[str] = []  # ack inputs that closed: that consumer is gone
-        self.stopped = False
         self.duplicates = 0
         self.dropped = 0
         self._streams: dict[str, str] = {}
@@ -351,24 +377,28 @@ class Relay:
     # -- events -----------------------------------------------------------------------------
 
     def on_event(self, event: dict) -> bool:
-        """Apply one dora event; -> True if it was a data message (now in the backlog or skipped)."""
-        kind = event.get("type")
-        if kind == "INPUT":
-            if self.outbox.on_ack(event):
-                return False
-            if event.get("id") in self.data_inputs:
-                self._arrived(event)
-                return True
-        elif kind == "INPUT_CLOSED":
-            if event.get("id") in self.data_inputs:
-                self.closed.add(event["id"])
-            elif event.get("id") in self.outbox.window.ackers and self.outbox.reliable:
-                self.gone.append(event["id"])
-        elif kind == "STOP":
-            self.stopped = True
-        elif kind == "ERROR" and not is_timeout(event):
-            self.log.error("dora reported: %s", str(event.get("error"))[:500])
+        """Apply one dora event (INPUT, INPUT_CLOSED; the rest is the node loop's); -> True if it
+        was a data message (now in the backlog or skipped)."""
+        if event.get("type") == "INPUT":
+            return self.on_input(event)
+        if event.get("type") == "INPUT_CLOSED":
+            self.on_closed(event.get("id"))
         return False
+
+    def on_input(self, event: dict) -> bool:
+        """An INPUT event: an ack (applied), or a data message (-> True: in the backlog or skipped)."""
+        if self.outbox.on_ack(event):
+            return False
+        if event.get("id") in self.data_inputs:
+            self._arrived(event)
+            return True
+        return False
+
+    def on_closed(self, input_id: str) -> None:
+        if input_id in self.data_inputs:
+            self.closed.add(input_id)
+        elif input_id in self.outbox.window.ackers and self.outbox.reliable:
+            self.gone.append(input_id)
 
     def _arrived(self, event: dict) -> None:
         metadata = event.get("metadata") or {}

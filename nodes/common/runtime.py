@@ -1,4 +1,4 @@
-"""The small amount of dora plumbing every node's `main()` shares."""
+"""The small pieces of dora plumbing the node loop (loop.py) and the nodes share."""
 
 from __future__ import annotations
 
@@ -7,28 +7,13 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["setup_logging", "load_node_config", "declared_inputs", "declared_outputs", "settle_heap", "Pacer", "drain"]
+__all__ = ["setup_logging", "declared_inputs", "declared_outputs", "settle_heap", "Pacer", "drain", "finish_sharing"]
 
 
 def setup_logging(name: str) -> logging.Logger:
     """Lines on stderr prefixed with the node's name; dora collects them into its logs."""
     logging.basicConfig(level=logging.INFO, format=f"{name}: %(levelname)s %(message)s")
     return logging.getLogger(name)
-
-
-def load_node_config(log: logging.Logger, load_config, env) -> tuple[Any, Any] | None:
-    """A node's settings and, when it has a DEVICE setting, the torch.device it names; None after
-    logging a bad setting (the node's main then exits with status 2 before joining dora)."""
-    from .device import resolve_device
-    from .settings import SettingError
-
-    try:
-        config = load_config(env)
-        device = resolve_device(config.device) if hasattr(config, "device") else None
-    except SettingError as e:
-        log.error("%s", e)
-        return None
-    return config, device
 
 
 def settle_heap() -> None:

@@ -10,7 +10,6 @@ from ..common.settings import Setting, settings_dataclass
 
 INPUT = "jpeg"
 OUTPUT = "image"
-ACK_OUTPUT = "ack"  # acknowledges each JPEG taken to its sender (when declared)
 
 SETTINGS = (
     Setting("MODE", "choice", "auto", "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a greyscale JPEG and 3 otherwise), `rgb` or `gray`.", ("auto", "rgb", "gray")),

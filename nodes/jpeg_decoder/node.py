@@ -1,99 +1,102 @@
-"""The `tc-jpeg-decoder` node itself: settings, dora, the event loop (main.py answers --help before
-any of this is imported)."""
+"""The `tc-jpeg-decoder` node itself, on the node loop (../common/loop.py): JPEGs checked and
+decoded up to BATCH at a time on the node's own stream, sent as frames through tensor_codec
+(main.py answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import time
 
 import torch
 
 import tensor_codec as tc
 
-from ..common.startup import join_dataflow
-from ..common.delivery import EMPTY, AckWindow, Outbox, Relay, ackers_of, is_timeout
-from ..common.runtime import declared_inputs, declared_outputs, drain, finish_sharing, load_node_config, setup_logging
-from .spec import SPEC
-from .config import ACK_OUTPUT, INPUT, OUTPUT, load_config
+from ..common.delivery import AckWindow, Outbox, Relay, ack_sender, ackers_of, window_of
 from ..common.jpeg_engines import choose_decoder, start_engine
+from ..common.loop import CannotStart, NodeLogic, run
+from ..common.runtime import declared_inputs
+from .config import INPUT, OUTPUT, load_config
 from .decoder import JpegDecoder
 from .engines import make_decode_engine
+from .spec import SPEC
+
+
+class JpegDecoderNode(NodeLogic):
+    """Without acks: runs until the input is over (dora delivers STOP before inputs still queued)
+    and the JPEGs taken are decoded. With acks: until the jpeg input closed and every frame sent
+    is acknowledged (the acks' own input closes only after this node ends)."""
+
+    spec = SPEC
+    load_config = staticmethod(load_config)
+    SENDS_WITH_TC = True  # decoded images sent by CUDA IPC live in this process's GPU memory
+
+    def start(self, node) -> None:
+        config, device = self.config, self.device
+        started = start_engine(self.log, config.engine, device, lambda: choose_decoder(config.engine, device), lambda choice: make_decode_engine(choice, device))
+        if started is None:
+            raise CannotStart()  # start_engine said why
+        choice, engine = started
+        self.decoder = JpegDecoder(engine, config.mode, config.max_pixels)
+        # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
+        # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
+        ackers = ackers_of(declared_inputs(node))
+        self.window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
+        self.outbox = Outbox(self.window, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), self.log, time.monotonic)
+        self.relay = Relay({INPUT}, self.outbox, ack_sender(node), self.log)
+        # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
+        self.log.info("%s on %s, mode %s, batch %d%s", choice.describe(), device, config.mode, config.batch, acked)
+
+    def _can_decode(self) -> bool:
+        return bool(self.relay.backlog) and self.relay.room() > 0
+
+    # Nothing to decode: block for the next event (with frames unacknowledged, no longer than the
+    # next resend is due). Then what is already queued: up to BATCH without acks (the rest waits
+    # in dora's queue), everything with acks (they must get through; JPEGs wait in the relay's
+    # backlog, which the sender's window bounds).
+    def wait(self) -> float | None:
+        if self._can_decode():
+            return 0
+        due = self.window.next_due(time.monotonic())
+        return None if due is None else max(due, 0.005)
+
+    def more_events(self) -> bool:
+        return self.outbox.reliable or len(self.relay.backlog) < self.config.batch
+
+    def on_input(self, event: dict) -> None:
+        self.relay.on_input(event)
+
+    def on_input_closed(self, input_id: str) -> None:
+        self.relay.on_closed(input_id)
+
+    def work(self) -> None:
+        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+            batch = []
+            for event in self.relay.take(min(self.config.batch, self.relay.room())):
+                checked = self.decoder.check(event)
+                if checked is not None:
+                    batch.append(checked)
+            event = None  # no reference to a message's buffer outlives the round
+            for image, metadata in self.decoder.decode(batch):
+                try:
+                    self.relay.send(image, metadata)
+                except Exception as e:
+                    self.decoder.send_failed(metadata, e)
+            self.outbox.resend_due()
+
+    def finished(self) -> bool:
+        return self.outbox.reliable and (bool(self.relay.gone) or self.relay.done())
+
+    def busy(self) -> bool:
+        return self._can_decode()
+
+    def finish(self) -> int:
+        status = self.relay.end_report()
+        delivered = f"; frames {self.outbox.summary()}" if self.outbox.reliable else ""
+        self.log.info("%s%s", self.decoder.stats.summary(), delivered)
+        return status
 
 
 def main() -> int:
-    log = setup_logging("jpeg-decoder")
-    loaded = load_node_config(log, load_config, os.environ)
-    if loaded is None:
-        return 2
-    config, device = loaded
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    started = start_engine(log, config.engine, device, lambda: choose_decoder(config.engine, device), lambda choice: make_decode_engine(choice, device))
-    if started is None:
-        return 2
-    choice, engine = started
-    decoder = JpegDecoder(engine, config.mode, config.max_pixels)
-    # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
-    # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
-    ackers = ackers_of(declared_inputs(node))
-    window = AckWindow(reliable=bool(ackers), window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s, ackers=ackers)
-    outbox = Outbox(window, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), log, time.monotonic)
-    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
-    relay = Relay({INPUT}, outbox, send_ack, log)
-    acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-    log.info("%s on %s, mode %s, batch %d%s", choice.describe(), device, config.mode, config.batch, acked)
-    # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
-    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-        ended = False  # the event stream ended
-        while True:
-            # Without acks: run until the event stream ends (dora delivers STOP before inputs
-            # still queued). With acks: until the jpeg input closed and every frame sent is
-            # acknowledged (the acks' own input closes only after this node ends).
-            if outbox.reliable and (relay.gone or relay.finished(lambda: drain(node))):
-                break
-            if not relay.backlog or not relay.room():
-                if ended:
-                    break
-                # Nothing to decode now: block for the next event (with frames unacknowledged,
-                # no longer than the next resend is due).
-                due = window.next_due(time.monotonic())
-                event = node.next() if due is None else node.next(timeout=max(due, 0.005))
-                if event is None:
-                    ended = True
-                elif not is_timeout(event):
-                    relay.on_event(event)
-                event = None
-            # Then what is already queued: up to BATCH without acks (the rest waits in dora's
-            # queue), everything with acks (they must get through; JPEGs wait in the relay's
-            # backlog, which the sender's window bounds).
-            while outbox.reliable or len(relay.backlog) < config.batch:
-                event = node.try_recv()
-                if event is None:
-                    break
-                relay.on_event(event)
-                event = None
-            batch = []
-            for event in relay.take(min(config.batch, relay.room())):
-                checked = decoder.check(event)
-                if checked is not None:
-                    batch.append(checked)
-            event = None  # no reference to a message's buffer outlives the loop
-            for image, metadata in decoder.decode(batch):
-                try:
-                    relay.send(image, metadata)
-                except Exception as e:
-                    decoder.send_failed(metadata, e)
-            outbox.resend_due()
-    status = relay.end_report()
-    finish_sharing(log)  # decoded images sent by CUDA IPC live in this process's GPU memory
-    delivered = f"; frames {outbox.summary()}" if outbox.reliable else ""
-    log.info("%s%s", decoder.stats.summary(), delivered)
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run(JpegDecoderNode)

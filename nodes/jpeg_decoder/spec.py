@@ -1,7 +1,8 @@
 """The JPEG decoder's interface, as its manifest shows it."""
 
+from ..common.delivery import ack_inputs_port, ack_output_port
 from ..common.manifest import NodeSpec, Port
-from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
+from .config import INPUT, OUTPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-jpeg-decoder",
@@ -14,14 +15,12 @@ SPEC = NodeSpec(
     ),
     inputs=(
         Port(INPUT, "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG."),
-        Port(
-            "ack*",
+        ack_inputs_port(
             "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with `ack`, "
             "wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, until there "
             "is room, so a slow consumer slows the JPEGs' sender down. Unacknowledged frames are resent after RETRY_S and "
             "given up after ACK_TIMEOUT_S (the node then exits with status 1). The node ends when `jpeg` closed and every "
             "frame was acknowledged.",
-            optional=True,
         ),
     ),
     outputs=(
@@ -36,13 +35,7 @@ SPEC = NodeSpec(
                 "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the JPEG's) and wants_ack true",
             },
         ),
-        Port(
-            ACK_OUTPUT,
-            "Optional. When declared, each JPEG whose metadata has wants_ack=true is acknowledged here when the decoder "
-            "takes it (empty value); wire it to the JPEGs' sender's `ack*` input.",
-            {"seq": "the acknowledged JPEG's seq", "stream": "its stream"},
-            optional=True,
-        ),
+        ack_output_port("JPEG", " when the decoder takes it (empty value)", "the JPEGs' sender's `ack*` input"),
     ),
     settings=SETTINGS,
     example="""\

@@ -10,7 +10,6 @@ from ..common.settings import Setting, settings_dataclass
 
 INPUT = "frames"
 OUTPUT = "jpeg"
-ACK_OUTPUT = "ack"  # acknowledges each frame taken to its sender (when declared)
 
 SETTINGS = (
     Setting("QUALITY", "int", "90", "JPEG quality, 1 (smallest) to 100 (best).", minimum=1, maximum=100),

@@ -1,7 +1,8 @@
 """The JPEG encoder's interface, as its manifest shows it."""
 
+from ..common.delivery import ack_inputs_port, ack_output_port
 from ..common.manifest import NodeSpec, Port
-from .config import ACK_OUTPUT, INPUT, OUTPUT, SETTINGS
+from .config import INPUT, OUTPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-jpeg-encoder",
@@ -16,14 +17,12 @@ SPEC = NodeSpec(
             "Frames: a tv_tensors.Image (uint8, (C, H, W), 1 or 3 channels, CPU or CUDA) through tensor_codec, or a "
             "plain dora image message (rgb8, bgr8, mono8). Anything else is logged, counted and skipped.",
         ),
-        Port(
-            "ack*",
+        ack_inputs_port(
             "Optional. Acknowledged delivery of the JPEGs: one input per consumer of `jpeg` whose id starts with `ack` "
             "(`ack_decoder`, `ack_sink`), wired to its `ack` output. At most WINDOW JPEGs (plus frames being encoded) are "
             "unacknowledged: frames wait, unacknowledged, until there is room, so a slow consumer slows the frames' sender "
             "down. Unacknowledged JPEGs are resent after RETRY_S and given up after ACK_TIMEOUT_S (the node then exits "
             "with status 1). The node ends when `frames` closed and every JPEG was acknowledged.",
-            optional=True,
         ),
     ),
     outputs=(
@@ -43,13 +42,7 @@ SPEC = NodeSpec(
                 "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the frame's) and wants_ack true",
             },
         ),
-        Port(
-            ACK_OUTPUT,
-            "Optional. When declared, each frame whose metadata has wants_ack=true is acknowledged here when the encoder "
-            "takes it (empty value); wire it to the frames' sender's `ack*` input.",
-            {"seq": "the acknowledged frame's seq", "stream": "its stream"},
-            optional=True,
-        ),
+        ack_output_port("frame", " when the encoder takes it (empty value)", "the frames' sender's `ack*` input"),
     ),
     settings=SETTINGS,
     example="""\

@@ -7,7 +7,6 @@ from typing import Mapping
 from ..common.settings import Setting, settings_dataclass
 
 INPUT = "jpeg"
-ACK_OUTPUT = "ack"  # acknowledges each JPEG to its sender (when declared)
 
 SETTINGS = (
     Setting("DIR", "path", "out/jpeg", "Folder the JPEGs are written to (relative to the dataflow's directory); created if missing."),

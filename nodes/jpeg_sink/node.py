@@ -1,46 +1,39 @@
-"""The `tc-jpeg-sink` node itself: settings, dora, the event loop (main.py answers --help before
-any of this is imported)."""
+"""The `tc-jpeg-sink` node itself, on the node loop (../common/loop.py): the first COUNT JPEGs
+checked and saved, the rest counted, each acknowledged when its sender wants it (main.py
+answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
-import os
-import sys
-
-from ..common.startup import join_dataflow
-from ..common.delivery import EMPTY, SinkIntake
-from ..common.runtime import declared_outputs, load_node_config, setup_logging
-from .spec import SPEC
-from .config import ACK_OUTPUT, INPUT, load_config
+from ..common.delivery import SinkIntake, ack_sender
+from ..common.loop import EXIT_OK, NodeLogic, run
+from .config import INPUT, load_config
 from .sink import JpegSink
+from .spec import SPEC
+
+
+class JpegSinkNode(NodeLogic):
+    spec = SPEC
+    load_config = staticmethod(load_config)
+
+    def start(self, node) -> None:
+        self.sink = JpegSink(self.config.dir, self.config.count, self.config.prefix)
+        self.intake = SinkIntake(ack_sender(node))  # acknowledged delivery: see ../common/delivery.py
+
+    def on_input(self, event: dict) -> None:
+        if event["id"] != INPUT:
+            return
+        metadata = event.get("metadata") or {}
+        if self.intake.is_new(metadata):
+            path = self.sink.handle(event)
+            if path is not None:
+                self.log.info("saved %s", path)
+        self.intake.acknowledge(metadata)
+
+    def finish(self) -> int:
+        duplicates = self.intake.duplicates
+        self.log.info("%s%s", self.sink.summary(), f", {duplicates} duplicates skipped" if duplicates else "")
+        return EXIT_OK
 
 
 def main() -> int:
-    log = setup_logging("jpeg-sink")
-    loaded = load_node_config(log, load_config, os.environ)
-    if loaded is None:
-        return 2
-    config, _ = loaded
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    sink = JpegSink(config.dir, config.count, config.prefix)
-    # acknowledged delivery (see ../common/delivery.py) when the dataflow declares the ack output
-    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
-    intake = SinkIntake(send_ack)
-    for event in node:
-        if event["type"] == "INPUT" and event["id"] == INPUT:
-            metadata = event.get("metadata") or {}
-            if intake.is_new(metadata):
-                path = sink.handle(event)
-                if path is not None:
-                    log.info("saved %s", path)
-            intake.acknowledge(metadata)
-        elif event["type"] == "ERROR":
-            log.error("dora reported: %s", str(event.get("error"))[:500])
-    duplicates = intake.duplicates
-    log.info("%s%s", sink.summary(), f", {duplicates} duplicates skipped" if duplicates else "")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run(JpegSinkNode)

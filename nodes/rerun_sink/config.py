@@ -6,7 +6,6 @@ from typing import Mapping
 
 from ..common.settings import Setting, SettingError, settings_dataclass
 
-ACK_OUTPUT = "ack"  # acknowledges each message to its sender (when declared)
 DEFAULT_VIEWER = "rerun+http://127.0.0.1:9876/proxy"  # where `rerun` (the viewer) listens by default
 
 SETTINGS = (

@@ -1,76 +1,73 @@
-"""The `tc-rerun-sink` node itself: settings, rerun-sdk, dora, the event loop (main.py answers
---help before any of this is imported)."""
+"""The `tc-rerun-sink` node itself, on the node loop (../common/loop.py): every message shown in
+rerun (or, without rerun-sdk and REQUIRED=0, only taken), each acknowledged when its sender wants
+it (main.py answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
 import os
-import sys
 
 import tensor_codec as tc
 
-from ..common.delivery import EMPTY, SinkIntake
-from ..common.runtime import declared_outputs, load_node_config, setup_logging
-from ..common.startup import join_dataflow
+from ..common.delivery import SinkIntake, ack_sender
+from ..common.loop import EXIT_FAILED, EXIT_OK, CannotStart, NodeLogic, run
 from . import sdk
-from .config import ACK_OUTPUT, load_config
+from .config import load_config
 from .spec import SPEC
 
 
-def main() -> int:
-    log = setup_logging("rerun-sink")
-    loaded = load_node_config(log, load_config, os.environ)
-    if loaded is None:
-        return 2
-    config, _ = loaded
-    why = sdk.missing()
-    if why is not None and config.required:
-        log.error("%s", why)
-        return 2
-    if why is None:
-        # rerun (and torchvision's box conversions): imported before joining, as dora starts the
-        # flow once every node has joined; after it, their seconds would go by with messages waiting.
-        from .sink import RerunSink
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    if why is None:
-        file = _prepare(config.file)
-        sink = RerunSink(sdk.open_recording(config.app_id, file, config.viewer), config.split_key)
-        where = ([f"{file} (open it with: rerun {file})"] if file else []) + ([f"the viewer at {config.viewer}"] if config.viewer else [])
-        log.info("recording to %s", " and ".join(where))
-    else:
-        sink = None
-        log.warning("%s; REQUIRED=0: taking the inputs without recording them", why)
-    # acknowledged delivery (see ../common/delivery.py) when the dataflow declares the ack output
-    send_ack = (lambda ack: node.send_output(ACK_OUTPUT, EMPTY, ack)) if ACK_OUTPUT in declared_outputs(node) else None
-    intake = SinkIntake(send_ack)
-    taken = 0
-    for event in node:
-        if event["type"] == "INPUT":
-            metadata = event.get("metadata") or {}
-            if intake.is_new(metadata):
-                taken += 1
-                if sink is not None:
-                    sink.handle(event["id"], event.get("value"), metadata)
-                elif "tc.version" in metadata:
-                    _release_unshown(event, log)
-            del event
-            intake.acknowledge(metadata)
-        elif event["type"] == "ERROR":
-            log.error("dora reported: %s", str(event.get("error"))[:500])
-    duplicates = intake.duplicates
-    dup = f", {duplicates} duplicates skipped" if duplicates else ""
-    if sink is None:
-        log.info("took %d messages, recorded none (no rerun-sdk)%s", taken, dup)
-        return 0
-    failed = sink.close()
-    log.info("%s%s; %d entities", sink.summary(), dup, len(sink.entities))
-    if config.file:
-        print(f"rerun-sink: recording written to {config.file}: open it with `rerun {config.file}`", flush=True)
-    if failed:
-        log.error("the recording did not all reach %s: %s", config.viewer or config.file, failed)
-        return 1
-    return 0
+class RerunSinkNode(NodeLogic):
+    spec = SPEC
+    load_config = staticmethod(load_config)
+
+    def __init__(self, config, device, log):
+        super().__init__(config, device, log)
+        self.why = sdk.missing()  # None: rerun-sdk is there
+        if self.why is not None and config.required:
+            raise CannotStart(self.why)
+        if self.why is None:
+            # rerun (and torchvision's box conversions): imported before joining, as dora starts the
+            # flow once every node has joined; after it, their seconds would go by with messages waiting.
+            from .sink import RerunSink
+
+            self.RerunSink = RerunSink
+        self.sink = None
+        self.taken = 0
+
+    def start(self, node) -> None:
+        config = self.config
+        if self.why is None:
+            file = _prepare(config.file)
+            self.sink = self.RerunSink(sdk.open_recording(config.app_id, file, config.viewer), config.split_key)
+            where = ([f"{file} (open it with: rerun {file})"] if file else []) + ([f"the viewer at {config.viewer}"] if config.viewer else [])
+            self.log.info("recording to %s", " and ".join(where))
+        else:
+            self.log.warning("%s; REQUIRED=0: taking the inputs without recording them", self.why)
+        self.intake = SinkIntake(ack_sender(node))  # acknowledged delivery: see ../common/delivery.py
+
+    def on_input(self, event: dict) -> None:
+        metadata = event.get("metadata") or {}
+        if self.intake.is_new(metadata):
+            self.taken += 1
+            if self.sink is not None:
+                self.sink.handle(event["id"], event.get("value"), metadata)
+            elif "tc.version" in metadata:
+                _release_unshown(event, self.log)
+        self.intake.acknowledge(metadata)
+
+    def finish(self) -> int:
+        duplicates = self.intake.duplicates
+        dup = f", {duplicates} duplicates skipped" if duplicates else ""
+        if self.sink is None:
+            self.log.info("took %d messages, recorded none (no rerun-sdk)%s", self.taken, dup)
+            return EXIT_OK
+        failed = self.sink.close()
+        self.log.info("%s%s; %d entities", self.sink.summary(), dup, len(self.sink.entities))
+        if self.config.file:
+            print(f"rerun-sink: recording written to {self.config.file}: open it with `rerun {self.config.file}`", flush=True)
+        if failed:
+            self.log.error("the recording did not all reach %s: %s", self.config.viewer or self.config.file, failed)
+            return EXIT_FAILED
+        return EXIT_OK
 
 
 def _release_unshown(event: dict, log) -> None:
@@ -94,5 +91,5 @@ def _prepare(file: str | None) -> str | None:
     return file
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main() -> int:
+    return run(RerunSinkNode)

@@ -1,7 +1,8 @@
 """The rerun sink's interface, as its manifest shows it."""
 
+from ..common.delivery import ack_output_port
 from ..common.manifest import NodeSpec, Port
-from .config import ACK_OUTPUT, SETTINGS
+from .config import SETTINGS
 
 SPEC = NodeSpec(
     name="tc-rerun-sink",
@@ -24,13 +25,10 @@ SPEC = NodeSpec(
         ),
     ),
     outputs=(
-        Port(
-            ACK_OUTPUT,
-            "Optional. When declared, each message whose metadata has wants_ack=true is acknowledged here once taken "
-            "(shown or not; resent duplicates are acknowledged again and skipped); wire it to the producer's `ack*` "
-            "input. Without it the sink is a pure observer.",
-            {"seq": "the acknowledged message's seq", "stream": "its stream"},
-            optional=True,
+        ack_output_port(
+            "message",
+            " once taken (shown or not; resent duplicates are acknowledged again and skipped)",
+            "the producer's `ack*` input. Without it the sink is a pure observer",
         ),
     ),
     settings=SETTINGS,

@@ -6,8 +6,6 @@ from typing import Mapping
 
 from ..common.settings import Setting, SettingError, settings_dataclass
 
-ACK_OUTPUT = "ack"
-
 SETTINGS = (
     Setting("DEVICE", "device", "auto", "Where received tensors are restored: auto (CUDA when present), cpu, cuda or cuda:N."),
     Setting("VERIFY", "choice", "full", "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte (frames that went through JPEG: within JPEG_MIN_PSNR and JPEG_MAX_MAD). `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.", ("full", "index", "none")),

@@ -1,71 +1,65 @@
-"""The `tc-tensor-receiver` node itself: settings, dora, the event loop (main.py answers --help before
-any of this is imported)."""
+"""The `tc-tensor-receiver` node itself, on the node loop (../common/loop.py): every message
+restored, verified and counted, acknowledged when its sender wants it, a progress line every
+PROGRESS_S and the summary at the end (main.py answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
-
-from ..common.startup import join_dataflow
-from ..common.runtime import declared_inputs, declared_outputs, load_node_config, setup_logging
-from .spec import SPEC
-from .config import ACK_OUTPUT, load_config
-from .receiver import Receiver, ack_for
-from .verify import LossyBounds
+from ..common.delivery import ack_for, ack_sender
+from ..common.loop import EXIT_FAILED, EXIT_OK, NodeLogic, run
+from ..common.runtime import declared_inputs
+from .config import load_config
+from .receiver import Receiver
 from .report import progress_line, summary_table
+from .spec import SPEC
+from .verify import LossyBounds
 
-_EMPTY = pa.array([], type=pa.uint8())
 
+class TensorReceiver(NodeLogic):
+    """Runs until the event stream runs out, not on STOP: dora delivers STOP (and INPUT_CLOSED)
+    before inputs still queued, and ending then would lose them."""
 
-def _is_timeout(event: dict) -> bool:
-    # dora 1.1 reports `next(timeout=...)` running out as this ERROR event
-    return str(event.get("error", "")).startswith("Timeout event stream error")
+    spec = SPEC
+    load_config = staticmethod(load_config)
+
+    def start(self, node) -> None:
+        lossy = LossyBounds(self.config.jpeg_min_psnr, self.config.jpeg_max_mad)
+        self.receiver = Receiver(self.device, self.config.verify, inputs=declared_inputs(node), lossy=lossy)
+        self.send_ack = ack_sender(node)
+        self.last_progress = time.monotonic()
+
+    def wait(self) -> float | None:
+        return self.config.progress_s or None  # the timeout only wakes the loop for progress lines
+
+    def more_events(self) -> bool:
+        return not self._progress_due()
+
+    def on_input(self, event: dict) -> None:
+        self.receiver.handle(event)
+        ack = ack_for(event.get("metadata") or {})
+        if self.send_ack is not None and ack is not None:
+            self.send_ack(ack)
+
+    def work(self) -> None:
+        if self._progress_due():
+            self.last_progress = time.monotonic()
+            print(progress_line(self.receiver.report()), flush=True)
+
+    def _progress_due(self) -> bool:
+        return bool(self.config.progress_s) and time.monotonic() - self.last_progress >= self.config.progress_s
+
+    def finish(self) -> int:
+        report = self.receiver.report()
+        print(summary_table(report), flush=True)
+        if self.config.report:
+            path = Path(self.config.report)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report, indent=2))
+        return EXIT_FAILED if self.config.strict and not report["ok"] else EXIT_OK
 
 
 def main() -> int:
-    log = setup_logging("tensor-receiver")
-    loaded = load_node_config(log, load_config, os.environ)
-    if loaded is None:
-        return 2
-    config, device = loaded
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    lossy = LossyBounds(config.jpeg_min_psnr, config.jpeg_max_mad)
-    receiver = Receiver(device, config.verify, inputs=declared_inputs(node), lossy=lossy)
-    acks = ACK_OUTPUT in declared_outputs(node)
-    last_progress = time.monotonic()
-    # Let the event stream run out instead of breaking on STOP: dora delivers STOP (and
-    # INPUT_CLOSED) before inputs still queued, and breaking would lose them. The timeout only
-    # wakes the loop for progress lines while nothing arrives.
-    while True:
-        event = node.next(timeout=config.progress_s) if config.progress_s else node.next()
-        if event is None:
-            break
-        if event["type"] == "INPUT":
-            receiver.handle(event)
-            ack = ack_for(event.get("metadata") or {})
-            if acks and ack is not None:
-                node.send_output(ACK_OUTPUT, _EMPTY, ack)
-        elif event["type"] == "ERROR" and not _is_timeout(event):
-            log.error("dora reported: %s", str(event.get("error"))[:500])
-        del event
-        if config.progress_s and time.monotonic() - last_progress >= config.progress_s:
-            last_progress = time.monotonic()
-            print(progress_line(receiver.report()), flush=True)
-    report = receiver.report()
-    print(summary_table(report), flush=True)
-    if config.report:
-        path = Path(config.report)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2))
-    return 1 if config.strict and not report["ok"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run(TensorReceiver)

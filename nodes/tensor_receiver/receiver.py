@@ -12,6 +12,7 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.delivery import ack_for  # noqa: F401  (the receiver's acks: one rule, delivery.py's)
 from ..common.device import synchronize
 from ..common.stats import Latencies, SeqTracker, keep_failure
 from ..common.images import is_plain_image, restore_plain_image
@@ -180,11 +181,3 @@ class Receiver:
 
     def report(self) -> dict:
         return {"ok": self.ok, "device": str(self.device), "verify": self.verify_mode, "inputs": {k: v.to_dict() for k, v in self.inputs.items()}}
-
-
-def ack_for(metadata: dict) -> dict | None:
-    """The ack to send for a message (its seq and stream), or None if its sender wants none."""
-    seq = metadata.get(P.SEQ)
-    if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
-        return None
-    return {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}

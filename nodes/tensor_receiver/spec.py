@@ -1,7 +1,8 @@
 """The tensor receiver's interface, as its manifest shows it."""
 
+from ..common.delivery import ack_output_port
 from ..common.manifest import NodeSpec, Port
-from .config import ACK_OUTPUT, SETTINGS
+from .config import SETTINGS
 
 SPEC = NodeSpec(
     name="tc-tensor-receiver",
@@ -19,13 +20,7 @@ SPEC = NodeSpec(
         ),
     ),
     outputs=(
-        Port(
-            ACK_OUTPUT,
-            "Optional. When declared, every message whose metadata has wants_ack=true is acknowledged here (empty "
-            "value, metadata seq and stream); wire it to the senders' `ack` inputs.",
-            {"seq": "the acknowledged message's seq", "stream": "its stream"},
-            optional=True,
-        ),
+        ack_output_port("message", " (empty value, metadata seq and stream)", "the senders' `ack` inputs", every="every"),
     ),
     settings=SETTINGS,
     example="""\

@@ -8,7 +8,6 @@ from ..common.delivery import ack_settings
 from ..common.settings import Setting, SettingError, settings_dataclass
 
 OUTPUT = "tensors"
-ACK_INPUT = "ack"
 
 
 def _count(raw: str) -> int | None:

@@ -1,25 +1,23 @@
-"""The `tc-tensor-sender` node itself: settings, dora, the event loop (main.py answers --help before
-any of this is imported)."""
+"""The `tc-tensor-sender` node itself, on the node loop (../common/loop.py): numbered, checksummed
+messages on every declared output, through an acknowledged window when `ack*` inputs are wired
+(main.py answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import tensor_codec as tc
 
-from ..common.startup import join_dataflow
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line
-from ..common.device import resolve_device
-from ..common.runtime import declared_inputs, declared_outputs, drain, Pacer, setup_logging
+from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line, window_of
+from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
+from ..common.runtime import Pacer, declared_inputs, declared_outputs
 from ..common.settings import SettingError
-from .spec import SPEC
 from .config import OUTPUT, load_config
 from .delivery import Delivery
 from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
+from .spec import SPEC
 
 
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
@@ -47,39 +45,132 @@ def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transpor
     return True
 
 
+class TensorSenderNode(NodeLogic):
+    """Sends until every message is sent (and, with acks, acknowledged), sends keep failing, or
+    dora says STOP: then, with acks, it gives the messages already sent STOP_GRACE_S to be
+    acknowledged (receivers run their queues out after STOP), resending as usual. A receiver
+    gone (its ack input closed) ends it at once."""
+
+    spec = SPEC
+    load_config = staticmethod(load_config)
+    SENDS_WITH_TC = True  # payloads sent by CUDA IPC live in this process's GPU memory
+
+    def __init__(self, config, device, log):
+        super().__init__(config, device, log)
+        if config.transport == "cuda-ipc" and device.type != "cuda":
+            raise SettingError(f"TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got {device}")
+        self.payloads = make_payloads(config, device)
+        self.pacer = Pacer(config.rate)
+        self.just_sent = True  # the first round takes only what is queued
+        self.linger_until: float | None = None  # after STOP
+        self.gone: list[str] = []  # ack inputs that closed
+        self.broken = False  # sends kept failing
+
+    def start(self, node) -> None:
+        config = self.config
+        self.node = node
+        # Every declared output gets every message: wire local consumers to one output and remote
+        # ones to another, and each gets its own transport.
+        self.outputs = sorted(declared_outputs(node)) or [OUTPUT]
+        self.may_share_gpu = self.device.type == "cuda" and config.transport != "host"
+        if self.may_share_gpu:
+            for output in self.outputs:
+                tc.ipc_configure(output, max_bytes_in_flight=config.max_in_flight, on_full="wait")
+        corrupted = corrupted_messages(config.seed) if config.corrupt else ()
+        ackers = ackers_of(declared_inputs(node))
+        self.sender = TensorSender(self.payloads, config.count, corrupted, wants_ack=bool(ackers))
+        self.delivery = Delivery(self.sender.total, reliable=bool(ackers), ackers=ackers, **window_of(config))
+        acked = f", acknowledged by {', '.join(ackers)}" if ackers else ""
+        self.log.info("%s mode on %s: %s messages%s, transport %s", config.mode, self.device, self.sender.total or "endless", acked, config.transport)
+
+    def _send(self, seq: int) -> bool:
+        return send(self.node, self.sender, self.delivery, seq, self.log, self.config.transport, self.outputs)
+
+    def wait(self) -> float | None:
+        if self.linger_until is not None:
+            return NAP_S
+        if self.just_sent:
+            return 0
+        return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # waiting for the rate or for acks
+
+    def on_input(self, event: dict) -> None:
+        take_ack(event, self.sender, self.delivery)
+
+    def on_input_closed(self, input_id: str) -> None:
+        if ack_input_closed(input_id, self.delivery):
+            self.log.error("%s closed: that receiver went away, nothing more can be acknowledged", input_id)
+            self.gone.append(input_id)
+
+    def on_stop(self) -> None:
+        if self.linger_until is None:
+            self.linger_until = time.monotonic() + STOP_GRACE_S
+
+    def work(self) -> None:
+        self.just_sent = False
+        if self.gone or self.delivery.finished:
+            return
+        now = time.monotonic()
+        healthy = all([self._send(seq) for seq in self.delivery.retransmissions(now)])
+        if self.linger_until is not None:  # after STOP: resend, nothing new
+            return
+        if healthy and self.delivery.can_send_new() and self.pacer.wait_time() == 0:
+            healthy = self._send(self.delivery.take_new(now))
+            self.pacer.sent()
+            self.just_sent = True
+        if not healthy:
+            self.log.error("stopping: %d sends in a row failed", self.sender.failures_in_a_row)
+            self.broken = True
+
+    def finished(self) -> bool:
+        if self.gone or self.broken or self.delivery.finished:
+            return True
+        if self.linger_until is None:
+            return False
+        return not self.delivery.reliable or not self.delivery.unacked or time.monotonic() >= self.linger_until
+
+    def finish(self) -> int:
+        undelivered = end_report(self.delivery, self.log)
+        ipc = ""
+        shared = tc.ipc_stats()["outputs"] if self.may_share_gpu else {}
+        for output in self.outputs:
+            out = shared.get(output, {})
+            if out.get("sent"):
+                ipc += f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
+        print(
+            f"tensor sender: {self.delivery.next_seq} messages sent, {self.delivery.retransmits} retransmitted, "
+            f"{len(self.delivery.lost)} lost{ipc}",
+            flush=True,
+        )
+        # With acks, a run that did not deliver everything fails (dora then reports the node failed).
+        broken = self.sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW
+        return EXIT_FAILED if broken or undelivered else EXIT_OK
+
+
+def take_ack(event: dict, sender: TensorSender, delivery: Delivery) -> None:
+    """An INPUT event: an ack of this run's stream is applied; anything else is not the sender's."""
+    if event["id"] in delivery.ackers:
+        metadata = event.get("metadata") or {}
+        seq = metadata.get(P.SEQ)
+        if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
+            delivery.ack(seq, event["id"])
+
+
+def ack_input_closed(input_id: str, delivery: Delivery) -> bool:
+    """-> True when that input's closing ends the sender: one of its ack inputs, with acks
+    (that receiver is gone, so nothing would ever be fully acknowledged)."""
+    return input_id in delivery.ackers and delivery.reliable
+
+
 def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
-    """Apply acks; -> True when the node should stop: dora asked it to, or an `ack` input
-    closed (that receiver is gone, so nothing would ever be fully acknowledged)."""
+    """What the sender's hooks do, for a list of events: acks applied; -> True when the sender
+    should stop (STOP, or an ack input closed)."""
     stop = False
     for event in events:
-        if event["type"] == "STOP":
+        if event["type"] == "INPUT":
+            take_ack(event, sender, delivery)
+        elif event["type"] == "STOP" or (event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)):
             stop = True
-        elif ack_input_closed(event, delivery):
-            stop = True
-        elif event["type"] == "INPUT" and event["id"] in delivery.ackers:
-            metadata = event.get("metadata") or {}
-            seq = metadata.get(P.SEQ)
-            if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
-                delivery.ack(seq, event["id"])
     return stop
-
-
-def ack_input_closed(event: dict, delivery: Delivery) -> bool:
-    return event["type"] == "INPUT_CLOSED" and event.get("id") in delivery.ackers and delivery.reliable
-
-
-def linger(node, sender: TensorSender, delivery: Delivery, log, transport: str, outputs, grace_s: float = STOP_GRACE_S) -> None:
-    """After STOP: send nothing new, but give the messages already sent `grace_s` to be
-    acknowledged (receivers run their queues out after STOP), resending as usual."""
-    deadline = time.monotonic() + grace_s
-    while delivery.unacked and time.monotonic() < deadline:
-        events = drain(node)
-        handle_events(events, sender, delivery)
-        if any(ack_input_closed(e, delivery) for e in events):
-            return
-        for seq in delivery.retransmissions(time.monotonic()):
-            send(node, sender, delivery, seq, log, transport, outputs)
-        time.sleep(0.002)
 
 
 def end_report(delivery: Delivery, log) -> int:
@@ -99,79 +190,4 @@ def end_report(delivery: Delivery, log) -> int:
 
 
 def main() -> int:
-    log = setup_logging("tensor-sender")
-    try:
-        config = load_config(os.environ)
-        device = resolve_device(config.device)
-        if config.transport == "cuda-ipc" and device.type != "cuda":
-            raise SettingError(f"TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got {device}")
-        payloads = make_payloads(config, device)
-    except SettingError as e:
-        log.error("%s", e)
-        return 2
-    node = join_dataflow(SPEC, log)
-    if node is None:
-        return 2
-    # Every declared output gets every message: wire local consumers to one output and remote
-    # ones to another, and each gets its own transport.
-    outputs = sorted(declared_outputs(node)) or [OUTPUT]
-    may_share_gpu = device.type == "cuda" and config.transport != "host"
-    if may_share_gpu:
-        for output in outputs:
-            tc.ipc_configure(output, max_bytes_in_flight=config.max_in_flight, on_full="wait")
-    corrupted = corrupted_messages(config.seed) if config.corrupt else ()
-    ackers = ackers_of(declared_inputs(node))
-    reliable = bool(ackers)
-    sender = TensorSender(payloads, config.count, corrupted, wants_ack=reliable)
-    delivery = Delivery(
-        sender.total, reliable=reliable, window=config.window, retry_s=config.retry_s, give_up_s=config.ack_timeout_s, ackers=ackers
-    )
-    pacer = Pacer(config.rate)
-    acked = f", acknowledged by {', '.join(ackers)}" if reliable else ""
-    log.info("%s mode on %s: %s messages%s, transport %s", config.mode, device, sender.total or "endless", acked, config.transport)
-    while True:
-        events = drain(node)
-        if handle_events(events, sender, delivery):
-            closed = [e["id"] for e in events if ack_input_closed(e, delivery)]
-            if closed:
-                log.error("%s closed: that receiver went away, nothing more can be acknowledged", ", ".join(closed))
-                handle_events(drain(node), sender, delivery)  # acks queued behind INPUT_CLOSED (dora hands it out first)
-            elif delivery.reliable:
-                linger(node, sender, delivery, log, config.transport, outputs)
-            break
-        if delivery.finished:
-            break
-        now = time.monotonic()
-        healthy = all([send(node, sender, delivery, seq, log, config.transport, outputs) for seq in delivery.retransmissions(now)])
-        sent_new = healthy and delivery.can_send_new() and pacer.wait_time() == 0
-        if sent_new:
-            healthy = send(node, sender, delivery, delivery.take_new(now), log, config.transport, outputs)
-            pacer.sent()
-        if not healthy:
-            log.error("stopping: %d sends in a row failed", sender.failures_in_a_row)
-            break
-        if not sent_new:
-            time.sleep(max(min(pacer.wait_time(), 0.002), 0.0005))  # waiting for the rate or for acks
-    undelivered = end_report(delivery, log)
-    ipc = ""
-    shared = tc.ipc_stats()["outputs"] if may_share_gpu else {}
-    if any(shared.get(output, {}).get("sent") for output in outputs):
-        # Our GPU memory dies with this process: stay until receivers are done with it.
-        if not tc.ipc_flush(10.0):
-            log.warning("exiting with CUDA IPC messages still held by receivers; they will get errors")
-        shared = tc.ipc_stats()["outputs"]
-        for output in outputs:
-            out = shared.get(output, {})
-            if out.get("sent"):
-                ipc += f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
-    print(
-        f"tensor sender: {delivery.next_seq} messages sent, {delivery.retransmits} retransmitted, "
-        f"{len(delivery.lost)} lost{ipc}",
-        flush=True,
-    )
-    # With acks, a run that did not deliver everything fails (dora then reports the node failed).
-    return 1 if sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW or undelivered else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run(TensorSenderNode)

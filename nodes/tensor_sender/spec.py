@@ -1,7 +1,8 @@
 """The tensor sender's interface, as its manifest shows it."""
 
+from ..common.delivery import ack_inputs_port
 from ..common.manifest import NodeSpec, Port
-from .config import ACK_INPUT, OUTPUT, SETTINGS
+from .config import OUTPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-tensor-sender",
@@ -11,8 +12,7 @@ SPEC = NodeSpec(
         "detection sample), random tensors of given sizes for load, or the tensors of a .safetensors file."
     ),
     inputs=(
-        Port(
-            f"{ACK_INPUT}*",
+        ack_inputs_port(
             "Optional. Wire it to the receiver's `ack` output for acknowledged delivery, the only lossless kind in dora "
             "1.1 (a consumer's queue drops the oldest past queue_size, or past 10 x queue_size with queue_policy: "
             "backpressure): at most WINDOW messages unacknowledged, so a slow receiver slows the sender down; one "
@@ -20,7 +20,6 @@ SPEC = NodeSpec(
             "acknowledged (given up, receiver gone, STOP) exits with status 1 and logs how many. With several receivers, "
             "give each its own input whose id starts with `ack` (`ack_local`, `ack_remote`, ...): a message is delivered "
             "when all of them acknowledged it.",
-            optional=True,
         ),
     ),
     outputs=(

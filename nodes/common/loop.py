@@ -1,0 +1,263 @@
+"""The one event loop every tc-* node runs on, and what is around it: settings, joining the
+dataflow, dora's event kinds, ending, flushing CUDA IPC and the exit status, each in one place.
+
+A node is a `NodeLogic` subclass (its node.py): its own logic in hooks, each with a default.
+Its console script (main.py) is `console_main(SPEC, __package__)`: `--help` answered from the
+spec alone, before torch, dora or tensor_codec is imported; else node.py's `main()`, which is
+`run(Logic)`:
+
+1. settings: `Logic.load_config(os.environ)`, then DEVICE when the node has it; a bad one is
+   logged and the node exits with status 2 (EXIT_BAD_CONFIG) before joining dora.
+2. `Logic(config, device, log)`: what the node prepares before it joins (a source opened,
+   payloads made, libraries imported: dora starts the flow once every node has joined, so what
+   is slow belongs here). SettingError or CannotStart: logged, status 2.
+3. join the dataflow (`startup.join_dataflow`: not started by dora -> status 2), then
+   `logic.start(node)`: what needs the dora node (outputs, acks, an engine; CannotStart: 2).
+4. the loop, until the node is finished (below).
+5. `logic.close()`; when the node sends with tc.send (`SENDS_WITH_TC`), CUDA IPC is flushed
+   (`runtime.finish_sharing`: GPU memory shared with receivers dies with this process); then
+   `logic.finish()`, its summary, -> the exit status (0, or 1: EXIT_FAILED).
+
+The loop, one round at a time:
+
+- read: while `more_events()`, the first event as `wait()` says (None: block until one comes;
+  seconds: at most that long; 0: only one already queued), then those already queued. A wait of
+  at most NAP_S is a nap (sleep, then what is queued): dora 1.1 builds an error with a backtrace
+  for each `next(timeout=...)` that runs out (about 5 ms), so a source pacing frames never
+  waits in dora. A wait that ran out ends the reading.
+- dispatch each event: INPUT -> `on_input(event)`; INPUT_CLOSED -> `on_input_closed(id)`
+  (default: noted); STOP -> `on_stop()` (default: nothing: the stream runs out, as dora delivers
+  STOP before inputs still queued); ERROR -> logged (the first MAX_ERRORS_LOGGED), counted, the
+  loop goes on. No reference to an event outlives its dispatch (its buffer goes back to dora).
+- `work()`.
+- `finished()` (the node is done although events may still come: everything sent was
+  acknowledged, a consumer went away): what is already queued is dispatched first (dora hands
+  out INPUT_CLOSED before the inputs still queued behind it), and if the node is still finished,
+  the loop ends.
+- input over: the event stream ended, or every declared input closed (and what was queued was
+  dispatched): `on_input_over()`, no more reading, `work()` while `busy()`, then the loop ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+from typing import Any
+
+from .settings import SettingError
+
+__all__ = ["NodeLogic", "CannotStart", "EventLoop", "run", "console_main", "is_timeout", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_CONFIG"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run did not do all it should: messages not delivered, sends that kept failing, STRICT
+EXIT_BAD_CONFIG = 2  # never ran: a bad setting, a source or engine that cannot start, not started by dora
+
+NAP_S = 0.002  # waits up to this long sleep instead of waiting in dora (see the module's docstring)
+MAX_ERRORS_LOGGED = 20  # dora's ERROR events logged one by one; the rest only counted
+
+
+class CannotStart(Exception):
+    """The node cannot run (a source that does not open, no JPEG engine): logged (unless the
+    message is empty: said already), and the node exits with status 2."""
+
+
+def is_timeout(event: dict) -> bool:
+    """dora 1.1 reports `node.next(timeout=...)` running out as an ERROR event."""
+    return event.get("type") == "ERROR" and str(event.get("error", "")).startswith("Timeout event stream error")
+
+
+class NodeLogic:
+    """A node's own logic: the hooks the loop calls, each with a default (a sink that blocks for
+    each event and has nothing else to do needs only `on_input` and `finish`)."""
+
+    spec: Any  # the node's NodeSpec (spec.py): its name, for the logs and for joining
+    load_config: Any  # staticmethod: env -> the node's config (config.py)
+    SENDS_WITH_TC = False  # True: the node sends with tc.send, so CUDA IPC is flushed before it exits
+
+    def __init__(self, config: Any, device: Any, log: logging.Logger):
+        self.config = config
+        self.device = device
+        self.log = log
+
+    def start(self, node: Any) -> None:
+        """Joined: set up what needs the dora node (its outputs, its ack inputs)."""
+
+    # -- reading ------------------------------------------------------------------------------
+    def wait(self) -> float | None:
+        """How long the round's first read may wait: None = until an event comes, seconds, 0 = not."""
+        return None
+
+    def more_events(self) -> bool:
+        """Whether to read (another) event before `work()`; False keeps the rest in dora's queue."""
+        return True
+
+    # -- events -------------------------------------------------------------------------------
+    def on_input(self, event: dict) -> None:
+        """An INPUT event: a message on one of the node's inputs (acks included)."""
+
+    def on_input_closed(self, input_id: str) -> None:
+        """That input's sender is gone (the loop notes it; once every input closed, input is over)."""
+
+    def on_stop(self) -> None:
+        """dora asks the node to stop. Default: nothing, the event stream runs out (dora delivers
+        STOP before inputs still queued: ending now would lose them)."""
+
+    def on_input_over(self) -> None:
+        """No more events will come (the stream ended, or every input closed)."""
+
+    # -- work and ending ----------------------------------------------------------------------
+    def work(self) -> None:
+        """Once per round, after the events read: the node's own work (send, encode, report)."""
+
+    def finished(self) -> bool:
+        """Done now, although events may still come."""
+        return False
+
+    def busy(self) -> bool:
+        """Work left once input is over (frames still being encoded)."""
+        return False
+
+    def close(self) -> None:
+        """Release what the node holds (a source, worker threads); also after an exception."""
+
+    def finish(self) -> int:
+        """The end report -> the exit status (EXIT_OK or EXIT_FAILED)."""
+        return EXIT_OK
+
+
+class EventLoop:
+    """Runs one `NodeLogic` on a dora node (or a test double with next/try_recv/node_config)."""
+
+    def __init__(self, node: Any, logic: NodeLogic, log: logging.Logger):
+        from .runtime import declared_inputs
+
+        self.node = node
+        self.logic = logic
+        self.log = log
+        self.inputs = declared_inputs(node)
+        self.closed: set[str] = set()
+        self.over = False
+        self.errors = 0
+
+    def run(self) -> None:
+        logic = self.logic
+        while True:
+            if not self.over:
+                self._read()
+                if not self.over and self.inputs and self.inputs <= self.closed:
+                    self._dispatch_queued()
+                    self._input_over()
+            logic.work()
+            if logic.finished():
+                if self.over:
+                    break
+                self._dispatch_queued()
+                if logic.finished():
+                    break
+            elif self.over and not logic.busy():
+                break
+        if self.errors > MAX_ERRORS_LOGGED:
+            self.log.error("dora reported %d errors in all (the first %d logged)", self.errors, MAX_ERRORS_LOGGED)
+
+    def _read(self) -> None:
+        if not self.logic.more_events():
+            return
+        event = self._first(self.logic.wait())
+        while event is not None:
+            if is_timeout(event):
+                return
+            self._dispatch(event)
+            event = None
+            if self.over or not self.logic.more_events():
+                return
+            event = self.node.try_recv()
+
+    def _first(self, wait: float | None) -> dict | None:
+        if wait is not None and wait <= NAP_S:
+            if wait > 0:
+                time.sleep(wait)
+            return self.node.try_recv()  # None: nothing queued (not the end of the stream)
+        event = self.node.next() if wait is None else self.node.next(timeout=wait)
+        if event is None:
+            self._input_over()
+        return event
+
+    def _dispatch_queued(self) -> None:
+        while (event := self.node.try_recv()) is not None:
+            if not is_timeout(event):
+                self._dispatch(event)
+            event = None
+
+    def _dispatch(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "INPUT":
+            self.logic.on_input(event)
+        elif kind == "INPUT_CLOSED":
+            self.closed.add(event.get("id"))
+            self.log.debug("input %s closed", event.get("id"))
+            self.logic.on_input_closed(event.get("id"))
+        elif kind == "STOP":
+            self.logic.on_stop()
+        elif kind == "ERROR":
+            self.errors += 1
+            if self.errors <= MAX_ERRORS_LOGGED:
+                self.log.error("dora reported: %s", str(event.get("error"))[:500])
+
+    def _input_over(self) -> None:
+        if not self.over:
+            self.over = True
+            self.logic.on_input_over()
+
+
+def run(logic_class: type[NodeLogic]) -> int:
+    """A node's main(): settings, joining, the loop, flushing, the exit status (module docstring)."""
+    from .runtime import finish_sharing, setup_logging
+    from .startup import join_dataflow
+
+    spec = logic_class.spec
+    log = setup_logging(spec.name.removeprefix("tc-"))
+    try:
+        config = logic_class.load_config(os.environ)
+        device = None
+        if hasattr(config, "device"):
+            from .device import resolve_device
+
+            device = resolve_device(config.device)
+        logic = logic_class(config, device, log)
+    except (SettingError, CannotStart) as e:
+        _said(log, e)
+        return EXIT_BAD_CONFIG
+    try:
+        node = join_dataflow(spec, log)
+        if node is None:
+            return EXIT_BAD_CONFIG
+        try:
+            logic.start(node)
+        except CannotStart as e:
+            _said(log, e)
+            return EXIT_BAD_CONFIG
+        EventLoop(node, logic, log).run()
+    finally:
+        logic.close()
+    if logic.SENDS_WITH_TC:
+        finish_sharing(log)
+    return logic.finish()
+
+
+def console_main(spec: Any, package: str) -> int:
+    """A node's console script: `--help` (and a stray argument) answered from `spec` alone,
+    instantly and without a dora daemon; else the node itself (`package`.node: torch, dora,
+    tensor_codec)."""
+    from .startup import answer_command_line
+
+    answered = answer_command_line(spec)
+    if answered is not None:
+        return answered
+    return importlib.import_module(f"{package}.node").main()
+
+
+def _said(log: logging.Logger, e: Exception) -> None:
+    if str(e):
+        log.error("%s", e)
