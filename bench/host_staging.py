@@ -1,4 +1,4 @@
-"""GPU <-> pageable host copies: tensor_codec.staging (two pinned chunk buffers, the GPU copy of
+"""GPU <-> pageable host copies: tensor_codec.cuda_ipc.staging (two pinned chunk buffers, the GPU copy of
 one chunk overlapping the CPU copy of the other) against a plain `copy_` between the GPU and
 pageable memory, which is what a host-bytes message from (or restored onto) a GPU would do
 otherwise. Measured in the same run, 256 KB to 64 MB, both directions; prints the ratio
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from tensor_codec import staging  # noqa: E402
+from tensor_codec.cuda_ipc import staging  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _goals import goal, print_goals  # noqa: E402

@@ -18,7 +18,7 @@ from . import versions as _versions
 _versions.require()  # a preinstalled torch (container, GPU host) is not checked by pip: say what is wrong
 
 from .codec import decode, encode
-from .dora_io import receive, send, transport_for
+from .dora_adapter import receive, send, send_plain, transport_for
 from .errors import (
     CodecError,
     DecodeError,
@@ -35,32 +35,34 @@ from .limits import current as get_limits
 from .limits import set_limits
 
 
+def _cuda_ipc():
+    from .transports import get_transport
+    from .transports.names import CUDA_IPC
+
+    return get_transport(CUDA_IPC)
+
+
 def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
     """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
     what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
     `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""
-    from .transports.cuda_ipc import configure_output
-
-    configure_output(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+    _cuda_ipc().configure(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
 
 
 def ipc_flush(timeout_s: float = 10.0) -> bool:
     """Wait until receivers released everything this process sent with transport='cuda-ipc'
     (call before a producer exits: its GPU memory goes with it); False on timeout."""
-    from .transports.cuda_ipc import flush
-
-    return flush(timeout_s)
+    return _cuda_ipc().flush(timeout_s)
 
 
 def ipc_stats() -> dict:
     """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits)
     and as a receiver (claims, releases, opened segments, cache hits)."""
-    from .transports.cuda_ipc import stats
+    return _cuda_ipc().stats()
 
-    return stats()
 
 from .pinning import pin_memory
-from .plain import plain_bytes, send_plain
+from .plain import plain_bytes
 from .tree import map_tensors, register_namedtuple
 from .wire import VERSION as WIRE_VERSION
 

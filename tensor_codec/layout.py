@@ -244,7 +244,7 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
 def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
     """GPU leaf -> host bytes: one copy off the GPU (staged through pinned memory where that
     pays, see staging.py); a non-dense leaf is compacted on the GPU first, where it is cheap."""
-    from . import staging
+    from .cuda_ipc import staging
 
     src = leaf.source
     if leaf.raw_span:

@@ -105,3 +105,25 @@ def _from_environment() -> Limits:
 
 def _names() -> list[str]:
     return [f.name for f in dataclasses.fields(Limits)]
+
+
+def check_logical_sizes(leaves: list, bounds: Limits, error: type, name) -> None:
+    """Each tensor's and the message's logical bytes (numel x item size, broadcast dims counted:
+    what a consumer that densifies it allocates) within the limits, on both sides of the wire.
+    `leaves` have .shape and .dtype (.itemsize); `name(i)` names leaf i in the error."""
+    total = 0
+    for i, leaf in enumerate(leaves):
+        logical = leaf.dtype.itemsize
+        for size in leaf.shape:
+            logical *= size
+        if logical > bounds.leaf_logical_bytes:
+            raise error(
+                f"{name(i)}: expected at most {bounds.leaf_logical_bytes} logical bytes per tensor "
+                f"(limits.leaf_logical_bytes; numel x item size), got {logical}"
+            )
+        total += logical
+        if total > bounds.message_logical_bytes:
+            raise error(
+                f"{name(i)}: expected at most {bounds.message_logical_bytes} logical bytes per message "
+                f"(limits.message_logical_bytes), got {total} up to this tensor"
+            )

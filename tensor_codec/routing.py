@@ -1,9 +1,7 @@
 """Which transport an output's messages take, from where the dataflow places its consumers.
 
-dora hands every node the whole dataflow (`node.dataflow_descriptor()`): each node's inputs and
-its `deploy: {machine: ...}`. A daemon started with `--machine-id X` sets ``DORA_MACHINE_ID=X``
-in the nodes it spawns; nodes without `deploy:` run on the daemon started without a machine id
-(and under `dora run`, which refuses `deploy:`, everything is one process tree on one machine).
+Where they run (an `OutputRoute`) is read from dora by dora_adapter.py; this module holds the
+rule only, and knows nothing of dora.
 
 The rule (`choose`), for ``transport="auto"``:
 
@@ -31,30 +29,26 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import EncodeError
+from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST
 
 __all__ = [
     "ENV_TRANSPORT",
     "MAX_IPC_CONSUMERS",
     "Consumer",
     "OutputRoute",
-    "route_of",
-    "route_from_descriptor",
     "choose",
     "resolve",
     "forced_transport",
-    "this_node_id",
 ]
 
 log = logging.getLogger("tensor_codec")
 
 ENV_TRANSPORT = "TC_TRANSPORT"
 MAX_IPC_CONSUMERS = 16  # receivers one CUDA IPC ledger slot tracks
-_CHOICES = ("auto", "host", "cuda-ipc")
 
 
 @dataclass(frozen=True)
@@ -96,95 +90,15 @@ def _machine_name(machine: str | None) -> str:
     return f"machine {machine!r}" if machine is not None else "the default machine"
 
 
-def _clean_machine(value: Any) -> str | None:
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    return None
-
-
-def this_node_id(node: Any) -> str | None:
-    """This node's id: from `node.node_config()` where dora puts it, else from the
-    ``DORA_NODE_CONFIG`` the daemon hands the process."""
-    try:
-        config = node.node_config()
-        if isinstance(config, dict) and isinstance(config.get("node_id"), str):
-            return config["node_id"]
-    except Exception:
-        pass
-    match = re.search(r"^node_id:\s*(\S+)", os.environ.get("DORA_NODE_CONFIG", ""), re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _placement(entry: dict, default_deploy: Any) -> tuple[str | None, str | None]:
-    """-> (machine, why unknown) of one node entry of the descriptor."""
-    if entry.get("path") == "dynamic":
-        return None, "a dynamic node, started by hand anywhere"
-    deploy = entry.get("deploy")
-    if not isinstance(deploy, dict):
-        deploy = default_deploy if isinstance(default_deploy, dict) else {}
-    machine = _clean_machine(deploy.get("machine"))
-    if machine is None and deploy.get("labels"):
-        return None, "placed by labels at start time"
-    return machine, None
-
-
-def route_from_descriptor(descriptor: Any, node_id: str | None, output_id: str, machine: str | None) -> OutputRoute:
-    """The consumers of `node_id`/`output_id` in a dataflow descriptor, each with its machine
-    (pure: the unit tests drive it with descriptor variants)."""
-    machine = _clean_machine(machine)
-    if node_id is None:
-        return OutputRoute(output_id, None, machine, (), "this node's id is not known")
-    if not isinstance(descriptor, dict) or not isinstance(descriptor.get("nodes"), list):
-        return OutputRoute(output_id, node_id, machine, (), "no dataflow descriptor")
-    default_deploy = descriptor.get("deploy")
-    wanted = f"{node_id}/{output_id}"
-    consumers = []
-    for entry in descriptor["nodes"]:
-        if not isinstance(entry, dict):
-            continue
-        inputs = entry.get("inputs")
-        if not isinstance(inputs, dict):
-            continue
-        for input_id, source in inputs.items():
-            if isinstance(source, dict):
-                source = source.get("source")
-            if source != wanted:
-                continue
-            where, unknown = _placement(entry, default_deploy)
-            consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown))
-    return OutputRoute(output_id, node_id, machine, tuple(consumers))
-
-
-_routes: dict[tuple[int, str], OutputRoute] = {}
-
-
-def route_of(node: Any, output_id: str) -> OutputRoute:
-    """Where the consumers of this node's `output_id` run; read once per node and output (a
-    dataflow's placement does not change while it runs). Keyed by id(node): dora's Node takes
-    neither weak references nor attributes."""
-    key = (id(node), output_id)
-    route = _routes.get(key)
-    if route is None:
-        try:
-            descriptor = node.dataflow_descriptor()
-        except Exception as e:
-            descriptor = None
-            log.debug("dataflow_descriptor() failed: %s", e)
-        route = route_from_descriptor(descriptor, this_node_id(node), output_id, os.environ.get("DORA_MACHINE_ID"))
-        if len(_routes) < 4096:
-            _routes[key] = route
-    return route
-
-
 def forced_transport(explicit: str) -> str:
     """The transport a send asked for, with ``TC_TRANSPORT`` applied to ``"auto"``."""
-    if explicit != "auto":
+    if explicit != AUTO:
         return explicit
     env = os.environ.get(ENV_TRANSPORT, "").strip()
     if not env:
-        return "auto"
-    if env not in _CHOICES:
-        raise EncodeError(f"{ENV_TRANSPORT}: expected one of {list(_CHOICES)}, got {env!r}")
+        return AUTO
+    if env not in CHOICES:
+        raise EncodeError(f"{ENV_TRANSPORT}: expected one of {list(CHOICES)}, got {env!r}")
     return env
 
 
@@ -198,9 +112,9 @@ def resolve(requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *,
     bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``.
     Choices the code did not name itself are logged once per (`key`, `output`, transport, reason)."""
     name = forced_transport(requested)
-    if name == "cuda-ipc" and not has_cuda:
-        name, why = "host", f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
-    elif name == "auto":
+    if name == CUDA_IPC and not has_cuda:
+        name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
+    elif name == AUTO:
         name, why = choose(route(), has_cuda)
     elif name != requested:
         return name, f"forced by {ENV_TRANSPORT}={name}"
@@ -208,6 +122,11 @@ def resolve(requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *,
         return name, "asked for by the code"
     announce(key, output, name, why)
     return name, why
+
+
+def forget_announced() -> None:
+    """Log every choice again (tests: node ids come back once their nodes are gone)."""
+    _announced.clear()
 
 
 def announce(key: Any, output: str, name: str, why: str) -> None:
@@ -222,22 +141,22 @@ def announce(key: Any, output: str, name: str, why: str) -> None:
 def choose(route: OutputRoute, has_cuda: bool) -> tuple[str, str]:
     """-> (transport, why) for a message of this output (see the module's rule)."""
     if not has_cuda:
-        return "host", NO_CUDA
+        return HOST, NO_CUDA
     if route.unknown:
-        return "host", f"consumers' placement unknown: {route.unknown}"
+        return HOST, f"consumers' placement unknown: {route.unknown}"
     if not route.consumers:
-        return "host", "no consumer is wired to the output"
+        return HOST, "no consumer is wired to the output"
     unplaced = route.unplaced()
     if unplaced:
         c = unplaced[0]
-        return "host", f"consumer {c.node}/{c.input}: placement unknown ({c.unknown})"
+        return HOST, f"consumer {c.node}/{c.input}: placement unknown ({c.unknown})"
     remote = route.remote()
     if remote:
         c = remote[0]
-        return "host", (
+        return HOST, (
             f"consumer {c.node}/{c.input} runs on {_machine_name(c.machine)}, this node on "
             f"{_machine_name(route.machine)}: CUDA IPC cannot cross machines"
         )
     if len(route.consumers) > MAX_IPC_CONSUMERS:
-        return "host", f"{len(route.consumers)} consumers, CUDA IPC tracks at most {MAX_IPC_CONSUMERS}"
-    return "cuda-ipc", f"all {len(route.consumers)} consumer(s) on this machine and the data on a GPU"
+        return HOST, f"{len(route.consumers)} consumers, CUDA IPC tracks at most {MAX_IPC_CONSUMERS}"
+    return CUDA_IPC, f"all {len(route.consumers)} consumer(s) on this machine and the data on a GPU"

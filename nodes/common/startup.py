@@ -154,7 +154,7 @@ def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str
 
 def _this_nodes_env(node: Any) -> list[str] | None:
     """The env names the dataflow YAML gives this node, or None when dora does not say."""
-    from tensor_codec.routing import this_node_id
+    from tensor_codec.dora_adapter import node_id as this_node_id
 
     try:
         descriptor = node.dataflow_descriptor()

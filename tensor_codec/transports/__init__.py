@@ -1,9 +1,11 @@
-"""The transport seam: one small interface, chosen per message by the ``tc.transport`` tag.
+"""The transport seam: one small interface (base.py), chosen per message by the ``tc.transport``
+tag.
 
 A transport decides where a planned message's bytes live and how a receiver reaches them: host
-bytes in the Arrow value (``"host"``), or, in later work, GPU memory shared across processes.
-Transports are imported on first use from this fixed table, so ``import tensor_codec`` never
-loads CUDA code and a name that arrives in a message can only select one of these.
+bytes in the Arrow value (``"host"``), or GPU memory shared across processes (``"cuda-ipc"``,
+the cuda_ipc package). Transports are imported on first use from this fixed table, so
+``import tensor_codec`` never loads CUDA code and a name that arrives in a message can only
+select one of these.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ from __future__ import annotations
 import importlib
 
 from ..errors import DecodeError, EncodeError
-from .base import ENCODE_OUTPUT, Materialized, Transport
+from .base import ENCODE_OUTPUT, Materialized, Outgoing, Output, Transport
+from .names import CUDA_IPC, HOST, NAMES
 
-__all__ = ["Transport", "Materialized", "ENCODE_OUTPUT", "get_transport", "transport_for_message", "TRANSPORT_NAMES"]
+__all__ = [
+    "Transport", "Materialized", "Outgoing", "Output", "ENCODE_OUTPUT",
+    "get_transport", "transport_for_message", "NAMES",
+]
 
-# name -> "module:Class" inside this package
+# name -> "module:Class", relative to this package
 _TABLE = {
-    "host": ".host:HostTransport",
-    "cuda-ipc": ".cuda_ipc:CudaIpcTransport",
+    HOST: ".host:HostTransport",
+    CUDA_IPC: "..cuda_ipc.transport:CudaIpcTransport",
 }
-TRANSPORT_NAMES = tuple(_TABLE)
+assert tuple(_TABLE) == NAMES
 _loaded: dict[str, Transport] = {}
 
 
@@ -35,13 +41,19 @@ def _load(name: str) -> Transport:
 
 def get_transport(name: object) -> Transport:
     """A transport for sending; unknown names are a caller error."""
+    transport = _loaded.get(name)  # type: ignore[arg-type]
+    if transport is not None:
+        return transport
     if name not in _TABLE:
         raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r:.80}")
-    return _load(name)
+    return _load(name)  # type: ignore[arg-type]
 
 
 def transport_for_message(name: str) -> Transport:
     """A transport named by a received message."""
+    transport = _loaded.get(name) if type(name) is str else None
+    if transport is not None:
+        return transport
     if name not in _TABLE:
         raise DecodeError(f"tc.transport: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)

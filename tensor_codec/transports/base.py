@@ -1,16 +1,49 @@
-"""What every transport provides."""
+"""What every transport provides: it lays a planned message out and writes its bytes into a
+destination it is given (an Arrow buffer for `tc.encode`, dora's send buffer for `tc.send`: the
+two differ only in where the bytes go), and it materializes a received message. Transports
+never call dora (dora_adapter.py does)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-import pyarrow as pa
 import torch
 
-from ..wire import Plan, ReceivedLeaf
+from ..layout import Destination
+from ..plan import Plan
+from ..wire import ReceivedLeaf
+
+__all__ = ["ENCODE_OUTPUT", "Output", "Outgoing", "Materialized", "Transport"]
 
 ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted and logged under
+
+
+@dataclass(slots=True)
+class Output:
+    """Where a message goes: the output's name (in-flight accounting, logs) and how many
+    receivers will read it (asked only by transports that track receivers)."""
+
+    name: str
+    receivers: Callable[[], int]
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A planned message laid out by a transport, its value's bytes not yet written.
+
+    `metadata` holds the codec's keys (it may be shared with the plan's cache: copy it before
+    handing it out); `nbytes` is the Arrow value's length; `offsets` where each leaf goes in it;
+    `token` is the transport's own (a CUDA IPC ledger slot, freed by `abandon`). `in_value`:
+    whether the bytes travel in the value (host); if not, the value is empty and nothing is
+    written (CUDA IPC: the bytes stay on the GPU)."""
+
+    plan: Plan
+    metadata: dict
+    nbytes: int
+    offsets: list[int]
+    token: Any = None
+    in_value: bool = True
 
 
 @dataclass
@@ -32,12 +65,15 @@ class Transport(Protocol):
     leaf_keys: frozenset  # per-leaf header keys this transport adds
     header_keys: frozenset  # top-level header keys this transport adds
 
-    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
-        """Lay the planned message out; -> (Arrow value, the codec's metadata)."""
+    def lay_out(self, plan: Plan, output: Output) -> Outgoing | None:
+        """Where every byte goes, and the codec's metadata; None when the output's policy dropped
+        the message instead (CUDA IPC past its cap)."""
 
-    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
-        """Lay the planned message out straight into a dora output (one pass) and send it.
-        -> False when the output's policy dropped it instead (CUDA IPC past its cap)."""
+    def write(self, outgoing: Outgoing, dest: Destination) -> None:
+        """Write the value's `outgoing.nbytes` bytes into `dest` (one pass per leaf)."""
+
+    def abandon(self, outgoing: Outgoing) -> None:
+        """The message will not be sent after all: free what `lay_out` holds for it."""
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
         """Validate the transport's own header and leaf fields; -> what `materialize` needs.

@@ -5,8 +5,9 @@ Layout (docs/wire-format.md, "Host transport"): leaves in depth-first order, lea
 zero; the buffer ends exactly at the last leaf's end. A receiver requires exactly this layout, so
 offsets are in bounds and never overlap.
 
-Sending writes each tensor straight into dora's send buffer (``send_output_raw``): a dense tensor
-is one byte copy, a non-contiguous one is compacted by one strided copy. Receiving views the Arrow
+Writing puts each tensor straight into the destination it is given (an Arrow buffer, or dora's
+send buffer): a dense tensor is one byte copy, a non-contiguous one is compacted by one strided
+copy. Receiving views the Arrow
 buffer through DLPack without copying; a message whose buffer is not 64-byte aligned (dora hands
 small messages over at arbitrary addresses) is copied once into aligned memory.
 """
@@ -20,12 +21,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from .. import dora_limits, staging
+from ..cuda_ipc import staging
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
-from ..wire import Plan, ReceivedLeaf, header_metadata
+from ..plan import Plan
+from ..wire import ReceivedLeaf, header_metadata
 from . import buffer_layout
-from .base import Materialized
+from .base import Materialized, Outgoing, Output
+from .names import HOST
 
 ALIGNMENT = 64
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
@@ -37,72 +40,52 @@ def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
     return buffer_layout.layout_offsets(nbytes, ALIGNMENT)
 
 
-def _write(plan: Plan, offsets: list[int], dest: Destination) -> None:
-    end = 0
-    for leaf, start in zip(plan.leaves, offsets):
-        if start > end:
-            # Padding is zero: deterministic bytes, and no stale memory leaks to receivers.
-            ctypes.memset(dest.address + end, 0, start - end)
-        write_leaf(leaf, dest, start)
-        end = start + leaf.nbytes
-
-
 class HostTransport:
-    name = "host"
+    name = HOST
     leaf_keys = frozenset({"offset"})
     header_keys = frozenset()
 
-    def _metadata(self, plan: Plan) -> tuple[dict, list[int], int]:
-        """-> (the codec's metadata, leaf offsets, total bytes), memoized with a cached plan.
-
-        The metadata dict may be shared with that memo: callers copy it before handing it out.
-        """
+    def lay_out(self, plan: Plan, output: Output) -> Outgoing:
+        """The codec's metadata, leaf offsets and total bytes, memoized with a cached plan (its
+        metadata dict is shared with the memo: callers copy it before handing it out)."""
         memo = plan.memo
-        if memo is not None and self.name in memo:
-            return memo[self.name]
-        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
-        entry = (header_metadata(plan, self.name, [{"offset": o} for o in offsets]), offsets, total)
         if memo is not None:
-            memo[self.name] = entry
-        return entry
+            entry = memo.get(HOST)
+            if entry is not None:
+                return Outgoing(plan, entry[0], entry[2], entry[1])
+        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+        metadata = header_metadata(plan.tree, plan.leaves, HOST, [{"offset": o} for o in offsets])
+        if memo is not None:
+            memo[HOST] = (metadata, offsets, total)
+        return Outgoing(plan, metadata, total, offsets)
 
-    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
-        metadata, offsets, total = self._metadata(plan)
-        buf = pa.allocate_buffer(total)  # Arrow's allocator aligns to 64 bytes
-        dest = Destination(buf.address, lambda: torch.frombuffer(buf, dtype=torch.uint8))
-        if total:
-            _write(plan, offsets, dest)
-        dest.release()
-        return pa.Array.from_buffers(_UINT8, total, [None, buf]), dict(metadata)
+    def write(self, outgoing: Outgoing, dest: Destination) -> None:
+        end = 0
+        for leaf, start in zip(outgoing.plan.leaves, outgoing.offsets):
+            if start > end:
+                # Padding is zero: deterministic bytes, and no stale memory leaks to receivers.
+                ctypes.memset(dest.address + end, 0, start - end)
+            write_leaf(leaf, dest, start)
+            end = start + leaf.nbytes
 
-    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
-        codec_metadata, offsets, total = self._metadata(plan)
-        dora_limits.check_route(node, output_id, total)
-        merged = dict(metadata)
-        merged.update(codec_metadata)
-        with dora_limits.translate_send_errors(node, output_id, total):
-            with node.send_output_raw(output_id, total, metadata=merged) as sample:
-                if total:
-                    array = np.frombuffer(sample, dtype=np.uint8)
-                    dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))
-                    try:
-                        _write(plan, offsets, dest)
-                    finally:
-                        # No view of dora's buffer may outlive the send: dora reuses it.
-                        dest.release()
-                        del array, dest
-        return True
+    def abandon(self, outgoing: Outgoing) -> None:
+        pass  # nothing is held outside the value's bytes
 
-    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, "Padding"]:
-        """-> (offsets, total length, where the padding lies), after checking every offset is the
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, "Padding", ReceivedLeaf | None]:
+        """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
+        can be restored as one tensor with its own strides), after checking every offset is the
         canonical one. Cached with the header: a stream's messages share it."""
         offsets, total = buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
-        return offsets, total, Padding(leaves, offsets)
+        only = leaves[0] if len(leaves) == 1 else None
+        # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
+        if only is not None and (only.nbytes == 0 or only.dtype.is_bool or only.dtype.name == "complex32"):
+            only = None
+        return offsets, total, Padding(leaves, offsets), only
 
     def materialize(
-        self, value: Any, metadata: dict, prepared: tuple[list[int], int, "Padding"], leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self, value: Any, metadata: dict, prepared: tuple, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
     ) -> Materialized:
-        offsets, total, padding = prepared
+        offsets, total, padding, single = prepared
         _check_value(value, total)
         buffer = value.buffers()[1] if total else None
         if padding.gaps:
@@ -114,6 +97,11 @@ class HostTransport:
             # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
             # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
             # the bookkeeping a borrowed view needs.
+            if single is not None and device is None:
+                # One leaf (most messages): the tensor itself is the memory, no view to set up.
+                t = torch.empty_strided(single.shape, single.strides, dtype=single.dtype.torch_dtype)
+                ctypes.memmove(t.data_ptr(), address, total)
+                return Materialized([t], None, offsets)
             base = torch.empty(total, dtype=torch.uint8)
             if total:
                 ctypes.memmove(base.data_ptr(), address, total)

@@ -99,7 +99,7 @@ def _value_bytes(value) -> bytes:
 def _ipc_seed(name: str, host_metadata: dict, rng: random.Random) -> Seed:
     """A CUDA IPC message of the same tensors, built by hand: 256-byte aligned canonical offsets, a
     `producer` for this machine (pid 1, a GPU no process here has) and ``tc.ipc.*`` keys."""
-    from tensor_codec.ipc.identity import host_identity, pid_namespace
+    from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace
 
     header = json.loads(host_metadata["tc.header"])
     end = 0

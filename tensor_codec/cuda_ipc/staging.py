@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["device_to_host", "host_to_device", "staging_threshold", "use_ops", "CHUNK_BYTES"]
 

@@ -9,35 +9,38 @@ write, the buffer's segment is shared, and a ledger slot keeps it alive until ev
 done. The Arrow value is empty; the metadata carries the handle, the buffer's offset inside the
 segment, its size, the event and the slot.
 
-Receiving: every field is validated first (ipc/fields.py), then the producer's identity (same
+Receiving: every field is validated first (fields.py), then the producer's identity (same
 machine, not this process, a GPU this process can see, by UUID), then the ledger claim; only then
 is anything opened. The current stream waits on the producer's event on the GPU; the leaves view
 ``[offset, offset + size)`` of the segment and nothing else. ``device=...`` copies out (and
 releases at once); ``copy=True`` clones on the GPU.
 
-The device work is in ipc/cuda_backend.py; tests swap in a CPU stand-in (`use_backend`).
+The device work is in backend.py; tests swap in a CPU stand-in (`use_backend`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import pyarrow as pa
 import torch
 
 from ..errors import DecodeError, EncodeError, UsageError, format_path
-from ..ipc.fields import check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer, IpcFields
-from ..ipc.identity import host_identity, pid_namespace
-from ..ipc.producing import OutputSettings, Producer
-from ..ipc.receiving import Receiver
 from ..layout import Destination, leaf_view, write_leaf
-from ..wire import Plan, ReceivedLeaf, header_metadata
-from .base import ENCODE_OUTPUT, Materialized
-from .buffer_layout import check_canonical_offsets, layout_offsets
+from ..plan import Plan
+from ..transports.base import Materialized, Outgoing, Output
+from ..transports.buffer_layout import check_canonical_offsets, layout_offsets
+from ..transports.names import CUDA_IPC
+from ..wire import ReceivedLeaf, header_metadata
+from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
+from .identity import host_identity, pid_namespace
+from .producing import OutputSettings, ProducerBook
+from .receiving import Receiver
 
-__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure_output", "stats", "flush"]
+__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend"]
 
 ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
 
@@ -47,7 +50,7 @@ class _State:
 
     def __init__(self, backend: Any):
         self.backend = backend
-        self.producer = Producer()
+        self.producer = ProducerBook()
         self.receiver = Receiver(backend)
         self.index_of_uuid: dict[str, int | None] = {}
         self.uuid_of_index: dict[int, str] = {}
@@ -62,7 +65,7 @@ def _get_state() -> _State:
     if _state is None:
         with _state_lock:
             if _state is None:
-                from ..ipc.cuda_backend import CudaBackend
+                from .backend import CudaBackend
 
                 _state = _State(CudaBackend())
     return _state
@@ -75,65 +78,55 @@ def use_backend(backend: Any) -> None:
         _state = None if backend is None else _State(backend)
 
 
-def configure_output(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
-    """Set the cap on bytes in flight for one output sent with transport='cuda-ipc', and what
-    `send` does past it: ``on_full="wait"`` (up to `timeout_s`, then InFlightLimitError) or
-    ``"drop"`` (the message is not sent; `send` returns False, the drop is counted and logged)."""
-    state = _get_state()
-    current = state.producer.settings.get(output_id) or OutputSettings()
-    state.producer.configure(
-        output_id,
-        OutputSettings(
-            current.max_bytes if max_bytes_in_flight is None else max_bytes_in_flight,
-            current.on_full if on_full is None else on_full,
-            current.timeout_s if timeout_s is None else timeout_s,
-        ),
-    )
-
-
-def stats() -> dict:
-    """Counters of this process: per output sent (``outputs``), and as a receiver (``receiver``)."""
-    state = _get_state()
-    state.producer.collect()
-    state.receiver.poll()
-    return {"outputs": state.producer.stats(), "receiver": state.receiver.stats()}
-
-
-def flush(timeout_s: float = 10.0) -> bool:
-    """Wait until every message this process sent by CUDA IPC was released by its receivers (or
-    reclaimed); -> False if some were still in flight after `timeout_s`. Call it before a
-    producer exits: its GPU memory dies with it."""
-    import time
-
-    if type(timeout_s) not in (int, float) or not timeout_s >= 0:
-        raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
-    state = _state
-    if state is None or state.producer._ledger is None:
-        return True
-    deadline = time.monotonic() + timeout_s
-    pause = 0.0005
-    while True:
-        state.producer.collect()
-        if not state.producer.slot_output:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
-
-
-def expected_receivers(node: Any, output_id: str) -> int:
-    """How many inputs of the dataflow are wired to this node's `output_id` (at least 1, at most
-    what a ledger slot tracks); from the route, read once per node and output."""
-    from ..routing import MAX_IPC_CONSUMERS, route_of
-
-    return min(max(len(route_of(node, output_id).consumers), 1), MAX_IPC_CONSUMERS)
-
-
 class CudaIpcTransport:
-    name = "cuda-ipc"
+    name = CUDA_IPC
     leaf_keys = frozenset({"offset"})
     header_keys = frozenset({"producer"})
+
+    # ---------------------------------------------------------------- the transport's own API
+    def configure(
+        self, output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None
+    ) -> None:
+        """Set the cap on bytes in flight for one output, and what a send does past it:
+        ``on_full="wait"`` (up to `timeout_s`, then InFlightLimitError) or ``"drop"`` (the
+        message is not sent; `send` returns False, the drop is counted and logged)."""
+        producer = _get_state().producer
+        current = producer.settings.get(output_id) or OutputSettings()
+        producer.configure(
+            output_id,
+            OutputSettings(
+                current.max_bytes if max_bytes_in_flight is None else max_bytes_in_flight,
+                current.on_full if on_full is None else on_full,
+                current.timeout_s if timeout_s is None else timeout_s,
+            ),
+        )
+
+    def stats(self) -> dict:
+        """Counters of this process: per output sent (``outputs``), and as a receiver (``receiver``)."""
+        state = _get_state()
+        state.producer.collect()
+        state.receiver.poll()
+        return {"outputs": state.producer.stats(), "receiver": state.receiver.stats()}
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every message this process sent was released by its receivers (or
+        reclaimed); -> False if some were still in flight after `timeout_s`. Call it before a
+        producer exits: its GPU memory dies with it."""
+        if type(timeout_s) not in (int, float) or not timeout_s >= 0:
+            raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
+        state = _state
+        if state is None or not state.producer.has_ledger:
+            return True
+        deadline = time.monotonic() + timeout_s
+        pause = 0.0005
+        while True:
+            state.producer.collect()
+            if not state.producer.in_flight():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
     # ---------------------------------------------------------------- sending
     def _device_of(self, plan: Plan, device_index_of) -> int:
@@ -165,21 +158,20 @@ class CudaIpcTransport:
         if uuid is None:
             uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
-        producer = {
-            "host": host_identity(), "pidns": pid_namespace(), "pid": os.getpid(), "gpu": uuid,
-            "ledger": state.producer.ledger.name,
-        }
-        entry = (header_metadata(plan, self.name, [{"offset": o} for o in offsets], {"producer": producer}), offsets, total)
+        producer = ProducerIdentity(host_identity(), pid_namespace(), os.getpid(), uuid, state.producer.ledger.name)
+        leaf_fields = [{"offset": o} for o in offsets]
+        entry = (header_metadata(plan.tree, plan.leaves, self.name, leaf_fields, {"producer": producer.header()}), offsets, total)
         if memo is not None:
             memo[key] = entry
         return entry
 
-    def _stage(self, state: _State, plan: Plan, output_id: str, expected: int) -> tuple[dict, Any] | None:
-        """Copy the message into a fresh shared buffer and publish it. -> (metadata, slot), or
-        None when the output's policy dropped it."""
+    def lay_out(self, plan: Plan, output: Output) -> Outgoing | None:
+        """Copy the message into a fresh shared buffer on its GPU and publish it in a ledger slot;
+        the Arrow value stays empty. None when the output's policy dropped it."""
+        state = _get_state()
         index = self._device_of(plan, state.backend.device_index_of)
         codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
-        if not state.producer.admit(output_id, total):
+        if not state.producer.admit(output.name, total):
             return None
         backend = state.backend
         staging = backend.stage(max(total, 1), index)
@@ -192,33 +184,18 @@ class CudaIpcTransport:
             end = start + leaf.nbytes
         handle, offset = backend.share(staging)
         event, event_handle = backend.record_ready(index)
-        ref = state.producer.publish(output_id, expected, total, (staging, event))
+        ref = state.producer.publish(output.name, output.receivers(), total, (staging, event))
         fields = IpcFields(handle, offset, total, event_handle, ref.slot, ref.generation)
         metadata = dict(codec_metadata)
         metadata.update(ipc_metadata(fields))
-        return metadata, ref
+        return Outgoing(plan, metadata, 0, offsets, ref, in_value=False)
 
-    def encode(self, plan: Plan) -> tuple[pa.Array, dict]:
-        state = _get_state()
-        staged = self._stage(state, plan, ENCODE_OUTPUT, 1)
-        if staged is None:
-            raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
-        return pa.array([], type=pa.uint8()), staged[0]
+    def write(self, outgoing: Outgoing, dest: Destination) -> None:
+        pass  # the Arrow value is empty: the bytes were written on the GPU by lay_out
 
-    def send(self, node: Any, output_id: str, plan: Plan, metadata: dict) -> bool:
-        state = _get_state()
-        staged = self._stage(state, plan, output_id, expected_receivers(node, output_id))
-        if staged is None:
-            return False
-        codec_metadata, ref = staged
-        merged = dict(metadata)
-        merged.update(codec_metadata)
-        try:
-            node.send_output(output_id, pa.array([], type=pa.uint8()), merged)
-        except BaseException:
-            state.producer.abandon(ref)
-            raise
-        return True
+    def abandon(self, outgoing: Outgoing) -> None:
+        if outgoing.token is not None:
+            _get_state().producer.abandon(outgoing.token)
 
     # ---------------------------------------------------------------- receiving
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:

@@ -23,7 +23,7 @@ from ..errors import UsageError
 from .inflight import POLICIES, InFlightLimit
 from .ledger import Ledger, SlotRef, remove_stale_ledgers
 
-__all__ = ["Producer", "OutputSettings", "DEFAULT_MAX_BYTES_IN_FLIGHT"]
+__all__ = ["ProducerBook", "OutputSettings", "DEFAULT_MAX_BYTES_IN_FLIGHT"]
 
 log = logging.getLogger("tensor_codec")
 
@@ -56,7 +56,9 @@ class _Output:
     slots: set = field(default_factory=set)
 
 
-class Producer:
+class ProducerBook:
+    """The sending process's bookkeeping: its ledger, per output what is in flight and the cap."""
+
     def __init__(self, *, slots: int = 1024, claim_timeout_s: float = CLAIM_TIMEOUT_S):
         self._slots = slots
         self._claim_timeout_s = claim_timeout_s
@@ -65,6 +67,16 @@ class Producer:
         self.settings: dict[str, OutputSettings] = {}
         self.slot_output: dict[int, tuple[str, int]] = {}  # live slot -> (output, bytes)
         self.lock = threading.RLock()
+
+    @property
+    def has_ledger(self) -> bool:
+        """Whether this process ever sent by CUDA IPC (made its ledger)."""
+        return self._ledger is not None
+
+    def in_flight(self) -> int:
+        """Messages sent and not yet released (or reclaimed)."""
+        with self.lock:
+            return len(self.slot_output)
 
     @property
     def ledger(self) -> Ledger:

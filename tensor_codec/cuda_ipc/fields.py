@@ -21,7 +21,7 @@ from .ledger import SlotRef
 
 __all__ = [
     "IpcFields",
-    "Producer",
+    "ProducerIdentity",
     "IPC_KEYS",
     "parse_ipc_fields",
     "ipc_metadata",
@@ -63,12 +63,19 @@ class IpcFields:
 
 
 @dataclass(frozen=True)
-class Producer:
+class ProducerIdentity:
+    """Who sent a CUDA IPC message: the machine (host identity and pid namespace), the process,
+    the GPU (by UUID) and the ledger its receivers release through. The sender writes it into the
+    header (`header`), a receiver reads it back (`parse_producer`) and checks it."""
+
     host: str
     pidns: str
     pid: int
     gpu: str
     ledger: str
+
+    def header(self) -> dict:
+        return {"host": self.host, "pidns": self.pidns, "pid": self.pid, "gpu": self.gpu, "ledger": self.ledger}
 
 
 def _int(metadata: dict, key: str, low: int, high: int) -> int:
@@ -134,7 +141,7 @@ def ipc_metadata(fields: IpcFields) -> dict:
     }
 
 
-def parse_producer(value: Any, where: str = "tc.header.producer") -> Producer:
+def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIdentity:
     if type(value) is not dict:
         raise DecodeError(f"{where}: expected an object, got {type(value).__name__}")
     keys = set(value)
@@ -152,10 +159,10 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> Producer:
         raise DecodeError(f"{where}.gpu: expected a GPU UUID like 'GPU-3f2a...', got {gpu!r:.80}")
     if type(ledger) is not str or not _LEDGER.match(ledger):
         raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r:.80}")
-    return Producer(host, pidns, pid, gpu, ledger)
+    return ProducerIdentity(host, pidns, pid, gpu, ledger)
 
 
-def check_same_machine(producer: Producer, *, host: str | None = None, pid: int | None = None, pidns: str | None = None) -> None:
+def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None) -> None:
     """CUDA IPC only works between processes of one kernel, and never inside one process."""
     host = host_identity() if host is None else host
     if producer.host != host:

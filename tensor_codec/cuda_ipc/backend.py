@@ -1,6 +1,6 @@
 """The only place that talks to CUDA for the CUDA IPC transport, through torch's own APIs.
 
-The transport (``transports/cuda_ipc.py``) does the protocol: plans, ledger, caps, validation,
+The transport (``transport.py``) does the protocol: plans, ledger, caps, validation,
 lifetimes. This backend does the few device operations it needs, so a CPU stand-in with the same
 methods (tests/ipc_fake_backend.py) can drive the whole protocol on a machine without a GPU.
 

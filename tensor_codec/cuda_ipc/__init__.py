@@ -1,0 +1,33 @@
+"""CUDA IPC: GPU tensors between processes of one machine, never through the host, in one package.
+
+A newcomer's map (docs/cuda-ipc-design.md has the design):
+
+* transport.py   the transport (lay out on the GPU, publish; validate, open, wait, view) and its
+                 own API: configure (the cap on bytes in flight), flush, stats;
+* fields.py      the message fields and the producer's identity (`ProducerIdentity`), validated
+                 as hostile input before anything is opened;
+* identity.py    host, pid namespace and GPU identities;
+* ledger.py      the shared-memory ledger through which receivers release what they read;
+* producing.py   the sending process's bookkeeping (`ProducerBook`: slots, bytes in flight);
+* inflight.py    the per-output cap and its wait / drop policy;
+* receiving.py   the receiving process's bookkeeping (claims, releases, opened segments);
+* handle_cache.py  opened segments, reused while their producer lives;
+* backend.py     the only code that touches the CUDA runtime (tests swap in a CPU stand-in);
+* staging.py     pinned host memory for host <-> device copies (the host transport's device
+                 restores and GPU sends use it too).
+
+Importing this package never initialises CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["use_backend"]
+
+
+def use_backend(backend: Any) -> None:
+    """Replace the device backend (tests: a CPU stand-in); None restores the CUDA one lazily."""
+    from .transport import use_backend as _use
+
+    _use(backend)

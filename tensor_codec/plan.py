@@ -1,0 +1,97 @@
+"""Planning: an object taken apart into a tree and its tensors' wire layouts, nothing copied yet.
+
+The send path starts here (`make_plan`), then a transport lays the plan out (transports/) and
+writes it where it is told. Streams send the same layout again and again, and most big messages
+are one tensor or TVTensor: for those the plan is cached by a signature of everything it depends
+on, and the transports keep what they derive from it (their metadata) in the cached plan's memo.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import limits
+from .errors import EncodeError, format_path
+from .kinds import kind_of
+from .layout import LeafLayout, plan_leaf
+from .tree import flatten, tensor_node
+
+__all__ = ["Plan", "make_plan"]
+
+
+@dataclass(slots=True)
+class Plan:
+    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout.
+
+    `memo` is set when the plan comes from the plan cache: a dict, shared by every plan of the same
+    layout, where a transport keeps what it derives from the plan (its metadata), under its own key.
+    """
+
+    tree: Any
+    leaves: list[LeafLayout]
+    paths: list[tuple]
+    memo: dict | None = None
+    has_cuda: bool = False  # whether any tensor lives on a GPU (what CUDA IPC could share)
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(leaf.nbytes for leaf in self.leaves)
+
+
+def on_gpu(t: torch.Tensor) -> bool:
+    """Whether a tensor's bytes are on a GPU (what CUDA IPC could share); the CPU stand-in of the
+    CUDA IPC tests replaces it."""
+    return t.is_cuda
+
+
+_PLAN_CACHE_ENTRIES = 256
+_plan_cache: collections.OrderedDict = collections.OrderedDict()
+_ROOT_PATHS: list[tuple] = [()]
+
+
+def make_plan(obj: Any) -> Plan:
+    kind = kind_of(obj)
+    plain = None
+    if kind is not None:
+        plain = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
+    # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
+    # quantized, other devices) takes the general path and its errors.
+    if plain is not None and plain.layout is torch.strided and (plain.is_cpu or plain.is_cuda) and not (
+        plain.is_nested or plain.is_quantized
+    ):
+        signature = (
+            kind.tag, plain.dtype, plain.shape, plain.stride(), plain.device.type,
+            plain.requires_grad, plain.is_conj(), plain.is_neg(), kind.attribute_key(obj),
+        )
+        cached = _plan_cache.get(signature)
+        if cached is not None:
+            tree, template, memo = cached
+            return Plan(tree, [template.with_source(plain)], _ROOT_PATHS, memo, on_gpu(plain))
+        leaf = plan_leaf(plain, ())
+        limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
+        tree, memo = tensor_node(kind, obj, plain, 0), {}
+        template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
+        _plan_cache[signature] = (tree, template, memo)
+        if len(_plan_cache) > _PLAN_CACHE_ENTRIES:
+            _plan_cache.popitem(last=False)
+        return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain))
+    return _make_plan(obj)
+
+
+limits.on_change(_plan_cache.clear)  # plans were checked against the limits they were made under
+
+
+def _make_plan(obj: Any) -> Plan:
+    tree, found = flatten(obj)
+    bounds = limits.current()
+    if len(found) > bounds.leaves:
+        raise EncodeError(
+            f"too many tensors at `$`: expected at most {bounds.leaves} per message (limits.leaves), got {len(found)}"
+        )
+    leaves = [plan_leaf(tensor, path) for tensor, path in found]
+    limits.check_logical_sizes(leaves, bounds, EncodeError, lambda i: f"tensor at `{format_path(found[i][1])}`")
+    return Plan(tree, leaves, [path for _, path in found], None, any(on_gpu(leaf.source) for leaf in leaves))
