@@ -49,8 +49,18 @@ def on_gpu(t: torch.Tensor) -> bool:
 
 
 _PLAN_CACHE_ENTRIES = 256
+# Two levels: a tensor's wire layout by everything it depends on (dtype, shape, strides, device,
+# lazy bits), and the plan (tree and the transports' memo) by that and the kind's attributes. A
+# stream whose attributes change (a new canvas size every frame) still reuses the layout.
+_layout_cache: collections.OrderedDict = collections.OrderedDict()
 _plan_cache: collections.OrderedDict = collections.OrderedDict()
 _ROOT_PATHS: list[tuple] = [()]
+
+
+def _remember(cache: collections.OrderedDict, key: Any, entry: Any) -> None:
+    cache[key] = entry
+    if len(cache) > _PLAN_CACHE_ENTRIES:
+        cache.popitem(last=False)
 
 
 def make_plan(obj: Any) -> Plan:
@@ -63,26 +73,34 @@ def make_plan(obj: Any) -> Plan:
     if plain is not None and plain.layout is torch.strided and (plain.is_cpu or plain.is_cuda) and not (
         plain.is_nested or plain.is_quantized
     ):
-        signature = (
-            kind.tag, plain.dtype, plain.shape, plain.stride(), plain.device.type,
-            plain.requires_grad, plain.is_conj(), plain.is_neg(), kind.attribute_key(obj),
+        layout_key = (
+            plain.dtype, plain.shape, plain.stride(), plain.device.type, plain.requires_grad, plain.is_conj(), plain.is_neg()
         )
-        cached = _plan_cache.get(signature)
+        plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
+        cached = _plan_cache.get(plan_key)
         if cached is not None:
             tree, template, memo = cached
             return Plan(tree, [template.with_source(plain)], _ROOT_PATHS, memo, on_gpu(plain))
-        leaf = plan_leaf(plain, ())
-        limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
+        template = _layout_cache.get(layout_key)
+        if template is not None:
+            leaf = template.with_source(plain)
+        else:
+            leaf = plan_leaf(plain, ())
+            limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
+            template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
+            _remember(_layout_cache, layout_key, template)
         tree, memo = tensor_node(kind, obj, plain, 0), {}
-        template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
-        _plan_cache[signature] = (tree, template, memo)
-        if len(_plan_cache) > _PLAN_CACHE_ENTRIES:
-            _plan_cache.popitem(last=False)
+        _remember(_plan_cache, plan_key, (tree, template, memo))
         return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain))
     return _make_plan(obj)
 
 
-limits.on_change(_plan_cache.clear)  # plans were checked against the limits they were made under
+def _forget_plans() -> None:
+    _layout_cache.clear()
+    _plan_cache.clear()
+
+
+limits.on_change(_forget_plans)  # plans were checked against the limits they were made under
 
 
 def _make_plan(obj: Any) -> Plan:

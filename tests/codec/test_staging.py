@@ -1,4 +1,4 @@
-"""Copies through the two pinned chunk buffers (tensor_codec/staging.py) with a CPU stand-in for
+"""Copies through the two pinned chunk buffers (tensor_codec/cuda_ipc/staging.py) with a CPU stand-in for
 CUDA: the right bytes at every chunk boundary, and no buffer refilled before the copy that last
 used it was waited for. The real thing (pinned memory, streams) runs in the gpu tests."""
 

@@ -1,4 +1,4 @@
-"""A CPU stand-in for ipc/cuda_backend.py, so the CUDA IPC protocol runs on any machine.
+"""A CPU stand-in for tensor_codec/cuda_ipc/backend.py, so the CUDA IPC protocol runs on any machine.
 
 "GPU memory" is CPU memory carved out of 64 KiB segments by a bump allocator, the way torch's
 caching allocator packs many tensors into one cudaMalloc block: a message's offset inside its
