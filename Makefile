@@ -62,9 +62,10 @@ run-cluster: install
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The three tiers without a dora dataflow, the dora CLI or an install (under a minute): while editing.
+# The three tiers without a dora dataflow, the dora CLI or an install, and without the tests
+# marked slow (soaks, fresh interpreters): under a minute, for while editing.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not e2e" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)

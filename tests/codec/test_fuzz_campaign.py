@@ -18,6 +18,7 @@ CI_SEED = 20240601
 CI_CASES = 2500
 
 
+@pytest.mark.slow  # 2,500 fuzz cases
 def test_ci_slice_only_ok_and_decode_error(tmp_path):
     """A fixed slice of the campaign: every case ends in ok or DecodeError, nothing crashes or hangs."""
     began = time.monotonic()
@@ -32,6 +33,7 @@ def test_ci_slice_only_ok_and_decode_error(tmp_path):
     print(f"\n{report}\n(slice took {time.monotonic() - began:.1f} s)")
 
 
+@pytest.mark.slow  # worker processes, a hang timed out
 def test_harness_records_crash_hang_and_exception_with_reproducers(tmp_path):
     """Injected faults (tools/fuzz/worker.py): abort and NULL dereference kill the worker, a sleep
     outlives the per-case timeout, an exception is an unexpected outcome. Each is counted once, has
@@ -64,6 +66,7 @@ def test_harness_records_crash_hang_and_exception_with_reproducers(tmp_path):
     assert encoding.dumps(load_reproducer(tmp_path / "repro-5-3.json")["case"]) == encoding.dumps({k: made[k] for k in ("metadata", "value", "call")})
 
 
+@pytest.mark.slow  # worker processes, one restarted after a crash
 def test_cli_exit_status_json_and_replay(tmp_path, capsys):
     """`python -m tools.fuzz`: exit 1 and a JSON summary when a case crashed; --replay decodes a
     reproducer in-process (the injected fault is not part of the message, so it now decodes)."""

@@ -188,6 +188,7 @@ def test_raised_limits_accept_more_and_clear_what_was_cached(changed_limits):
     refused(small_value, small_metadata, "50 items")  # checked again under the new ones
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_limits_come_from_the_environment_and_a_bad_value_names_the_variable(monkeypatch):
     code = "import tensor_codec as tc; print(tc.get_limits().header_items)"
     env = {**os.environ, "TC_MAX_HEADER_ITEMS": "123"}

@@ -33,6 +33,7 @@ def test_no_pickle_eval_or_torch_load(path):
             assert (node.value.id, node.attr) not in FORBIDDEN_ATTRIBUTES, f"{path}:{node.lineno}"
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_import_and_host_round_trip_never_initialize_cuda():
     code = (
         "import json, sys, torch, tensor_codec as tc\n"

@@ -11,6 +11,7 @@ import torch
 from tensor_codec.cuda_ipc.identity import gpu_uuid, host_identity, host_name, local_index_of_uuid, pid_namespace
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_host_identity_is_stable_and_shared_by_processes_of_this_kernel():
     here = host_identity()
     code = "from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace; print(host_identity()); print(pid_namespace())"

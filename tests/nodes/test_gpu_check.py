@@ -21,6 +21,7 @@ from tools.gpu_check.report import FAIL, PASS, Goal, Part, Report
 CLI = [sys.executable, "-m", "tools.gpu_check"]
 
 
+@pytest.mark.slow  # a pytest run in a fresh interpreter
 def test_junit_counts_and_the_race_trials(tmp_path):
     suite = tmp_path / "test_sample.py"
     suite.write_text(textwrap.dedent(f"""
@@ -59,6 +60,7 @@ def test_a_benchmark_part_reports_the_goals_its_script_measured(tmp_path):
     assert "| flat | <= 1.5 x | 1.2 x (ratio 1.20) | met |" in markdown
 
 
+@pytest.mark.slow  # the check in a fresh interpreter
 def test_a_spent_budget_fails_the_parts_it_could_not_run(tmp_path):
     proc = subprocess.run([*CLI, "--out", tmp_path, "--budget", "0"], cwd=ROOT, env=dora_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1

@@ -32,6 +32,7 @@ def _params():
 
 
 ENGINES = pytest.mark.parametrize("device_type, engine_name", _params())
+pytestmark = pytest.mark.slow  # 200 4K frames per engine, twice: a soak
 
 
 def device_of(device_type: str) -> torch.device:

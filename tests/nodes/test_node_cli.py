@@ -23,6 +23,7 @@ def no_dora_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("DORA_")}
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
     """--help answers in a fraction of a second: main.py reads the node's SPEC only, the node
     itself (node.py: torch, dora, tensor_codec) is imported once --help is not asked for."""
@@ -39,6 +40,7 @@ def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
     assert proc.stdout.split("\n")[0] == "[]", proc.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter per node
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_help_without_a_daemon(package):
     spec = SPECS[package]
@@ -55,6 +57,7 @@ def test_every_script_answers_help_without_a_daemon(package):
     assert text == help_text(spec) + "\n"
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_outside_dora_a_node_says_how_to_start_it_instead_of_a_backtrace():
     proc = subprocess.run([node_script("tc-jpeg-encoder")], env=no_dora_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

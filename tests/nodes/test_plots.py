@@ -128,6 +128,7 @@ def draw(results: Path, out: Path, capsys) -> tuple[int, str, str]:
     return rc, captured.out, captured.err
 
 
+@pytest.mark.slow  # draws every plot
 def test_every_benchmark_is_drawn_as_a_sane_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     rc, out, err = draw(write_samples(tmp_path / "results"), tmp_path / "img", capsys)
@@ -201,6 +202,7 @@ def test_without_matplotlib_it_says_how_to_install_it(tmp_path, capsys, monkeypa
     assert not (tmp_path / "img").exists()
 
 
+@pytest.mark.slow  # runs real benchmarks
 def test_real_benchmarks_write_results_the_plotter_draws(tmp_path, capsys):
     """small_message and decode_scaling, with a handful of calls each (the figures mean nothing
     here), run as scripts in one interpreter (torch is imported once: the test stays fast)."""

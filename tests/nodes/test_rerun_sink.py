@@ -77,6 +77,7 @@ def test_settings_need_a_file_or_a_viewer_and_name_what_is_wrong():
         load_config({"CONNECT": "localhost:9876"})
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_without_rerun_sdk_the_node_says_how_to_install_it_and_exits_2(tmp_path):
     fake = tmp_path / "rerun"
     fake.mkdir()
