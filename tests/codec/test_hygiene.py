@@ -64,3 +64,29 @@ def test_every_package_and_console_script_is_declared():
     for main in (ROOT / "nodes").glob("*/main.py"):
         target = f"tensor_codec_nodes.{main.parent.name}.main:main"
         assert target in scripts.values(), f"no console script runs {target}"
+
+
+TESTS = ROOT / "tests"
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, dotted name) of everything a module imports, `from x import y` as both x and x.y."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base.rstrip('.')}.{a.name}" if base.strip(".") else base + a.name) for a in node.names]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another_test_module_or_conftest(path):
+    """Helpers shared by tests live in tests/support/ (imported as tests.support.<module>); a test
+    module or conftest.py imported elsewhere runs its tests' import side effects twice and ties
+    the two files together."""
+    for line, name in _imported_modules(ast.parse(path.read_text(), filename=str(path))):
+        parts = [p for p in name.split(".") if p]
+        assert not any(p.startswith("test_") or p == "conftest" for p in parts), f"{path}:{line} imports {name}: put what it shares in tests/support/"

@@ -15,6 +15,7 @@ from torchvision import tv_tensors
 import tensor_codec as tc
 from tensor_codec import dora_adapter, routing
 from tensor_codec.errors import EncodeError
+from tests.support.fakes import FakeNode
 
 
 def entry(node_id, *, machine=None, inputs=None, outputs=None, path="tc-tensor-receiver", labels=None):
@@ -149,24 +150,9 @@ def test_describe_names_every_consumer_and_machine():
 # ------------------------------------------------------------------------------ forced transport
 
 
-class FakeNode:
-    """What tc.send reads of a dora node: its config, the descriptor, and the send calls."""
-
-    def __init__(self, desc, node_id="sender"):
-        self.desc = desc
-        self.node_id = node_id
-        self.sent = []
-
-    def node_config(self):
-        return {"node_id": self.node_id}
-
-    def dataflow_descriptor(self):
-        return self.desc
-
-
 def test_tc_transport_forces_every_auto_send(monkeypatch):
     desc = descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"}))
-    node = FakeNode(desc)
+    node = FakeNode(node_id="sender", descriptor=desc)
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     monkeypatch.setenv(routing.ENV_TRANSPORT, "cuda-ipc")
     # Forced cuda-ipc, but nothing on a GPU to share: host bytes, and the reason says so.
@@ -184,17 +170,17 @@ def test_tc_transport_forces_every_auto_send(monkeypatch):
 def test_a_bad_tc_transport_is_named(monkeypatch):
     monkeypatch.setenv(routing.ENV_TRANSPORT, "rdma")
     with pytest.raises(EncodeError, match=r"TC_TRANSPORT: expected one of \['auto', 'host', 'cuda-ipc'\], got 'rdma'"):
-        tc.send(FakeNode(None), "out", torch.zeros(3))
+        tc.send(FakeNode(node_id="sender"), "out", torch.zeros(3))
 
 
 def test_a_bad_transport_argument_is_named():
     with pytest.raises(EncodeError, match="expected one of \\['auto', 'host', 'cuda-ipc'\\], got 'tcp'"):
-        tc.send(FakeNode(None), "out", torch.zeros(3), transport="tcp")
+        tc.send(FakeNode(node_id="sender"), "out", torch.zeros(3), transport="tcp")
 
 
 def test_auto_reads_the_machine_id_and_logs_the_choice_once(monkeypatch, caplog):
     desc = descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"}))
-    node = FakeNode(desc)
+    node = FakeNode(node_id="sender", descriptor=desc)
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     monkeypatch.delenv(routing.ENV_TRANSPORT, raising=False)
     image = tv_tensors.Image(torch.zeros(3, 4, 4, dtype=torch.uint8))
@@ -211,9 +197,9 @@ def test_the_route_is_read_once_per_node_and_output(monkeypatch):
     class Counting(FakeNode):
         def dataflow_descriptor(self):
             calls.append(1)
-            return self.desc
+            return super().dataflow_descriptor()
 
-    node = Counting(descriptor(SENDER, entry("a", machine="A", inputs={"x": "sender/out"})))
+    node = Counting(node_id="sender", descriptor=descriptor(SENDER, entry("a", machine="A", inputs={"x": "sender/out"})))
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     for _ in range(3):
         route = dora_adapter.route_of(node, "out")
@@ -222,14 +208,12 @@ def test_the_route_is_read_once_per_node_and_output(monkeypatch):
 
 
 def test_the_node_id_falls_back_to_dora_node_config(monkeypatch):
-    class NoId:
-        def node_config(self):
-            return {"inputs": {}, "outputs": ["out"]}  # what dora 1.1 returns
-
+    no_id = FakeNode(outputs=["out"])
+    assert no_id.node_config() == {"inputs": {}, "outputs": ["out"]}  # what dora 1.1 returns
     monkeypatch.setenv("DORA_NODE_CONFIG", "dataflow_id: x\nnode_id: sender\nrun_config: {}\n")
-    assert dora_adapter.node_id(NoId()) == "sender"
+    assert dora_adapter.node_id(no_id) == "sender"
     monkeypatch.delenv("DORA_NODE_CONFIG")
-    assert dora_adapter.node_id(NoId()) is None
+    assert dora_adapter.node_id(no_id) is None
 
 
 @pytest.mark.gpu
@@ -239,7 +223,7 @@ def test_auto_on_a_gpu_picks_cuda_ipc_for_local_consumers_only(monkeypatch):
         entry("a", machine="A", inputs={"x": "sender/out"}),
         entry("b", machine="B", inputs={"x": "sender/other"}),
     )
-    node = FakeNode(desc)
+    node = FakeNode(node_id="sender", descriptor=desc)
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     monkeypatch.delenv(routing.ENV_TRANSPORT, raising=False)
     data = {"image": tv_tensors.Image(torch.zeros(3, 8, 8, device="cuda")), "n": torch.arange(3)}
@@ -248,15 +232,11 @@ def test_auto_on_a_gpu_picks_cuda_ipc_for_local_consumers_only(monkeypatch):
 
 
 def test_dora_refusing_a_big_message_to_another_machine_is_explained(monkeypatch):
-    class Refusing(FakeNode):
-        def send_output_raw(self, output_id, nbytes, metadata=None):
-            raise RuntimeError(
-                "internal error: output error: output \"out\": IPC-encoded message is 75497800 bytes, exceeding the "
-                "67108864-byte daemon transport limit (the output is on the daemon path)"
-            )
-
-    node = Refusing(descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"})))
-    node.node_config = lambda: {"node_id": "sender", "shared_memory_pool_size": 512 << 20}
+    node = FakeNode(
+        node_id="sender", pool=512 << 20, descriptor=descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"})),
+        fail="internal error: output error: output \"out\": IPC-encoded message is 75497800 bytes, exceeding the "
+             "67108864-byte daemon transport limit (the output is on the daemon path)",
+    )
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     with pytest.raises(tc.MessageTooLargeError) as info:
         tc.send(node, "out", torch.zeros(1 << 20))

@@ -109,7 +109,7 @@ def test_pool_size_from_the_environment(monkeypatch):
 
 
 def test_doras_own_size_error_becomes_a_clear_codec_error():
-    node = FakeNode(fail_with='output "x": IPC-encoded message is 9 bytes, exceeding the 67108864-byte daemon transport limit')
+    node = FakeNode(fail='output "x": IPC-encoded message is 9 bytes, exceeding the 67108864-byte daemon transport limit')
     with pytest.raises(tc.MessageTooLargeError, match="shared_memory_pool_size"):
         tc.send(node, "x", torch.zeros(4))
 

@@ -21,6 +21,7 @@ from tensor_codec import dora_adapter, plan
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.transports import ENCODE_OUTPUT
 
+from tests.support.fakes import FakeNode
 from tests.support.ipc_fake_backend import FakeBackend
 from tests.support.waiting import wait_until
 
@@ -218,17 +219,7 @@ def test_copy_out_to_host_releases_at_once(fake):
 
 
 def test_cap_drop_policy_drops_and_counts_then_recovers(fake):
-    class Node:
-        def __init__(self):
-            self.sent = []
-
-        def send_output(self, output_id, value, metadata):
-            self.sent.append(metadata)
-
-        def dataflow_descriptor(self):
-            return {}
-
-    node = Node()
+    node = FakeNode(descriptor={})
     # Unclaimed messages stay in flight for the whole test, however slowly it runs.
     cuda_ipc._get_state().producer.ledger.claim_timeout_ns = 1 << 62
     tc.ipc_configure("out", max_bytes_in_flight=10_000, on_full="drop")
@@ -237,7 +228,7 @@ def test_cap_drop_policy_drops_and_counts_then_recovers(fake):
     assert not tc.send(node, "out", torch.zeros(1000), transport="cuda-ipc")  # would be 12000
     stats = tc.ipc_stats()["outputs"]["out"]
     assert stats["dropped"] == 1 and stats["bytes_in_flight"] == 8000 and stats["peak_bytes_in_flight"] <= 10_000
-    got = tc.decode(pa.array([], type=pa.uint8()), node.sent[0])
+    got = tc.decode(pa.array([], type=pa.uint8()), node.sent[0][2])  # (output id, value, metadata)
     del got
     wait_live_bytes(4000, "out")  # the first one given back
     assert tc.send(node, "out", torch.zeros(1000), transport="cuda-ipc")
@@ -263,33 +254,19 @@ def test_unclaimed_messages_are_reclaimed_after_the_claim_timeout(fake):
 
 
 def test_a_failed_send_frees_its_slot_at_once(fake):
-    class Broken:
-        def send_output(self, *a):
-            raise RuntimeError("daemon gone")
-
-        def dataflow_descriptor(self):
-            return {}
-
     with pytest.raises(RuntimeError, match="daemon gone"):
-        tc.send(Broken(), "x", torch.zeros(10), transport="cuda-ipc")
+        tc.send(FakeNode(descriptor={}, fail="daemon gone"), "x", torch.zeros(10), transport="cuda-ipc")
     assert tc.ipc_stats()["outputs"]["x"]["bytes_in_flight"] == 0
 
 
 def test_expected_receivers_come_from_the_dataflow(monkeypatch):
-    class Node:
-        def node_config(self):
-            return {"node_id": "cam"}
-
-        def dataflow_descriptor(self):
-            return {
-                "nodes": [
-                    {"id": "cam", "outputs": ["image"]},
-                    {"id": "a", "inputs": {"x": "cam/image", "y": "cam/other"}},
-                    {"id": "b", "inputs": {"img": {"source": "cam/image", "queue_size": 1}}},
-                ]
-            }
-
-    node = Node()
+    node = FakeNode(node_id="cam", descriptor={
+        "nodes": [
+            {"id": "cam", "outputs": ["image"]},
+            {"id": "a", "inputs": {"x": "cam/image", "y": "cam/other"}},
+            {"id": "b", "inputs": {"img": {"source": "cam/image", "queue_size": 1}}},
+        ]
+    })
     assert dora_adapter.expected_receivers(node, "image") == 2
     assert dora_adapter.expected_receivers(node, "none") == 1
 

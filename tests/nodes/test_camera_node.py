@@ -17,6 +17,7 @@ from tensor_codec_nodes.camera_source.sources import OpenCVSource, SourceError, 
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
 from tensor_codec_nodes.common.runtime import Pacer
+from tests.support.fakes import FakeNode
 
 CPU = torch.device("cpu")
 
@@ -284,28 +285,12 @@ def test_without_torchcodec_the_source_falls_back_to_torchvision_and_decodes_the
         assert a.dtype == b.dtype == torch.uint8 and torch.equal(a, b), name
 
 
-class RecordingNode:
-    def __init__(self, fail_first: int = 0):
-        self.fail_first, self.sent = fail_first, []
-
-    def node_config(self):
-        return {}
-
-    def send_output_raw(self, output_id, length, metadata=None):
-        if self.fail_first:
-            self.fail_first -= 1
-            raise RuntimeError("no room")
-        from tests.support.fakes import FakeSample
-
-        return FakeSample(self, output_id, length, metadata)
-
-
 def test_emit_sends_frames_and_survives_send_failures(caplog):
     import logging
 
     from tensor_codec_nodes.camera_source.node import MAX_FAILURES_IN_A_ROW, emit
 
-    node = RecordingNode(fail_first=2)
+    node = FakeNode(fail="no room", fail_times=2)
     camera = synthetic_camera(frames=5)
     log = logging.getLogger("test")
     while emit(node, camera, log):
@@ -314,7 +299,7 @@ def test_emit_sends_frames_and_survives_send_failures(caplog):
     assert [m[2][P.FRAME] for m in node.sent] == [2, 3, 4] and all(P.SENT_NS in m[2] for m in node.sent)
     assert "frame 1 skipped: RuntimeError" in caplog.text
     broken = synthetic_camera(frames=0)
-    assert sum(1 for _ in iter(lambda: emit(RecordingNode(fail_first=10**6), broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1
+    assert sum(1 for _ in iter(lambda: emit(FakeNode(fail="no room"), broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1
 
 
 def test_nodes_wait_for_cuda_ipc_receivers_before_exiting(monkeypatch, caplog):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.support.dora import node_script
+from tests.support.fakes import FakeNode
 from tensor_codec_nodes.common.manifest import NODE_PACKAGES, manifests
 from tensor_codec_nodes.common.startup import close_setting_names, help_text, preflight, wiring_problems
 
@@ -89,20 +90,10 @@ def test_outputs_that_the_node_does_not_send_or_none_at_all():
     assert wiring_problems(SENDER, inputs=["ack_local"], outputs=["local", "remote"]) == []  # every output gets the messages
 
 
-class FakeNode:
-    def __init__(self, inputs, outputs, env):
-        self.config = {"node_id": "enc", "inputs": {i: {} for i in inputs}, "outputs": list(outputs)}
-        self.env = env
-
-    def node_config(self):
-        return self.config
-
-    def dataflow_descriptor(self):
-        return {"nodes": [{"id": "other", "env": {"QUALTY": "1"}}, {"id": "enc", "env": self.env}]}
-
-
 def test_preflight_reads_this_nodes_env_and_wiring_and_logs_each_warning(caplog):
-    node = FakeNode(["image"], ["jpeg"], {"QUALTY": "50", "BATCH": "2", "TC_MAX_LEAVES": "9"})
+    env = {"QUALTY": "50", "BATCH": "2", "TC_MAX_LEAVES": "9"}
+    node = FakeNode(node_id="enc", inputs=["image"], outputs=["jpeg"],
+                    descriptor={"nodes": [{"id": "other", "env": {"QUALTY": "1"}}, {"id": "enc", "env": env}]})
     with caplog.at_level(logging.WARNING):
         warnings = preflight(node, ENCODER, logging.getLogger("t"))
     assert warnings[0] == "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (QUALITY keeps its default or its own value)"

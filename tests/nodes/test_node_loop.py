@@ -6,28 +6,10 @@ from __future__ import annotations
 import logging
 
 from tensor_codec_nodes.common.loop import MAX_ERRORS_LOGGED, EventLoop, NodeLogic
+from tests.support.fakes import FakeNode
 
+INPUTS = ("a", "b")  # what the scripted node is wired to
 TIMEOUT = {"type": "ERROR", "error": "Timeout event stream error: no event within 0.1 s"}
-
-
-class ScriptedNode:
-    """Hands out `events` in order (None in the list: the stream ended); records how it was asked."""
-
-    def __init__(self, events, inputs=("a", "b")):
-        self.events = list(events)
-        self.inputs = inputs
-        self.calls = []
-
-    def node_config(self):
-        return {"inputs": {i: {} for i in self.inputs}, "outputs": []}
-
-    def next(self, timeout=None):
-        self.calls.append(("next", timeout))
-        return self.events.pop(0) if self.events else None
-
-    def try_recv(self):
-        self.calls.append(("try_recv", None))
-        return self.events.pop(0) if self.events and self.events[0] is not None else None
 
 
 class Recording(NodeLogic):
@@ -69,7 +51,7 @@ def data(input_id):
 
 
 def test_inputs_stop_and_errors_are_dispatched_and_the_loop_runs_until_the_stream_ends(caplog):
-    node = ScriptedNode([data("a"), {"type": "STOP"}, {"type": "ERROR", "error": "link down"}, data("b"), None])
+    node = FakeNode([data("a"), {"type": "STOP"}, {"type": "ERROR", "error": "link down"}, data("b"), None], inputs=INPUTS)
     logic = Recording()
     with caplog.at_level(logging.ERROR, logger="loop-test"):
         EventLoop(node, logic, logic.log).run()
@@ -78,7 +60,7 @@ def test_inputs_stop_and_errors_are_dispatched_and_the_loop_runs_until_the_strea
 
 
 def test_when_every_input_closed_what_was_queued_behind_is_still_dispatched_then_it_ends():
-    node = ScriptedNode([{"type": "INPUT_CLOSED", "id": "a"}, {"type": "INPUT_CLOSED", "id": "b"}, data("a"), data("b")])
+    node = FakeNode([{"type": "INPUT_CLOSED", "id": "a"}, {"type": "INPUT_CLOSED", "id": "b"}, data("a"), data("b")], inputs=INPUTS)
     logic = Recording()
     EventLoop(node, logic, logic.log).run()
     assert logic.seen == [("closed", "a"), ("closed", "b"), ("input", "a"), ("input", "b"), ("over",)]
@@ -88,7 +70,7 @@ def test_when_every_input_closed_what_was_queued_behind_is_still_dispatched_then
 def test_a_finished_node_still_takes_what_is_queued_behind():
     """dora hands out INPUT_CLOSED before the inputs still queued: a node that is done (all its
     messages acknowledged, say) still gets the acks queued behind."""
-    node = ScriptedNode([data("a"), data("a"), data("b"), data("b"), None])
+    node = FakeNode([data("a"), data("a"), data("b"), data("b"), None], inputs=INPUTS)
     logic = Recording(finished_after=2, one_at_a_time=True)
     EventLoop(node, logic, logic.log).run()
     assert logic.seen == [("input", "a"), ("input", "a"), ("input", "b"), ("input", "b")]
@@ -96,7 +78,7 @@ def test_a_finished_node_still_takes_what_is_queued_behind():
 
 
 def test_a_timeout_ends_the_reading_and_is_no_error(caplog):
-    node = ScriptedNode([TIMEOUT, data("a"), None])
+    node = FakeNode([TIMEOUT, data("a"), None], inputs=INPUTS)
     logic = Recording(wait=0.5)
     with caplog.at_level(logging.ERROR, logger="loop-test"):
         EventLoop(node, logic, logic.log).run()
@@ -105,7 +87,7 @@ def test_a_timeout_ends_the_reading_and_is_no_error(caplog):
 
 
 def test_short_waits_nap_instead_of_waiting_in_dora():
-    node = ScriptedNode([data("a")])
+    node = FakeNode([data("a")], inputs=INPUTS)
     logic = Recording(wait=0.001, finished_after=1)
     EventLoop(node, logic, logic.log).run()
     assert all(call == ("try_recv", None) for call in node.calls)
@@ -113,7 +95,7 @@ def test_short_waits_nap_instead_of_waiting_in_dora():
 
 def test_errors_are_counted_and_only_the_first_ones_logged(caplog):
     errors = [{"type": "ERROR", "error": f"e{i}"} for i in range(MAX_ERRORS_LOGGED + 5)]
-    node = ScriptedNode([*errors, None])
+    node = FakeNode([*errors, None], inputs=INPUTS)
     logic = Recording()
     loop = EventLoop(node, logic, logic.log)
     with caplog.at_level(logging.ERROR, logger="loop-test"):

@@ -24,6 +24,7 @@ from tensor_codec_nodes.tensor_sender.payloads import (
     safetensors_payloads,
 )
 from tensor_codec_nodes.tensor_sender.sender import TensorSender
+from tests.support.fakes import FakeNode
 
 CPU = torch.device("cpu")
 
@@ -205,23 +206,12 @@ def test_a_closed_ack_input_stops_a_reliable_sender_only():
     assert handle_events(closed, sender, Delivery(3, reliable=False)) is False
 
 
-class FailingNode:
-    def node_config(self):
-        return {}
-
-    def send_output_raw(self, *args, **kwargs):
-        raise RuntimeError("dora says no")
-
-    def send_output(self, *args, **kwargs):
-        raise RuntimeError("dora says no")
-
-
 def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
     import logging
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=2)
     delivery = Delivery(2, reliable=False)
-    assert send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
+    assert send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
     assert delivery.lost == [0]
     assert "message 0 (a) not sent: RuntimeError: dora says no" in caplog.text
 
@@ -233,7 +223,7 @@ def test_sending_that_keeps_failing_stops_the_sender():
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=0)
     delivery = Delivery(0, reliable=False)
-    results = [send(FailingNode(), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) for _ in range(MAX_FAILURES_IN_A_ROW)]
+    results = [send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) for _ in range(MAX_FAILURES_IN_A_ROW)]
     assert results[:-1] == [True] * (MAX_FAILURES_IN_A_ROW - 1) and results[-1] is False
 
 
