@@ -73,8 +73,9 @@ def make_plan(obj: Any) -> Plan:
     if plain is not None and plain.layout is torch.strided and (plain.is_cpu or plain.is_cuda) and not (
         plain.is_nested or plain.is_quantized
     ):
+        # is_cuda, not device.type (a new torch.device each call): only CPU and CUDA get here.
         layout_key = (
-            plain.dtype, plain.shape, plain.stride(), plain.device.type, plain.requires_grad, plain.is_conj(), plain.is_neg()
+            plain.dtype, plain.shape, plain.stride(), plain.is_cuda, plain.requires_grad, plain.is_conj(), plain.is_neg()
         )
         plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
         cached = _plan_cache.get(plan_key)

@@ -54,11 +54,20 @@ def test_a_non_contiguous_tensor_is_compacted_in_one_copy_straight_into_the_buff
     assert torch.equal(tc.receive(as_event(node.sent[0])), crop)
 
 
-def test_a_dense_permuted_tensor_is_one_byte_copy():
+@pytest.mark.parametrize("memmove_max", [0, None], ids=["torch-copy", "memmove"])
+def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, memmove_max):
+    """Its bytes are copied as they lie, once: by torch's copy above layout._MEMMOVE_MAX (one
+    aten::copy_), by one memmove below it (no aten op at all); never made contiguous first."""
+    from tensor_codec import layout
+
+    if memmove_max is not None:
+        monkeypatch.setattr(layout, "_MEMMOVE_MAX", memmove_max)
     big = torch.randn(2, 3, 256, 256).contiguous(memory_format=torch.channels_last)
     node = FakeNode()
     ops = _aten_ops(lambda: tc.send(node, "out", big))
-    assert ops.count("aten::copy_") == 1 and "aten::contiguous" not in ops
+    assert ops.count("aten::copy_") == (1 if memmove_max == 0 else 0) and "aten::contiguous" not in ops
+    received = tc.receive(as_event(node.sent[0]))
+    assert torch.equal(received, big) and received.stride() == big.stride()
 
 
 def test_reserved_metadata_keys_are_refused():
