@@ -2,7 +2,7 @@
 
 The transport (``transport.py``) does the protocol: plans, ledger, caps, validation,
 lifetimes. This backend does the few device operations it needs, so a CPU stand-in with the same
-methods (tests/ipc_fake_backend.py) can drive the whole protocol on a machine without a GPU.
+methods (tests/support/ipc_fake_backend.py) can drive the whole protocol on a machine without a GPU.
 
 Facts this rests on (torch 2.14, see docs/cuda-ipc-design.md):
 

@@ -1,5 +1,5 @@
 """The CUDA IPC transport's protocol on any machine: a CPU stand-in for the device operations
-(tests/ipc_fake_backend.py) drives the real transport, ledger, caps, handle cache and lifetimes.
+(tests/support/ipc_fake_backend.py) drives the real transport, ledger, caps, handle cache and lifetimes.
 What only a GPU can show (real handles, events, streams, two processes) is in test_ipc_gpu.py."""
 
 from __future__ import annotations
