@@ -27,11 +27,9 @@ def settle_heap() -> None:
 
 
 def _node_config(node: Any) -> dict:
-    try:
-        config = node.node_config()
-    except Exception:  # a test double without node_config
-        return {}
-    return config if isinstance(config, dict) else {}
+    from tensor_codec.dora_adapter import node_config  # here: --help answers before torch loads
+
+    return node_config(node)
 
 
 def declared_inputs(node: Any) -> set[str]:
