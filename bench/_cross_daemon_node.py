@@ -88,7 +88,9 @@ def run_sender() -> None:
                 sender.latency_ms(path, tensor)  # warm-up: the first messages set up shared memory
             except tc.MessageTooLargeError as e:  # dora's relay between daemons caps messages
                 text = str(e)
-                row[path]["error"] = "over the 64 MiB of dora's daemon relay" if "relays it through its daemons" in text else text[:120]
+                row[path]["error"] = (
+                    "over the 64 MiB of dora's daemon relay" if "relays it through its daemons" in text else text[:120]
+                )
         live = [p for p in ("local", "remote") if row[p]["error"] is None]
         for _ in range(plan["reps"]):  # the paths take turns, so load drift hits both alike
             for path in live:

@@ -8,10 +8,16 @@ _OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a
 
 def goal(name: str, measured: float, op: str, target: float, unit: str, detail: str) -> dict:
     met = bool(_OPS[op](measured, target))
-    return {"name": name, "measured": measured, "target": f"{op} {target:g}", "unit": unit, "met": met, "detail": detail}
+    return {
+        "name": name,
+        "measured": measured,
+        "target": f"{op} {target:g}",
+        "unit": unit,
+        "met": met,
+        "detail": detail,
+    }
 
 
 def print_goals(goals: list[dict]) -> None:
     for g in goals:
         print(f"  {'met    ' if g['met'] else 'NOT met'}  {g['name']} ({g['detail']})")
-

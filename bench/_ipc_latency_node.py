@@ -71,7 +71,9 @@ def run_sender() -> None:
             if seq == len(queue):
                 break
             contender, size, warmup = queue[seq]
-            spent = send(node, contender, tensors[size], {"seq": seq, "contender": contender, "size_kb": size, "warmup": warmup})
+            spent = send(
+                node, contender, tensors[size], {"seq": seq, "contender": contender, "size_kb": size, "warmup": warmup}
+            )
             if contender == "cuda-ipc" and not warmup:
                 codec.append({"size_kb": size, "send_codec_ns": spent})
             seq += 1
@@ -101,7 +103,14 @@ def run_receiver() -> None:
             torch.cuda.current_stream(device).synchronize()
             t1 = time.monotonic_ns()
             if not metadata["warmup"]:
-                results.append({"contender": metadata["contender"], "size_kb": metadata["size_kb"], "latency_ns": t1 - metadata["t0"], "receive_codec_ns": decode_ns})
+                results.append(
+                    {
+                        "contender": metadata["contender"],
+                        "size_kb": metadata["size_kb"],
+                        "latency_ns": t1 - metadata["t0"],
+                        "receive_codec_ns": decode_ns,
+                    }
+                )
             del tensor
         node.send_output("ack", pa.array([], pa.uint8()), {"seq": metadata["seq"]})
     with open(os.environ["RESULTS"], "w") as f:

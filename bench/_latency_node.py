@@ -95,7 +95,19 @@ def run_sender() -> None:
                 break
             layout, contender, size, warmup = queue[seq]
             tensor = tensors[(layout, size)]
-            send(node, contender, tensor, {"seq": seq, "layout": layout, "contender": contender, "size_mb": size, "warmup": warmup, "shape": list(tensor.shape)})
+            send(
+                node,
+                contender,
+                tensor,
+                {
+                    "seq": seq,
+                    "layout": layout,
+                    "contender": contender,
+                    "size_mb": size,
+                    "warmup": warmup,
+                    "shape": list(tensor.shape),
+                },
+            )
             seq += 1
             waiting_since = time.monotonic()
     node.send_output("done", pa.array([lost], pa.int64()))
@@ -115,7 +127,10 @@ def run_receiver() -> None:
             t1 = time.monotonic_ns()
             ok = tensor.shape == tuple(metadata["shape"]) and tensor.dtype == torch.float32
             if not metadata["warmup"]:
-                results.append({k: metadata[k] for k in ("layout", "contender", "size_mb")} | {"latency_ns": t1 - metadata["t0"], "ok": bool(ok)})
+                results.append(
+                    {k: metadata[k] for k in ("layout", "contender", "size_mb")}
+                    | {"latency_ns": t1 - metadata["t0"], "ok": bool(ok)}
+                )
             del tensor
         node.send_output("ack", pa.array([], pa.uint8()), {"seq": metadata["seq"]})
     with open(os.environ["RESULTS"], "w") as f:

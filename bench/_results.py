@@ -29,7 +29,10 @@ ENVELOPE = ("benchmark", "machine", "date", "baseline")
 
 def add_json_option(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
-        "--json", type=Path, default=None, metavar="PATH",
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
         help=f"where to write the results (default: out/bench/{name}.json under the repository root)",
     )
 
@@ -69,9 +72,14 @@ def machine() -> dict:
 
 def envelope(benchmark: str, baseline: str, figures: dict) -> dict:
     """`figures` with the envelope in front (the envelope's names win: they mean one thing)."""
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return {"benchmark": benchmark, "machine": machine(), "date": now, "baseline": baseline,
-            **{k: v for k, v in figures.items() if k not in ENVELOPE}}
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return {
+        "benchmark": benchmark,
+        "machine": machine(),
+        "date": now,
+        "baseline": baseline,
+        **{k: v for k, v in figures.items() if k not in ENVELOPE},
+    }
 
 
 def save(benchmark: str, baseline: str, figures: dict, path: Path | None = None) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def per_call_seconds(fn: Callable[[], object], *, batch: int, batches: int = 15, warmup: int = 3) -> float:

@@ -73,7 +73,12 @@ def cpu_seconds() -> tuple[float | None, float]:
 
 
 def dataflow(contender: str, args: argparse.Namespace, report: Path) -> dict:
-    camera_env = {"WIDTH": str(args.width), "HEIGHT": str(args.height), "FPS": str(args.fps), "FRAMES": str(args.frames)}
+    camera_env = {
+        "WIDTH": str(args.width),
+        "HEIGHT": str(args.height),
+        "FPS": str(args.fps),
+        "FRAMES": str(args.frames),
+    }
     camera_env.update(args.node_env)
     if contender == BASELINE:
         camera = {"id": "camera", "path": sys.executable, "args": f"-u {HERE / '_pa_array_camera.py'}"}
@@ -110,7 +115,11 @@ def run_one(contender: str, args: argparse.Namespace, workdir: Path, round_no: i
     busy0, mine0 = cpu_seconds()
     start = time.monotonic()
     proc = subprocess.run(
-        [dora, "run", str(flow)], cwd=folder, env=dora_env(), capture_output=True, text=True,
+        [dora, "run", str(flow)],
+        cwd=folder,
+        env=dora_env(),
+        capture_output=True,
+        text=True,
         timeout=args.frames / args.fps + 120,
     )
     wall = time.monotonic() - start
@@ -118,7 +127,9 @@ def run_one(contender: str, args: argparse.Namespace, workdir: Path, round_no: i
     dataflow_cores = (mine1 - mine0) / wall
     other_cores = None if busy0 is None else max(0.0, (busy1 - busy0) - (mine1 - mine0)) / wall
     if proc.returncode != 0 or not report.exists():
-        sys.exit(f"{contender}: dataflow failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        sys.exit(
+            f"{contender}: dataflow failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
     stats = json.loads(report.read_text())["inputs"].get("frames")
     if stats is None:
         sys.exit(f"{contender}: the receiver got no frames")
@@ -178,7 +189,8 @@ def report(rows: list[dict], contenders: list[str], args: argparse.Namespace) ->
     for r in rows:
         other = "?" if r["cpu_other"] is None else f"{r['cpu_other']:.2f}"
         print(
-            f"  round {r['round']} {r['contender']:9s} fps {r['fps']:6.2f}  received {r['received']:4d}  missing {r['missing']:3d}  "
+            f"  round {r['round']} {r['contender']:9s} fps {r['fps']:6.2f}  received {r['received']:4d}  missing "
+            f"{r['missing']:3d}  "
             f"bad {r['bad']:3d}  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms  max {r['max']:7.2f} ms  "
             f"({r['wall_s']:.1f} s, cpu: dataflow {r['cpu_dataflow']:.2f} other {other} cores)"
         )
@@ -186,8 +198,14 @@ def report(rows: list[dict], contenders: list[str], args: argparse.Namespace) ->
             print(f"      {f}")
     summary = summarise(rows, contenders)
     base = summary[BASELINE]
-    print(f"\nmedian over rounds (worst round for received / missing / bad); ratios vs {BASELINE} measured in the same run")
-    head = f"{'contender':10s}{'fps':>8s}{'received':>10s}{'missing':>9s}{'bad':>5s}{'p50 ms':>9s}{'p99 ms':>9s}{'fps ratio':>11s}{'p50 ratio':>11s}{'p99 ratio':>11s}  goal"
+    print(
+        f"\nmedian over rounds (worst round for received / missing / bad); ratios vs {BASELINE} measured in the same "
+        "run"
+    )
+    head = (
+        f"{'contender':10s}{'fps':>8s}{'received':>10s}{'missing':>9s}{'bad':>5s}{'p50 ms':>9s}{'p99 ms':>9s}"
+        f"{'fps ratio':>11s}{'p50 ratio':>11s}{'p99 ratio':>11s}  goal"
+    )
     print(head)
     for c in contenders:
         s = summary[c]
@@ -197,7 +215,8 @@ def report(rows: list[dict], contenders: list[str], args: argparse.Namespace) ->
         s["goal_met"] = all(goal_met(r, args) for r in rows if r["contender"] == c)
         print(
             f"{c:10s}{s['fps']:8.2f}{s['received']:>6d}/{args.frames:<3d}{s['missing']:>9d}{s['bad']:>5d}{s['p50']:9.2f}{s['p99']:9.2f}"
-            f"{s['fps_ratio']:11.2f}{s['p50_ratio']:11.2f}{s['p99_ratio']:11.2f}  {'met' if s['goal_met'] else 'NOT met'}"
+            f"{s['fps_ratio']:11.2f}{s['p50_ratio']:11.2f}{s['p99_ratio']:11.2f}  "
+            f"{'met' if s['goal_met'] else 'NOT met'}"
         )
     print(
         f"goal: >= {FPS_TOLERANCE * args.fps:.1f} fps at the receiver ({FPS_TOLERANCE:.0%} of {args.fps:g}), "
@@ -211,16 +230,26 @@ def main(argv=None) -> dict:
     parser.add_argument("--frames", type=int, default=600, help="frames per run (default 600: 10 s at 60 fps)")
     parser.add_argument("--fps", type=float, default=60.0)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every contender, interleaved (default 2)")
-    parser.add_argument("--verify", choices=("full", "index", "none"), default="full", help="the receiver's VERIFY (default full)")
+    parser.add_argument(
+        "--verify", choices=("full", "index", "none"), default="full", help="the receiver's VERIFY (default full)"
+    )
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--pool", default="64MB", help="the camera's shared_memory_pool_size (default 64MB)")
     parser.add_argument("--queue", type=int, default=64, help="the receiver input's queue_size (default 64)")
     parser.add_argument(
-        "--node-env", action="append", default=[], metavar="KEY=VALUE",
-        help="extra environment for both nodes, repeatable (e.g. OMP_NUM_THREADS=1); default none: the nodes as shipped",
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for both nodes, repeatable (e.g. OMP_NUM_THREADS=1); "
+        "default none: the nodes as shipped",
     )
-    parser.add_argument("--contenders", default=",".join(CONTENDERS), help=f"comma-separated, from {', '.join(CONTENDERS)} ({BASELINE} is always run)")
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated, from {', '.join(CONTENDERS)} ({BASELINE} is always run)",
+    )
     add_json_option(parser, "camera_fps")
     args = parser.parse_args(argv)
     try:
@@ -240,17 +269,35 @@ def main(argv=None) -> dict:
     summary = report(rows, contenders, args)
     # The goal is more than one figure (every round: the rate, every frame good, p99), so it is
     # written in the same shape as _goals.goal's but with goal_met's verdict.
-    goals = [{
-        "name": f"{c}: {args.fps:g} fps, no drops, p99 < {P99_GOAL_MS:g} ms in every round",
-        "measured": summary[c]["fps"], "target": f">= {FPS_TOLERANCE * args.fps:g}", "unit": "fps", "met": summary[c]["goal_met"],
-        "detail": f"median {summary[c]['fps']:.2f} fps, p99 {summary[c]['p99']:.2f} ms; worst round "
-                  f"{summary[c]['received']}/{args.frames} received, {summary[c]['missing']} missing, {summary[c]['bad']} bad",
-    } for c in contenders]
+    goals = [
+        {
+            "name": f"{c}: {args.fps:g} fps, no drops, p99 < {P99_GOAL_MS:g} ms in every round",
+            "measured": summary[c]["fps"],
+            "target": f">= {FPS_TOLERANCE * args.fps:g}",
+            "unit": "fps",
+            "met": summary[c]["goal_met"],
+            "detail": f"median {summary[c]['fps']:.2f} fps, p99 {summary[c]['p99']:.2f} ms; worst round "
+            f"{summary[c]['received']}/{args.frames} received, {summary[c]['missing']} missing, {summary[c]['bad']} "
+            "bad",
+        }
+        for c in contenders
+    ]
     figures = {
-        "width": args.width, "height": args.height, "target_fps": args.fps, "frames": args.frames, "rounds": args.rounds,
-        "verify": args.verify, "pool": args.pool, "queue": args.queue, "node_env": args.node_env,
-        "fps_tolerance": FPS_TOLERANCE, "p99_goal_ms": P99_GOAL_MS, "baseline_contender": BASELINE,
-        "summary": [{"contender": c, **summary[c]} for c in contenders], "runs": rows, "goals": goals,
+        "width": args.width,
+        "height": args.height,
+        "target_fps": args.fps,
+        "frames": args.frames,
+        "rounds": args.rounds,
+        "verify": args.verify,
+        "pool": args.pool,
+        "queue": args.queue,
+        "node_env": args.node_env,
+        "fps_tolerance": FPS_TOLERANCE,
+        "p99_goal_ms": P99_GOAL_MS,
+        "baseline_contender": BASELINE,
+        "summary": [{"contender": c, **summary[c]} for c in contenders],
+        "runs": rows,
+        "goals": goals,
     }
     return save("camera_fps", BASELINE_TEXT, figures, args.json)
 

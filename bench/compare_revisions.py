@@ -67,7 +67,8 @@ tree, script = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
 def check(name, origin, expected):
     expected = os.path.join(tree, expected)
     if origin is None or os.path.realpath(origin) != expected:
-        print(f"compare_revisions: {name} would come from {origin}, not {expected}: not measured", file=sys.stderr, flush=True)
+        print(f"compare_revisions: {name} would come from {origin}, not {expected}: not measured",
+              file=sys.stderr, flush=True)
         os._exit(97)
 spec = importlib.util.find_spec("tensor_codec")
 check("tensor_codec", spec and spec.origin, os.path.join("tensor_codec", "__init__.py"))
@@ -78,17 +79,40 @@ runpy.run_path(script, run_name="__main__")
 for name in ("tensor_codec", "_results", "_goals", "_timing"):
     module = sys.modules.get(name)
     if module is not None:
-        check(name, getattr(module, "__file__", None), os.path.join("tensor_codec", "__init__.py") if name == "tensor_codec" else os.path.join("bench", name + ".py"))
+        own = os.path.join("tensor_codec", "__init__.py")
+        if name != "tensor_codec":
+            own = os.path.join("bench", name + ".py")
+        check(name, getattr(module, "__file__", None), own)
 """
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the top of bench/compare_revisions.py for what is compared.")
-    parser.add_argument("--base", default=DEFAULT_BASE, metavar="REV", help=f"the revision to compare against (default {DEFAULT_BASE}, before the redesign)")
-    parser.add_argument("--quick", action="store_true", help="shorter runs: small_message 7 batches of 1000, dora_latency 1 MB only, 20 reps")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per tree and benchmark, interleaved base/current (default 3)")
-    parser.add_argument("--only", choices=list(BENCHES), action="append", help="this benchmark only (repeatable; default both)")
-    parser.add_argument("--tolerance", type=float, default=0.10, help="'no path slower' allows current/base up to 1 + this (default 0.10)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="See the top of bench/compare_revisions.py for what is compared."
+    )
+    parser.add_argument(
+        "--base",
+        default=DEFAULT_BASE,
+        metavar="REV",
+        help=f"the revision to compare against (default {DEFAULT_BASE}, before the redesign)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter runs: small_message 7 batches of 1000, dora_latency 1 MB only, 20 reps",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs per tree and benchmark, interleaved base/current (default 3)"
+    )
+    parser.add_argument(
+        "--only", choices=list(BENCHES), action="append", help="this benchmark only (repeatable; default both)"
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.10,
+        help="'no path slower' allows current/base up to 1 + this (default 0.10)",
+    )
     add_json_option(parser, "compare_revisions")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -116,10 +140,10 @@ def worktrees() -> dict[Path, str | None]:
     out, path = {}, None
     for line in git("worktree", "list", "--porcelain").splitlines():
         if line.startswith("worktree "):
-            path = Path(line[len("worktree "):]).resolve()
+            path = Path(line[len("worktree ") :]).resolve()
             out[path] = None
         elif line.startswith("HEAD ") and path is not None:
-            out[path] = line[len("HEAD "):]
+            out[path] = line[len("HEAD ") :]
     return out
 
 
@@ -138,7 +162,10 @@ def base_worktree(rev: str) -> tuple[Path, str]:
         if known[folder] == commit and not dirty:
             print(f"base: reusing the worktree {folder.relative_to(ROOT)} at {short}")
             return folder, commit
-        print(f"base: {folder.relative_to(ROOT)} is stale ({'modified' if dirty else 'at ' + str(known[folder])[:7]}): replacing it")
+        print(
+            f"base: {folder.relative_to(ROOT)} is stale ({'modified' if dirty else 'at ' + str(known[folder])[:7]}): "
+            "replacing it"
+        )
         git("worktree", "remove", "--force", str(folder))
     elif folder.exists():  # a folder git does not know as a worktree: left over, not ours to keep
         print(f"base: {folder.relative_to(ROOT)} is not a worktree: replacing it")
@@ -193,12 +220,21 @@ def cases_small_message(data: dict) -> dict[str, dict]:
             found = [r.get("us") for r in data.get("rows", []) if isinstance(r, dict) and r.get("case") == key]
             if found and isinstance(found[0], (int, float)):
                 us[key] = found[0]
-    names = {"baseline": ("pa.array baseline", False), "warm": ("tc warm (header seen before)", True),
-             "cold": ("tc cold (header never seen)", True), "wrap_only": ("tv_tensors.wrap alone", False)}
+    names = {
+        "baseline": ("pa.array baseline", False),
+        "warm": ("tc warm (header seen before)", True),
+        "cold": ("tc cold (header never seen)", True),
+        "wrap_only": ("tv_tensors.wrap alone", False),
+    }
     out = {names[k][0]: {"unit": "us", "value": v, "tc": names[k][1], "key": k} for k, v in us.items()}
     for key in ("warm", "cold"):  # within one run: what the machine's load cannot move much
         if key in us and us.get("baseline"):
-            out[f"{names[key][0]} / pa.array baseline"] = {"unit": "x", "value": us[key] / us["baseline"], "tc": True, "key": f"{key}/baseline"}
+            out[f"{names[key][0]} / pa.array baseline"] = {
+                "unit": "x",
+                "value": us[key] / us["baseline"],
+                "tc": True,
+                "key": f"{key}/baseline",
+            }
     return out
 
 
@@ -210,8 +246,12 @@ def cases_dora_latency(data: dict) -> dict[str, dict]:
     for where, figures in summary.items():  # "contiguous/1MB" -> {contender: p50 ms, "tc/baseline", "tc/pa.array"}
         if not isinstance(figures, dict):
             continue
-        for key, name, unit, tc in (("tc", "tc p50", "ms", True), ("pa.array", "pa.array p50", "ms", False),
-                                    ("tc/pa.array", "tc / pa.array", "x", True), ("tc/baseline", "tc / raw send", "x", True)):
+        for key, name, unit, tc in (
+            ("tc", "tc p50", "ms", True),
+            ("pa.array", "pa.array p50", "ms", False),
+            ("tc/pa.array", "tc / pa.array", "x", True),
+            ("tc/baseline", "tc / raw send", "x", True),
+        ):
             value = figures.get(key)
             if isinstance(value, (int, float)) and value == value:  # not NaN
                 out[f"{where} {name}"] = {"unit": unit, "value": value, "tc": tc, "key": f"{where}:{key}"}
@@ -230,7 +270,10 @@ def compare(runs: dict, benches: list[str]) -> tuple[list[dict], list[str]]:
     only one revision writes (named, not compared)."""
     rows, one_sided = [], []
     for bench in benches:
-        per_tree = {tree: [EXTRACT[bench](data) for data in runs[bench][tree] if data is not None] for tree in ("base", "current")}
+        per_tree = {
+            tree: [EXTRACT[bench](data) for data in runs[bench][tree] if data is not None]
+            for tree in ("base", "current")
+        }
         seen = {tree: [set(c) for c in found] for tree, found in per_tree.items()}
         names = {tree: set.union(*s) if s else set() for tree, s in seen.items()}
         order = [c for found in per_tree["current"] + per_tree["base"] for c in found]
@@ -238,12 +281,26 @@ def compare(runs: dict, benches: list[str]) -> tuple[list[dict], list[str]]:
             if not (case in names["base"] and case in names["current"]):
                 one_sided.append(f"{bench}: {case} ({'current' if case in names['current'] else 'base'} only)")
                 continue
-            values = {tree: [found[case]["value"] for found in per_tree[tree] if case in found] for tree in ("base", "current")}
+            values = {
+                tree: [found[case]["value"] for found in per_tree[tree] if case in found]
+                for tree in ("base", "current")
+            }
             info = next(found[case] for found in per_tree["current"] if case in found)
             b, c = median(values["base"]), median(values["current"])
-            rows.append({"bench": bench, "case": case, "key": info["key"], "unit": info["unit"], "tc": info["tc"],
-                         "base": values["base"], "current": values["current"], "base_median": b, "current_median": c,
-                         "ratio": c / b if b else None})
+            rows.append(
+                {
+                    "bench": bench,
+                    "case": case,
+                    "key": info["key"],
+                    "unit": info["unit"],
+                    "tc": info["tc"],
+                    "base": values["base"],
+                    "current": values["current"],
+                    "base_median": b,
+                    "current_median": c,
+                    "ratio": c / b if b else None,
+                }
+            )
     return rows, one_sided
 
 
@@ -266,21 +323,57 @@ def goals_of(rows: list[dict], tolerance: float, benches: list[str]) -> list[dic
     if tc_rows:
         worst = max(tc_rows, key=lambda r: r["ratio"])
         slower = [f"{r['bench']}: {r['case']} {r['ratio']:.2f}x" for r in tc_rows if r["ratio"] > 1 + tolerance]
-        out.append(goal(f"no path slower than the base (current/base <= {1 + tolerance:g} on every tc case)", worst["ratio"], "<=", 1 + tolerance, "x",
-                        f"worst {worst['bench']}: {worst['case']} {worst['ratio']:.2f}x" + (f"; slower: {', '.join(slower)}" if slower else "")))
+        out.append(
+            goal(
+                f"no path slower than the base (current/base <= {1 + tolerance:g} on every tc case)",
+                worst["ratio"],
+                "<=",
+                1 + tolerance,
+                "x",
+                f"worst {worst['bench']}: {worst['case']} {worst['ratio']:.2f}x"
+                + (f"; slower: {', '.join(slower)}" if slower else ""),
+            )
+        )
     wanted = []
     if "small_message" in benches:
-        wanted += [("warm", "1 KB TVTensor, header seen before, encode + decode under 15 us", "<", GOAL_WARM_US, "us"),
-                   ("cold", "1 KB TVTensor, header never seen before, encode + decode under 40 us", "<", GOAL_COLD_US, "us")]
+        wanted += [
+            ("warm", "1 KB TVTensor, header seen before, encode + decode under 15 us", "<", GOAL_WARM_US, "us"),
+            ("cold", "1 KB TVTensor, header never seen before, encode + decode under 40 us", "<", GOAL_COLD_US, "us"),
+        ]
     if "dora_latency" in benches:
-        wanted += [("contiguous/1MB:tc/pa.array", "contiguous 1 MB end to end no slower than the pa.array pattern", "<=", GOAL_PA_RATIO, "x")]
+        wanted += [
+            (
+                "contiguous/1MB:tc/pa.array",
+                "contiguous 1 MB end to end no slower than the pa.array pattern",
+                "<=",
+                GOAL_PA_RATIO,
+                "x",
+            )
+        ]
     for key, name, op, target, unit in wanted:
         r = row(key)
         if r is None or r["current_median"] is None:
-            out.append({"name": name, "measured": None, "target": f"{op} {target:g}", "unit": unit, "met": False, "detail": "not measured"})
+            out.append(
+                {
+                    "name": name,
+                    "measured": None,
+                    "target": f"{op} {target:g}",
+                    "unit": unit,
+                    "met": False,
+                    "detail": "not measured",
+                }
+            )
             continue
-        out.append(goal(name, r["current_median"], op, target, unit,
-                        f"current {fmt(r['current_median'], unit)}, base {fmt(r['base_median'], unit)}"))
+        out.append(
+            goal(
+                name,
+                r["current_median"],
+                op,
+                target,
+                unit,
+                f"current {fmt(r['current_median'], unit)}, base {fmt(r['base_median'], unit)}",
+            )
+        )
     return out
 
 
@@ -294,7 +387,10 @@ def print_table(rows: list[dict]) -> None:
             note = "  faster" if r["ratio"] < 0.9 else "  SLOWER" if r["ratio"] > 1.1 else ""
         elif not r["tc"]:
             note = "  (baseline: machine load)"
-        print(f"{r['bench'] + ': ' + r['case']:{width}s}  {fmt(r['base_median'], r['unit']):>13s}  {fmt(r['current_median'], r['unit']):>14s}  {ratio:>12s}{note}")
+        print(
+            f"{r['bench'] + ': ' + r['case']:{width}s}  {fmt(r['base_median'], r['unit']):>13s}  "
+            f"{fmt(r['current_median'], r['unit']):>14s}  {ratio:>12s}{note}"
+        )
 
 
 def main(argv=None) -> int:
@@ -332,7 +428,10 @@ def main(argv=None) -> int:
                     print(f"  {bench:14s} {tree:8s} round {rnd}: {how}{shown}")
     rows, one_sided = compare(runs, benches)
     print()
-    print(f"Per-message cost, median of {args.rounds} rounds per tree (lower is better; ratios over 1 are the current tree slower)")
+    print(
+        f"Per-message cost, median of {args.rounds} rounds per tree (lower is better; ratios over 1 are the current "
+        "tree slower)"
+    )
     print_table(rows)
     if one_sided:
         print("not compared (one revision's scripts do not write them): " + "; ".join(one_sided))
@@ -347,10 +446,27 @@ def main(argv=None) -> int:
 
     from _results import save  # the envelope imports torch: only now
 
-    figures = {"base_rev": args.base, "base_commit": base_commit, "current_head": head, "current_dirty": dirty, "mode": mode,
-               "rounds": args.rounds, "tolerance": args.tolerance, "benches": {b: BENCHES[b][mode] for b in benches},
-               "rows": rows, "not_compared": one_sided, "goals": goals, "failures": failures, "runs": loads}
-    save("compare_revisions", f"the base revision {args.base} ({base_commit[:10]}), run interleaved with the current tree", figures, args.json)
+    figures = {
+        "base_rev": args.base,
+        "base_commit": base_commit,
+        "current_head": head,
+        "current_dirty": dirty,
+        "mode": mode,
+        "rounds": args.rounds,
+        "tolerance": args.tolerance,
+        "benches": {b: BENCHES[b][mode] for b in benches},
+        "rows": rows,
+        "not_compared": one_sided,
+        "goals": goals,
+        "failures": failures,
+        "runs": loads,
+    }
+    save(
+        "compare_revisions",
+        f"the base revision {args.base} ({base_commit[:10]}), run interleaved with the current tree",
+        figures,
+        args.json,
+    )
     return 1 if failures else 0
 
 

@@ -38,9 +38,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from tensor_codec_nodes.local_cluster import LOOPBACK, ClusterError, LocalCluster  # noqa: E402
 from _goals import goal  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
+
+from tensor_codec_nodes.local_cluster import LOOPBACK, ClusterError, LocalCluster  # noqa: E402
 
 BASELINE = "the same-daemon path of the same sender, measured in turns with it"
 GOAL_RATIO = 2.0  # same-daemon over cross-daemon throughput
@@ -63,14 +64,24 @@ def flow(tmp: Path, plan: dict, device: str) -> Path:
 
     def entry(node_id, machine, role, **extra):
         return {
-            "id": node_id, "path": node, "deploy": {"machine": machine, "working_dir": str(tmp)},
-            "env": {**env, "ROLE": role, "DEVICE": device}, **extra,
+            "id": node_id,
+            "path": node,
+            "deploy": {"machine": machine, "working_dir": str(tmp)},
+            "env": {**env, "ROLE": role, "DEVICE": device},
+            **extra,
         }
 
     nodes = [
         entry(
-            "sender", "A", "sender", outputs=["local", "remote"], shared_memory_pool_size="512MB",
-            inputs={"ack_local": {"source": "recv-a/ack", "queue_size": 64}, "ack_remote": {"source": "recv-b/ack", "queue_size": 64}},
+            "sender",
+            "A",
+            "sender",
+            outputs=["local", "remote"],
+            shared_memory_pool_size="512MB",
+            inputs={
+                "ack_local": {"source": "recv-a/ack", "queue_size": 64},
+                "ack_remote": {"source": "recv-b/ack", "queue_size": 64},
+            },
         ),
         entry("recv-a", "A", "receiver", inputs={"x": {"source": "sender/local", "queue_size": 16}}, outputs=["ack"]),
         entry("recv-b", "B", "receiver", inputs={"x": {"source": "sender/remote", "queue_size": 16}}, outputs=["ack"]),
@@ -87,7 +98,9 @@ def measure(host: str, plan: dict, device: str) -> list[dict]:
         plan = dict(plan, results=str(tmp / "results.json"))
         path = flow(tmp, plan, device)
         env = dict(os.environ)
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # dora runs .py nodes with `python`
+        env["PATH"] = os.pathsep.join(
+            [str(Path(sys.executable).parent), env.get("PATH", "")]
+        )  # dora runs .py nodes with `python`
         env["UV_NO_PROJECT"] = "1"
         with LocalCluster(["A", "B"], tmp / "logs", env=env, host=host) as cluster:
             result = cluster.start_dataflow(path, timeout_s=900, log=tmp / "dataflow.log")
@@ -105,7 +118,10 @@ def median(values) -> float | None:
 def report(label: str, rows: list[dict]) -> list[dict]:
     """Prints one cluster's table; -> its rows as written to the results (one per size)."""
     print(f"\n{label}")
-    print(f"{'size':>6} | {'same-daemon p50':>15} {'cross p50':>10} {'ratio':>6} | {'same MB/s':>9} {'cross MB/s':>10} {'same/cross':>10} | 2x goal")
+    print(
+        f"{'size':>6} | {'same-daemon p50':>15} {'cross p50':>10} {'ratio':>6} | {'same MB/s':>9} {'cross MB/s':>10} "
+        f"{'same/cross':>10} | 2x goal"
+    )
     out = []
     for row in rows:
         local, remote = row["local"], row["remote"]
@@ -113,7 +129,10 @@ def report(label: str, rows: list[dict]) -> list[dict]:
         thr_l, thr_r = median(local["throughput_mb_s"]), median(remote["throughput_mb_s"])
         error = remote["error"] or local["error"] or None
         if error:
-            print(f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {'-':>10} {'-':>6} | {fmt(thr_l):>9} {'-':>10} {'-':>10} | refused: {error}")
+            print(
+                f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {'-':>10} {'-':>6} | {fmt(thr_l):>9} {'-':>10} "
+                f"{'-':>10} | refused: {error}"
+            )
             lat_r = thr_r = None
         lat_ratio = lat_r / lat_l if lat_l and lat_r else None
         thr_ratio = thr_l / thr_r if thr_l and thr_r else None
@@ -123,10 +142,18 @@ def report(label: str, rows: list[dict]) -> list[dict]:
                 f"{row['size_mb']:>4}MB | {fmt(lat_l, 'ms'):>15} {fmt(lat_r, 'ms'):>10} {fmt(lat_ratio, 'x'):>6} | "
                 f"{fmt(thr_l):>9} {fmt(thr_r):>10} {fmt(thr_ratio, 'x'):>10} | {verdict}"
             )
-        out.append({
-            "size_mb": row["size_mb"], "same_p50_ms": lat_l, "cross_p50_ms": lat_r, "latency_ratio": lat_ratio,
-            "same_mb_s": thr_l, "cross_mb_s": thr_r, "throughput_ratio": thr_ratio, "error": error,
-        })
+        out.append(
+            {
+                "size_mb": row["size_mb"],
+                "same_p50_ms": lat_l,
+                "cross_p50_ms": lat_r,
+                "latency_ratio": lat_ratio,
+                "same_mb_s": thr_l,
+                "cross_mb_s": thr_r,
+                "throughput_ratio": thr_ratio,
+                "error": error,
+            }
+        )
     return out
 
 
@@ -147,7 +174,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--runs", type=int, default=3, help="throughput runs per size and path")
     parser.add_argument("--count", type=int, default=10, help="messages per throughput run")
     parser.add_argument("--window", type=int, default=3, help="messages in flight in a throughput run")
-    parser.add_argument("--device", default=None, help="where tensors live and are restored (default: cuda if present, else cpu)")
+    parser.add_argument(
+        "--device", default=None, help="where tensors live and are restored (default: cuda if present, else cpu)"
+    )
     parser.add_argument("--hosts", default="loopback,address", help="which clusters: loopback, address")
     add_json_option(parser, "cross_daemon")
     args = parser.parse_args(argv)
@@ -155,8 +184,12 @@ def main(argv=None) -> dict:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     plan = {
-        "sizes_mb": [int(s) for s in args.sizes.split(",")], "reps": args.reps, "runs": args.runs,
-        "count": args.count, "window": args.window, "device": device,
+        "sizes_mb": [int(s) for s in args.sizes.split(",")],
+        "reps": args.reps,
+        "runs": args.runs,
+        "count": args.count,
+        "window": args.window,
+        "device": device,
     }
     print(
         f"cross-daemon bench: tensors on {device}, host bytes; latency p50 of {args.reps} one-at-a-time messages; "
@@ -165,7 +198,9 @@ def main(argv=None) -> dict:
     wanted = args.hosts.split(",")
     clusters = []
     if "loopback" in wanted:
-        clusters.append((f"loopback cluster ({LOOPBACK}): dora relays cross-daemon outputs through its daemons", LOOPBACK))
+        clusters.append(
+            (f"loopback cluster ({LOOPBACK}): dora relays cross-daemon outputs through its daemons", LOOPBACK)
+        )
     if "address" in wanted:
         address = routable_address()
         if address is None:
@@ -183,11 +218,21 @@ def main(argv=None) -> dict:
             continue
         rows = report(label, rows)
         results.append({"cluster": name, "host": host, "error": None, "rows": rows})
-        goals += [goal(f"{name} cluster, {r['size_mb']} MB: cross-daemon throughput within {GOAL_RATIO:g}x of same-daemon",
-                       r["throughput_ratio"], "<=", GOAL_RATIO, "x", f"same/cross {r['throughput_ratio']:.2f}x")
-                  for r in rows if r["throughput_ratio"] is not None]
+        goals += [
+            goal(
+                f"{name} cluster, {r['size_mb']} MB: cross-daemon throughput within {GOAL_RATIO:g}x of same-daemon",
+                r["throughput_ratio"],
+                "<=",
+                GOAL_RATIO,
+                "x",
+                f"same/cross {r['throughput_ratio']:.2f}x",
+            )
+            for r in rows
+            if r["throughput_ratio"] is not None
+        ]
     print(
-        "\n(ratio columns: cross-daemon over same-daemon latency, same-daemon over cross-daemon throughput; goal: throughput "
+        "\n(ratio columns: cross-daemon over same-daemon latency, same-daemon over cross-daemon throughput; goal: "
+        "throughput "
         "ratio <= 2. 'lost': a message or its ack did not arrive within 10 s, dora dropped it)"
     )
     figures = {**plan, "goal_ratio": GOAL_RATIO, "clusters": results, "goals": goals}

@@ -37,13 +37,30 @@ def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[d
         tmp = Path(tmp)
         results, sender_results = tmp / "results.json", tmp / "sender.json"
         plan = {"sizes_kb": sizes_kb, "reps": reps, "warmup": warmup, "contenders": CONTENDERS}
-        node = lambda role, **kw: {"id": role, "path": sys.executable, "args": f"-u {HERE / '_ipc_latency_node.py'} {role}", **kw}  # noqa: E731
+
+        def node(role, **kw):
+            return {
+                "id": role,
+                "path": sys.executable,
+                "args": f"-u {HERE / '_ipc_latency_node.py'} {role}",
+                **kw,
+            }
+
         flow = {
             "nodes": [
-                node("sender", shared_memory_pool_size="256MB", inputs={"tick": "dora/timer/millis/100", "ack": "receiver/ack"},
-                     outputs=["out", "done"], env={"PLAN": json.dumps(plan), "SENDER_RESULTS": str(sender_results)}),
-                node("receiver", inputs={"data": {"source": "sender/out", "queue_size": 4}, "done": "sender/done"},
-                     outputs=["ack"], env={"RESULTS": str(results)}),
+                node(
+                    "sender",
+                    shared_memory_pool_size="256MB",
+                    inputs={"tick": "dora/timer/millis/100", "ack": "receiver/ack"},
+                    outputs=["out", "done"],
+                    env={"PLAN": json.dumps(plan), "SENDER_RESULTS": str(sender_results)},
+                ),
+                node(
+                    "receiver",
+                    inputs={"data": {"source": "sender/out", "queue_size": 4}, "done": "sender/done"},
+                    outputs=["ack"],
+                    env={"RESULTS": str(results)},
+                ),
             ]
         }
         run_flow(flow, tmp, results)
@@ -70,17 +87,42 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
     send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3
     recv_us = p50(r["receive_codec_ns"] for r in rows if r["contender"] == "cuda-ipc" and r["size_kb"] == small) / 1e3
     goals = [
-        goal(f"CUDA IPC latency flat in size: {big // 1024} MB p50 within 1.5x of {small} KB", flat, "<=", 1.5, "x", f"ratio {flat:.2f}"),
-        goal(f"{big // 1024} MB by CUDA IPC at least 30x faster than .cpu() -> dora -> .cuda()", speedup, ">=", 30, "x", f"{speedup:.1f}x"),
-        goal("codec overhead per CUDA IPC message under 100 us (dora excluded)", send_us + recv_us, "<", 100, "us",
-             f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us"),
+        goal(
+            f"CUDA IPC latency flat in size: {big // 1024} MB p50 within 1.5x of {small} KB",
+            flat,
+            "<=",
+            1.5,
+            "x",
+            f"ratio {flat:.2f}",
+        ),
+        goal(
+            f"{big // 1024} MB by CUDA IPC at least 30x faster than .cpu() -> dora -> .cuda()",
+            speedup,
+            ">=",
+            30,
+            "x",
+            f"{speedup:.1f}x",
+        ),
+        goal(
+            "codec overhead per CUDA IPC message under 100 us (dora excluded)",
+            send_us + recv_us,
+            "<",
+            100,
+            "us",
+            f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us",
+        ),
     ]
     print()
     print_goals(goals)
     return {
-        "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()}, "flat_ratio": flat, "speedup": speedup,
-        "codec_us": send_us + recv_us, "goals": goals,
-        "rows": [{"contender": c, "size_kb": s, "p50_ms": v, "baseline": c == "cpu+host+cuda"} for (c, s), v in lat.items()],
+        "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()},
+        "flat_ratio": flat,
+        "speedup": speedup,
+        "codec_us": send_us + recv_us,
+        "goals": goals,
+        "rows": [
+            {"contender": c, "size_kb": s, "p50_ms": v, "baseline": c == "cpu+host+cuda"} for (c, s), v in lat.items()
+        ],
     }
 
 

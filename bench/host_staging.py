@@ -54,8 +54,13 @@ def main(argv=None) -> list | None:
         return None
     previous = os.environ.get(staging.ENV_MIN_BYTES)
     rows, times = [], []
-    print(f"GPU <-> pageable host copies on {torch.cuda.get_device_name()}: plain copy_ vs staged through pinned chunks")
-    print(f"{'size':>8} | {'D2H plain':>10} {'staged':>8} {'ratio':>6} {'GB/s':>6} | {'H2D plain':>10} {'staged':>8} {'ratio':>6} {'GB/s':>6}")
+    print(
+        f"GPU <-> pageable host copies on {torch.cuda.get_device_name()}: plain copy_ vs staged through pinned chunks"
+    )
+    print(
+        f"{'size':>8} | {'D2H plain':>10} {'staged':>8} {'ratio':>6} {'GB/s':>6} | {'H2D plain':>10} {'staged':>8} "
+        f"{'ratio':>6} {'GB/s':>6}"
+    )
     try:
         for kb in [int(s) for s in args.sizes_kb.split(",")]:
             n = kb * 1024
@@ -75,11 +80,19 @@ def main(argv=None) -> list | None:
             d2h_staged, h2d_staged = timed(d2h, args.reps), timed(h2d, args.reps)
             assert torch.equal(back, gpu), "staged copies changed the bytes"
             rows.append((kb, d2h_plain / d2h_staged, h2d_plain / h2d_staged))
-            times.append({"d2h_plain_ms": d2h_plain * 1e3, "d2h_staged_ms": d2h_staged * 1e3,
-                          "h2d_plain_ms": h2d_plain * 1e3, "h2d_staged_ms": h2d_staged * 1e3})
+            times.append(
+                {
+                    "d2h_plain_ms": d2h_plain * 1e3,
+                    "d2h_staged_ms": d2h_staged * 1e3,
+                    "h2d_plain_ms": h2d_plain * 1e3,
+                    "h2d_staged_ms": h2d_staged * 1e3,
+                }
+            )
             print(
-                f"{kb:>6}KB | {d2h_plain * 1e3:>8.3f}ms {d2h_staged * 1e3:>6.3f}ms {d2h_plain / d2h_staged:>5.2f}x {n / d2h_staged / 1e9:>6.1f} | "
-                f"{h2d_plain * 1e3:>8.3f}ms {h2d_staged * 1e3:>6.3f}ms {h2d_plain / h2d_staged:>5.2f}x {n / h2d_staged / 1e9:>6.1f}"
+                f"{kb:>6}KB | {d2h_plain * 1e3:>8.3f}ms {d2h_staged * 1e3:>6.3f}ms {d2h_plain / d2h_staged:>5.2f}x "
+                f"{n / d2h_staged / 1e9:>6.1f} | "
+                f"{h2d_plain * 1e3:>8.3f}ms {h2d_staged * 1e3:>6.3f}ms {h2d_plain / h2d_staged:>5.2f}x "
+                f"{n / h2d_staged / 1e9:>6.1f}"
             )
     finally:
         if previous is None:
@@ -92,13 +105,22 @@ def main(argv=None) -> list | None:
     goals = []
     if above:
         worst = min(above)
-        goals.append(goal(f"pinned staging pays from {threshold_kb // 1024} MiB (TC_STAGING_MIN_BYTES) up, both directions",
-                          worst, ">=", 1.0, "x", f"worst ratio {worst:.2f} at or above {threshold_kb} KB"))
+        goals.append(
+            goal(
+                f"pinned staging pays from {threshold_kb // 1024} MiB (TC_STAGING_MIN_BYTES) up, both directions",
+                worst,
+                ">=",
+                1.0,
+                "x",
+                f"worst ratio {worst:.2f} at or above {threshold_kb} KB",
+            )
+        )
         print()
         print_goals(goals)
     figures = {
         "rows": [{"kb": kb, "d2h_ratio": d2h, "h2d_ratio": h2d, **t} for (kb, d2h, h2d), t in zip(rows, times)],
-        "threshold_kb": threshold_kb, "goals": goals,
+        "threshold_kb": threshold_kb,
+        "goals": goals,
     }
     save("host_staging", BASELINE, figures, args.json)
     return rows

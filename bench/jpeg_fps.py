@@ -45,7 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # torchvision.io's codecs warn on every call since torchvision 0.29 (deprecated in favour of
 # TorchCodec). ENGINE=torchvision is measured here on purpose; the warning says nothing about speed.
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
+warnings.filterwarnings(
+    "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
+)
 
 import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
@@ -72,7 +74,9 @@ GPU_WORKERS = (1, 2, 4)
 GPU_FRAMES = 10  # a GPU measurement encodes GPU_FRAMES x --frames frames (at least two full rounds of batches)
 GOAL_4K_FPS = 600
 GOAL_GPU_OVER_CPU = 10
-FEED_CAP = 16 << 30  # the IPC producer's bytes in flight: up to BATCH x WORKERS frames held by the encoder, plus the pipe
+FEED_CAP = (
+    16 << 30
+)  # the IPC producer's bytes in flight: up to BATCH x WORKERS frames held by the encoder, plus the pipe
 EMPTY = pa.array([], type=pa.uint8())
 SUB = {"420": "4:2:0", "444": "4:4:4"}
 PIL_LABEL = "PIL (baseline), 1 thread"
@@ -137,7 +141,9 @@ class IpcFeeder:
     def __init__(self, index: int):
         context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_feeder_main, args=(child, index), daemon=True, name="jpeg-bench-ipc-producer")
+        self.process = context.Process(
+            target=_feeder_main, args=(child, index), daemon=True, name="jpeg-bench-ipc-producer"
+        )
         self.process.start()
         child.close()
         self._expect("ready", 120.0)
@@ -276,7 +282,9 @@ class Bench:
         key = (name, device, workers)
         if key not in self.engines:
             choice = choose_encoder(name, "auto", self.cuda if device == "cuda" else "cpu")
-            self.engines[key] = make_engine(choice, self.cuda if device == "cuda" else torch.device("cpu"), QUALITY, workers)
+            self.engines[key] = make_engine(
+                choice, self.cuda if device == "cuda" else torch.device("cpu"), QUALITY, workers
+            )
         return self.engines[key]
 
     def drop_engine(self, name: str, device: str, workers: int) -> None:
@@ -298,7 +306,10 @@ class Bench:
                 self.feeder = IpcFeeder(self.cuda.index)
             except Exception as e:
                 self.feed_error = f"{type(e).__name__}: {e}"
-                print(f"  CUDA IPC producer unavailable ({self.feed_error}): the GPU node path gets host messages copied to the GPU instead")
+                print(
+                    f"  CUDA IPC producer unavailable ({self.feed_error}): the GPU node path gets host messages copied "
+                    "to the GPU instead"
+                )
 
     def set_size(self, height: int, width: int) -> None:
         self.frames["cpu"] = [render(i, height, width, hwc=True) for i in range(4)]  # interleaved (C, H, W) views
@@ -315,7 +326,10 @@ class Bench:
                     self.feeder.use_size(height, width)
                 except Exception as e:
                     self.feed_error = f"{type(e).__name__}: {e}"
-                    print(f"  CUDA IPC producer failed ({self.feed_error}): the GPU node path gets host messages copied to the GPU instead")
+                    print(
+                        f"  CUDA IPC producer failed ({self.feed_error}): the GPU node path gets host messages copied "
+                        "to the GPU instead"
+                    )
                     self.feeder.close()
                     self.feeder = None
 
@@ -362,10 +376,14 @@ def sweep_gpu(bench: Bench, name: str, frames: int) -> tuple[tuple[int, int] | N
         for batch in GPU_BATCHES:
             n = max(GPU_FRAMES * frames, 2 * batch * workers)
             try:
-                bench.measure(Contender("sweep", "cuda", name, "node", batch, workers, min(n, batch * workers)))  # warm-up
+                bench.measure(
+                    Contender("sweep", "cuda", name, "node", batch, workers, min(n, batch * workers))
+                )  # warm-up
                 fps = bench.measure(Contender("sweep", "cuda", name, "node", batch, workers, n))
             except Exception as e:
-                print(f"    {name} CUDA node path, {setting(batch, workers)}: failed ({type(e).__name__}: {str(e)[:300]})")
+                print(
+                    f"    {name} CUDA node path, {setting(batch, workers)}: failed ({type(e).__name__}: {str(e)[:300]})"
+                )
                 continue
             figures[setting(batch, workers)] = fps
             if best is None or fps > figures[setting(*best)]:
@@ -378,17 +396,42 @@ def sweep_gpu(bench: Bench, name: str, frames: int) -> tuple[tuple[int, int] | N
     return best, figures
 
 
-def table_rows(size: str, contenders: list[Contender], fps: dict[str, float], base: float, failed: dict[str, str]) -> list[dict]:
+def table_rows(
+    size: str, contenders: list[Contender], fps: dict[str, float], base: float, failed: dict[str, str]
+) -> list[dict]:
     """One row per contender of a size, PIL first, as the plots read them: which engine, where,
     engine alone or node path, at what setting, its median fps and its ratio to PIL (a failed
     contender has no fps and says why)."""
-    out = [{"size": size, "label": PIL_LABEL, "engine": "PIL", "device": "cpu", "kind": "baseline", "batch": 1, "workers": 1,
-            "fps": fps[PIL_LABEL], "ratio": 1.0, "error": None}]
+    out = [
+        {
+            "size": size,
+            "label": PIL_LABEL,
+            "engine": "PIL",
+            "device": "cpu",
+            "kind": "baseline",
+            "batch": 1,
+            "workers": 1,
+            "fps": fps[PIL_LABEL],
+            "ratio": 1.0,
+            "error": None,
+        }
+    ]
     for c in contenders:
         value = fps.get(c.label)
-        out.append({"size": size, "label": c.label, "engine": c.engine or "CUDA IPC", "device": c.device, "kind": c.kind,
-                    "batch": c.batch, "workers": c.workers, "fps": value, "ratio": None if value is None else value / base,
-                    "error": failed.get(c.label)})
+        out.append(
+            {
+                "size": size,
+                "label": c.label,
+                "engine": c.engine or "CUDA IPC",
+                "device": c.device,
+                "kind": c.kind,
+                "batch": c.batch,
+                "workers": c.workers,
+                "fps": value,
+                "ratio": None if value is None else value / base,
+                "error": failed.get(c.label),
+            }
+        )
     return out
 
 
@@ -405,11 +448,18 @@ def show_goals(goals: list[dict]) -> None:
 
 
 def main(argv=()):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=48, help="frames per CPU measurement (GPU: %d x this)" % GPU_FRAMES)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--frames", type=int, default=48, help=f"frames per CPU measurement (GPU: {GPU_FRAMES} x this)")
     parser.add_argument("--sizes", default="1080p,4k", help="comma-separated: " + ", ".join(SIZES))
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of: " + ", ".join(ENGINES))
-    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all", help="where engines run (all: the CPU, and CUDA when present)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "all"),
+        default="all",
+        help="where engines run (all: the CPU, and CUDA when present)",
+    )
     add_json_option(parser, "jpeg_fps")
     args = parser.parse_args(list(argv))
     args.sizes = [s for s in args.sizes.split(",") if s]
@@ -430,9 +480,14 @@ def main(argv=()):
 
     began = time.monotonic()
     bench = Bench(args, cuda)
-    print(f"JPEG encoding at quality {QUALITY}: frames per second (median of {ROUNDS} interleaved rounds), ratio against PIL")
-    print(f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
-          f"torch {torch.__version__}")
+    print(
+        f"JPEG encoding at quality {QUALITY}: frames per second (median of {ROUNDS} interleaved rounds), ratio against "
+        "PIL"
+    )
+    print(
+        f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
+        f"torch {torch.__version__}"
+    )
     cpu_names = engine_names(args, "cpu") if on_cpu else []
     gpu_names = engine_names(args, "cuda") if cuda is not None else []
     if gpu_names:
@@ -449,37 +504,67 @@ def main(argv=()):
             for name in cpu_names:
                 sub = subsampling_of(name, "cpu")
                 where = f"{setting(CPU_BATCH, bench.cores)}, {sub}"
-                rows.append(Contender(f"{name}, CPU, engine alone ({where})", "cpu", name, "engine", CPU_BATCH, bench.cores, cpu_n))
-                node_rows.append(Contender(f"{name}, CPU, node path ({where})", "cpu", name, "node", CPU_BATCH, bench.cores, cpu_n))
+                rows.append(
+                    Contender(
+                        f"{name}, CPU, engine alone ({where})", "cpu", name, "engine", CPU_BATCH, bench.cores, cpu_n
+                    )
+                )
+                node_rows.append(
+                    Contender(f"{name}, CPU, node path ({where})", "cpu", name, "node", CPU_BATCH, bench.cores, cpu_n)
+                )
             rows += node_rows  # the node paths next to each other: the goal compares them round by round
             node_rows = []
             sweeps[size] = {}
             for name in gpu_names:
                 best, sweeps[size][name] = sweep_gpu(bench, name, args.frames)
                 if sweeps[size][name]:
-                    print(f"    sweep, {name} CUDA node path: " + ", ".join(f"{k} {v:.0f}" for k, v in sweeps[size][name].items()) + " fps")
+                    print(
+                        f"    sweep, {name} CUDA node path: "
+                        + ", ".join(f"{k} {v:.0f}" for k, v in sweeps[size][name].items())
+                        + " fps"
+                    )
                 if best is None:
                     continue
                 batch, workers = best
                 n = max(GPU_FRAMES * args.frames, 2 * batch * workers)
                 where = f"{setting(batch, workers)}, {subsampling_of(name, cuda)}"
                 source = "CUDA IPC frames" if bench.feeder is not None else "host messages"
-                rows.append(Contender(f"{name}, CUDA, engine alone ({where})", "cuda", name, "engine", batch, workers, n))
-                node_rows.append(Contender(f"{name}, CUDA, node path ({where}; {source})", "cuda", name, "node", batch, workers, n))
+                rows.append(
+                    Contender(f"{name}, CUDA, engine alone ({where})", "cuda", name, "engine", batch, workers, n)
+                )
+                node_rows.append(
+                    Contender(f"{name}, CUDA, node path ({where}; {source})", "cuda", name, "node", batch, workers, n)
+                )
             rows += node_rows
             if bench.feeder is not None and gpu_names:
-                rows.append(Contender("CUDA IPC messages alone (receive + release, no encode)", "cuda", "", "feed", 1, 1, GPU_FRAMES * args.frames))
+                rows.append(
+                    Contender(
+                        "CUDA IPC messages alone (receive + release, no encode)",
+                        "cuda",
+                        "",
+                        "feed",
+                        1,
+                        1,
+                        GPU_FRAMES * args.frames,
+                    )
+                )
             results: dict[str, list[float]] = {PIL_LABEL: []}
             failed: dict[str, str] = {}
             for c in rows:  # warm-up: thread pools, codec state, the IPC handle cache
                 try:
-                    bench.measure(Contender(c.label, c.device, c.engine, c.kind, c.batch, c.workers, min(c.n, 2 * c.batch * c.workers)))
+                    bench.measure(
+                        Contender(
+                            c.label, c.device, c.engine, c.kind, c.batch, c.workers, min(c.n, 2 * c.batch * c.workers)
+                        )
+                    )
                     results[c.label] = []
                 except Exception as e:
                     failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
             for r in range(ROUNDS):
                 results[PIL_LABEL].append(pil_fps(bench.hwc, args.frames))
-                for c in rows[r % len(rows):] + rows[:r % len(rows)] if rows else []:  # each round starts one further on
+                for c in (
+                    rows[r % len(rows) :] + rows[: r % len(rows)] if rows else []
+                ):  # each round starts one further on
                     if c.label in failed:
                         continue
                     try:
@@ -498,7 +583,14 @@ def main(argv=()):
             table += table_rows(size, rows, figures[size], base, failed)
 
             def label_of(name: str, device: str) -> str | None:
-                return next((c.label for c in rows if c.engine == name and c.device == device and c.kind == "node" and c.label in figures[size]), None)
+                return next(
+                    (
+                        c.label
+                        for c in rows
+                        if c.engine == name and c.device == device and c.kind == "node" and c.label in figures[size]
+                    ),
+                    None,
+                )
 
             def node(name: str, device: str) -> float | None:
                 label = label_of(name, device)
@@ -509,14 +601,28 @@ def main(argv=()):
             tcodec, tvision = node("torchcodec", "cpu"), node("torchvision", "cpu")
             if tcodec is not None and tvision is not None:
                 # paired by round (the two run back to back): the machine's drift cancels out
-                ratios = sorted(a / b for a, b in zip(results[label_of("torchcodec", "cpu")], results[label_of("torchvision", "cpu")]))
+                ratios = sorted(
+                    a / b
+                    for a, b in zip(results[label_of("torchcodec", "cpu")], results[label_of("torchvision", "cpu")])
+                )
                 ratio = statistics.median(ratios)
-                here.append(goal(title, ratio, ">=", 1, "x",
-                                 f"{ratio:.3f}x: the median of {len(ratios)} rounds' ratios, {ratios[0]:.2f} to {ratios[-1]:.2f}; "
-                                 f"medians {tcodec:.1f} vs {tvision:.1f} fps, {bench.cores} workers each"))
+                here.append(
+                    goal(
+                        title,
+                        ratio,
+                        ">=",
+                        1,
+                        "x",
+                        f"{ratio:.3f}x: the median of {len(ratios)} rounds' ratios, {ratios[0]:.2f} to "
+                        f"{ratios[-1]:.2f}; "
+                        f"medians {tcodec:.1f} vs {tvision:.1f} fps, {bench.cores} workers each",
+                    )
+                )
             else:
                 missing = [n for n, v in (("torchcodec", tcodec), ("torchvision", tvision)) if v is None]
-                here.append(not_measured(title, ">= 1", "x", f"no CPU node path figure for {' and '.join(missing)} in this run"))
+                here.append(
+                    not_measured(title, ">= 1", "x", f"no CPU node path figure for {' and '.join(missing)} in this run")
+                )
             if size == "4k":
                 cpu_best = max((v for v in (node(n, "cpu") for n in ENGINES) if v is not None), default=None)
                 gpu = {n: node(n, "cuda") for n in ENGINES if node(n, "cuda") is not None}
@@ -525,22 +631,54 @@ def main(argv=()):
                 if gpu:
                     best_name = max(gpu, key=gpu.get)
                     best_fps = gpu[best_name]
-                    here.append(goal(title_fps, best_fps, ">=", GOAL_4K_FPS, "fps", f"{best_name}: {best_fps:.0f} fps on {torch.cuda.get_device_name(cuda)}"))
+                    here.append(
+                        goal(
+                            title_fps,
+                            best_fps,
+                            ">=",
+                            GOAL_4K_FPS,
+                            "fps",
+                            f"{best_name}: {best_fps:.0f} fps on {torch.cuda.get_device_name(cuda)}",
+                        )
+                    )
                     if cpu_best is not None:
-                        here.append(goal(title_ratio, best_fps / cpu_best, ">=", GOAL_GPU_OVER_CPU, "x",
-                                         f"{best_name}: {best_fps:.0f} fps vs {cpu_best:.0f} fps on {bench.cores} CPU cores"))
+                        here.append(
+                            goal(
+                                title_ratio,
+                                best_fps / cpu_best,
+                                ">=",
+                                GOAL_GPU_OVER_CPU,
+                                "x",
+                                f"{best_name}: {best_fps:.0f} fps vs {cpu_best:.0f} fps on {bench.cores} CPU cores",
+                            )
+                        )
                     else:
-                        here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", "no CPU node path figure in this run"))
+                        here.append(
+                            not_measured(
+                                title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", "no CPU node path figure in this run"
+                            )
+                        )
                 else:
-                    why = "no CUDA on this machine" if not has_cuda else ("--device cpu" if cuda is None else "no CUDA engine measured")
+                    why = (
+                        "no CUDA on this machine"
+                        if not has_cuda
+                        else ("--device cpu" if cuda is None else "no CUDA engine measured")
+                    )
                     here.append(not_measured(title_fps, f">= {GOAL_4K_FPS}", "fps", why))
                     here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", why))
             show_goals(here)
             goals += here
         if "4k" not in args.sizes:
             why = "4k not in --sizes"
-            extra = [not_measured(f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps", f">= {GOAL_4K_FPS}", "fps", why),
-                     not_measured(f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path", f">= {GOAL_GPU_OVER_CPU}", "x", why)]
+            extra = [
+                not_measured(f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps", f">= {GOAL_4K_FPS}", "fps", why),
+                not_measured(
+                    f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path",
+                    f">= {GOAL_GPU_OVER_CPU}",
+                    "x",
+                    why,
+                ),
+            ]
             show_goals(extra)
             goals += extra
     finally:
@@ -551,7 +689,9 @@ def main(argv=()):
         "cpu_cores": bench.cores,
         "fps": figures,
         "gpu_sweep_fps": sweeps,
-        "gpu_node_input": None if cuda is None else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
+        "gpu_node_input": None
+        if cuda is None
+        else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
         "rounds": ROUNDS,
         "rows": table,
         "goals": goals,

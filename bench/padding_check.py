@@ -14,12 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-
-import tensor_codec as tc  # noqa: E402
-from tensor_codec.transports import host  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 from _timing import fmt_us, per_call_seconds  # noqa: E402
+
+import tensor_codec as tc  # noqa: E402
+from tensor_codec.transports import host  # noqa: E402
 
 BASELINE = "the same decode with the padding check switched off"
 GOAL_RATIO = 1.10
@@ -57,13 +57,26 @@ def main(argv=None) -> dict:
                 host.Padding.check = original
         with_check, without = min(with_check), min(without)
         ratio = with_check / without
-        rows.append({"leaves": count, "leaf_bytes": size, "with_check_s": with_check, "without_s": without, "ratio": ratio})
+        rows.append(
+            {"leaves": count, "leaf_bytes": size, "with_check_s": with_check, "without_s": without, "ratio": ratio}
+        )
         print(f"{count:5d} leaves of {size:9d} bytes     {fmt_us(with_check)} {fmt_us(without)} {ratio:6.2f}")
     worst = max(rows, key=lambda r: r["ratio"])
     extra = max(r["with_check_s"] - r["without_s"] for r in rows if r["leaves"] <= 64)
-    print(f"  up to 64 leaves the check adds at most {extra * 1e6:.1f} us to a message in this run (a dora hop costs 100 us and more)")
-    goals = [goal("padding check costs at most 10% of a decode whose header is cached", worst["ratio"], "<=", GOAL_RATIO, "x",
-                  f"worst: {worst['leaves']} leaves of {worst['leaf_bytes']} bytes, {worst['ratio']:.3f}x")]
+    print(
+        f"  up to 64 leaves the check adds at most {extra * 1e6:.1f} us to a message in this run (a dora hop costs 100 "
+        "us and more)"
+    )
+    goals = [
+        goal(
+            "padding check costs at most 10% of a decode whose header is cached",
+            worst["ratio"],
+            "<=",
+            GOAL_RATIO,
+            "x",
+            f"worst: {worst['leaves']} leaves of {worst['leaf_bytes']} bytes, {worst['ratio']:.3f}x",
+        )
+    ]
     print_goals(goals)
     return save("padding_check", BASELINE, {"goal_ratio": GOAL_RATIO, "rows": rows, "goals": goals}, args.json)
 

@@ -24,9 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "out" / "bench"
 DPI = 100  # small committed copies (docs/img/): ~800 px wide
 COLORS = {  # one colour per contender, the same on every figure
-    "tc": "tab:blue", "raw": "tab:gray", "contiguous+raw": "tab:gray", "pa.array": "tab:orange",
-    "cuda-ipc": "tab:blue", "cpu+host+cuda": "tab:orange",
-    "PIL": "tab:gray", "torchcodec": "tab:blue", "torchvision": "tab:orange", "nvimgcodec": "tab:green", "CUDA IPC": "tab:purple",
+    "tc": "tab:blue",
+    "raw": "tab:gray",
+    "contiguous+raw": "tab:gray",
+    "pa.array": "tab:orange",
+    "cuda-ipc": "tab:blue",
+    "cpu+host+cuda": "tab:orange",
+    "PIL": "tab:gray",
+    "torchcodec": "tab:blue",
+    "torchvision": "tab:orange",
+    "nvimgcodec": "tab:green",
+    "CUDA IPC": "tab:purple",
 }
 
 
@@ -97,9 +105,17 @@ def load(path: Path) -> dict:
         raise Malformed("", "JSON", str(e), f"not JSON: {e}") from None
     if not isinstance(data, dict):
         raise Malformed("", "an object", _shown(data), f"expected a JSON object, found {_shown(data)}")
-    for name, kind in (("benchmark", "text"), ("date", "text"), ("baseline", "text"), ("machine", "object"),
-                       ("machine.system", "text"), ("machine.cpus", "number"), ("machine.gpu", "text or null"),
-                       ("machine.python", "text"), ("machine.torch", "text")):
+    for name, kind in (
+        ("benchmark", "text"),
+        ("date", "text"),
+        ("baseline", "text"),
+        ("machine", "object"),
+        ("machine.system", "text"),
+        ("machine.cpus", "number"),
+        ("machine.gpu", "text or null"),
+        ("machine.python", "text"),
+        ("machine.torch", "text"),
+    ):
         field(data, name, kind)
     _date(data)
     return data
@@ -111,7 +127,7 @@ def _date(data) -> str:
     except ValueError:
         raise Malformed("date", "an ISO 8601 date and time", _shown(data["date"])) from None
     if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc)
+        when = when.astimezone(datetime.UTC)
     return when.strftime("%Y-%m-%d %H:%M UTC" if when.tzinfo else "%Y-%m-%d %H:%M")
 
 
@@ -129,7 +145,9 @@ def stamp(fig, data: dict, title: str) -> None:
     fig.suptitle(title, fontsize=11)
     lines = [f"machine: {machine_text(data)}", f"run: {_date(data)}", f"ratios against: {data['baseline']}"]
     text = "\n".join(textwrap.fill(line, 140, subsequent_indent="    ") for line in lines)
-    fig.text(0.01, 0.0, text, fontsize=7, color="0.3", ha="left", va="top")  # below the axes: bbox_inches="tight" keeps it
+    fig.text(
+        0.01, 0.0, text, fontsize=7, color="0.3", ha="left", va="top"
+    )  # below the axes: bbox_inches="tight" keeps it
 
 
 def figure(plt, ncols: int = 1, width: float = 8.0, height: float = 4.2, **kw):
@@ -159,16 +177,29 @@ def goal_line(ax, value: float, text: str, vertical: bool = False) -> None:
 def plot_small_message(plt, data):
     items = rows(data, "rows", label="text", us="number", ratio="number")
     goal_us = field(data, "goal_us", "number")
-    cold_goal_us = field(data, "goal_cold_us", "number") if "goal_cold_us" in data else None  # issue 18: one goal per case
+    cold_goal_us = (
+        field(data, "goal_cold_us", "number") if "goal_cold_us" in data else None
+    )  # issue 18: one goal per case
     fig, ax = figure(plt, height=3.2)
     ax = ax[0][0]
-    barh(ax, [r["label"] for r in items], [r["us"] for r in items], [f"{r['us']:.1f} us ({r['ratio']:.2f}x)" for r in items],
-         ["tab:gray" if r["case"] == "baseline" else "tab:blue" for r in items])
+    barh(
+        ax,
+        [r["label"] for r in items],
+        [r["us"] for r in items],
+        [f"{r['us']:.1f} us ({r['ratio']:.2f}x)" for r in items],
+        ["tab:gray" if r["case"] == "baseline" else "tab:blue" for r in items],
+    )
     if cold_goal_us is None:
         goal_line(ax, goal_us, f"goal: < {goal_us:g} us", vertical=True)
     else:
         goal_line(ax, goal_us, f"goal, header seen before: < {goal_us:g} us", vertical=True)
-        ax.axvline(cold_goal_us, color="tab:red", linestyle=":", linewidth=1, label=f"goal, header never seen: < {cold_goal_us:g} us")
+        ax.axvline(
+            cold_goal_us,
+            color="tab:red",
+            linestyle=":",
+            linewidth=1,
+            label=f"goal, header never seen: < {cold_goal_us:g} us",
+        )
     ax.set_xlabel("encode + decode, microseconds per message (median of batches)")
     ax.legend(fontsize=8, loc="lower right")
     stamp(fig, data, "Encode + decode of a 1 KB BoundingBoxes in one process")
@@ -180,8 +211,13 @@ def plot_decode_scaling(plt, data):
     goal_ratio = field(data, "goal_ratio", "number")
     fig, ax = figure(plt, height=3.2)
     ax = ax[0][0]
-    barh(ax, [r["case"] for r in items], [r["us"] for r in items], [f"{r['us']:,.1f} us ({r['ratio']:.2f}x)" for r in items],
-         ["tab:orange" if r.get("copy") else "tab:blue" for r in items])
+    barh(
+        ax,
+        [r["case"] for r in items],
+        [r["us"] for r in items],
+        [f"{r['us']:,.1f} us ({r['ratio']:.2f}x)" for r in items],
+        ["tab:orange" if r.get("copy") else "tab:blue" for r in items],
+    )
     ax.set_xscale("log")
     ax.set_xlabel("decode + release, microseconds (log scale)")
     ax.set_title(f"goal: 64 MB zero-copy decode within {goal_ratio:g}x of the 1 KB decode", fontsize=9)
@@ -190,14 +226,30 @@ def plot_decode_scaling(plt, data):
 
 
 def plot_header_cost(plt, data):
-    items = rows(data, "rows", case="text", outcome="text", seconds="number", json_loads_seconds="number", peak_bytes="number")
+    items = rows(
+        data, "rows", case="text", outcome="text", seconds="number", json_loads_seconds="number", peak_bytes="number"
+    )
     goal_ms, goal_mib = field(data, "goal_ms", "number"), field(data, "goal_mib", "number")
-    fig, axes = figure(plt, ncols=2, width=10, height=1.2 + 0.32 * len(items), sharey=True, gridspec_kw={"width_ratios": [3, 1]})
+    fig, axes = figure(
+        plt, ncols=2, width=10, height=1.2 + 0.32 * len(items), sharey=True, gridspec_kw={"width_ratios": [3, 1]}
+    )
     left, right = axes[0]
     labels = [_short(r["case"], 48) + (" [refused]" if r["outcome"] == "refused" else "") for r in items]
     y = range(len(items))
-    left.barh([i - 0.2 for i in y], [r["seconds"] * 1e3 for r in items], height=0.4, color="tab:blue", label="tc.decode (fastest)")
-    left.barh([i + 0.2 for i in y], [r["json_loads_seconds"] * 1e3 for r in items], height=0.4, color="tab:gray", label="json.loads (baseline)")
+    left.barh(
+        [i - 0.2 for i in y],
+        [r["seconds"] * 1e3 for r in items],
+        height=0.4,
+        color="tab:blue",
+        label="tc.decode (fastest)",
+    )
+    left.barh(
+        [i + 0.2 for i in y],
+        [r["json_loads_seconds"] * 1e3 for r in items],
+        height=0.4,
+        color="tab:gray",
+        label="json.loads (baseline)",
+    )
     left.set_yticks(list(y), labels, fontsize=7)
     left.invert_yaxis()
     left.set_xscale("log")
@@ -213,12 +265,23 @@ def plot_header_cost(plt, data):
 
 
 def plot_padding_check(plt, data):
-    items = rows(data, "rows", leaves="number", leaf_bytes="number", with_check_s="number", without_s="number", ratio="number")
+    items = rows(
+        data, "rows", leaves="number", leaf_bytes="number", with_check_s="number", without_s="number", ratio="number"
+    )
     goal_ratio = field(data, "goal_ratio", "number")
     fig, ax = figure(plt, height=3.2)
     ax = ax[0][0]
-    barh(ax, [f"{r['leaves']:,} leaves of {r['leaf_bytes']:,} B\n{r['with_check_s'] * 1e6:,.1f} vs {r['without_s'] * 1e6:,.1f} us" for r in items],
-         [r["ratio"] for r in items], [f"{r['ratio']:.2f}x" for r in items], ["tab:blue"] * len(items))
+    barh(
+        ax,
+        [
+            f"{r['leaves']:,} leaves of {r['leaf_bytes']:,} B\n{r['with_check_s'] * 1e6:,.1f} vs "
+            f"{r['without_s'] * 1e6:,.1f} us"
+            for r in items
+        ],
+        [r["ratio"] for r in items],
+        [f"{r['ratio']:.2f}x" for r in items],
+        ["tab:blue"] * len(items),
+    )
     goal_line(ax, goal_ratio, f"goal: <= {goal_ratio:g}x", vertical=True)
     ax.axvline(1.0, color="0.5", linewidth=0.8)
     ax.set_xlim(min(0.8, min(r["ratio"] for r in items) - 0.05), max(goal_ratio, *(r["ratio"] for r in items)) + 0.1)
@@ -229,8 +292,17 @@ def plot_padding_check(plt, data):
 
 
 def plot_dora_latency(plt, data):
-    items = rows(data, "rows", layout="text", contender="text", size_mb="number", p50_ms="number", p10_ms="number",
-                 p90_ms="number", baseline="true or false")
+    items = rows(
+        data,
+        "rows",
+        layout="text",
+        contender="text",
+        size_mb="number",
+        p50_ms="number",
+        p10_ms="number",
+        p90_ms="number",
+        baseline="true or false",
+    )
     layouts = list(dict.fromkeys(r["layout"] for r in items))
     fig, axes = figure(plt, ncols=max(1, len(layouts)), width=11, height=4.2, sharey=True)
     for ax, layout in zip(axes[0], layouts):
@@ -240,12 +312,20 @@ def plot_dora_latency(plt, data):
             line = sorted((r for r in mine if r["contender"] == contender), key=lambda r: r["size_mb"])
             x = [r["size_mb"] for r in line]
             ax.plot(x, [r["p50_ms"] for r in line], marker="o", color=color(contender), label=contender)
-            ax.fill_between(x, [r["p10_ms"] for r in line], [r["p90_ms"] for r in line], color=color(contender), alpha=0.15)
+            ax.fill_between(
+                x, [r["p10_ms"] for r in line], [r["p90_ms"] for r in line], color=color(contender), alpha=0.15
+            )
             if contender == "tc":
                 for r in line:
                     if r["size_mb"] in base:
-                        ax.annotate(f"{r['p50_ms'] / base[r['size_mb']]:.2f}x", (r["size_mb"], r["p50_ms"]), textcoords="offset points",
-                                    xytext=(4, -10), fontsize=7, color=color("tc"))
+                        ax.annotate(
+                            f"{r['p50_ms'] / base[r['size_mb']]:.2f}x",
+                            (r["size_mb"], r["p50_ms"]),
+                            textcoords="offset points",
+                            xytext=(4, -10),
+                            fontsize=7,
+                            color=color("tc"),
+                        )
         _loglog(ax, "message size", layout.replace("_", " "), [r["size_mb"] for r in mine])
         ax.legend(fontsize=7, loc="upper left")
     axes[0][0].set_ylabel("latency, ms (p50; band p10 to p90)")
@@ -283,26 +363,55 @@ def _size_axis(ax, sizes_mb: list[float], xlabel: str) -> None:
 
 
 def plot_camera_fps(plt, data):
-    items = rows(data, "summary", contender="text", fps="number", p50="number", p99="number", received="number",
-                 fps_ratio="number", p50_ratio="number", p99_ratio="number", goal_met="true or false")
+    items = rows(
+        data,
+        "summary",
+        contender="text",
+        fps="number",
+        p50="number",
+        p99="number",
+        received="number",
+        fps_ratio="number",
+        p50_ratio="number",
+        p99_ratio="number",
+        goal_met="true or false",
+    )
     target, tolerance = field(data, "target_fps", "number"), field(data, "fps_tolerance", "number")
     p99_goal, frames = field(data, "p99_goal_ms", "number"), field(data, "frames", "number")
     fig, (axes) = figure(plt, ncols=2, width=10, height=3.6)
     left, right = axes[0]
     names = [r["contender"] for r in items]
     bars = left.bar(names, [r["fps"] for r in items], color=[color(n) for n in names])
-    left.bar_label(bars, [f"{r['fps']:.2f} fps\n({r['fps_ratio']:.2f}x)\n\n{r['received']:g}/{frames:g} frames\ngoal {'met' if r['goal_met'] else 'NOT met'}"
-                          for r in items], fontsize=7, label_type="center", color="white")
+    left.bar_label(
+        bars,
+        [
+            f"{r['fps']:.2f} fps\n({r['fps_ratio']:.2f}x)\n\n{r['received']:g}/{frames:g} frames\ngoal "
+            f"{'met' if r['goal_met'] else 'NOT met'}"
+            for r in items
+        ],
+        fontsize=7,
+        label_type="center",
+        color="white",
+    )
     others = [r["cpu_other"] for r in rows(data, "runs", cpu_other="number or null") if r["cpu_other"] is not None]
     if others:  # a run disturbed by other work on the machine shows as such
-        left.set_title(f"CPU used by other work during the runs: {min(others):.2f} to {max(others):.2f} cores", fontsize=8)
+        left.set_title(
+            f"CPU used by other work during the runs: {min(others):.2f} to {max(others):.2f} cores", fontsize=8
+        )
     goal_line(left, tolerance * target, f"goal: >= {tolerance * target:g} fps")
     left.set_ylim(0, target * 1.3)
     left.set_ylabel("fps at the receiver (median)")
     left.legend(fontsize=7, loc="lower right")
     x = range(len(items))
     for offset, key, shade in ((-0.2, "p50", 0.55), (0.2, "p99", 1.0)):
-        bars = right.bar([i + offset for i in x], [r[key] for r in items], width=0.4, color=[color(n) for n in names], alpha=shade, label=key)
+        bars = right.bar(
+            [i + offset for i in x],
+            [r[key] for r in items],
+            width=0.4,
+            color=[color(n) for n in names],
+            alpha=shade,
+            label=key,
+        )
         right.bar_label(bars, [f"{r[key]:.1f}\n({r[key + '_ratio']:.2f}x)" for r in items], fontsize=7)
     right.set_xticks(list(x), names)
     goal_line(right, p99_goal, f"goal: p99 < {p99_goal:g} ms")
@@ -326,13 +435,21 @@ def _jpeg_label(r: dict, setting: bool) -> str:
 
 def _jpeg_panels(plt, data, items: list[dict], device: str, title: str):
     sizes = list(dict.fromkeys(r["size"] for r in items))
-    fig, axes = figure(plt, ncols=len(sizes), width=5 * len(sizes) + 1, height=1.3 + 0.33 * max(
-        sum(1 for r in items if r["size"] == s) for s in sizes))
+    fig, axes = figure(
+        plt,
+        ncols=len(sizes),
+        width=5 * len(sizes) + 1,
+        height=1.3 + 0.33 * max(sum(1 for r in items if r["size"] == s) for s in sizes),
+    )
     for ax, size in zip(axes[0], sizes):
         mine = [r for r in items if r["size"] == size]
-        barh(ax, [_jpeg_label(r, device == "cuda") for r in mine], [r["fps"] for r in mine],
-             [f"{r['fps']:.1f} ({r['ratio']:.2f}x)" for r in mine],
-             [color(r["engine"]) if r["kind"] != "engine" else _lighter(color(r["engine"])) for r in mine])
+        barh(
+            ax,
+            [_jpeg_label(r, device == "cuda") for r in mine],
+            [r["fps"] for r in mine],
+            [f"{r['fps']:.1f} ({r['ratio']:.2f}x)" for r in mine],
+            [color(r["engine"]) if r["kind"] != "engine" else _lighter(color(r["engine"])) for r in mine],
+        )
         ax.set_title(size, fontsize=9)
         ax.set_xlabel("frames per second (median of rounds)")
     stamp(fig, data, title)
@@ -347,19 +464,38 @@ def _lighter(name: str):
 
 
 def plot_jpeg_fps(plt, data):
-    items = rows(data, "rows", size="text", engine="text", device="text", kind="text", batch="number", workers="number",
-                 fps="number or null", ratio="number or null")
+    items = rows(
+        data,
+        "rows",
+        size="text",
+        engine="text",
+        device="text",
+        kind="text",
+        batch="number",
+        workers="number",
+        fps="number or null",
+        ratio="number or null",
+    )
     measured = [r for r in items if r["fps"] is not None and r["ratio"] is not None]
     cpu = [r for r in measured if r["device"] == "cpu"]
     settings = sorted({(r["batch"], r["workers"]) for r in cpu if r["kind"] != "baseline"})
     where = "; ".join(f"batch {b:g}, {w:g} workers" for b, w in settings)
-    out = {"jpeg_fps.png": _jpeg_panels(plt, data, cpu, "cpu", f"JPEG encoding on the CPU, quality 90 ({where}): light engine alone, dark node path")}
+    out = {
+        "jpeg_fps.png": _jpeg_panels(
+            plt, data, cpu, "cpu", f"JPEG encoding on the CPU, quality 90 ({where}): light engine alone, dark node path"
+        )
+    }
     gpu = [r for r in measured if r["device"] == "cuda"]
     if gpu:
         sizes = {r["size"] for r in gpu}
         context = [r for r in cpu if r["size"] in sizes and r["kind"] == "baseline"]
-        out["jpeg_fps_cuda.png"] = _jpeg_panels(plt, data, context + gpu, "cuda",
-                                                f"JPEG encoding on {data['machine']['gpu'] or 'the GPU'}, quality 90: each engine at its best setting")
+        out["jpeg_fps_cuda.png"] = _jpeg_panels(
+            plt,
+            data,
+            context + gpu,
+            "cuda",
+            f"JPEG encoding on {data['machine']['gpu'] or 'the GPU'}, quality 90: each engine at its best setting",
+        )
     else:
         out["jpeg_fps_cuda.png"] = "no CUDA rows in this run"
     return out
@@ -371,13 +507,31 @@ def plot_cuda_ipc(plt, data):
     ax = ax[0][0]
     for contender in dict.fromkeys(r["contender"] for r in items):
         line = sorted((r for r in items if r["contender"] == contender), key=lambda r: r["size_kb"])
-        ax.plot([r["size_kb"] / 1024 for r in line], [r["p50_ms"] for r in line], marker="o", color=color(contender), label=contender)
+        ax.plot(
+            [r["size_kb"] / 1024 for r in line],
+            [r["p50_ms"] for r in line],
+            marker="o",
+            color=color(contender),
+            label=contender,
+        )
     base = {r["size_kb"]: r["p50_ms"] for r in items if r["contender"] == "cpu+host+cuda"}
     for r in items:
         if r["contender"] == "cuda-ipc" and r["size_kb"] in base and r["p50_ms"] > 0:
-            ax.annotate(f"{base[r['size_kb']] / r['p50_ms']:.1f}x faster", (r["size_kb"] / 1024, r["p50_ms"]), textcoords="offset points",
-                        xytext=(0, 7), ha="center", fontsize=7, color=color("cuda-ipc"))
-    _loglog(ax, "message size", "p50 latency until the tensor is usable on the receiver's GPU", [r["size_kb"] / 1024 for r in items])
+            ax.annotate(
+                f"{base[r['size_kb']] / r['p50_ms']:.1f}x faster",
+                (r["size_kb"] / 1024, r["p50_ms"]),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=7,
+                color=color("cuda-ipc"),
+            )
+    _loglog(
+        ax,
+        "message size",
+        "p50 latency until the tensor is usable on the receiver's GPU",
+        [r["size_kb"] / 1024 for r in items],
+    )
     ax.set_ylabel("latency, ms")
     ax.legend(fontsize=8)
     stamp(fig, data, "CUDA IPC through dora against .cpu() -> dora -> .cuda()")
@@ -388,8 +542,15 @@ def plot_cross_daemon(plt, data):
     clusters = rows(data, "clusters", cluster="text", rows="list")
     for i, c in enumerate(clusters):
         try:
-            rows(c, "rows", size_mb="number", same_p50_ms="number or null", cross_p50_ms="number or null",
-                 same_mb_s="number or null", cross_mb_s="number or null")
+            rows(
+                c,
+                "rows",
+                size_mb="number",
+                same_p50_ms="number or null",
+                cross_p50_ms="number or null",
+                same_mb_s="number or null",
+                cross_mb_s="number or null",
+            )
         except Malformed as e:
             raise Malformed(f"clusters[{i}].{e.field}", e.expected, e.found) from None
     fig, axes = figure(plt, ncols=2, width=11, height=4.2)
@@ -399,10 +560,19 @@ def plot_cross_daemon(plt, data):
         for key, style, who in (("same", "-", "same daemon"), ("cross", "--", "cross daemon")):
             for ax, unit in ((left, "p50_ms"), (right, "mb_s")):
                 pts = [(r["size_mb"], r[f"{key}_{unit}"]) for r in c["rows"] if r[f"{key}_{unit}"] is not None]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=shade, label=f"{c['cluster']}: {who}")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    marker="o",
+                    color=shade,
+                    label=f"{c['cluster']}: {who}",
+                )
         # no cross-daemon figure at a size: dora refused the message (an error), or lost it
-        for why, sizes in (("refused", [r["size_mb"] for r in c["rows"] if r["cross_mb_s"] is None and r.get("error")]),
-                           ("lost", [r["size_mb"] for r in c["rows"] if r["cross_mb_s"] is None and not r.get("error")])):
+        for why, sizes in (
+            ("refused", [r["size_mb"] for r in c["rows"] if r["cross_mb_s"] is None and r.get("error")]),
+            ("lost", [r["size_mb"] for r in c["rows"] if r["cross_mb_s"] is None and not r.get("error")]),
+        ):
             if sizes:
                 notes.append((f"{c['cluster']}, cross daemon: {why} at {', '.join(f'{x:g}' for x in sizes)} MB", shade))
     sizes = [r["size_mb"] for c in clusters for r in c["rows"]]
@@ -414,7 +584,11 @@ def plot_cross_daemon(plt, data):
     right.legend(fontsize=7, loc="center right")
     for k, (note, shade) in enumerate(notes):
         right.text(0.98, 0.03 + 0.06 * k, note, fontsize=7, color=shade, ha="right", transform=right.transAxes)
-    stamp(fig, data, f"Across daemons: tensors on {field(data, 'device', 'text')}, two daemons (machines A, B) against one")
+    stamp(
+        fig,
+        data,
+        f"Across daemons: tensors on {field(data, 'device', 'text')}, two daemons (machines A, B) against one",
+    )
     return {"cross_daemon.png": fig}
 
 
@@ -488,7 +662,9 @@ def main(argv=None) -> int:
     try:
         import matplotlib
     except ImportError:
-        print("plots: matplotlib is not installed: pip install matplotlib (or pip install -e '.[plots]')", file=sys.stderr)
+        print(
+            "plots: matplotlib is not installed: pip install matplotlib (or pip install -e '.[plots]')", file=sys.stderr
+        )
         return 2
     matplotlib.use("Agg")  # files only, no display (before pyplot is imported)
     import matplotlib.pyplot as plt

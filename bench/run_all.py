@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     _, latency_args = parser.parse_known_args()  # --help before torch; the rest is dora_latency.py's
-
-    import torch
 
     import camera_fps
     import cross_daemon
@@ -52,9 +52,13 @@ def main() -> None:
     import jpeg_fps
     import padding_check
     import small_message
+    import torch
     from _results import RESULTS_DIR, ROOT
 
-    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, python {platform.python_version()}, torch {torch.__version__}\n")
+    print(
+        f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, python {platform.python_version()}, "
+        f"torch {torch.__version__}\n"
+    )
     small_message.main([])
     print()
     decode_scaling.main([])

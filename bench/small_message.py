@@ -45,12 +45,12 @@ def main(argv=None) -> dict:
 
     import pyarrow as pa
     import torch
-    from torchvision import tv_tensors
-
-    import tensor_codec as tc
     from _goals import goal, print_goals
     from _results import save
     from _timing import fmt_us, per_call_seconds
+    from torchvision import tv_tensors
+
+    import tensor_codec as tc
 
     batch, batches, warmup = args.batch, args.batches, 3
     boxes = tv_tensors.BoundingBoxes(torch.rand(64, 4), format="XYXY", canvas_size=(480, 640))
@@ -87,17 +87,41 @@ def main(argv=None) -> dict:
     base = results["baseline"]
     print(f"Small TVTensor: encode + decode of 1 KB BoundingBoxes (median of {batches} batches of {batch})")
     print(f"  baseline pa.array + from_numpy, bare bytes: {fmt_us(results['baseline'])}")
-    print(f"  tensor_codec, header seen before (stream):  {fmt_us(results['warm'])}   {results['warm'] / base:.2f}x baseline")
-    print(f"  tensor_codec, new header every message:     {fmt_us(results['cold'])}   {results['cold'] / base:.2f}x baseline")
+    print(
+        f"  tensor_codec, header seen before (stream):  {fmt_us(results['warm'])}   {results['warm'] / base:.2f}x "
+        "baseline"
+    )
+    print(
+        f"  tensor_codec, new header every message:     {fmt_us(results['cold'])}   {results['cold'] / base:.2f}x "
+        "baseline"
+    )
     print(f"  (tv_tensors.wrap alone, for scale:          {fmt_us(results['wrap_only'])})")
-    goals = [goal(f"tc encode + decode of 1 KB BoundingBoxes, {name}, under {target:g} us", results[key] * 1e6, "<", target, "us",
-                  f"{results[key] * 1e6:.1f} us, {results[key] / base:.2f}x the baseline")
-             for key, name, target in (("warm", "header seen before", GOAL_WARM_US), ("cold", "header never seen before", GOAL_COLD_US))]
+    goals = [
+        goal(
+            f"tc encode + decode of 1 KB BoundingBoxes, {name}, under {target:g} us",
+            results[key] * 1e6,
+            "<",
+            target,
+            "us",
+            f"{results[key] * 1e6:.1f} us, {results[key] / base:.2f}x the baseline",
+        )
+        for key, name, target in (
+            ("warm", "header seen before", GOAL_WARM_US),
+            ("cold", "header never seen before", GOAL_COLD_US),
+        )
+    ]
     print("Goals (issue 18):")
     print_goals(goals)
     rows = [{"case": key, "label": CASES[key], "us": results[key] * 1e6, "ratio": results[key] / base} for key in CASES]
-    figures = {"batch": batch, "batches": batches, "goal_us": GOAL_WARM_US, "goal_cold_us": GOAL_COLD_US, "rows": rows, "goals": goals,
-               **{f"{k}_us": v * 1e6 for k, v in results.items()}}
+    figures = {
+        "batch": batch,
+        "batches": batches,
+        "goal_us": GOAL_WARM_US,
+        "goal_cold_us": GOAL_COLD_US,
+        "rows": rows,
+        "goals": goals,
+        **{f"{k}_us": v * 1e6 for k, v in results.items()},
+    }
     return save("small_message", BASELINE, figures, args.json)
 
 

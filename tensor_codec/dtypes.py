@@ -67,9 +67,7 @@ WIRE_DTYPES: dict[str, WireDType] = {
     for name, size, grad in _TABLE
 }
 
-_BY_TORCH: dict[torch.dtype, WireDType] = {
-    d.torch_dtype: d for d in WIRE_DTYPES.values() if d.torch_dtype is not None
-}
+_BY_TORCH: dict[torch.dtype, WireDType] = {d.torch_dtype: d for d in WIRE_DTYPES.values() if d.torch_dtype is not None}
 
 
 def supported_torch_dtypes() -> list[torch.dtype]:
@@ -91,12 +89,10 @@ def by_name(name: object, where: str) -> WireDType:
     entry = WIRE_DTYPES.get(name) if isinstance(name, str) else None
     if entry is None:
         raise DecodeError(
-            f"{where}: expected a dtype name from the wire table "
-            f"({', '.join(WIRE_DTYPES)}), got {name!r:.80}"
+            f"{where}: expected a dtype name from the wire table ({', '.join(WIRE_DTYPES)}), got {name!r:.80}"
         )
     if entry.torch_dtype is None:
         raise DecodeError(
-            f"{where}: dtype {name!r} is valid on the wire but this torch build "
-            f"({torch.__version__}) does not have it"
+            f"{where}: dtype {name!r} is valid on the wire but this torch build ({torch.__version__}) does not have it"
         )
     return entry

@@ -116,7 +116,9 @@ def _int64_text(text: str) -> int:
     # Converting a number of n digits costs O(n^2): 250 numbers of 4,000 digits (1 MiB) took
     # 90 ms. An int64 has at most 19 digits and a sign; anything longer is refused unconverted.
     if len(text) > 20:
-        raise DecodeError(f"tc.header: expected integers within int64 (at most 19 digits), got one of {len(text)} characters")
+        raise DecodeError(
+            f"tc.header: expected integers within int64 (at most 19 digits), got one of {len(text)} characters"
+        )
     return int(text)
 
 

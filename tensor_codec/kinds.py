@@ -47,7 +47,6 @@ class TensorKind:
     def required_node_keys(self) -> frozenset:
         return frozenset({"t", "leaf", *self.attribute_names})
 
-
     def attributes(self, x: torch.Tensor) -> dict[str, Any]:
         """Attributes of `x` as JSON values, in a fixed order."""
         return {}

@@ -32,7 +32,8 @@ def pin_memory(obj: Any) -> Any:
     if not torch.cuda.is_available():
         raise UsageError(
             "tc.pin_memory: expected a usable CUDA device (page-locked memory is the CUDA driver's), got none: "
-            f"torch {torch.__version__} reports torch.cuda.is_available() False (a CPU-only build or no NVIDIA driver). "
+            f"torch {torch.__version__} reports torch.cuda.is_available() False (a CPU-only build or no NVIDIA "
+            "driver). "
             "Pinning only speeds up copies to a GPU: call it only when torch.cuda.is_available()"
         )
     return map_tensors(_pin, obj)

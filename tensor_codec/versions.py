@@ -74,12 +74,17 @@ def require() -> None:
     """
     import torch
 
-    found = {"torch": torch.__version__, "pyarrow": _installed_version("pyarrow"), "torchvision": _installed_version("torchvision")}
+    found = {
+        "torch": torch.__version__,
+        "pyarrow": _installed_version("pyarrow"),
+        "torchvision": _installed_version("torchvision"),
+    }
     if found["torchvision"] is None:
         found.pop("torchvision")
     bad = problems(found)
     if bad:
         raise ImportError(
-            "tensor_codec cannot run with this environment:\n  " + "\n  ".join(bad)
+            "tensor_codec cannot run with this environment:\n  "
+            + "\n  ".join(bad)
             + "\nUpgrade those packages, or run `make install` without PYTHON= to get the pinned releases in .venv."
         )

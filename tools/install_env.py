@@ -18,8 +18,9 @@ over a preinstalled torch, a runtime requirement the project has a fallback for 
 torchcodec, whose place torchvision's codecs take) is a warning instead.
 
 Either way pyproject's optional extras (OPTIONAL_EXTRAS: the JPEG nodes' nvImageCodec engine,
-rerun-sdk for tc-rerun-sink, matplotlib for `make plots`) are then installed where they can be had: at the releases constraints.txt pins in a fresh .venv, at the
-extra's floors over a preinstalled torch (from WHEELS= offline). One that cannot be had is one
+rerun-sdk for tc-rerun-sink, matplotlib for `make plots`) are then installed where they can be
+had: at the releases constraints.txt pins in a fresh .venv, at the extra's floors over a
+preinstalled torch (from WHEELS= offline). One that cannot be had is one
 line, never an error: ENGINE=auto does without it.
 
 Either way the dora-hub nodes that examples/ runs (examples/hub-nodes.txt) are installed after the
@@ -47,15 +48,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-if sys.version_info < (3, 11):  # before anything newer is needed, so this line can print
-    sys.exit(f"install: Python {sys.version.split()[0]} runs this; the project needs Python >= 3.11 (dora-rs 1.1): name one with PYTHON=")
+# Before anything newer is needed, so this line can print (make may run it with an older python3).
+if sys.version_info < (3, 11):  # noqa: UP036
+    sys.exit(
+        f"install: Python {sys.version.split()[0]} runs this; the project needs Python >= 3.11 (dora-rs 1.1): name one "
+        "with PYTHON="
+    )
 
 import importlib.util  # noqa: E402
 import tomllib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = "tc-install.json"
-PTH = "_tc_preinstalled.pth"  # the underlying interpreter's site directories (verify() checks nothing there hides .venv's project)
+# The underlying interpreter's site directories (verify() checks nothing there hides .venv's project).
+PTH = "_tc_preinstalled.pth"
 PINS = "tc-preinstalled.txt"
 PINNED = ("torch", "torchvision", "pyarrow", "numpy")  # never replaced: their builds must match
 BUILD_BACKEND = "setuptools>=77"  # as pyproject's [build-system], for builds without isolation
@@ -109,7 +115,9 @@ def decide(probe: dict, named: bool) -> tuple[str, list[str]]:
     found = probe["dists"]
     where = f"PYTHON={probe['executable']}"
     if tuple(probe["version"]) < (3, 11):
-        raise InstallError(f"{where} is Python {'.'.join(map(str, probe['version']))}; the project needs Python >= 3.11 (dora-rs 1.1)")
+        raise InstallError(
+            f"{where} is Python {'.'.join(map(str, probe['version']))}; the project needs Python >= 3.11 (dora-rs 1.1)"
+        )
     if found.get("torch") is None:
         note = f"{where} has no torch (PYTHONPATH is not looked at): .venv gets the pinned torch" if named else None
         return "fresh", [note] if note else []
@@ -119,7 +127,8 @@ def decide(probe: dict, named: bool) -> tuple[str, list[str]]:
     if bad:
         if named:
             raise InstallError(
-                f"{where} has releases this project does not support:\n  " + "\n  ".join(bad)
+                f"{where} has releases this project does not support:\n  "
+                + "\n  ".join(bad)
                 + "\nUpgrade them in that environment, or leave PYTHON= out to install the pinned releases into .venv."
             )
         return "fresh", [f"{probe['executable']} has {'; '.join(bad)}: not used, .venv gets the pinned releases"]
@@ -199,7 +208,9 @@ def hub_nodes(path: Path | None = None) -> list[tuple[str, bool]]:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!-]*", words[0]):
             raise InstallError(f"{where}: expected a hub node pinned as <name>==<version>, got {words[0]!r}")
         if words[1:] not in ([], ["--no-deps"]):
-            raise InstallError(f"{where}: expected nothing or `--no-deps` after {words[0]}, got {' '.join(words[1:])!r}")
+            raise InstallError(
+                f"{where}: expected nothing or `--no-deps` after {words[0]}, got {' '.join(words[1:])!r}"
+            )
         nodes.append((words[0], words[1:] == ["--no-deps"]))
     return nodes
 
@@ -223,7 +234,9 @@ def version(name):
         return None
 """
 
-PROBE = _VERSION_OF + r"""
+PROBE = (
+    _VERSION_OF
+    + r"""
 import importlib.util, json, os, sys, sysconfig
 paths = sysconfig.get_paths()
 stdlib = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
@@ -238,6 +251,7 @@ print(json.dumps({
     "has_pip": importlib.util.find_spec("pip") is not None,
 }))
 """
+)
 
 UNMET = r"""
 import json, sys
@@ -262,16 +276,20 @@ for text, group in json.loads(sys.argv[1]):
         except metadata.PackageNotFoundError:
             pass
     # A pre-release or local build counts as its release (torch 2.11.0a0+nv is a 2.11).
-    if found is None or not req.specifier.contains(Version(".".join(map(str, Version(found).release))), prereleases=True):
+    release = Version(".".join(map(str, Version(found).release))) if found is not None else None
+    if found is None or not req.specifier.contains(release, prereleases=True):
         unmet.append([text, group, found])
 print(json.dumps(unmet))
 """
 
 
-VERSIONS = _VERSION_OF + r"""
+VERSIONS = (
+    _VERSION_OF
+    + r"""
 import json, sys
 print(json.dumps({name: version(name) for name in sys.argv[1:]}))
 """
+)
 
 SCRIPTS = r"""
 import json, sys
@@ -345,9 +363,15 @@ def ensure_build_backend(venv: Path, wheels: str | None) -> None:
     """Offline there is no build isolation: the project builds with .venv's own setuptools."""
     if not pip_offline() or not unmet(venv, [(BUILD_BACKEND, "build")]):
         return
-    proc = run([venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), BUILD_BACKEND], capture=True, check=False)
+    proc = run(
+        [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), BUILD_BACKEND],
+        capture=True,
+        check=False,
+    )
     if proc.returncode != 0:
-        raise InstallError(f"building the project offline needs {BUILD_BACKEND} in the environment. " + wheel_hint([BUILD_BACKEND]))
+        raise InstallError(
+            f"building the project offline needs {BUILD_BACKEND} in the environment. " + wheel_hint([BUILD_BACKEND])
+        )
 
 
 def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
@@ -356,7 +380,20 @@ def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
     if not pip_offline():
         run([venv_python(venv), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
     ensure_build_backend(venv, wheels)
-    run([venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", ROOT / "constraints.txt", "-e", ".[test]"])
+    run(
+        [
+            venv_python(venv),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            *pip_options(wheels),
+            "-c",
+            ROOT / "constraints.txt",
+            "-e",
+            ".[test]",
+        ]
+    )
 
 
 def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
@@ -367,7 +404,9 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
     )
     if run([venv_python(venv), "-m", "pip", "--version"], capture=True, check=False).returncode != 0:
         if run([venv_python(venv), "-m", "ensurepip", "--default-pip"], check=False).returncode != 0:
-            raise InstallError(f"neither {probe['executable']} nor ensurepip provides pip: install pip into that environment")
+            raise InstallError(
+                f"neither {probe['executable']} nor ensurepip provides pip: install pip into that environment"
+            )
     (venv / PINS).write_text("\n".join(pins(probe)) + "\n")
     ensure_build_backend(venv, wheels)
     pip = [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", venv / PINS]
@@ -376,11 +415,12 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
 
 
 def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[str]:
-    """Install the requirements .venv does not meet yet; -> the test and fallback requirements still missing. A requirement whose own
-    dependencies cannot be had offline (dora-rs-cli asks for uv, which nothing here runs) is
-    installed without them (never torchvision or pyarrow: those must match the torch there); what
-    is still missing after that is an error if the project needs it to run, a warning if only
-    tests need it (those tests skip) or if the project has a fallback for it (FALLBACKS)."""
+    """Install the requirements .venv does not meet yet; -> the test and fallback requirements
+    still missing. A requirement whose own dependencies cannot be had offline (dora-rs-cli asks
+    for uv, which nothing here runs) is installed without them (never torchvision or pyarrow:
+    those must match the torch there); what is still missing after that is an error if the
+    project needs it to run, a warning if only tests need it (those tests skip) or if the project
+    has a fallback for it (FALLBACKS)."""
     todo = [text for text, _, _ in unmet(venv, reqs)]
     if todo:
         print(f"install: not in the environment yet: {', '.join(todo)}")
@@ -389,7 +429,10 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
             if run([*pip, text], capture=True, check=False).returncode == 0:
                 print(f"install: {text}: installed")
             elif requirement_name(text) in versions.MINIMUM or requirement_name(text) in PINNED:
-                print(f"install: {text}: not to be had here with the dependencies it needs (it must match the torch there)")
+                print(
+                    f"install: {text}: not to be had here with the dependencies it needs (it must match the torch "
+                    "there)"
+                )
             elif run([*pip, "--no-deps", text], capture=True, check=False).returncode == 0:
                 print(f"install: {text}: installed without its own dependencies (some are not to be had here)")
             elif requirement_name(text) in FALLBACKS:
@@ -399,7 +442,9 @@ def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[
     still = unmet(venv, reqs)
     runtime = [f"{text} (found {found or 'none'})" for text, group, found in still if group == "runtime"]
     if runtime:
-        raise InstallError("missing: " + ", ".join(runtime) + ". " + wheel_hint([t for t, g, _ in still if g == "runtime"]))
+        raise InstallError(
+            "missing: " + ", ".join(runtime) + ". " + wheel_hint([t for t, g, _ in still if g == "runtime"])
+        )
     return [text for text, _, _ in still]
 
 
@@ -457,7 +502,11 @@ def install_hub_nodes(venv: Path, wheels: str | None, nodes: list[tuple[str, boo
 
 def first_error(proc: subprocess.CompletedProcess) -> str:
     """The first line of pip's reason for failing."""
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")] or proc.stderr.strip().splitlines() or ["?"]
+    errors = (
+        [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+        or proc.stderr.strip().splitlines()
+        or ["?"]
+    )
     return errors[0][:300]
 
 
@@ -500,17 +549,25 @@ def verify(venv: Path) -> str:
     code = _VERSION_OF + (
         "import dora, pyarrow, torch, torchvision, tensor_codec, tensor_codec_nodes\n"
         "print(tensor_codec.__file__); print(tensor_codec_nodes.__file__)\n"
-        "print(f'torch {torch.__version__}, torchvision {torchvision.__version__}, torchcodec {version(\"torchcodec\") or \"none\"}, '\n"
-        "      f'pyarrow {pyarrow.__version__}, dora-rs {version(\"dora-rs\")}; torch from {torch.__file__.rsplit(\"/torch/\", 1)[0]}')\n"
+        'print(f\'torch {torch.__version__}, torchvision {torchvision.__version__}, torchcodec {version("torchcodec") '
+        'or "none"}, \'\n'
+        '      f\'pyarrow {pyarrow.__version__}, dora-rs {version("dora-rs")}; torch from '
+        '{torch.__file__.rsplit("/torch/", 1)[0]}\')\n'
     )
-    proc = subprocess.run([str(venv_python(venv)), "-c", code], env=clean_env(), text=True, capture_output=True, cwd=venv)
+    proc = subprocess.run(
+        [str(venv_python(venv)), "-c", code], env=clean_env(), text=True, capture_output=True, cwd=venv
+    )
     if proc.returncode != 0:
         raise InstallError(f"{venv_python(venv)} cannot import the project:\n{proc.stderr.strip()[-2000:]}")
     codec_file, nodes_file, summary = proc.stdout.strip().splitlines()[-3:]
-    for name, found, here in (("tensor_codec", codec_file, ROOT / "tensor_codec"), ("tensor_codec_nodes", nodes_file, ROOT / "nodes")):
+    for name, found, here in (
+        ("tensor_codec", codec_file, ROOT / "tensor_codec"),
+        ("tensor_codec_nodes", nodes_file, ROOT / "nodes"),
+    ):
         if not Path(found).resolve().is_relative_to(here.resolve()):
             raise InstallError(
-                f"{name} is imported from {found}, not from this checkout ({here}): another copy of dora-tensor-codec is "
+                f"{name} is imported from {found}, not from this checkout ({here}): another copy of dora-tensor-codec "
+                "is "
                 "installed in the environment .venv is layered over; uninstall it there"
             )
     return summary
@@ -537,7 +594,9 @@ def which_outside(python: str, venv: Path) -> str | None:
     the default `python3` must name the interpreter .venv is made from, not .venv's own."""
     if os.sep in python:
         return os.path.abspath(python) if os.access(python, os.X_OK) else None
-    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != (venv / "bin").resolve()]
+    dirs = [
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != (venv / "bin").resolve()
+    ]
     found = shutil.which(python, path=os.pathsep.join(dirs))
     return os.path.abspath(found) if found else None
 
@@ -607,15 +666,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for text in missing:
         if requirement_name(text) in FALLBACKS:
-            print(f"install: warning: {text} is missing: {FALLBACKS[requirement_name(text)]} (a later make with WHEELS= retries)")
+            print(
+                f"install: warning: {text} is missing: {FALLBACKS[requirement_name(text)]} (a later make with WHEELS= "
+                "retries)"
+            )
         else:
-            print(f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with WHEELS= retries)")
+            print(
+                f"install: warning: test requirement {text} is missing: the tests that need it skip (a later make with "
+                "WHEELS= retries)"
+            )
     for text in hub_missing:
-        print(f"install: warning: hub node {text} is missing: its example's tests skip (a later make with WHEELS= retries)")
+        print(
+            f"install: warning: hub node {text} is missing: its example's tests skip (a later make with WHEELS= "
+            "retries)"
+        )
     # Hub nodes are recorded with the missing test requirements, the optional packages beside
     # them: up_to_date retries them alike.
-    record = {"mode": mode, "python": probe["executable"], "named": named, "digest": digest, "dists": probe["dists"],
-              "missing": missing + hub_missing, "optional_missing": optional_missing}
+    record = {
+        "mode": mode,
+        "python": probe["executable"],
+        "named": named,
+        "digest": digest,
+        "dists": probe["dists"],
+        "missing": missing + hub_missing,
+        "optional_missing": optional_missing,
+    }
     (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
     print(f"install: .venv ready ({mode}): {summary}")
     return 0

@@ -41,9 +41,23 @@ def replay(path: Path, as_json: bool) -> int:
 
     result = run_case(record["case"], record["index"])
     if as_json:
-        print(json.dumps({"file": str(path), "recorded": record["outcome"], "outcome": result.outcome, "stage": result.stage, "detail": result.detail, "traceback": result.traceback}))
+        print(
+            json.dumps(
+                {
+                    "file": str(path),
+                    "recorded": record["outcome"],
+                    "outcome": result.outcome,
+                    "stage": result.stage,
+                    "detail": result.detail,
+                    "traceback": result.traceback,
+                }
+            )
+        )
     else:
-        print(f"replay {path}: seed {record['seed']} case {record['index']} ({record['seed_message']}; {', '.join(record['mutators'] or [])})")
+        print(
+            f"replay {path}: seed {record['seed']} case {record['index']} ({record['seed_message']}; "
+            f"{', '.join(record['mutators'] or [])})"
+        )
         print(f"recorded: {record['outcome']}  {record['detail'][:300]}")
         print(f"now:      {result.outcome}  {(result.stage + ': ') if result.stage else ''}{result.detail[:300]}")
         if result.traceback:
@@ -54,15 +68,35 @@ def replay(path: Path, as_json: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=DEFAULT_CASES, help="cases to run (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed: case i of seed s is always the same message (default %(default)s)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="run seed: case i of seed s is always the same message (default %(default)s)",
+    )
     parser.add_argument("--start", type=int, default=0, help="first case index (default %(default)s)")
-    parser.add_argument("--workers", type=int, default=0, help="worker processes (default: CPU count, %s here)" % os.cpu_count())
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds a case may run before it is a hang (default %(default)s)")
-    parser.add_argument("--batch", type=int, default=200, help="cases handed to a worker at a time (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("out/fuzz"), help="reproducers and summary-<seed>.json (default %(default)s)")
-    parser.add_argument("--max-reproducers", type=int, default=50, help="reproducer files per outcome; more are only counted (default %(default)s)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help=f"worker processes (default: CPU count, {os.cpu_count()} here)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds a case may run before it is a hang (default %(default)s)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=200, help="cases handed to a worker at a time (default %(default)s)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("out/fuzz"), help="reproducers and summary-<seed>.json (default %(default)s)"
+    )
+    parser.add_argument(
+        "--max-reproducers",
+        type=int,
+        default=50,
+        help="reproducer files per outcome; more are only counted (default %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
-    parser.add_argument("--replay", type=Path, metavar="FILE", help="decode one reproducer in this process and print the outcome")
+    parser.add_argument(
+        "--replay", type=Path, metavar="FILE", help="decode one reproducer in this process and print the outcome"
+    )
     parser.add_argument("--inject", action="append", default=[], metavar="KIND:INDEX", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
@@ -74,8 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import Config, format_summary, run
 
     config = Config(
-        cases=args.cases, seed=args.seed, start=args.start, workers=args.workers, timeout=args.timeout, out=args.out,
-        batch=args.batch, inject=_inject(args.inject), progress=not args.quiet, max_reproducers=args.max_reproducers,
+        cases=args.cases,
+        seed=args.seed,
+        start=args.start,
+        workers=args.workers,
+        timeout=args.timeout,
+        out=args.out,
+        batch=args.batch,
+        inject=_inject(args.inject),
+        progress=not args.quiet,
+        max_reproducers=args.max_reproducers,
     )
     summary = run(config)
     if args.json:

@@ -55,7 +55,7 @@ def from_plain(x: Any) -> Any:
         return [from_plain(v) for v in x]
     if tx is dict:
         if len(x) == 1:
-            (key, value), = x.items()
+            ((key, value),) = x.items()
             if key == "$bytes":
                 return base64.b64decode(value, validate=True)
             if key == "$float":

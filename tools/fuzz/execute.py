@@ -39,7 +39,14 @@ from .headers import tensor_nodes
 __all__ = ["Outcome", "run_case", "Mismatch", "ViewOutOfBounds", "KEEP_MAX_BYTES"]
 
 KEEP_MAX_BYTES = 64 << 20
-_KIND_CLASS = {"tensor": "Tensor", "tv.Image": "Image", "tv.Video": "Video", "tv.Mask": "Mask", "tv.BoundingBoxes": "BoundingBoxes", "tv.KeyPoints": "KeyPoints"}
+_KIND_CLASS = {
+    "tensor": "Tensor",
+    "tv.Image": "Image",
+    "tv.Video": "Video",
+    "tv.Mask": "Mask",
+    "tv.BoundingBoxes": "BoundingBoxes",
+    "tv.KeyPoints": "KeyPoints",
+}
 
 
 class Mismatch(AssertionError):
@@ -117,7 +124,10 @@ def _touch_one(i: int, t: torch.Tensor, leaf: dict, node_tag: str | None, raw: b
     where = f"leaf {i}"
     dtype = str(plain.dtype).removeprefix("torch.")
     if dtype != leaf["dtype"] or list(plain.shape) != leaf["shape"] or list(plain.stride()) != leaf["strides"]:
-        raise Mismatch(f"{where}: got {dtype} {list(plain.shape)} strides {list(plain.stride())}, header says {leaf['dtype']} {leaf['shape']} {leaf['strides']}")
+        raise Mismatch(
+            f"{where}: got {dtype} {list(plain.shape)} strides {list(plain.stride())}, header says {leaf['dtype']} "
+            f"{leaf['shape']} {leaf['strides']}"
+        )
     if plain.device.type != "cpu":
         raise Mismatch(f"{where}: on {plain.device}")
     if node_tag is not None and type(t).__name__ != _KIND_CLASS.get(node_tag, "?"):
@@ -172,7 +182,9 @@ def _keep(obj: Any) -> None:
         if plain.numel():
             lo, hi = _span(plain)
             if hi > plain.untyped_storage().nbytes():
-                raise ViewOutOfBounds(f"tc.keep: a tensor addresses bytes [{lo}, {hi}) of a storage of {plain.untyped_storage().nbytes()}")
+                raise ViewOutOfBounds(
+                    f"tc.keep: a tensor addresses bytes [{lo}, {hi}) of a storage of {plain.untyped_storage().nbytes()}"
+                )
             torch.empty(0, dtype=torch.uint8).set_(plain.untyped_storage())[lo:hi].sum(dtype=torch.int64)
     del kept
 

@@ -19,14 +19,41 @@ from .jsongen import BOX_FORMATS, DTYPE_NAMES, TENSOR_TAGS
 from .values import uint8_recipe
 
 __all__ = [
-    "ITEMSIZE", "ALIGNMENT", "MAX_FIXUP_BYTES", "tensor_nodes", "leaf_table", "required_nbytes", "renumber",
-    "fixup", "random_layout", "random_leaf", "random_tensor_node",
+    "ITEMSIZE",
+    "ALIGNMENT",
+    "MAX_FIXUP_BYTES",
+    "tensor_nodes",
+    "leaf_table",
+    "required_nbytes",
+    "renumber",
+    "fixup",
+    "random_layout",
+    "random_leaf",
+    "random_tensor_node",
 ]
 
 ITEMSIZE = {
-    "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4, "uint64": 8, "int64": 8,
-    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8, "complex128": 16,
-    "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "uint16": 2,
+    "int16": 2,
+    "uint32": 4,
+    "int32": 4,
+    "uint64": 8,
+    "int64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex32": 4,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
     "float4_e2m1fn_x2": 1,
 }
 ALIGNMENT = {"host": 64, "cuda-ipc": 256}
@@ -110,7 +137,14 @@ def fixup(header: Any, transport: str, old_bytes: bytes | None, rng: random.Rand
     end = 0
     for i, leaf in enumerate(leaves):
         dtype, shape, strides = leaf.get("dtype"), leaf.get("shape"), leaf.get("strides")
-        if type(dtype) is str and dtype in ITEMSIZE and _int_list(shape) and _int_list(strides) and len(shape) == len(strides) and rng.random() < 0.95:
+        if (
+            type(dtype) is str
+            and dtype in ITEMSIZE
+            and _int_list(shape)
+            and _int_list(strides)
+            and len(shape) == len(strides)
+            and rng.random() < 0.95
+        ):
             need = required_nbytes(ITEMSIZE[dtype], shape, strides)
             if need is not None:
                 leaf["nbytes"] = need

@@ -11,41 +11,228 @@ import random
 from typing import Any
 
 __all__ = [
-    "DTYPE_NAMES", "BAD_DTYPE_NAMES", "TENSOR_TAGS", "TREE_TAGS", "BOX_FORMATS", "INTS", "DIM_INTS", "FLOATS", "RAW_NUMBERS",
-    "STRINGS", "KEYS", "random_scalar", "random_json", "random_int", "HeaderText",
+    "DTYPE_NAMES",
+    "BAD_DTYPE_NAMES",
+    "TENSOR_TAGS",
+    "TREE_TAGS",
+    "BOX_FORMATS",
+    "INTS",
+    "DIM_INTS",
+    "FLOATS",
+    "RAW_NUMBERS",
+    "STRINGS",
+    "KEYS",
+    "random_scalar",
+    "random_json",
+    "random_int",
+    "HeaderText",
 ]
 
 DTYPE_NAMES = [
-    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "bfloat16",
-    "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e4m3fnuz",
-    "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+    "bool",
+    "uint8",
+    "int8",
+    "uint16",
+    "int16",
+    "uint32",
+    "int32",
+    "uint64",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex32",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn_x2",
 ]
-BAD_DTYPE_NAMES = ["qint8", "quint8", "int4", "uint1", "uint7", "Float32", "float", "half", "torch.float32", "bits8", "", "float32 "]
+BAD_DTYPE_NAMES = [
+    "qint8",
+    "quint8",
+    "int4",
+    "uint1",
+    "uint7",
+    "Float32",
+    "float",
+    "half",
+    "torch.float32",
+    "bits8",
+    "",
+    "float32 ",
+]
 TENSOR_TAGS = ["tensor", "tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"]
 TREE_TAGS = TENSOR_TAGS + ["list", "tuple", "dict", "namedtuple", "PackedSequence", "float", "tv.Other", "Tensor", ""]
 BOX_FORMATS = ["XYXY", "XYWH", "CXCYWH", "XYWHR", "CXCYWHR", "XYXYXYXY"]
 
 INTS = [
-    0, 1, -1, 2, 3, 7, 8, 63, 64, 65, 255, 256, 4095, 4096, 65535, 65536, 2**31 - 1, 2**31, 2**32, 2**48, 2**48 + 1,
-    2**53, 2**53 + 1, 2**62 - 1, 2**62, 2**62 + 1, 2**63 - 1, 2**63, 2**64, -(2**31), -(2**63), -(2**63) - 1, 10**30, -(10**30),
+    0,
+    1,
+    -1,
+    2,
+    3,
+    7,
+    8,
+    63,
+    64,
+    65,
+    255,
+    256,
+    4095,
+    4096,
+    65535,
+    65536,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**48,
+    2**48 + 1,
+    2**53,
+    2**53 + 1,
+    2**62 - 1,
+    2**62,
+    2**62 + 1,
+    2**63 - 1,
+    2**63,
+    2**64,
+    -(2**31),
+    -(2**63),
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
 ]
-DIM_INTS = [0, 1, 1, 1, 2, 3, 4, 5, 7, 8, 16, 64, 100, 1000, 2**20, 2**31, 2**32, 2**40, 2**61, 2**62, 2**62 + 1, -1, 2**63]
+DIM_INTS = [
+    0,
+    1,
+    1,
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    16,
+    64,
+    100,
+    1000,
+    2**20,
+    2**31,
+    2**32,
+    2**40,
+    2**61,
+    2**62,
+    2**62 + 1,
+    -1,
+    2**63,
+]
 FLOATS = [0.0, -0.0, 0.5, 1.0, -1.5, 3.0, 64.0, 1e16, 2.0**62, 1e308, -1e308, 5e-324, 1e-300]
 RAW_NUMBERS = [
-    "NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1E2", "-0", "1.0e-400", "0e0", "1" + "0" * 5000,
-    "123456789012345678901234567890", "-9223372036854775809", "9223372036854775808", "4611686018427387905", "0.1e1", "1.",
-    "01", "+1", ".5", "0x10",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "-1e400",
+    "1E2",
+    "-0",
+    "1.0e-400",
+    "0e0",
+    "1" + "0" * 5000,
+    "123456789012345678901234567890",
+    "-9223372036854775809",
+    "9223372036854775808",
+    "4611686018427387905",
+    "0.1e1",
+    "1.",
+    "01",
+    "+1",
+    ".5",
+    "0x10",
 ]
 STRINGS = [
-    "", "tensor", "list", "tuple", "dict", "namedtuple", "PackedSequence", "float", "tv.Image", "tv.BoundingBoxes",
-    "tv.KeyPoints", "tv.Other", "nan", "inf", "-inf", "NaN", "XYXY", "xyxy", "CXCYWHR", "soft", "hard", "host", "cuda-ipc",
-    "\u0000", "\ud800", "\udfff", "\u00e9", "\U0001f600", "\ufeff", "class", "_x", "x" * 257, "a.b.c", "1x", "a b", "__init__",
-    "items", "leaf", "t", "uint8", "bool", "float32", "complex32", "float4_e2m1fn_x2", "qint8",
+    "",
+    "tensor",
+    "list",
+    "tuple",
+    "dict",
+    "namedtuple",
+    "PackedSequence",
+    "float",
+    "tv.Image",
+    "tv.BoundingBoxes",
+    "tv.KeyPoints",
+    "tv.Other",
+    "nan",
+    "inf",
+    "-inf",
+    "NaN",
+    "XYXY",
+    "xyxy",
+    "CXCYWHR",
+    "soft",
+    "hard",
+    "host",
+    "cuda-ipc",
+    "\u0000",
+    "\ud800",
+    "\udfff",
+    "\u00e9",
+    "\U0001f600",
+    "\ufeff",
+    "class",
+    "_x",
+    "x" * 257,
+    "a.b.c",
+    "1x",
+    "a b",
+    "__init__",
+    "items",
+    "leaf",
+    "t",
+    "uint8",
+    "bool",
+    "float32",
+    "complex32",
+    "float4_e2m1fn_x2",
+    "qint8",
 ]
 KEYS = [
-    "t", "leaf", "items", "grad", "format", "canvas_size", "clamping_mode", "v", "name", "fields", "data", "batch_sizes",
-    "sorted_indices", "unsorted_indices", "dtype", "shape", "strides", "nbytes", "offset", "leaves", "tree", "producer",
-    "host", "pid", "pidns", "gpu", "ledger", "", "x", "\u00e9", "__proto__",
+    "t",
+    "leaf",
+    "items",
+    "grad",
+    "format",
+    "canvas_size",
+    "clamping_mode",
+    "v",
+    "name",
+    "fields",
+    "data",
+    "batch_sizes",
+    "sorted_indices",
+    "unsorted_indices",
+    "dtype",
+    "shape",
+    "strides",
+    "nbytes",
+    "offset",
+    "leaves",
+    "tree",
+    "producer",
+    "host",
+    "pid",
+    "pidns",
+    "gpu",
+    "ledger",
+    "",
+    "x",
+    "\u00e9",
+    "__proto__",
 ]
 
 _MAX_LONG_STRING = 1 << 20  # keeps a mutated header near a megabyte at most
@@ -60,7 +247,7 @@ def random_int(rng: random.Random) -> int:
     return rng.randrange(-(2**70), 2**70)
 
 
-def random_scalar(rng: random.Random, text: "HeaderText | None" = None) -> Any:
+def random_scalar(rng: random.Random, text: HeaderText | None = None) -> Any:
     r = rng.random()
     if r < 0.1:
         return None
@@ -75,11 +262,11 @@ def random_scalar(rng: random.Random, text: "HeaderText | None" = None) -> Any:
     if r < 0.9:
         return rng.choice(STRINGS + DTYPE_NAMES + BAD_DTYPE_NAMES + BOX_FORMATS + TREE_TAGS)
     if r < 0.97:
-        return "".join(rng.choice("ab\u00e9\u0000\"\\/\n{}[]:,") for _ in range(rng.randrange(1, 12)))
+        return "".join(rng.choice('ab\u00e9\u0000"\\/\n{}[]:,') for _ in range(rng.randrange(1, 12)))
     return "s" * rng.choice([1000, 70_000, 300_000, _MAX_LONG_STRING])
 
 
-def random_json(rng: random.Random, depth: int = 0, text: "HeaderText | None" = None) -> Any:
+def random_json(rng: random.Random, depth: int = 0, text: HeaderText | None = None) -> Any:
     """A random JSON value: mostly scalars, some containers, now and then deep nesting."""
     r = rng.random()
     if depth > 3 or r < 0.6:
@@ -101,10 +288,14 @@ def _deep(rng: random.Random, depth: int) -> Any:
     kind = rng.choice(["tree", "array", "dict"])
     for _ in range(depth):
         if kind == "tree":
-            node = rng.choice([
-                {"t": "list", "items": [node]}, {"t": "tuple", "items": [node]}, {"t": "dict", "items": [["k", node]]},
-                {"t": "namedtuple", "name": "N", "fields": ["a"], "items": [node]},
-            ])
+            node = rng.choice(
+                [
+                    {"t": "list", "items": [node]},
+                    {"t": "tuple", "items": [node]},
+                    {"t": "dict", "items": [["k", node]]},
+                    {"t": "namedtuple", "name": "N", "fields": ["a"], "items": [node]},
+                ]
+            )
         elif kind == "array":
             node = [node]
         else:
@@ -125,7 +316,7 @@ class HeaderText:
         self._subs: dict[str, str] = {}
 
     @classmethod
-    def parse(cls, text: Any) -> "HeaderText | None":
+    def parse(cls, text: Any) -> HeaderText | None:
         if type(text) is not str:
             return None
         try:

@@ -31,12 +31,24 @@ import itertools
 import json
 import random
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import headers as hd
 from .jsongen import (
-    BAD_DTYPE_NAMES, BOX_FORMATS, DIM_INTS, DTYPE_NAMES, KEYS, RAW_NUMBERS, STRINGS, TENSOR_TAGS, TREE_TAGS, HeaderText,
-    random_int, random_json, random_scalar,
+    BAD_DTYPE_NAMES,
+    BOX_FORMATS,
+    DIM_INTS,
+    DTYPE_NAMES,
+    KEYS,
+    RAW_NUMBERS,
+    STRINGS,
+    TENSOR_TAGS,
+    TREE_TAGS,
+    HeaderText,
+    random_int,
+    random_json,
+    random_scalar,
 )
 from .seeds import Seed
 from .values import ARROW_TYPES, logical_bytes, uint8_recipe
@@ -69,7 +81,11 @@ class Ctx:
         return self.header
 
     def header_text(self) -> str | None:
-        return self.metadata.get("tc.header") if type(self.metadata) is dict and type(self.metadata.get("tc.header")) is str else None
+        return (
+            self.metadata.get("tc.header")
+            if type(self.metadata) is dict and type(self.metadata.get("tc.header")) is str
+            else None
+        )
 
 
 class Mutator:
@@ -130,7 +146,9 @@ def _leaf(ctx: Ctx) -> dict | None:
 def _perturb_int(rng: random.Random, v: Any, unit: int = 1) -> Any:
     if type(v) is not int:
         return random_int(rng)
-    return rng.choice([v + unit, v - unit, v + 1, v - 1, v * 2, v // 2, -v, 0, v + 64, v - 64, v + 2**62, random_int(rng)])
+    return rng.choice(
+        [v + unit, v - unit, v + 1, v - 1, v * 2, v // 2, -v, 0, v + 64, v - 64, v + 2**62, random_int(rng)]
+    )
 
 
 def _other_type(rng: random.Random, v: Any) -> Any:
@@ -252,7 +270,11 @@ def _leaf_dtype(ctx: Ctx) -> bool:
     if leaf is None:
         return False
     r = ctx.rng.random()
-    leaf["dtype"] = ctx.rng.choice(DTYPE_NAMES) if r < 0.7 else (ctx.rng.choice(BAD_DTYPE_NAMES) if r < 0.9 else _other_type(ctx.rng, leaf.get("dtype")))
+    leaf["dtype"] = (
+        ctx.rng.choice(DTYPE_NAMES)
+        if r < 0.7
+        else (ctx.rng.choice(BAD_DTYPE_NAMES) if r < 0.9 else _other_type(ctx.rng, leaf.get("dtype")))
+    )
     return True
 
 
@@ -314,7 +336,11 @@ def _leaf_nbytes(ctx: Ctx) -> bool:
         return False
     dtype = leaf.get("dtype")
     unit = hd.ITEMSIZE.get(dtype, 1) if type(dtype) is str else 1
-    leaf["nbytes"] = _perturb_int(ctx.rng, leaf.get("nbytes"), unit) if ctx.rng.random() < 0.8 else _other_type(ctx.rng, leaf.get("nbytes"))
+    leaf["nbytes"] = (
+        _perturb_int(ctx.rng, leaf.get("nbytes"), unit)
+        if ctx.rng.random() < 0.8
+        else _other_type(ctx.rng, leaf.get("nbytes"))
+    )
     return True
 
 
@@ -323,7 +349,11 @@ def _leaf_offset(ctx: Ctx) -> bool:
     leaf = _leaf(ctx)
     if leaf is None:
         return False
-    leaf["offset"] = _perturb_int(ctx.rng, leaf.get("offset"), 64) if ctx.rng.random() < 0.8 else _other_type(ctx.rng, leaf.get("offset"))
+    leaf["offset"] = (
+        _perturb_int(ctx.rng, leaf.get("offset"), 64)
+        if ctx.rng.random() < 0.8
+        else _other_type(ctx.rng, leaf.get("offset"))
+    )
     return True
 
 
@@ -386,10 +416,21 @@ def _node_attributes(ctx: Ctx) -> bool:
     if what == "format":
         node["format"] = rng.choice(BOX_FORMATS + ["xyxy", "XYXY ", "", "BoundingBoxFormat.XYXY", 0, None])
     elif what == "canvas_size":
-        node["canvas_size"] = rng.choice([
-            [rng.choice(DIM_INTS), rng.choice(DIM_INTS)], [2**31, 1], [1, 2**31 - 1], [-1, 5], [1.0, 2], [True, 2], [1], [1, 2, 3],
-            "[1,2]", None, {"h": 1, "w": 2},
-        ])
+        node["canvas_size"] = rng.choice(
+            [
+                [rng.choice(DIM_INTS), rng.choice(DIM_INTS)],
+                [2**31, 1],
+                [1, 2**31 - 1],
+                [-1, 5],
+                [1.0, 2],
+                [True, 2],
+                [1],
+                [1, 2, 3],
+                "[1,2]",
+                None,
+                {"h": 1, "w": 2},
+            ]
+        )
     elif what == "clamping_mode":
         node["clamping_mode"] = rng.choice(["soft", "hard", None, "SOFT", "none", "", 1, False, ["soft"]])
     else:
@@ -427,7 +468,10 @@ def _node_container(ctx: Ctx) -> bool:
     if tensors and rng.random() < 0.3:
         items.insert(rng.randrange(len(items) + 1), json.loads(json.dumps(rng.choice(tensors))))  # same leaf twice
     else:
-        items.insert(rng.randrange(len(items) + 1), random_json(rng, 2, h) if node["t"] != "dict" else [rng.choice(STRINGS), random_scalar(rng)])
+        items.insert(
+            rng.randrange(len(items) + 1),
+            random_json(rng, 2, h) if node["t"] != "dict" else [rng.choice(STRINGS), random_scalar(rng)],
+        )
     return True
 
 
@@ -449,12 +493,28 @@ def _node_namedtuple(ctx: Ctx) -> bool:
     op = rng.randrange(6)
     fields = node.get("fields") if type(node.get("fields")) is list else []
     if op == 0:
-        node["name"] = rng.choice([
-            "", "x" * 256, "x" * 257, "class", "a.b.class", "tools.fuzz.seeds.Pair", "tensor_codec.testing.Point",
-            "\u00e9t\u00e9", "1abc", "a..b", ".", None, 5, ["n"],
-        ])
+        node["name"] = rng.choice(
+            [
+                "",
+                "x" * 256,
+                "x" * 257,
+                "class",
+                "a.b.class",
+                "tools.fuzz.seeds.Pair",
+                "tensor_codec.testing.Point",
+                "\u00e9t\u00e9",
+                "1abc",
+                "a..b",
+                ".",
+                None,
+                5,
+                ["n"],
+            ]
+        )
     elif op == 1 and fields:
-        fields[rng.randrange(len(fields))] = rng.choice(["class", "_x", "1a", "a b", "", "\u00e9", "x" * 300, fields[0], "self", 3, None])
+        fields[rng.randrange(len(fields))] = rng.choice(
+            ["class", "_x", "1a", "a b", "", "\u00e9", "x" * 300, fields[0], "self", 3, None]
+        )
         node["fields"] = fields
     elif op == 2:
         n = rng.choice([0, 1, 1024, 1025, 2049])
@@ -523,11 +583,22 @@ def _struct_wrap(ctx: Ctx) -> bool:
     elif kind == "dict":
         outer = {"t": "dict", "items": [[rng.choice(["k", "", 0, -(2**63)]), inner]]}
     elif kind == "namedtuple":
-        outer = {"t": "namedtuple", "name": rng.choice(["tools.fuzz.W", "W", "x" * 256]), "fields": ["w"], "items": [inner]}
+        outer = {
+            "t": "namedtuple",
+            "name": rng.choice(["tools.fuzz.W", "W", "x" * 256]),
+            "fields": ["w"],
+            "items": [inner],
+        }
     else:
         if type(inner) is not dict or inner.get("t") not in TENSOR_TAGS:
             return False
-        outer = {"t": "PackedSequence", "data": inner, "batch_sizes": hd.random_tensor_node(rng), "sorted_indices": None, "unsorted_indices": None}
+        outer = {
+            "t": "PackedSequence",
+            "data": inner,
+            "batch_sizes": hd.random_tensor_node(rng),
+            "sorted_indices": None,
+            "unsorted_indices": None,
+        }
         if rng.random() < 0.5:
             outer["sorted_indices"] = hd.random_tensor_node(rng)
             outer["unsorted_indices"] = hd.random_tensor_node(rng)
@@ -546,7 +617,9 @@ def _struct_insert_tensor(ctx: Ctx) -> bool:
     h, rng = ctx.tree(), ctx.rng
     if h is None or type(h.tree) is not dict:
         return False
-    containers = _tree_nodes(h, lambda d: d["t"] in ("list", "tuple", "dict", "namedtuple") and type(d.get("items")) is list)
+    containers = _tree_nodes(
+        h, lambda d: d["t"] in ("list", "tuple", "dict", "namedtuple") and type(d.get("items")) is list
+    )
     node = hd.random_tensor_node(rng, -1)  # renumber gives it a leaf entry of its own
     if containers and rng.random() < 0.8:
         c = rng.choice(containers)
@@ -569,7 +642,11 @@ def _struct_insert_tensor(ctx: Ctx) -> bool:
 @mutator("struct.drop", 1, 1)
 def _struct_drop(ctx: Ctx) -> bool:
     h, rng = ctx.tree(), ctx.rng
-    containers = _tree_nodes(h, lambda d: d["t"] in ("list", "tuple", "dict") and type(d.get("items")) is list and d["items"]) if h else []
+    containers = (
+        _tree_nodes(h, lambda d: d["t"] in ("list", "tuple", "dict") and type(d.get("items")) is list and d["items"])
+        if h
+        else []
+    )
     if not containers:
         return False
     c = rng.choice(containers)
@@ -581,7 +658,13 @@ def _struct_drop(ctx: Ctx) -> bool:
 @mutator("struct.shuffle", 1, 1)
 def _struct_shuffle(ctx: Ctx) -> bool:
     h, rng = ctx.tree(), ctx.rng
-    containers = _tree_nodes(h, lambda d: d["t"] in ("list", "tuple", "dict") and type(d.get("items")) is list and len(d["items"]) > 1) if h else []
+    containers = (
+        _tree_nodes(
+            h, lambda d: d["t"] in ("list", "tuple", "dict") and type(d.get("items")) is list and len(d["items"]) > 1
+        )
+        if h
+        else []
+    )
     if containers:
         rng.shuffle(rng.choice(containers)["items"])
     elif h is not None and len(hd.leaf_table(h.tree)) > 1:
@@ -610,7 +693,9 @@ def _top_keys(ctx: Ctx) -> bool:
     elif op == 3:
         h.tree = rng.choice([[h.tree], h.tree.get("leaves"), h.tree.get("tree"), "header", 1, None, []])
     elif op == 4:
-        h.tree["leaves"] = rng.choice([[], None, {}, [None], [[]], [1], "leaves", [hd.random_leaf(rng)] * rng.choice([2, 4097, 5000])])
+        h.tree["leaves"] = rng.choice(
+            [[], None, {}, [None], [[]], [1], "leaves", [hd.random_leaf(rng)] * rng.choice([2, 4097, 5000])]
+        )
     else:
         h.tree["tree"] = rng.choice([None, [], {}, {"t": "tensor"}, 1e308, -(2**63) - 1, 2**63, {"t": "list"}])
     return True
@@ -624,13 +709,22 @@ def _top_producer(ctx: Ctx) -> bool:
         return False
     p = h.tree["producer"]
     key = rng.choice(["host", "pidns", "pid", "gpu", "ledger"])
-    p[key] = rng.choice({
-        "host": ["", "x" * 301, "boot@other-machine", str(p.get("host", "")) + "x", 1, None],
-        "pidns": ["", "x" * 101, "pid:[1]", 0],
-        "pid": [0, -1, 2**31, 2**31 - 1, 1, "1", 1.0, True],
-        "gpu": ["GPU-", "GPU-zzzzzzzz", "MIG-0123456789", "gpu-01234567", "GPU-" + "0" * 64, "GPU-01234567\n", ""],
-        "ledger": ["tc-1-00000000000g", "tc-2-000000000000", "tc-1-000000000000", "tc-99999999999-000000000000", "../etc/passwd", "tc-1-0000000000000"],
-    }[key])
+    p[key] = rng.choice(
+        {
+            "host": ["", "x" * 301, "boot@other-machine", str(p.get("host", "")) + "x", 1, None],
+            "pidns": ["", "x" * 101, "pid:[1]", 0],
+            "pid": [0, -1, 2**31, 2**31 - 1, 1, "1", 1.0, True],
+            "gpu": ["GPU-", "GPU-zzzzzzzz", "MIG-0123456789", "gpu-01234567", "GPU-" + "0" * 64, "GPU-01234567\n", ""],
+            "ledger": [
+                "tc-1-00000000000g",
+                "tc-2-000000000000",
+                "tc-1-000000000000",
+                "tc-99999999999-000000000000",
+                "../etc/passwd",
+                "tc-1-0000000000000",
+            ],
+        }[key]
+    )
     return True
 
 
@@ -659,10 +753,46 @@ def _finish_tree(ctx: Ctx, applied: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 # phase 2: the header text
 
-_TEXT_CHARS = list('{}[],:"\\ 0123456789-+.eEtnfalsuru') + ["\u0000", "\u007f", "\u00e9", "\ud800", "\U0001f600", "\ufeff", "\n", "\t"]
+_TEXT_CHARS = list('{}[],:"\\ 0123456789-+.eEtnfalsuru') + [
+    "\u0000",
+    "\u007f",
+    "\u00e9",
+    "\ud800",
+    "\U0001f600",
+    "\ufeff",
+    "\n",
+    "\t",
+]
 _TOKENS = [
-    ",", "]", "}", "[", "{", '"', "\\", ":", "NaN", "Infinity", "-Infinity", "1e999", "-0", "null", "true", '"\\u0000"',
-    '"\\ud800"', '"x":1,', '"t":"tensor",', '"leaf":0,', "/*c*/", "//", "\u00a0", " ", "\n", "0" * 400, "'", "\ufeff", "\x00",
+    ",",
+    "]",
+    "}",
+    "[",
+    "{",
+    '"',
+    "\\",
+    ":",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e999",
+    "-0",
+    "null",
+    "true",
+    '"\\u0000"',
+    '"\\ud800"',
+    '"x":1,',
+    '"t":"tensor",',
+    '"leaf":0,',
+    "/*c*/",
+    "//",
+    "\u00a0",
+    " ",
+    "\n",
+    "0" * 400,
+    "'",
+    "\ufeff",
+    "\x00",
 ]
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _KEY = re.compile(r'"([A-Za-z_][A-Za-z0-9_.]*)":')
@@ -785,7 +915,9 @@ def _text_reformat(ctx: Ctx) -> bool:
         return _set_text(ctx, json.dumps(h.tree, ensure_ascii=True, separators=(",", ":")))
     if op == 2:
         return _set_text(ctx, "\ufeff" + s)
-    return _set_text(ctx, rng.choice([" ", "\n", "\t", "\r\n", "\u00a0", "\x00"]) + s + rng.choice(["", " ", "\n", "\x00", "x"]))
+    return _set_text(
+        ctx, rng.choice([" ", "\n", "\t", "\r\n", "\u00a0", "\x00"]) + s + rng.choice(["", " ", "\n", "\x00", "x"])
+    )
 
 
 @mutator("text.grow", 2, 0.7)
@@ -807,7 +939,9 @@ def _text_grow(ctx: Ctx) -> bool:
         return _set_text(ctx, s[:at] + " " * n + s[at:])
     if op == 2:
         d = min(n, 200_000) // 2
-        return _set_text(ctx, "[" * d + "]" * d if rng.random() < 0.5 else '{"leaves":[],"tree":' + "[" * d + "]" * d + "}")
+        return _set_text(
+            ctx, "[" * d + "]" * d if rng.random() < 0.5 else '{"leaves":[],"tree":' + "[" * d + "]" * d + "}"
+        )
     return _set_text(ctx, '{"leaves":[],"tree":{"t":"list","items":[' + ",".join(["0"] * (n // 2)) + "]}}")
 
 
@@ -816,31 +950,88 @@ def _text_replace(ctx: Ctx) -> bool:
     rng = ctx.rng
     if type(ctx.metadata) is not dict:
         return False
-    return _set_text(ctx, rng.choice([
-        "", "{}", "[]", "null", "0", '""', '{"leaves":[],"tree":null}', '{"leaves":[],"tree":{"t":"list","items":[]}}',
-        '{"leaves":null,"tree":null}', '{"leaves":[],"tree":1e400}', '{"leaves":[],"tree":NaN}', "\ud800", "x" * 1000,
-        json.dumps(random_json(rng), ensure_ascii=False, allow_nan=True),
-    ]))
+    return _set_text(
+        ctx,
+        rng.choice(
+            [
+                "",
+                "{}",
+                "[]",
+                "null",
+                "0",
+                '""',
+                '{"leaves":[],"tree":null}',
+                '{"leaves":[],"tree":{"t":"list","items":[]}}',
+                '{"leaves":null,"tree":null}',
+                '{"leaves":[],"tree":1e400}',
+                '{"leaves":[],"tree":NaN}',
+                "\ud800",
+                "x" * 1000,
+                json.dumps(random_json(rng), ensure_ascii=False, allow_nan=True),
+            ]
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # phase 3: the metadata dict
 
 _HUGE_HANDLE = "A" * 1_400_000  # base64 of more than the 1 MiB a handle may have
-_METADATA_KEYS = CODEC_KEYS + IPC_KEYS + ["timestamp", "tc.extra", "tc.", "", "TC.VERSION", "tc.version ", "open_telemetry_context", "tc.ipc.unknown"]
+_METADATA_KEYS = (
+    CODEC_KEYS
+    + IPC_KEYS
+    + ["timestamp", "tc.extra", "tc.", "", "TC.VERSION", "tc.version ", "open_telemetry_context", "tc.ipc.unknown"]
+)
 
 
 def _metadata_value(rng: random.Random, key: str, old: Any) -> Any:
-    common = [None, True, False, 0, 1, -1, 2, 1.0, "1", "", [1], {"v": 1}, b"\x01", 2**63, 2**64, -(2**63) - 1, 1e308, float("nan"), float("inf")]
+    common = [
+        None,
+        True,
+        False,
+        0,
+        1,
+        -1,
+        2,
+        1.0,
+        "1",
+        "",
+        [1],
+        {"v": 1},
+        b"\x01",
+        2**63,
+        2**64,
+        -(2**63) - 1,
+        1e308,
+        float("nan"),
+        float("inf"),
+    ]
     specific = {
         "tc.version": [1, 1.0, True, "1", 2, 0, 10**30],
         "tc.transport": ["host", "cuda-ipc", "HOST", "cuda_ipc", "host\u0000", " host", "", "ipc", "shm"],
-        "tc.header": ["", "{}", "null", '{"leaves":[],"tree":null}', b"{}", ["{}"], 1] + ([old + " ", old[:-1], old.encode("utf-8", "surrogatepass")] if type(old) is str else []),
+        "tc.header": ["", "{}", "null", '{"leaves":[],"tree":null}', b"{}", ["{}"], 1]
+        + ([old + " ", old[:-1], old.encode("utf-8", "surrogatepass")] if type(old) is str else []),
         "tc.ipc.handle": [
-            "", "!!!!", "AAAA", "AAA", "AAAA=", "AAAAAAAA====", base64.b64encode(b"\x01e\x00").decode(), base64.b64encode(b"\x01x" + bytes(64)).decode(),
-            base64.b64encode(bytes(64)).decode(), base64.b64encode(bytes(65)).decode(), _HUGE_HANDLE, base64.b64encode(b"\x01c" + bytes(64)).decode() + "\n",
+            "",
+            "!!!!",
+            "AAAA",
+            "AAA",
+            "AAAA=",
+            "AAAAAAAA====",
+            base64.b64encode(b"\x01e\x00").decode(),
+            base64.b64encode(b"\x01x" + bytes(64)).decode(),
+            base64.b64encode(bytes(64)).decode(),
+            base64.b64encode(bytes(65)).decode(),
+            _HUGE_HANDLE,
+            base64.b64encode(b"\x01c" + bytes(64)).decode() + "\n",
         ],
-        "tc.ipc.event": ["", base64.b64encode(bytes(63)).decode(), base64.b64encode(bytes(65)).decode(), base64.b64encode(bytes(64)).decode(), "%%%"],
+        "tc.ipc.event": [
+            "",
+            base64.b64encode(bytes(63)).decode(),
+            base64.b64encode(bytes(65)).decode(),
+            base64.b64encode(bytes(64)).decode(),
+            "%%%",
+        ],
         "tc.ipc.offset": [0, -1, 2**48, 2**48 + 1, 255, 1 << 40],
         "tc.ipc.size": [0, -1, 1, 2**48, 2**48 + 1] + ([old + 1, old - 1] if type(old) is int else []),
         "tc.ipc.slot": [0, 65535, 65536, -1],
@@ -909,11 +1100,16 @@ def _meta_transport(ctx: Ctx) -> bool:
     else:
         m["tc.transport"] = "cuda-ipc"
         if rng.random() < 0.7:
-            m.update({
-                "tc.ipc.handle": base64.b64encode(b"\x01c" + rng.randbytes(64)).decode(), "tc.ipc.offset": 0,
-                "tc.ipc.size": len(logical_bytes(ctx.value) or b""), "tc.ipc.event": base64.b64encode(rng.randbytes(64)).decode(),
-                "tc.ipc.slot": 0, "tc.ipc.generation": 1,
-            })
+            m.update(
+                {
+                    "tc.ipc.handle": base64.b64encode(b"\x01c" + rng.randbytes(64)).decode(),
+                    "tc.ipc.offset": 0,
+                    "tc.ipc.size": len(logical_bytes(ctx.value) or b""),
+                    "tc.ipc.event": base64.b64encode(rng.randbytes(64)).decode(),
+                    "tc.ipc.slot": 0,
+                    "tc.ipc.generation": 1,
+                }
+            )
     return True
 
 
@@ -973,8 +1169,12 @@ def _value_bool_bytes(ctx: Ctx) -> bool:
     """A byte of a bool tensor set to something else than 0/1 (or flipped between them)."""
     b, rng = _bytes(ctx), ctx.rng
     spans = [
-        (l["offset"], l["nbytes"]) for l in _leaves_now(ctx)
-        if l.get("dtype") == "bool" and type(l.get("offset")) is int and type(l.get("nbytes")) is int and l["nbytes"] > 0
+        (leaf["offset"], leaf["nbytes"])
+        for leaf in _leaves_now(ctx)
+        if leaf.get("dtype") == "bool"
+        and type(leaf.get("offset")) is int
+        and type(leaf.get("nbytes")) is int
+        and leaf["nbytes"] > 0
     ]
     spans = [(o, n) for o, n in spans if b is not None and 0 <= o < len(b)]
     if not spans:
@@ -1106,7 +1306,10 @@ def _value_foreign(ctx: Ctx) -> bool:
     b, rng = _bytes(ctx) or b"", ctx.rng
     kind = rng.choice(["py", "py", "numpy", "torch", "buffer"])
     if kind == "py":
-        ctx.value = {"kind": "py", "value": rng.choice([None, b, bytearray(b), 0, len(b), "bytes", list(b[:64]), {"data": b[:8]}, 1.5])}
+        ctx.value = {
+            "kind": "py",
+            "value": rng.choice([None, b, bytearray(b), 0, len(b), "bytes", list(b[:64]), {"data": b[:8]}, 1.5]),
+        }
     else:
         ctx.value = {"kind": kind, "data": b[:65536]}
     return True
@@ -1114,7 +1317,11 @@ def _value_foreign(ctx: Ctx) -> bool:
 
 @mutator("value.empty", 4, 0.5)
 def _value_empty(ctx: Ctx) -> bool:
-    ctx.value = uint8_recipe(b"") if ctx.rng.random() < 0.7 else {"kind": "arrow", "type": "null", "items": [None] * ctx.rng.choice([0, 1, 64]), "slice": None}
+    ctx.value = (
+        uint8_recipe(b"")
+        if ctx.rng.random() < 0.7
+        else {"kind": "arrow", "type": "null", "items": [None] * ctx.rng.choice([0, 1, 64]), "slice": None}
+    )
     return True
 
 
@@ -1124,7 +1331,9 @@ def _value_empty(ctx: Ctx) -> bool:
 _PHASE_WEIGHTS = {1: 0.55, 2: 0.15, 3: 0.12, 4: 0.18}
 
 
-_POOLS = {p: ([m for m in MUTATORS if m.phase == p], [m.weight for m in MUTATORS if m.phase == p]) for p in _PHASE_WEIGHTS}
+_POOLS = {
+    p: ([m for m in MUTATORS if m.phase == p], [m.weight for m in MUTATORS if m.phase == p]) for p in _PHASE_WEIGHTS
+}
 
 
 def case_rng(seed: int, index: int) -> random.Random:
@@ -1133,7 +1342,15 @@ def case_rng(seed: int, index: int) -> random.Random:
 
 def _choose_call(rng: random.Random) -> dict:
     r = rng.random()
-    call: dict = {"api": "decode", "copy": False, "device": None, "scope": False, "name": None, "keep": rng.random() < 0.3, "event": None}
+    call: dict = {
+        "api": "decode",
+        "copy": False,
+        "device": None,
+        "scope": False,
+        "name": None,
+        "keep": rng.random() < 0.3,
+        "event": None,
+    }
     if r < 0.35:
         pass
     elif r < 0.5:
@@ -1149,9 +1366,17 @@ def _choose_call(rng: random.Random) -> dict:
         call["copy"] = rng.random() < 0.3
         call["name"] = rng.choice(["image", "input/with spaces", "\u00e9", ""])
         if rng.random() < 0.1:
-            call["event"] = rng.choice([
-                {"type": "STOP"}, {"type": None}, {"drop": "type"}, {"drop": "value"}, {"drop": "metadata"}, {"not_a_dict": True}, {"type": "input"},
-            ])
+            call["event"] = rng.choice(
+                [
+                    {"type": "STOP"},
+                    {"type": None},
+                    {"drop": "type"},
+                    {"drop": "value"},
+                    {"drop": "metadata"},
+                    {"not_a_dict": True},
+                    {"type": "input"},
+                ]
+            )
     if rng.random() < 0.05 and call["api"] == "decode":
         call["name"] = "named/input"
     return call

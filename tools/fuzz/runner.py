@@ -75,24 +75,35 @@ class Summary:
     @property
     def ok(self) -> bool:
         return (
-            not self.interrupted and self.done == self.cases and set(self.outcomes) <= set(EXPECTED)
+            not self.interrupted
+            and self.done == self.cases
+            and set(self.outcomes) <= set(EXPECTED)
             and not self.deaths_outside_cases
         )
 
     def as_dict(self) -> dict:
         return {
-            "seed": self.seed, "start": self.start, "cases": self.cases, "completed": self.done, "workers": self.workers,
-            "timeout_s": self.timeout_s, "wall_s": round(self.wall_s, 2),
+            "seed": self.seed,
+            "start": self.start,
+            "cases": self.cases,
+            "completed": self.done,
+            "workers": self.workers,
+            "timeout_s": self.timeout_s,
+            "wall_s": round(self.wall_s, 2),
             "cases_per_s": round(self.done / self.wall_s, 1) if self.wall_s else None,
             "outcomes": dict(sorted(self.outcomes.items())),
             "by_mutator": {m: dict(sorted(c.items())) for m, c in sorted(self.by_mutator.items())},
             "by_seed_family": {m: dict(sorted(c.items())) for m, c in sorted(self.by_seed_family.items())},
-            "reproducers": self.reproducers, "worker_restarts": self.worker_restarts,
+            "reproducers": self.reproducers,
+            "worker_restarts": self.worker_restarts,
             "deaths_outside_cases": self.deaths_outside_cases,
-            "unexpected_by_stage": [{"outcome": o, "stage": st, "cases": n} for (o, st), n in sorted(self.unexpected_stages.items())],
+            "unexpected_by_stage": [
+                {"outcome": o, "stage": st, "cases": n} for (o, st), n in sorted(self.unexpected_stages.items())
+            ],
             "peak_worker_rss_mb": round(self.peak_worker_rss_mb, 1),
             "slowest_cases": [{"index": i, "seconds": round(s, 3)} for s, i in sorted(self.slowest, reverse=True)],
-            "interrupted": self.interrupted, "passed": self.ok,
+            "interrupted": self.interrupted,
+            "passed": self.ok,
         }
 
 
@@ -131,7 +142,9 @@ class _Worker:
             message = self.recv()
         except (EOFError, OSError):
             self.kill()
-            raise RuntimeError(f"fuzz worker exited while starting ({_exit_text(self.process.exitcode)}); its traceback is above") from None
+            raise RuntimeError(
+                f"fuzz worker exited while starting ({_exit_text(self.process.exitcode)}); its traceback is above"
+            ) from None
         if message.get("ev") != "ready":
             raise RuntimeError(f"fuzz worker: expected 'ready', got {message!r}")
         self.ready = True
@@ -151,8 +164,17 @@ def _context():
     return ctx
 
 
-def write_reproducer(out: Path, seed: int, index: int, outcome: str, *, case: dict | None, stage: str = "", detail: str = "",
-                     traceback: str = "") -> Path:
+def write_reproducer(
+    out: Path,
+    seed: int,
+    index: int,
+    outcome: str,
+    *,
+    case: dict | None,
+    stage: str = "",
+    detail: str = "",
+    traceback: str = "",
+) -> Path:
     """out/repro-<seed>-<index>.json: everything needed to decode the message again, in JSON."""
     path = out / f"repro-{seed}-{index}.json"
     record = {
@@ -180,7 +202,10 @@ def load_reproducer(path: Path) -> dict:
     if record.get("format") != REPRO_FORMAT:
         raise ValueError(f"{path}: expected a {REPRO_FORMAT} file, got format {record.get('format')!r}")
     if record.get("case") is None:
-        raise ValueError(f"{path}: holds no message (the case could not be made again); regenerate it from seed {record['seed']} index {record['index']}")
+        raise ValueError(
+            f"{path}: holds no message (the case could not be made again); regenerate it from seed {record['seed']} "
+            f"index {record['index']}"
+        )
     return record
 
 
@@ -238,7 +263,9 @@ class _Run:
         if self.written[outcome] >= self.config.max_reproducers:
             return
         self.written[outcome] += 1
-        path = write_reproducer(self.config.out, self.config.seed, index, outcome, case=case, stage=stage, detail=detail, traceback=tb)
+        path = write_reproducer(
+            self.config.out, self.config.seed, index, outcome, case=case, stage=stage, detail=detail, traceback=tb
+        )
         self.summary.reproducers.append({"index": index, "outcome": outcome, "path": str(path), "detail": detail[:300]})
         print(f"fuzz: case {index}: {outcome} ({stage}: {detail[:200]}) -> {path}", file=sys.stderr, flush=True)
 
@@ -256,7 +283,14 @@ class _Run:
                 slow.sort(reverse=True)
                 del slow[10:]
             if outcome not in EXPECTED:
-                self._record(index, outcome, message.get("case"), message.get("stage", ""), message.get("detail", ""), message.get("traceback", ""))
+                self._record(
+                    index,
+                    outcome,
+                    message.get("case"),
+                    message.get("stage", ""),
+                    message.get("detail", ""),
+                    message.get("traceback", ""),
+                )
         elif ev == "batch":
             w.batch, w.current = None, None
             self.summary.peak_worker_rss_mb = max(self.summary.peak_worker_rss_mb, message["rss_kb"] / 1024)
@@ -272,7 +306,9 @@ class _Run:
         fresh = self._replace(w)
         if index >= stop:  # every case of the batch had returned: nothing to attribute it to
             self.summary.deaths_outside_cases += 1
-            print(f"fuzz: a worker died after finishing cases {start}..{stop - 1}: {detail}", file=sys.stderr, flush=True)
+            print(
+                f"fuzz: a worker died after finishing cases {start}..{stop - 1}: {detail}", file=sys.stderr, flush=True
+            )
             return
         case = self._materialize(fresh, index)
         self._count(index, outcome, case["mutators"] if case else None, case["seed_message"] if case else None)
@@ -378,7 +414,8 @@ def format_summary(summary: Summary, top_mutators: int = 200, max_reproducers: i
     outcomes = sorted(summary.outcomes)
     lines = [
         f"tc fuzz: seed {d['seed']}, cases {d['start']}..{d['start'] + d['cases'] - 1}, {d['completed']} run "
-        f"in {d['wall_s']:.1f} s ({d['cases_per_s']} cases/s) on {d['workers']} workers, timeout {d['timeout_s']:g} s/case",
+        f"in {d['wall_s']:.1f} s ({d['cases_per_s']} cases/s) on {d['workers']} workers, timeout {d['timeout_s']:g} "
+        "s/case",
         "",
         f"{'outcome':<24}{'cases':>9}",
     ]
@@ -399,10 +436,16 @@ def format_summary(summary: Summary, top_mutators: int = 200, max_reproducers: i
     lines += ["", "by seed message family", ""]
     lines += table("family", summary.by_seed_family)
     lines.append("")
-    lines.append(f"worker restarts: {summary.worker_restarts}; peak worker RSS: {d['peak_worker_rss_mb']} MB; slowest cases: "
-                 + ", ".join(f"#{s['index']} {s['seconds']} s" for s in d["slowest_cases"][:5]))
+    lines.append(
+        f"worker restarts: {summary.worker_restarts}; peak worker RSS: {d['peak_worker_rss_mb']} MB; slowest cases: "
+        + ", ".join(f"#{s['index']} {s['seconds']} s" for s in d["slowest_cases"][:5])
+    )
     if summary.unexpected_stages:
-        lines += ["", "unexpected outcomes by where they were raised (decode, touch, keep, release; worker: crash / hang)", ""]
+        lines += [
+            "",
+            "unexpected outcomes by where they were raised (decode, touch, keep, release; worker: crash / hang)",
+            "",
+        ]
         for (outcome, stage), n in sorted(summary.unexpected_stages.items()):
             lines.append(f"  {outcome:<24} {stage:<10} {n:>7}")
     if summary.reproducers:
@@ -415,5 +458,9 @@ def format_summary(summary: Summary, top_mutators: int = 200, max_reproducers: i
     lines.append("")
     if summary.interrupted:
         lines.append("INTERRUPTED")
-    lines.append("PASS: only ok and DecodeError" if summary.ok else "FAIL: outcomes other than ok / DecodeError (see reproducers)")
+    lines.append(
+        "PASS: only ok and DecodeError"
+        if summary.ok
+        else "FAIL: outcomes other than ok / DecodeError (see reproducers)"
+    )
     return "\n".join(lines)

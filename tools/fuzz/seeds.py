@@ -63,8 +63,13 @@ def _objects() -> dict:
     objs["scalar/int"] = -(2**63)
     objs["scalar/str"] = "h\u00e9llo \U0001f600"
     objs["scalar/floats"] = {
-        "nan": math.nan, "inf": math.inf, "-inf": -math.inf, "neg0": -0.0, "max": 1.7976931348623157e308,
-        "tiny": 5e-324, "third": 1 / 3,
+        "nan": math.nan,
+        "inf": math.inf,
+        "-inf": -math.inf,
+        "neg0": -0.0,
+        "max": 1.7976931348623157e308,
+        "tiny": 5e-324,
+        "third": 1 / 3,
     }
     objs["nested/kinds"] = {
         "a": [torch.zeros(0, 3), (1.5, None, "s", True, False)],
@@ -80,7 +85,10 @@ def _objects() -> dict:
     objs["big/uint8"] = torch.randint(0, 256, (5000,), dtype=torch.uint8, generator=g)
     objs["big/float32_channels_last"] = torch.rand(2, 8, 16, 16, generator=g).to(memory_format=torch.channels_last)
     objs["big/bool"] = torch.randint(0, 2, (70, 70), generator=g).bool()
-    objs["big/two_leaves"] = {"image": torch.randint(0, 256, (3, 40, 40), dtype=torch.uint8, generator=g), "mask": torch.ones(40, 40, dtype=torch.bool)}
+    objs["big/two_leaves"] = {
+        "image": torch.randint(0, 256, (3, 40, 40), dtype=torch.uint8, generator=g),
+        "mask": torch.ones(40, 40, dtype=torch.bool),
+    }
     objs["broadcast/huge"] = torch.zeros(1, dtype=torch.float32).expand(8000, 8000)
     objs["broadcast/middle"] = torch.arange(6, dtype=torch.int32).reshape(2, 1, 3).expand(2, 1000, 3)
     objs["grad/float"] = torch.randn(3, 4, generator=g).requires_grad_()
@@ -108,7 +116,9 @@ def _ipc_seed(name: str, host_metadata: dict, rng: random.Random) -> Seed:
         leaf["offset"] = start
         end = start + leaf["nbytes"]
     header["producer"] = {
-        "host": host_identity(), "pidns": pid_namespace(), "pid": 1,
+        "host": host_identity(),
+        "pidns": pid_namespace(),
+        "pid": 1,
         "gpu": "GPU-" + "-".join(rng.randbytes(n).hex() for n in (4, 2, 2, 2, 6)),
         "ledger": "tc-1-" + rng.randbytes(6).hex(),
     }
@@ -138,7 +148,14 @@ def build_seeds() -> tuple[Seed, ...]:
         seeds.append(Seed(name, dict(metadata), uint8_recipe(_value_bytes(value))))
     rng = random.Random("tc-fuzz-ipc-seeds")
     by_name = {s.name: s for s in seeds}
-    for name in ("layout/transposed", "tv/boxes_xyxy", "nested/detection", "packed/packed_unsorted", "scalar/none", "dtype/bool"):
+    for name in (
+        "layout/transposed",
+        "tv/boxes_xyxy",
+        "nested/detection",
+        "packed/packed_unsorted",
+        "scalar/none",
+        "dtype/bool",
+    ):
         if name in by_name:
             seeds.append(_ipc_seed(name, by_name[name].metadata, rng))
     return tuple(seeds)

@@ -49,8 +49,17 @@ ARROW_TYPES = {
 }
 
 
-def uint8_recipe(data: bytes, *, offset: int = 0, misalign: int = 0, validity: bytes | None = None, null_count: int = -1) -> dict:
-    return {"kind": "uint8", "data": bytes(data), "offset": offset, "misalign": misalign, "validity": validity, "null_count": null_count}
+def uint8_recipe(
+    data: bytes, *, offset: int = 0, misalign: int = 0, validity: bytes | None = None, null_count: int = -1
+) -> dict:
+    return {
+        "kind": "uint8",
+        "data": bytes(data),
+        "offset": offset,
+        "misalign": misalign,
+        "validity": validity,
+        "null_count": null_count,
+    }
 
 
 def _aligned_buffer(data: bytes, misalign: int) -> pa.Buffer:
@@ -67,7 +76,9 @@ def build(recipe: dict) -> Any:
         data, offset = recipe["data"], recipe["offset"]
         validity = recipe["validity"]
         buffers = [None if validity is None else pa.py_buffer(validity), _aligned_buffer(data, recipe["misalign"])]
-        return pa.Array.from_buffers(pa.uint8(), len(data) - offset, buffers, null_count=recipe["null_count"], offset=offset)
+        return pa.Array.from_buffers(
+            pa.uint8(), len(data) - offset, buffers, null_count=recipe["null_count"], offset=offset
+        )
     if kind == "arrow":
         arr = pa.array(recipe["items"], type=ARROW_TYPES[recipe["type"]])
         if recipe["slice"] is not None:
@@ -91,19 +102,21 @@ def logical_bytes(recipe: dict) -> bytes | None:
     """The bytes a uint8 recipe's array holds (what the decoder reads), else None."""
     if recipe["kind"] != "uint8":
         return None
-    return recipe["data"][recipe["offset"]:]
+    return recipe["data"][recipe["offset"] :]
 
 
 def describe(recipe: dict) -> str:
     kind = recipe["kind"]
     if kind == "uint8":
         n = len(recipe["data"]) - recipe["offset"]
-        extra = "".join(
-            f" {k}={recipe[k]}" for k in ("offset", "misalign") if recipe[k]
-        ) + (" validity" if recipe["validity"] is not None else "")
+        extra = "".join(f" {k}={recipe[k]}" for k in ("offset", "misalign") if recipe[k]) + (
+            " validity" if recipe["validity"] is not None else ""
+        )
         return f"uint8[{n}]{extra}"
     if kind == "arrow":
-        return f"arrow {recipe['type']}[{len(recipe['items'])}]" + (f" slice {recipe['slice']}" if recipe["slice"] else "")
+        return f"arrow {recipe['type']}[{len(recipe['items'])}]" + (
+            f" slice {recipe['slice']}" if recipe["slice"] else ""
+        )
     if kind == "chunked":
         return f"chunked x{len(recipe['chunks'])}"
     if kind == "py":

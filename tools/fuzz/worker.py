@@ -101,11 +101,20 @@ def main(conn) -> None:
             try:
                 case = make_case(seeds, seed, index)
             except Exception as e:  # noqa: BLE001 - the fuzzer's own bug, reported as such
-                _send(conn, {
-                    "ev": "done", "i": index, "o": "other:HarnessError", "m": ["(generation failed)"], "s": None,
-                    "t": time.perf_counter() - began, "stage": "generate", "detail": f"{type(e).__name__}: {str(e)[:500]}",
-                    "traceback": traceback.format_exc(),
-                })
+                _send(
+                    conn,
+                    {
+                        "ev": "done",
+                        "i": index,
+                        "o": "other:HarnessError",
+                        "m": ["(generation failed)"],
+                        "s": None,
+                        "t": time.perf_counter() - began,
+                        "stage": "generate",
+                        "detail": f"{type(e).__name__}: {str(e)[:500]}",
+                        "traceback": traceback.format_exc(),
+                    },
+                )
                 continue
             fault = _injected(inject, index)
             if fault is not None:
@@ -116,7 +125,14 @@ def main(conn) -> None:
                     result = Outcome(f"other:{type(e).__name__}", "decode", str(e), traceback.format_exc())
             else:
                 result = run_case(case, index)
-            report = {"ev": "done", "i": index, "o": result.outcome, "m": case["mutators"], "s": case["seed_message"], "t": time.perf_counter() - began}
+            report = {
+                "ev": "done",
+                "i": index,
+                "o": result.outcome,
+                "m": case["mutators"],
+                "s": case["seed_message"],
+                "t": time.perf_counter() - began,
+            }
             if result.outcome.startswith("other:"):
                 report.update(case=case, stage=result.stage, detail=result.detail, traceback=result.traceback)
             _send(conn, report)

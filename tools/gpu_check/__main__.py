@@ -32,7 +32,9 @@ DEFAULT_BUDGET_S = 420  # first-run.sh gives `make gpu-check` 500 s, the install
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/gpu-check"))
-    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole check (default %(default)s)")
+    parser.add_argument(
+        "--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole check (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run_all(ctx, report)
         except KeyboardInterrupt:
-            report.add(Part("interrupted", FAIL, 0.0, f"stopped after {time.time() - report.started:.0f} s; the parts above ran"))
+            report.add(
+                Part(
+                    "interrupted", FAIL, 0.0, f"stopped after {time.time() - report.started:.0f} s; the parts above ran"
+                )
+            )
             print(f"gpu-check: interrupted; report: {out / 'report.md'}", flush=True)
             return 130
         finally:
@@ -64,14 +70,26 @@ def run_all(ctx: Context, report: Report) -> None:
     try:
         part, _, info = parts.environment(ctx)
     except Exception as e:
-        part, info = Part("environment", FAIL, 0.0, f"the check itself broke: {type(e).__name__}: {e}", tail=traceback.format_exc(limit=6)), {}
+        part, info = (
+            Part(
+                "environment",
+                FAIL,
+                0.0,
+                f"the check itself broke: {type(e).__name__}: {e}",
+                tail=traceback.format_exc(limit=6),
+            ),
+            {},
+        )
     report.environment = info
     report.cuda = ctx.cuda = bool(info.get("cuda"))
     report.add(part)
     _say(part)
     if not ctx.cuda:
-        print(f"gpu-check: no CUDA device on this machine (torch {info.get('torch', '?')}): the GPU parts are skipped, "
-              "checking what the CPU can", flush=True)
+        print(
+            f"gpu-check: no CUDA device on this machine (torch {info.get('torch', '?')}): the GPU parts are skipped, "
+            "checking what the CPU can",
+            flush=True,
+        )
     for step in parts.PARTS:
         if ctx.remaining() < 10:
             part, goals = Part(step.title, FAIL, 0.0, f"not run: the {report.budget_s:.0f} s budget was spent"), []
@@ -88,8 +106,13 @@ def guarded(step, ctx: Context) -> tuple[Part, list]:
     try:
         return step(ctx)
     except Exception as e:
-        return Part(step.title, FAIL, time.monotonic() - started, f"the check itself broke: {type(e).__name__}: {e}",
-                    tail=traceback.format_exc(limit=6)), []
+        return Part(
+            step.title,
+            FAIL,
+            time.monotonic() - started,
+            f"the check itself broke: {type(e).__name__}: {e}",
+            tail=traceback.format_exc(limit=6),
+        ), []
 
 
 def _say(part: Part) -> None:

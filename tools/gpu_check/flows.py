@@ -20,7 +20,7 @@ def has_device_setting(script: str) -> bool:
     """Whether the node behind a console script (tc-tensor-sender -> tensor_sender) has DEVICE."""
     if not script.startswith(SCRIPT_PREFIX):
         return False
-    package = script[len(SCRIPT_PREFIX):].replace("-", "_")
+    package = script[len(SCRIPT_PREFIX) :].replace("-", "_")
     try:
         config = importlib.import_module(f"tensor_codec_nodes.{package}.config")
     except ImportError:
@@ -47,5 +47,8 @@ def variant_on(device: str, source: Path, dest_dir: Path, bindir: Path) -> tuple
             without.append(node["id"])
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / source.name
-    out.write_text(f"# {source.name} with every node on {device} (tools/gpu_check/flows.py)\n" + yaml.safe_dump(data, sort_keys=False))
+    out.write_text(
+        f"# {source.name} with every node on {device} (tools/gpu_check/flows.py)\n"
+        + yaml.safe_dump(data, sort_keys=False)
+    )
     return out, placed, without

@@ -61,8 +61,17 @@ def environment(ctx: Context) -> tuple[Part, list[Goal], dict]:
     """Versions, the device and its driver, the allocator settings. -> also the facts found."""
     ran = ctx.run([ctx.python, "-c", ENVIRONMENT], timeout=ctx.limit(90))
     if ran.returncode != 0:
-        return Part("environment", FAIL, ran.seconds, "the interpreter cannot import torch, torchvision, pyarrow and tensor_codec",
-                    tail=ran.tail()), [], {}
+        return (
+            Part(
+                "environment",
+                FAIL,
+                ran.seconds,
+                "the interpreter cannot import torch, torchvision, pyarrow and tensor_codec",
+                tail=ran.tail(),
+            ),
+            [],
+            {},
+        )
     info = last_json(ran.output)
     if not isinstance(info, dict):
         return Part("environment", FAIL, ran.seconds, "the environment report printed no JSON", tail=ran.tail()), [], {}
@@ -83,15 +92,34 @@ def environment(ctx: Context) -> tuple[Part, list[Goal], dict]:
 def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
     """Every gpu-marked test, junit XML in OUT_DIR. Without CUDA: that they are all collected."""
     if not ctx.cuda:
-        ran = ctx.run([ctx.python, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"], timeout=ctx.limit(120))
+        ran = ctx.run(
+            [ctx.python, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
+            timeout=ctx.limit(120),
+        )
         match = re.search(r"(\d+)/\d+ tests collected", ran.output) or re.search(r"(\d+) tests? collected", ran.output)
         if ran.returncode != 0 or not match:
             return Part(GPU_TESTS, FAIL, ran.seconds, "the gpu tests do not collect", tail=ran.tail()), []
         count = int(match.group(1))
-        return Part(GPU_TESTS, SKIPPED, ran.seconds, f"no CUDA: {count} gpu tests collected, none run", {"collected": count}), []
+        return Part(
+            GPU_TESTS, SKIPPED, ran.seconds, f"no CUDA: {count} gpu tests collected, none run", {"collected": count}
+        ), []
     junit = ctx.out_dir / "gpu-tests.xml"
-    ran = ctx.run([ctx.python, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider", "--durations=15",
-                   f"--junitxml={junit}"], timeout=ctx.limit(300))
+    ran = ctx.run(
+        [
+            ctx.python,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-rfE",
+            "-p",
+            "no:cacheprovider",
+            "--durations=15",
+            f"--junitxml={junit}",
+        ],
+        timeout=ctx.limit(300),
+    )
     counts, failed, race = read_junit(junit)
     summary = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
     if ran.timed_out:
@@ -99,9 +127,13 @@ def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
     ok = ran.returncode == 0 and counts["failed"] == 0 and counts["passed"] > 0
     figures = {**counts, "failed tests": failed[:20]} if failed else dict(counts)
     race_goal = Goal(
-        f"{RACE_TRIALS}/{RACE_TRIALS} CUDA IPC race trials without a stale value", f"{RACE_TRIALS}/{RACE_TRIALS}",
-        None if race is None else (f"{RACE_TRIALS}/{RACE_TRIALS}" if race else "failed (gpu-tests.xml)"), "trials",
-        race, RACE_TEST, GPU_TESTS,
+        f"{RACE_TRIALS}/{RACE_TRIALS} CUDA IPC race trials without a stale value",
+        f"{RACE_TRIALS}/{RACE_TRIALS}",
+        None if race is None else (f"{RACE_TRIALS}/{RACE_TRIALS}" if race else "failed (gpu-tests.xml)"),
+        "trials",
+        race,
+        RACE_TEST,
+        GPU_TESTS,
     )
     return Part(GPU_TESTS, PASS if ok else FAIL, ran.seconds, summary, figures, "" if ok else ran.tail(60)), [race_goal]
 
@@ -135,19 +167,29 @@ def read_junit(path: Path) -> tuple[dict, list[str], bool | None]:
 def pipeline(ctx: Context) -> tuple[Part, list[Goal]]:
     """The default pipeline (dataflow.yml) with every node on CUDA, through `dora run`."""
     flow, placed_ids, without = flows.variant_on(ctx.device, ROOT / "dataflow.yml", ctx.work / "pipeline", ctx.bindir)
-    placed = f"{len(placed_ids)} of {len(placed_ids) + len(without)} nodes on {ctx.device} ({', '.join(without)} {'have' if len(without) > 1 else 'has'} no device)"
+    verb = "have" if len(without) > 1 else "has"
+    total = len(placed_ids) + len(without)
+    placed = f"{len(placed_ids)} of {total} nodes on {ctx.device} ({', '.join(without)} {verb} no device)"
     if not ctx.cuda:
         return Part(PIPELINE, SKIPPED, 0.0, f"no CUDA: the all-CUDA dataflow was written, not run: {placed}"), []
     ran = ctx.run([ctx.dora() or "dora", "run", flow], timeout=ctx.limit(120), cwd=flow.parent)
     report = _read_json(flow.parent / "out" / "receiver-report.json")
     if report is None:
-        return Part(PIPELINE, FAIL, ran.seconds, f"no receiver report (dora run exited {ran.returncode})", tail=ran.tail(60)), []
+        return Part(
+            PIPELINE, FAIL, ran.seconds, f"no receiver report (dora run exited {ran.returncode})", tail=ran.tail(60)
+        ), []
     figures = {"placement": placed, "restored on": report.get("device")}
     for name, stats in report.get("inputs", {}).items():
         figures[name] = {k: stats.get(k) for k in ("received", "good", "bad", "rejected", "missing", "transports")}
     ok = ran.returncode == 0 and report.get("ok") and str(report.get("device", "")).startswith(ctx.device)
-    summary = "receiver report ok" if ok else f"receiver report {'ok' if report.get('ok') else 'FAIL'}, dora run exited {ran.returncode}"
-    return Part(PIPELINE, PASS if ok else FAIL, ran.seconds, f"{summary}; {placed}", figures, "" if ok else ran.tail(60)), []
+    summary = (
+        "receiver report ok"
+        if ok
+        else f"receiver report {'ok' if report.get('ok') else 'FAIL'}, dora run exited {ran.returncode}"
+    )
+    return Part(
+        PIPELINE, PASS if ok else FAIL, ran.seconds, f"{summary}; {placed}", figures, "" if ok else ran.tail(60)
+    ), []
 
 
 def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
@@ -155,11 +197,30 @@ def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
     get CUDA IPC, B's host bytes restored onto its GPU."""
     flow, placed_ids, _ = flows.variant_on(ctx.device, ROOT / "dataflow-cluster.yml", ctx.work / "cluster", ctx.bindir)
     if not ctx.cuda:
-        return Part(CLUSTER, SKIPPED, 0.0, f"no CUDA: the all-CUDA cluster dataflow was written ({len(placed_ids)} nodes on CUDA), not run"), []
+        return Part(
+            CLUSTER,
+            SKIPPED,
+            0.0,
+            f"no CUDA: the all-CUDA cluster dataflow was written ({len(placed_ids)} nodes on CUDA), not run",
+        ), []
     limit = ctx.limit(120)
     reports = {m: f"out/cluster-report-{m}.json" for m in "AB"}
-    ran = ctx.run([ctx.python, "-m", "tensor_codec_nodes.local_cluster", flow, "--report", reports["A"], "--report", reports["B"],
-                   "--timeout", max(limit - 30, 10)], timeout=limit, cwd=flow.parent)
+    ran = ctx.run(
+        [
+            ctx.python,
+            "-m",
+            "tensor_codec_nodes.local_cluster",
+            flow,
+            "--report",
+            reports["A"],
+            "--report",
+            reports["B"],
+            "--timeout",
+            max(limit - 30, 10),
+        ],
+        timeout=limit,
+        cwd=flow.parent,
+    )
     figures, problems = {}, []
     local = "cuda-ipc" if ctx.device.startswith("cuda") else "host"  # CPU tensors always travel as host bytes
     for machine, transport in (("A", local), ("B", "host")):
@@ -169,8 +230,12 @@ def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
             continue
         big = report.get("inputs", {}).get("big", {})
         suite = report.get("inputs", {}).get("suite", {})
-        figures[f"receiver on {machine}"] = {"ok": report.get("ok"), "device": report.get("device"),
-                                             "big": big.get("transports"), "suite": suite.get("transports")}
+        figures[f"receiver on {machine}"] = {
+            "ok": report.get("ok"),
+            "device": report.get("device"),
+            "big": big.get("transports"),
+            "suite": suite.get("transports"),
+        }
         if not report.get("ok"):
             problems.append(f"machine {machine}'s receiver report is not ok")
         if not str(report.get("device", "")).startswith(ctx.device):
@@ -200,10 +265,21 @@ def benchmark(name: str, script: str, args: list[str], cap_s: float):
             why = f"cut short after {ran.seconds:.0f} s" if ran.timed_out else f"exit {ran.returncode}"
             return Part(name, FAIL, ran.seconds, f"no figures ({why})", tail=ran.tail(60)), []
         if not isinstance(result, dict):
-            return Part(name, FAIL, ran.seconds, f"its JSON is a {type(result).__name__}, not an object", tail=ran.tail()), []
+            return Part(
+                name, FAIL, ran.seconds, f"its JSON is a {type(result).__name__}, not an object", tail=ran.tail()
+            ), []
         goals = [
-            Goal(str(g.get("name")), str(g.get("target")), g.get("measured"), str(g.get("unit", "")), g.get("met"), str(g.get("detail", "")), name)
-            for g in result.get("goals", []) if isinstance(g, dict)
+            Goal(
+                str(g.get("name")),
+                str(g.get("target")),
+                g.get("measured"),
+                str(g.get("unit", "")),
+                g.get("met"),
+                str(g.get("detail", "")),
+                name,
+            )
+            for g in result.get("goals", [])
+            if isinstance(g, dict)
         ]
         figures = {k: v for k, v in result.items() if k != "goals"}
         met = sum(1 for g in goals if g.met)

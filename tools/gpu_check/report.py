@@ -65,20 +65,28 @@ class Report:
 
     def as_json(self) -> dict:
         return {
-            "ok": self.ok, "cuda": self.cuda, "device": self.device_line(),
+            "ok": self.ok,
+            "cuda": self.cuda,
+            "device": self.device_line(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-            "seconds": round(time.time() - self.started, 1), "budget_s": self.budget_s,
+            "seconds": round(time.time() - self.started, 1),
+            "budget_s": self.budget_s,
             "environment": self.environment,
-            "parts": [asdict(p) for p in self.parts], "goals": [asdict(g) for g in self.goals],
+            "parts": [asdict(p) for p in self.parts],
+            "goals": [asdict(g) for g in self.goals],
         }
 
     def as_markdown(self) -> str:
         data = self.as_json()
         lines = [
-            f"# GPU check: {'PASS' if self.ok else 'FAIL'}", "",
-            data["device"], "",
-            f"Started {data['started']}, {data['seconds']:.0f} s of a {self.budget_s:.0f} s budget.", "",
-            "| part | result | seconds | summary |", "| --- | --- | ---: | --- |",
+            f"# GPU check: {'PASS' if self.ok else 'FAIL'}",
+            "",
+            data["device"],
+            "",
+            f"Started {data['started']}, {data['seconds']:.0f} s of a {self.budget_s:.0f} s budget.",
+            "",
+            "| part | result | seconds | summary |",
+            "| --- | --- | ---: | --- |",
         ]
         lines += [f"| {p.name} | {p.status} | {p.seconds:.1f} | {_cell(p.summary)} |" for p in self.parts]
         if not self.goals:

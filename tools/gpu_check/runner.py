@@ -72,8 +72,14 @@ class Context:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                cmd, cwd=cwd or ROOT, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, errors="replace", start_new_session=True,
+                cmd,
+                cwd=cwd or ROOT,
+                env=self.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
             )
         except OSError as e:  # not installed, not executable: the part says so and the check goes on
             self.log.write(f"[gpu-check: cannot start it: {e}]\n")
