@@ -10,7 +10,7 @@ and reads what dora hands a node. What lives here:
   routing.py's);
 * what a dora route can carry: the shared-memory pool (``shared_memory_pool_size``, else
   ``DORA_NODE_SHM_POOL_SIZE``, else 8 MiB) and the daemon path's 64 MiB limit, checked before
-  sending (`check_route`), dora's own size errors translated (`translate_send_errors`);
+  sending (`check_route`), dora's own size errors translated (`size_error`);
 * sending: `send` (a codec message, written straight into ``send_output_raw``'s buffer),
   `send_plain` (flat bytes for nodes that do not speak the codec), `transport_for`;
 * receiving: `receive` (an INPUT event).
@@ -31,12 +31,11 @@ process tree on one machine).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -66,7 +65,7 @@ __all__ = [
     "pool_size",
     "check_route",
     "suggested_pool",
-    "translate_send_errors",
+    "size_error",
     "DORA_IMAGE_KEYS",
     "DEFAULT_POOL_BYTES",
     "DAEMON_PATH_MAX_PAYLOAD",
@@ -270,45 +269,41 @@ def _remote_consumers(node: Any, output_id: str) -> list:
         return []
 
 
-@contextlib.contextmanager
-def translate_send_errors(node: Any, output_id: str, nbytes: int) -> Iterator[None]:
-    """Turn dora's size errors (should our estimate ever be off) into MessageTooLargeError."""
-    try:
-        yield
-    except RuntimeError as e:
-        if "transport limit" in str(e) or "exceeding" in str(e):
-            remote = _remote_consumers(node, output_id)
-            if remote:
-                # A bigger pool does not help here: dora relays this output through its daemons.
-                names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
-                raise MessageTooLargeError(
-                    f"output '{output_id}': dora refused a message of {_mib(nbytes)}: the output has consumers on "
-                    f"other machines ({names}) and dora relays it through its daemons, which carry at most "
-                    f"{_mib(DAEMON_PATH_MAX_PAYLOAD)} per message. dora relays when the nodes cannot connect "
-                    f"directly (daemons on loopback, or no routable address: see `dora daemon --zenoh-listen`); "
-                    f"otherwise send smaller messages. dora said: {e}"
-                ) from e
-            pool, source = pool_size(node)
-            raise MessageTooLargeError(
-                f"output '{output_id}': dora refused a message of {_mib(nbytes)} (pool "
-                f"{_mib(pool)} from {source}); set `shared_memory_pool_size: {suggested_pool(nbytes)}` "
-                f"on node '{_this_node()}' in the dataflow YAML. dora said: {e}"
-            ) from e
-        raise
+def size_error(node: Any, output_id: str, nbytes: int, error: RuntimeError) -> MessageTooLargeError | None:
+    """dora's own size error (should our estimate ever be off) as a MessageTooLargeError that
+    says what to change; None for any other error (the caller re-raises it as it is)."""
+    if "transport limit" not in str(error) and "exceeding" not in str(error):
+        return None
+    remote = _remote_consumers(node, output_id)
+    if remote:
+        # A bigger pool does not help here: dora relays this output through its daemons.
+        names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
+        return MessageTooLargeError(
+            f"output '{output_id}': dora refused a message of {_mib(nbytes)}: the output has consumers on "
+            f"other machines ({names}) and dora relays it through its daemons, which carry at most "
+            f"{_mib(DAEMON_PATH_MAX_PAYLOAD)} per message. dora relays when the nodes cannot connect "
+            f"directly (daemons on loopback, or no routable address: see `dora daemon --zenoh-listen`); "
+            f"otherwise send smaller messages. dora said: {error}"
+        )
+    pool, source = pool_size(node)
+    return MessageTooLargeError(
+        f"output '{output_id}': dora refused a message of {_mib(nbytes)} (pool "
+        f"{_mib(pool)} from {source}); set `shared_memory_pool_size: {suggested_pool(nbytes)}` "
+        f"on node '{_this_node()}' in the dataflow YAML. dora said: {error}"
+    )
 
 
-@contextlib.contextmanager
-def _send_buffer(node: Any, output_id: str, nbytes: int, metadata: dict) -> Iterator[Destination]:
-    """dora's send buffer for one message of `nbytes` bytes, as a destination to write into; sent
-    when the block ends without an error. No view of it may outlive the block: dora reuses it."""
+def _write_and_send(node: Any, output_id: str, nbytes: int, metadata: dict, write: Callable[[Destination], None]) -> None:
+    """Have `write` fill dora's send buffer for one message of `nbytes` bytes, then send it (when
+    the block ends without an error). No view of the buffer outlives this call: dora reuses it.
+    Plain try/finally, no generator-based context managers: this runs for every message."""
     with node.send_output_raw(output_id, nbytes, metadata=metadata) as sample:
         if not nbytes:
-            yield Destination(0, lambda: torch.empty(0, dtype=torch.uint8))
             return
         array = np.frombuffer(sample, dtype=np.uint8)
         dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))
         try:
-            yield dest
+            write(dest)
         finally:
             dest.release()
             del array, dest
@@ -361,14 +356,18 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     nbytes = outgoing.nbytes
     try:
         check_route(node, output_id, nbytes)
-        with translate_send_errors(node, output_id, nbytes):
-            if outgoing.in_value:
-                with _send_buffer(node, output_id, nbytes, merged) as dest:
-                    chosen.write(outgoing, dest)
-            else:
-                node.send_output(output_id, _EMPTY, merged)
-    except BaseException:
+        if outgoing.in_value:
+            _write_and_send(node, output_id, nbytes, merged, lambda dest: chosen.write(outgoing, dest))
+        else:
+            node.send_output(output_id, _EMPTY, merged)
+    except RuntimeError as e:
         chosen.abandon(outgoing)  # never left: what the layout holds (a CUDA IPC slot) is freed now
+        translated = size_error(node, output_id, nbytes, e)
+        if translated is None:
+            raise
+        raise translated from e
+    except BaseException:
+        chosen.abandon(outgoing)
         raise
     return True
 
@@ -392,15 +391,20 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
     plain = values_of(tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor), ())
     nbytes = plain.numel() * plain.element_size()
     check_route(node, output_id, nbytes)
-    with translate_send_errors(node, output_id, nbytes):
-        with _send_buffer(node, output_id, nbytes, dict(metadata or {})) as dest:
-            if not nbytes:
-                return
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # complex32 is "experimental"
-                view = dest.tensor().view(plain.dtype).view(plain.shape)
-            view.copy_(plain)  # the one pass; handles permutes, crops and devices
-            del view
+
+    def write(dest: Destination) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # complex32 is "experimental"
+            view = dest.tensor().view(plain.dtype).view(plain.shape)
+        view.copy_(plain)  # the one pass; handles permutes, crops and devices
+
+    try:
+        _write_and_send(node, output_id, nbytes, dict(metadata or {}), write)
+    except RuntimeError as e:
+        translated = size_error(node, output_id, nbytes, e)
+        if translated is None:
+            raise
+        raise translated from e
 
 
 # ---------------------------------------------------------------------------- receiving

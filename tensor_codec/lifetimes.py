@@ -49,10 +49,10 @@ class Message:
 
     __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "layouts", "tree", "released", "lock", "__weakref__")
 
-    def __init__(self, name, borrowed, leaves, plain_leaves, locations, layouts, tree):
+    def __init__(self, name, borrowed, refs, plain_leaves, locations, layouts, tree):
         self.name = name
         self.borrowed = borrowed
-        self.leaves = [weakref.ref(t) for t in leaves]
+        self.leaves = refs  # weak references to the leaves as handed out
         # A TVTensor and its plain alias share one version counter; reading the plain one skips
         # __torch_function__.
         self.versions = [t._version for t in plain_leaves]
@@ -123,10 +123,12 @@ def register_message(
     """Track the leaves handed out from one zero-copy message (`leaves`: as handed out, maybe
     TVTensors; `plain_leaves`: the same tensors as plain aliases; `layouts`: the validated leaf
     table, with each leaf's dtype, shape and strides)."""
-    message = Message(name, borrowed, leaves, plain_leaves, locations, layouts, tree)
-    for i, leaf in enumerate(leaves):
-        key = id(leaf)
-        _handouts[key] = (weakref.ref(leaf, _forget(key)), message, i)
+    # One weak reference per leaf serves both the message and the hand-out table (whose entry it
+    # removes when the leaf dies).
+    refs = [weakref.ref(leaf, _forget(id(leaf))) for leaf in leaves]
+    message = Message(name, borrowed, refs, plain_leaves, locations, layouts, tree)
+    for i, ref in enumerate(refs):
+        _handouts[id(leaves[i])] = (ref, message, i)
     stack = getattr(_local, "scopes", None)
     if stack:
         stack[-1]._adopt(message, leaves)

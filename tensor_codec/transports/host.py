@@ -71,10 +71,12 @@ class HostTransport:
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
 
-    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, "Padding", ReceivedLeaf | None]:
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides), after checking every offset is the
-        canonical one. Cached with the header: a stream's messages share it."""
+        canonical one. Cached with the header: a stream's messages share it. (Zero-copy leaves
+        stay `leaf_view`s of the storage, not views of a view: a released leaf must not keep
+        the message's buffer alive through a view's base.)"""
         offsets, total = buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
@@ -87,13 +89,17 @@ class HostTransport:
     ) -> Materialized:
         offsets, total, padding, single = prepared
         _check_value(value, total)
-        buffer = value.buffers()[1] if total else None
-        if padding.gaps:
-            padding.check(buffer, value.offset)
-        address = buffer.address + value.offset if total else 0
         if device is not None and device.type != "cpu":
             copy = False  # the host bytes are only read once, by the copy onto the device
-        if copy or total < SMALL_MESSAGE_BYTES:
+        owned = copy or total < SMALL_MESSAGE_BYTES
+        if padding.gaps or (owned and total):
+            # The buffer's address only where it is read here: a zero-copy view of a message
+            # without gaps goes through DLPack alone (every step costs on a message's path).
+            buffer = value.buffers()[1]
+            if padding.gaps:
+                padding.check(buffer, value.offset)
+            address = buffer.address + value.offset
+        if owned:
             # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
             # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
             # the bookkeeping a borrowed view needs.
@@ -169,6 +175,8 @@ class Padding:
 
 def _check_value(value: Any, total: int) -> None:
     """The Arrow value must be exactly what the header describes."""
+    if type(value) is pa.UInt8Array and len(value) == total and not (total and value.null_count):
+        return  # every message that is right: one type check for the class and the Arrow type
     if not isinstance(value, pa.Array):
         raise DecodeError(f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}")
     if value.type != _UINT8:
