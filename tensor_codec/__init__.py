@@ -13,6 +13,8 @@
 See README.md and docs/wire-format.md.
 """
 
+from typing import TYPE_CHECKING
+
 from . import versions as _versions
 
 _versions.require()  # a preinstalled torch (container, GPU host) is not checked by pip: say what is wrong
@@ -34,12 +36,15 @@ from .limits import Limits
 from .limits import current as get_limits
 from .limits import set_limits
 
+if TYPE_CHECKING:
+    from .cuda_ipc.transport import CudaIpcTransport
 
-def _cuda_ipc():
+
+def _cuda_ipc() -> "CudaIpcTransport":
     from .transports import get_transport
     from .transports.names import CUDA_IPC
 
-    return get_transport(CUDA_IPC)
+    return get_transport(CUDA_IPC)  # type: ignore[return-value]  # the CUDA IPC transport
 
 
 def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -38,7 +39,10 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     """
     get_transport(transport)  # an unknown name is the caller's error, whatever the message
     plan = make_plan(obj)
-    name, _ = routing.resolve(transport, plan.has_cuda, lambda: None, key=None, output=ENCODE_OUTPUT)
+    # No route: `route` is asked only for transport='auto', which get_transport refused above.
+    name, _ = routing.resolve(
+        transport, plan.has_cuda, lambda: None, key=None, output=ENCODE_OUTPUT  # type: ignore[arg-type, return-value]
+    )
     chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, _ENCODE)
     if outgoing is None:
@@ -96,7 +100,7 @@ _paused_by_us = False
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while one message is parsed, compiled and built.
 
     Those steps make up to `header_items` small objects (limits.py), none of them garbage, and

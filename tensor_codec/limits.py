@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -43,7 +44,7 @@ class Limits:
     leaf_logical_bytes: int = 4 << 30  # numel x item size of one tensor (broadcast dims count)
     message_logical_bytes: int = 16 << 30  # the same, summed over the message
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if type(value) is not int or value < 1:
@@ -77,7 +78,7 @@ def set_limits(limits: Limits | None = None, **changes: int) -> Limits:
     return previous
 
 
-def on_change(callback) -> None:
+def on_change(callback: Callable[[], object]) -> None:
     """Call `callback()` whenever the limits change (caches of validated headers clear)."""
     _listeners.append(callback)
 
@@ -107,7 +108,7 @@ def _names() -> list[str]:
     return [f.name for f in dataclasses.fields(Limits)]
 
 
-def check_logical_sizes(leaves: list, bounds: Limits, error: type, name) -> None:
+def check_logical_sizes(leaves: list, bounds: Limits, error: type[Exception], name: Callable[[int], str]) -> None:
     """Each tensor's and the message's logical bytes (numel x item size, broadcast dims counted:
     what a consumer that densifies it allocates) within the limits, on both sides of the wire.
     `leaves` have .shape and .dtype (.itemsize); `name(i)` names leaf i in the error."""
