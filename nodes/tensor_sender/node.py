@@ -161,18 +161,6 @@ def ack_input_closed(input_id: str, delivery: Delivery) -> bool:
     return input_id in delivery.ackers and delivery.reliable
 
 
-def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
-    """What the sender's hooks do, for a list of events: acks applied; -> True when the sender
-    should stop (STOP, or an ack input closed)."""
-    stop = False
-    for event in events:
-        if event["type"] == "INPUT":
-            take_ack(event, sender, delivery)
-        elif event["type"] == "STOP" or (event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)):
-            stop = True
-    return stop
-
-
 def end_report(delivery: Delivery, log) -> int:
     """Log every message not delivered; -> how many (with acks: not acknowledged, whatever
     the reason: given up, still unacknowledged when the node stopped, or never sent)."""

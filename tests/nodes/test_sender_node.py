@@ -14,7 +14,7 @@ from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.tensor_sender.config import load_config
 from tensor_codec_nodes.tensor_sender.delivery import Delivery
-from tensor_codec_nodes.tensor_sender.node import handle_events, send
+from tensor_codec_nodes.tensor_sender.node import ack_input_closed, send, take_ack
 from tensor_codec_nodes.tensor_sender.payloads import (
     Payload,
     corrupted_messages,
@@ -27,6 +27,18 @@ from tensor_codec_nodes.tensor_sender.sender import TensorSender
 from tests.support.fakes import FakeNode
 
 CPU = torch.device("cpu")
+
+
+def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
+    """What the sender node's hooks (on_input, on_input_closed, on_stop) do with a list of
+    events: acks applied; -> True when the node stops (STOP, or an ack input closed)."""
+    stop = False
+    for event in events:
+        if event["type"] == "INPUT":
+            take_ack(event, sender, delivery)
+        elif event["type"] == "STOP" or (event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)):
+            stop = True
+    return stop
 
 
 def test_suite_payloads_cover_every_case_with_checksums_that_survive_the_codec():
