@@ -26,8 +26,10 @@ from typing import Any, Callable
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from .errors import DecodeError, EncodeError, UsageError, Where, format_path
-from .kinds import TensorKind, all_kinds, kind_by_tag, kind_of
+from . import walk
+from .errors import DecodeError, UsageError, Where
+from .kinds import TensorKind, all_kinds, kind_by_tag
+from .walk import DICT, INT64_MAX as _INT64_MAX, INT64_MIN as _INT64_MIN, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
 
 __all__ = [
     "MAX_DEPTH",
@@ -41,17 +43,10 @@ __all__ = [
     "register_namedtuple",
 ]
 
-MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_NAME = 256
 _MAX_FIELDS = 1024  # namedtuple fields accepted from the network (building a class costs O(fields))
 
-_SUPPORTED = (
-    "a torch.Tensor, a TVTensor (Image, Video, Mask, BoundingBoxes, KeyPoints), a PackedSequence, "
-    "dict, list, tuple, namedtuple, int, float, bool, str or None"
-)
-
-_PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
+_PACKED_FIELDS = walk.PACKED_FIELDS
 _NAMEDTUPLES: dict[str, type] = {}
 _GENERIC_NAMEDTUPLES: collections.OrderedDict = collections.OrderedDict()  # (name, fields) -> class, LRU
 
@@ -72,10 +67,6 @@ def _namedtuple_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _is_namedtuple_type(tx: type) -> bool:
-    return issubclass(tx, tuple) and hasattr(tx, "_fields") and tx is not tuple
-
-
 # --------------------------------------------------------------------------------------------
 # Encoding
 
@@ -83,79 +74,71 @@ def _is_namedtuple_type(tx: type) -> bool:
 def flatten(obj: Any) -> tuple[Any, list[tuple[torch.Tensor, tuple]]]:
     """-> (tree as JSON-able data, [(plain tensor, path parts), ...] in depth-first order)."""
     leaves: list[tuple[torch.Tensor, tuple]] = []
-    tree = _encode(obj, (), leaves, 0)
-    return tree, leaves
 
-
-def _encode(x: Any, path: tuple, leaves: list, depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise EncodeError(
-            f"structure too deep at `{format_path(path)}`: expected at most {MAX_DEPTH} levels "
-            "(is it self-referencing?)"
-        )
-    tx = type(x)
-    kind = kind_of(x)
-    if kind is not None:
-        # Work on a plain alias: property reads on a TVTensor go through __torch_function__ (slow).
-        plain = x if tx is torch.Tensor else x.as_subclass(torch.Tensor)
+    def on_tensor(x: torch.Tensor, kind: TensorKind, path: tuple) -> dict:
+        # A plain alias: property reads on a TVTensor go through __torch_function__ (slow).
+        plain = x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
         leaves.append((plain, path))
         return tensor_node(kind, x, plain, len(leaves) - 1)
-    if x is None or tx is bool or tx is str:
-        return x
-    if tx is int:
-        if not _INT64_MIN <= x <= _INT64_MAX:
-            raise EncodeError(f"integer out of range at `{format_path(path)}`: expected int64, got {x}")
-        return x
-    if tx is float:
-        if math.isfinite(x):
-            return x
+
+    return walk.fold(obj, on_tensor, _encode_scalar, _encode_container), leaves
+
+
+def _encode_scalar(x: Any, path: tuple) -> Any:
+    if type(x) is float and not math.isfinite(x):
         return {"t": "float", "v": "nan" if x != x else ("inf" if x > 0 else "-inf")}
-    if tx is dict:
-        items = []
-        for key, value in x.items():
-            if type(key) is int:
-                if not _INT64_MIN <= key <= _INT64_MAX:
-                    raise EncodeError(f"dict key out of range at `{format_path(path)}`: expected int64, got {key}")
-            elif type(key) is not str:
-                raise EncodeError(
-                    f"unsupported dict key at `{format_path(path)}`: expected str or int, "
-                    f"got {type(key).__module__}.{type(key).__qualname__}"
-                )
-            items.append([key, _encode(value, path + (key,), leaves, depth + 1)])
-        return {"t": "dict", "items": items}
-    if tx is list or tx is tuple:
-        return {
-            "t": "list" if tx is list else "tuple",
-            "items": [_encode(v, path + (i,), leaves, depth + 1) for i, v in enumerate(x)],
-        }
-    if tx is PackedSequence:
-        return {
-            "t": "PackedSequence",
-            **{
-                f: _encode(getattr(x, f), path + (f,), leaves, depth + 1)
-                for f in _PACKED_FIELDS
-            },
-        }
-    if _is_namedtuple_type(tx):
-        return {
-            "t": "namedtuple",
-            "name": _registered_name(tx),
-            "fields": list(tx._fields),
-            "items": [_encode(getattr(x, f), path + (f,), leaves, depth + 1) for f in tx._fields],
-        }
-    what = f"{tx.__module__}.{tx.__qualname__}"
-    hint = ""
-    if isinstance(x, torch.Tensor):
-        hint = " (a tensor subclass; convert with .as_subclass(torch.Tensor) or use a TVTensor)"
-    elif tx.__module__ == "numpy":
-        hint = " (convert numpy values with torch.from_numpy(...) or .item())"
-    raise EncodeError(f"unsupported type at `{format_path(path)}`: expected {_SUPPORTED}, got {what}{hint}")
+    return x
+
+
+def _encode_container(x: Any, tag: str, values: list, path: tuple) -> dict:
+    if tag is DICT:
+        return {"t": tag, "items": values}  # [key, node] pairs
+    if tag is LIST or tag is TUPLE:
+        return {"t": tag, "items": values}
+    if tag is NAMEDTUPLE:
+        tx = type(x)
+        return {"t": tag, "name": _registered_name(tx), "fields": list(tx._fields), "items": values}
+    return {"t": tag, **dict(zip(_PACKED_FIELDS, values))}  # PackedSequence
+
+
+def leaf_paths(tree: Any) -> list[tuple]:
+    """Path parts of each leaf of a tree that `compile_tree` accepted, in leaf order (for messages).
+
+    `flatten`'s walk read back from the tree it wrote (each container node as `_encode_container`
+    makes it), so a leaf's path here is the path `walk.fold` gave it on the sender."""
+    paths: list[tuple] = []
+
+    def visit(node, path):
+        if type(node) is not dict:
+            return
+        tag = node.get("t")
+        if "leaf" in node:
+            paths.append(path)
+        elif tag == LIST or tag == TUPLE:
+            for i, item in enumerate(node["items"]):
+                visit(item, path + (i,))
+        elif tag == DICT:
+            for key, item in node["items"]:
+                visit(item, path + (key,))
+        elif tag == NAMEDTUPLE:
+            for field, item in zip(node["fields"], node["items"]):
+                visit(item, path + (field,))
+        elif tag == PACKED:
+            for field in _PACKED_FIELDS:
+                visit(node[field], path + (field,))
+
+    try:
+        visit(tree, ())
+    finally:
+        del visit  # refers to itself
+    return paths
 
 
 def tensor_node(kind: TensorKind, x: torch.Tensor, plain: torch.Tensor, index: int) -> dict:
     """The tree node of tensor `x` (`plain`: the same as a plain tensor), leaf number `index`."""
     node = {"t": kind.tag, "leaf": index}
-    node.update(kind.attributes(x))
+    if kind.attribute_names:  # plain tensors, Image, Video and Mask have none
+        node.update(kind.attributes(x))
     if plain.requires_grad:
         node["grad"] = True
     return node
@@ -226,33 +209,6 @@ def compile_tree(tree: Any, leaves: list, bounds: Any = None) -> tuple[Builder, 
             f"got {compiler.next} references"
         )
     return builder, compiler.nodes
-
-
-def leaf_paths(tree: Any) -> list[tuple]:
-    """Path parts of each leaf of a tree that `compile_tree` accepted, in leaf order (for messages)."""
-    paths: list[tuple] = []
-
-    def walk(node, path):
-        if type(node) is not dict:
-            return
-        tag = node.get("t")
-        if "leaf" in node:
-            paths.append(path)
-        elif tag in ("list", "tuple"):
-            for i, item in enumerate(node["items"]):
-                walk(item, path + (i,))
-        elif tag == "dict":
-            for key, item in node["items"]:
-                walk(item, path + (key,))
-        elif tag == "namedtuple":
-            for field, item in zip(node["fields"], node["items"]):
-                walk(item, path + (field,))
-        elif tag == "PackedSequence":
-            for field in _PACKED_FIELDS:
-                walk(node[field], path + (field,))
-
-    walk(tree, ())
-    return paths
 
 
 _CONTAINER_KEYS = frozenset({"t", "items"})
@@ -571,7 +527,7 @@ def _json_type(value: Any) -> str:
 # Mapping over the tensors of a structure
 
 
-def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: Any, _path: tuple = (), _depth: int = 0) -> Any:
+def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: Any) -> Any:
     """Rebuild `obj` with every tensor replaced by ``fn(plain, original)``, keeping every type.
 
     `plain` is the tensor as a plain ``torch.Tensor``, `original` the object found in the
@@ -579,56 +535,38 @@ def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: A
     types, TVTensor classes and attributes all survive, which ``Tensor.pin_memory()``, ``.to()``
     or a DataLoader's pinning step do not guarantee (failure mode 3).
     """
-    if _depth > MAX_DEPTH:
-        raise EncodeError(f"structure too deep at `{format_path(_path)}`: expected at most {MAX_DEPTH} levels")
-    tx = type(obj)
-    kind = kind_of(obj)
-    if kind is not None:
-        plain = obj if tx is torch.Tensor else obj.as_subclass(torch.Tensor)
-        return kind.wrap_like(fn(plain, obj), obj)
-    if obj is None or tx in (bool, int, float, str):
-        return obj
-    if tx is dict:
-        return {k: map_tensors(fn, v, _path + (k,), _depth + 1) for k, v in obj.items()}
-    if tx is list:
-        return [map_tensors(fn, v, _path + (i,), _depth + 1) for i, v in enumerate(obj)]
-    if tx is tuple:
-        return tuple(map_tensors(fn, v, _path + (i,), _depth + 1) for i, v in enumerate(obj))
-    if tx is PackedSequence:
-        return tuple.__new__(
-            PackedSequence,
-            tuple(map_tensors(fn, getattr(obj, f), _path + (f,), _depth + 1) for f in _PACKED_FIELDS),
-        )
-    if _is_namedtuple_type(tx):
-        return tx(*(map_tensors(fn, getattr(obj, f), _path + (f,), _depth + 1) for f in tx._fields))
-    raise EncodeError(f"unsupported type at `{format_path(_path)}`: expected {_SUPPORTED}, got {tx.__module__}.{tx.__qualname__}")
+
+    def on_tensor(x: torch.Tensor, kind: TensorKind, path: tuple) -> torch.Tensor:
+        return kind.wrap_like(fn(x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor), x), x)
+
+    return walk.fold(obj, on_tensor, None, _rebuild)
 
 
-def iter_leaves(obj: Any, _path: tuple = (), _depth: int = 0):
+def _rebuild(x: Any, tag: str, values: list, path: tuple) -> Any:
+    if tag is LIST:
+        return values
+    if tag is TUPLE:
+        return tuple(values)
+    if tag is DICT:
+        return dict(values)
+    if tag is PACKED:  # tuple.__new__: keeps the fields as they are (the constructor recomputes)
+        return tuple.__new__(PackedSequence, tuple(values))
+    return type(x)(*values)  # a namedtuple
+
+
+def iter_leaves(obj: Any):
     """Yield ``(path, leaf)`` for every leaf of a supported structure, depth first, in the order
     `encode` numbers them: tensors as found (TVTensors stay TVTensors), and the scalars (None,
     bool, int, float, str). `path` is a tuple of dict keys, list/tuple indices and namedtuple or
-    PackedSequence field names (``format_path`` renders it as ``$.boxes[2]``)."""
-    if _depth > MAX_DEPTH:
-        raise EncodeError(f"structure too deep at `{format_path(_path)}`: expected at most {MAX_DEPTH} levels")
-    tx = type(obj)
-    if kind_of(obj) is not None or obj is None or tx in (bool, int, float, str):
-        yield _path, obj
-    elif tx is dict:
-        for k, v in obj.items():
-            yield from iter_leaves(v, _path + (k,), _depth + 1)
-    elif tx is list or tx is tuple:
-        for i, v in enumerate(obj):
-            yield from iter_leaves(v, _path + (i,), _depth + 1)
-    elif tx is PackedSequence or _is_namedtuple_type(tx):
-        for f in tx._fields:
-            yield from iter_leaves(getattr(obj, f), _path + (f,), _depth + 1)
-    else:
-        raise EncodeError(f"unsupported type at `{format_path(_path)}`: expected {_SUPPORTED}, got {tx.__module__}.{tx.__qualname__}")
+    PackedSequence field names (``format_path`` renders it as ``$.boxes[2]``). The whole
+    structure is checked before the first leaf comes out."""
+    found: list = []
+    walk.fold(obj, lambda x, kind, path: found.append((path, x)), lambda x, path: found.append((path, x)))
+    yield from found
 
 
 def iter_tensors(obj: Any):
     """Yield every tensor object of a supported structure, as found (TVTensors stay TVTensors)."""
-    for _, leaf in iter_leaves(obj):
-        if isinstance(leaf, torch.Tensor):
-            yield leaf
+    found: list = []
+    walk.fold(obj, lambda x, kind, path: found.append(x))
+    yield from found

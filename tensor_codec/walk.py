@@ -1,0 +1,196 @@
+"""The one walker over the nested structures the codec supports, and the one rule for them.
+
+Everything that goes through a structure of the sender's kind (encoding it, mapping a function
+over its tensors, listing its leaves, the nodes' content digest, the tests' strict comparison)
+goes through `fold`, so they all accept the same objects, visit them in the same order, name
+places the same way (``("boxes", 2)``, rendered ``$.boxes[2]``) and stop at the same depth.
+
+The rule (what `encode` accepts; docs/wire-format.md, "The tree"), by *exact* type, never
+isinstance: a subclass of dict or list, or of a tensor class, is not what the receiver rebuilds,
+so it is refused rather than silently turned into its base class.
+
+* leaves: a tensor of a known kind (``torch.Tensor`` or a TVTensor class, kinds.py), ``None``,
+  ``bool``, ``int`` (int64 range), ``float``, ``str``;
+* containers: ``dict`` (keys ``str`` or int64 ``int``), ``list``, ``tuple``, a namedtuple (a tuple
+  subclass with ``_fields``) and ``PackedSequence``; children in order (dict items, list/tuple
+  items, namedtuple fields, PackedSequence fields ``data, batch_sizes, sorted_indices,
+  unsorted_indices``);
+* at most `MAX_DEPTH` levels below the root (a self-referencing structure ends there).
+
+The walk of a *received* tree (tree.compile_tree) is separate: it reads hostile JSON, not Python
+objects, and checks far more.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.nn.utils.rnn import PackedSequence
+
+from .errors import EncodeError, format_path
+from .kinds import TensorKind, all_kinds
+
+__all__ = [
+    "MAX_DEPTH",
+    "SUPPORTED",
+    "PACKED_FIELDS",
+    "DICT",
+    "LIST",
+    "TUPLE",
+    "NAMEDTUPLE",
+    "PACKED",
+    "fold",
+    "children",
+    "plain_of",
+]
+
+MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+SUPPORTED = (
+    "a torch.Tensor, a TVTensor (Image, Video, Mask, BoundingBoxes, KeyPoints), a PackedSequence, "
+    "dict, list, tuple, namedtuple, int, float, bool, str or None"
+)
+
+# Container tags: the same strings as the wire tree's "t" of each container.
+DICT, LIST, TUPLE, NAMEDTUPLE, PACKED = "dict", "list", "tuple", "namedtuple", "PackedSequence"
+PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
+
+_SCALAR, _INT = object(), object()  # leaves other than tensors; int has a range to check
+
+# Exact type -> what it is: a TensorKind, _SCALAR, _INT or a container tag.
+_TYPES: dict[type, Any] = {
+    type(None): _SCALAR,
+    bool: _SCALAR,
+    float: _SCALAR,
+    str: _SCALAR,
+    int: _INT,
+    dict: DICT,
+    list: LIST,
+    tuple: TUPLE,
+    PackedSequence: PACKED,
+}
+_TYPES.update({kind.cls: kind for kind in all_kinds()})
+
+# Namedtuple classes seen so far (a class is checked once). Bounded: classes made on the fly
+# (received namedtuples, tree._generic_namedtuple) must not be kept alive forever.
+_NAMEDTUPLES: dict[type, str] = {}
+_MAX_REMEMBERED = 1024
+
+
+def plain_of(x: torch.Tensor) -> torch.Tensor:
+    """`x` as a plain tensor (an alias; property reads on a TVTensor go through the slow
+    ``__torch_function__``)."""
+    return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+
+
+def _namedtuple_or_refuse(x: Any, path: tuple) -> str:
+    tx = type(x)
+    if issubclass(tx, tuple) and hasattr(tx, "_fields"):
+        if len(_NAMEDTUPLES) >= _MAX_REMEMBERED:
+            _NAMEDTUPLES.clear()
+        _NAMEDTUPLES[tx] = NAMEDTUPLE
+        return NAMEDTUPLE
+    what = f"{tx.__module__}.{tx.__qualname__}"
+    hint = ""
+    if isinstance(x, torch.Tensor):
+        hint = " (a tensor subclass; convert with .as_subclass(torch.Tensor) or use a TVTensor)"
+    elif tx.__module__ == "numpy":
+        hint = " (convert numpy values with torch.from_numpy(...) or .item())"
+    raise EncodeError(f"unsupported type at `{format_path(path)}`: expected {SUPPORTED}, got {what}{hint}")
+
+
+def _too_deep(path: tuple) -> EncodeError:
+    return EncodeError(
+        f"structure too deep at `{format_path(path)}`: expected at most {MAX_DEPTH} levels "
+        "(is it self-referencing?)"
+    )
+
+
+def _bad_key(key: Any, path: tuple) -> EncodeError:
+    if type(key) is int:
+        return EncodeError(f"dict key out of range at `{format_path(path)}`: expected int64, got {key}")
+    return EncodeError(
+        f"unsupported dict key at `{format_path(path)}`: expected str or int, "
+        f"got {type(key).__module__}.{type(key).__qualname__}"
+    )
+
+
+OnTensor = Callable[[torch.Tensor, TensorKind, tuple], Any]
+OnScalar = Callable[[Any, tuple], Any]
+OnContainer = Callable[[Any, str, list, tuple], Any]
+OnEnter = Callable[[Any, str, tuple], None]
+
+
+def fold(
+    obj: Any,
+    on_tensor: OnTensor | None = None,
+    on_scalar: OnScalar | None = None,
+    on_container: OnContainer | None = None,
+    on_enter: OnEnter | None = None,
+) -> Any:
+    """Walk `obj` depth first by the rule above; -> what `on_container` (or a leaf hook) made of
+    the root. Raises EncodeError naming the path of the first node outside the rule.
+
+    Hooks (each optional; a leaf without its hook stands for itself, a container without
+    `on_container` gives None):
+
+    * ``on_tensor(x, kind, path)``: a tensor `x` of kinds.TensorKind `kind`, as found;
+    * ``on_scalar(x, path)``: None, bool, int, float or str;
+    * ``on_enter(x, tag, path)``: a container, before its children (pre-order);
+    * ``on_container(x, tag, values, path)``: a container after its children, `values` being what
+      the walk made of each child, in order (for a dict, ``[key, value]`` pairs, as the wire
+      tree has them; ``children(x, tag)`` gives the keys of the others).
+
+    `tag` is DICT, LIST, TUPLE, NAMEDTUPLE or PACKED. `path` is a tuple of dict keys, list/tuple
+    indices and namedtuple or PackedSequence field names from the root.
+    """
+    # Locals of the closure: read faster than module globals on every node.
+    types, namedtuples, scalar, integer, max_depth = _TYPES, _NAMEDTUPLES, _SCALAR, _INT, MAX_DEPTH
+    lo, hi = INT64_MIN, INT64_MAX
+
+    def node(x: Any, path: tuple, depth: int) -> Any:
+        if depth > max_depth:
+            raise _too_deep(path)
+        tx = type(x)
+        what = types.get(tx)
+        if what is None:
+            what = namedtuples.get(tx) or _namedtuple_or_refuse(x, path)
+        if what is scalar:
+            return x if on_scalar is None else on_scalar(x, path)
+        if what is integer:
+            if not lo <= x <= hi:
+                raise EncodeError(f"integer out of range at `{format_path(path)}`: expected int64, got {x}")
+            return x if on_scalar is None else on_scalar(x, path)
+        if type(what) is not str:  # a TensorKind
+            return x if on_tensor is None else on_tensor(x, what, path)
+        if on_enter is not None:
+            on_enter(x, what, path)
+        depth += 1
+        if what is DICT:
+            values = []
+            for key, value in x.items():
+                tk = type(key)
+                if not (tk is str or (tk is int and lo <= key <= hi)):
+                    raise _bad_key(key, path)
+                values.append([key, node(value, path + (key,), depth)])
+        elif what is LIST or what is TUPLE:
+            values = [node(value, path + (i,), depth) for i, value in enumerate(x)]
+        else:  # NAMEDTUPLE, PACKED: by field name (a subclass may add properties; fields come first)
+            values = [node(getattr(x, f), path + (f,), depth) for f in tx._fields]
+        return None if on_container is None else on_container(x, what, values, path)
+
+    try:
+        return node(obj, (), 0)
+    finally:
+        del node  # `node` refers to itself: without this each walk would leave a cycle for the GC
+
+
+def children(x: Any, tag: str) -> tuple:
+    """The keys of a container's children, in the walk's order."""
+    if tag is DICT:
+        return tuple(x)
+    if tag is LIST or tag is TUPLE:
+        return tuple(range(len(x)))
+    return type(x)._fields
