@@ -20,8 +20,9 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_sequence
 
 from .dtypes import supported_torch_dtypes
-from .kinds import kind_of
+from .errors import format_path
 from .layout import plan_leaf
+from .walk import DICT, LIST, NAMEDTUPLE, TUPLE, children, fold
 
 try:
     from torchvision import tv_tensors as tvt
@@ -181,42 +182,47 @@ def expected_wire_strides(t: torch.Tensor) -> tuple[int, ...]:
 
 
 def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path: str = "$") -> None:
-    """Raise AssertionError naming the path of the first difference.
+    """Raise AssertionError naming the path of the first difference (``$.boxes[2]``).
 
     strides: "wire" (as the wire format promises), "exact" (same as `expected`) or "ignore".
+    `expected` is walked by the codec's walker (walk.fold: the types `encode` accepts); each
+    container of `actual` is checked against it before its children are compared.
     """
-    te, ta = type(expected), type(actual)
-    if kind_of(expected) is not None:
-        assert ta is te, f"{path}: expected type {te.__name__}, got {ta.__name__}"
-        _assert_tensor(actual, expected, strides, path)
-        return
-    if te is PackedSequence:
-        assert ta is PackedSequence, f"{path}: expected PackedSequence, got {ta.__name__}"
-        for f in expected._fields:
-            assert_identical(getattr(actual, f), getattr(expected, f), strides=strides, path=f"{path}.{f}")
-        return
-    if issubclass(te, tuple) and hasattr(te, "_fields"):
-        assert issubclass(ta, tuple) and getattr(ta, "_fields", None) == te._fields, f"{path}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
-        assert ta.__name__ == te.__name__, f"{path}: expected namedtuple named {te.__name__}, got {ta.__name__}"
-        for f in te._fields:
-            assert_identical(getattr(actual, f), getattr(expected, f), strides=strides, path=f"{path}.{f}")
-        return
-    assert ta is te, f"{path}: expected type {te.__name__}, got {ta.__name__}"
-    if te is dict:
-        assert list(actual) == list(expected), f"{path}: expected keys {list(expected)}, got {list(actual)}"
-        for k in expected:
-            assert_identical(actual[k], expected[k], strides=strides, path=f"{path}[{k!r}]")
-    elif te in (list, tuple):
-        assert len(actual) == len(expected), f"{path}: expected length {len(expected)}, got {len(actual)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_identical(a, e, strides=strides, path=f"{path}[{i}]")
-    elif te is float:
-        same = (math.isnan(actual) and math.isnan(expected)) or (
-            actual == expected and math.copysign(1, actual) == math.copysign(1, expected)
-        )
-        assert same, f"{path}: expected {expected!r}, got {actual!r}"
-    else:
-        assert actual == expected, f"{path}: expected {expected!r}, got {actual!r}"
+    counterparts = {(): actual}  # path -> the part of `actual` found there
+
+    def where(parts: tuple) -> str:
+        return path + format_path(parts)[1:]
+
+    def on_enter(e: Any, tag: str, parts: tuple) -> None:
+        a = counterparts.pop(parts)
+        te, ta = type(e), type(a)
+        if tag is NAMEDTUPLE:  # a received namedtuple may be a generated class: same name and fields
+            assert issubclass(ta, tuple) and getattr(ta, "_fields", None) == te._fields, f"{where(parts)}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
+            assert ta.__name__ == te.__name__, f"{where(parts)}: expected namedtuple named {te.__name__}, got {ta.__name__}"
+        else:
+            assert ta is te, f"{where(parts)}: expected type {te.__name__}, got {ta.__name__}"
+        if tag is DICT:
+            assert list(a) == list(e), f"{where(parts)}: expected keys {list(e)}, got {list(a)}"
+        elif tag is LIST or tag is TUPLE:
+            assert len(a) == len(e), f"{where(parts)}: expected length {len(e)}, got {len(a)}"
+        for key in children(e, tag):
+            counterparts[parts + (key,)] = a[key] if tag is DICT or tag is LIST or tag is TUPLE else getattr(a, key)
+
+    def on_tensor(e: torch.Tensor, kind: Any, parts: tuple) -> None:
+        a = counterparts.pop(parts)
+        assert type(a) is type(e), f"{where(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
+        _assert_tensor(a, e, strides, where(parts))
+
+    def on_scalar(e: Any, parts: tuple) -> None:
+        a = counterparts.pop(parts)
+        assert type(a) is type(e), f"{where(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
+        if type(e) is float:
+            same = (math.isnan(a) and math.isnan(e)) or (a == e and math.copysign(1, a) == math.copysign(1, e))
+            assert same, f"{where(parts)}: expected {e!r}, got {a!r}"
+        else:
+            assert a == e, f"{where(parts)}: expected {e!r}, got {a!r}"
+
+    fold(expected, on_tensor, on_scalar, None, on_enter)
 
 
 def _assert_tensor(actual: torch.Tensor, expected: torch.Tensor, strides: str, path: str) -> None:

@@ -15,9 +15,9 @@ import zlib
 from typing import Any
 
 import torch
-from torch.nn.utils.rnn import PackedSequence
 
 from tensor_codec.layout import values_of
+from tensor_codec.walk import DICT, LIST, NAMEDTUPLE, PACKED, fold
 
 __all__ = ["content_digest"]
 
@@ -25,46 +25,48 @@ _TV_ATTRIBUTES = ("format", "canvas_size", "clamping_mode")
 
 
 def content_digest(obj: Any) -> str:
+    """`obj` must be what tensor_codec encodes (tensor_codec.walk: the same types, depth 64);
+    anything else raises tensor_codec.EncodeError naming its path."""
     state = [0]
+    parents: list[str] = []  # tags of the containers around the node being fed
 
     def feed(data) -> None:
         state[0] = zlib.crc32(data, state[0])
 
-    _walk(obj, feed, 0)
-    return f"crc32:{state[0]:08x}"
+    def feed_key(path: tuple) -> None:  # what goes before a child: its dict key or field name
+        if parents:
+            parent = parents[-1]
+            if parent is DICT:
+                key = path[-1]
+                feed(f"k:{type(key).__name__}:{key!r}".encode())
+            elif parent is PACKED:
+                feed(f"{path[-1]}=".encode())
 
+    def on_enter(x: Any, tag: str, path: tuple) -> None:
+        feed_key(path)
+        if tag is PACKED:
+            feed(b"P")
+        elif tag is NAMEDTUPLE:
+            feed(f"N:{type(x).__name__}:{','.join(type(x)._fields)}".encode())
+        elif tag is DICT:
+            feed(f"D{len(x)}".encode())
+        else:
+            feed(f"{'L' if tag is LIST else 'U'}{len(x)}".encode())
+        parents.append(tag)
 
-def _walk(x: Any, feed, depth: int) -> None:
-    if depth > 100:
-        raise ValueError("content_digest: structure nested deeper than 100 levels")
-    if isinstance(x, torch.Tensor):
+    def on_container(x: Any, tag: str, values: list, path: tuple) -> None:
+        parents.pop()
+
+    def on_tensor(x: torch.Tensor, kind: Any, path: tuple) -> None:
+        feed_key(path)
         _tensor(x, feed)
-    elif isinstance(x, PackedSequence):
-        feed(b"P")
-        for field in x._fields:
-            value = getattr(x, field)
-            feed(f"{field}=".encode())
-            _walk(value, feed, depth + 1)
-    elif isinstance(x, tuple) and hasattr(type(x), "_fields"):
-        feed(f"N:{type(x).__name__}:{','.join(type(x)._fields)}".encode())
-        for value in x:
-            _walk(value, feed, depth + 1)
-    elif isinstance(x, dict):
-        feed(f"D{len(x)}".encode())
-        for key, value in x.items():
-            feed(f"k:{type(key).__name__}:{key!r}".encode())
-            _walk(value, feed, depth + 1)
-    elif isinstance(x, (list, tuple)):
-        feed(f"{'L' if isinstance(x, list) else 'U'}{len(x)}".encode())
-        for value in x:
-            _walk(value, feed, depth + 1)
-    elif x is None or isinstance(x, (bool, int, float, str)):
+
+    def on_scalar(x: Any, path: tuple) -> None:
+        feed_key(path)
         feed(f"S:{type(x).__name__}:{x!r}".encode())
-    elif isinstance(x, bytes):
-        feed(f"B{len(x)}".encode())
-        feed(x)
-    else:
-        raise TypeError(f"content_digest: unsupported type {type(x).__qualname__}")
+
+    fold(obj, on_tensor, on_scalar, on_container, on_enter)
+    return f"crc32:{state[0]:08x}"
 
 
 def _tensor(t: torch.Tensor, feed) -> None:
