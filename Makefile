@@ -20,7 +20,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-fast test-gpu gpu-check bench plots fuzz wheel clean
+.PHONY: install run run-cluster test test-fast check test-gpu gpu-check bench plots fuzz wheel clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
 # Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
@@ -66,6 +66,23 @@ test: install
 # marked slow (soaks, fresh interpreters): under a minute, for while editing.
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
+
+# Lint, format and types (what CI runs before the tests): ruff check and ruff format --check over
+# the tree, mypy over the public API (pyproject.toml's [tool.ruff] and [tool.mypy]). The tools
+# come with the `lint` extra, which `make install` installs where it can be had.
+LINT_TOOLS := ruff mypy
+check: install
+	@missing=$$(for tool in $(LINT_TOOLS); do \
+		$(BIN)/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$$tool') is None)" || printf ' %s' $$tool; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "make check:$$missing not installed in $(VENV) (the lint extra, which make install installs where it can be had);" >&2; \
+		echo "  install with: $(BIN)/python -m pip install -c constraints.txt$$missing  (offline: add --no-index --find-links <wheels>)" >&2; \
+		exit 1; \
+	fi
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
+	$(BIN)/python -m mypy
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)

@@ -23,6 +23,10 @@ had: at the releases constraints.txt pins in a fresh .venv, at the extra's floor
 preinstalled torch (from WHEELS= offline). One that cannot be had is one
 line, never an error: ENGINE=auto does without it.
 
+Either way the development tools (TOOL_EXTRAS: the `lint` extra, ruff and mypy for `make check`)
+are installed with the project, the same way and as best-effort: one that cannot be had (an
+offline GPU host without their wheels) is one line, and `make check` says how to get it.
+
 Either way the dora-hub nodes that examples/ runs (examples/hub-nodes.txt) are installed after the
 project, each as that file says (some with `--no-deps`), with what .venv has of torch, torchvision,
 pyarrow, numpy and dora-rs held as constraints. One that cannot be had is a warning: the tests of
@@ -82,6 +86,10 @@ OPTIONAL_EXTRAS = {
     "nvimgcodec": "the JPEG nodes' nvImageCodec engine",
     "rerun": "the tc-rerun-sink node",
     "plots": "make plots",
+}
+# pyproject's extras of development tools, installed best-effort with the project (install_tools).
+TOOL_EXTRAS = {
+    "lint": "make check",
 }
 # A requirement met by another distribution of the same module (import cv2).
 ALTERNATIVES = {
@@ -178,10 +186,10 @@ def optional_requirements(mode: str, extra: str | None = None) -> list[str]:
 
 
 def optional_purpose(text: str) -> str:
-    """What an optional requirement is for: its extra's line in OPTIONAL_EXTRAS."""
+    """What an optional requirement is for: its extra's line in OPTIONAL_EXTRAS (or TOOL_EXTRAS)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
     name = requirement_name(text)
-    for extra, what in OPTIONAL_EXTRAS.items():
+    for extra, what in {**OPTIONAL_EXTRAS, **TOOL_EXTRAS}.items():
         if any(requirement_name(r) == name for r in extras.get(extra, [])):
             return what
     return "optional"
@@ -375,6 +383,8 @@ def ensure_build_backend(venv: Path, wheels: str | None) -> None:
 
 
 def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
+    """A plain venv from `python`, the project with its test extra at constraints.txt's pins, then
+    the development tools (install_tools)."""
     if not venv_python(venv).exists():
         run([python, "-m", "venv", venv])
     if not pip_offline():
@@ -394,6 +404,7 @@ def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
             ".[test]",
         ]
     )
+    install_tools(venv, wheels, "fresh")
 
 
 def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
@@ -411,7 +422,19 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
     ensure_build_backend(venv, wheels)
     pip = [venv_python(venv), "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", venv / PINS]
     run([*pip, "--no-deps", "-e", "."])
-    return install_missing(venv, pip, requirements())
+    missing = install_missing(venv, pip, requirements())
+    install_tools(venv, wheels, "layered")
+    return missing
+
+
+def install_tools(venv: Path, wheels: str | None, mode: str) -> list[str]:
+    """The TOOL_EXTRAS (ruff and mypy for `make check`) as install_optional installs an optional
+    extra: pinned in a fresh .venv, at the extra's floors over a preinstalled torch, one line each
+    and never an error (offline GPU hosts may not have their wheels; nothing there needs them).
+    -> those that could not be had (not recorded in .venv: a later `make` retries them only when
+    an input changes; `make check` names the command that installs them)."""
+    reqs = [text for extra in TOOL_EXTRAS for text in optional_requirements(mode, extra)]
+    return install_optional(venv, wheels, reqs)
 
 
 def install_missing(venv: Path, pip: list, reqs: list[tuple[str, str]]) -> list[str]:
