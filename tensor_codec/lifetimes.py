@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -47,11 +49,31 @@ class Message:
     and strides as handed out, so keep never depends on a leaf's live (mutable) metadata.
     """
 
-    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "layouts", "tree", "released", "lock", "__weakref__")
+    __slots__ = (
+        "name",
+        "borrowed",
+        "leaves",
+        "versions",
+        "locations",
+        "layouts",
+        "tree",
+        "released",
+        "lock",
+        "__weakref__",
+    )
 
-    def __init__(self, name, borrowed, refs, plain_leaves, locations, layouts, tree):
+    def __init__(
+        self,
+        name: str | None,
+        borrowed: torch.Tensor,
+        refs: list[weakref.ref],
+        plain_leaves: list[torch.Tensor],
+        locations: list[int],
+        layouts: list,
+        tree: Any,
+    ) -> None:
         self.name = name
-        self.borrowed = borrowed
+        self.borrowed: torch.Tensor | None = borrowed
         self.leaves = refs  # weak references to the leaves as handed out
         # A TVTensor and its plain alias share one version counter; reading the plain one skips
         # __torch_function__.
@@ -96,7 +118,8 @@ class Message:
 
 def _detach(leaf: torch.Tensor) -> None:
     with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-        torch.Tensor.set_(leaf)
+        # set_() with no source: an empty storage (torch's stubs list only the overloads with one).
+        torch.Tensor.set_(leaf)  # type: ignore[call-overload]
 
 
 # id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
@@ -104,8 +127,8 @@ _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
 _local = threading.local()
 
 
-def _forget(key: int):
-    def callback(_ref, key=key):
+def _forget(key: int) -> Callable[[weakref.ref], None]:
+    def callback(_ref: weakref.ref, key: int = key) -> None:
         _handouts.pop(key, None)
 
     return callback
@@ -151,8 +174,7 @@ def is_borrowed(t: torch.Tensor) -> bool:
 def _raise_problems(problems: list[str]) -> None:
     if problems:
         raise SharedViewWriteError(
-            "; ".join(problems)
-            + ". Received views share memory with the sender and every other receiver: copy before "
+            "; ".join(problems) + ". Received views share memory with the sender and every other receiver: copy before "
             "writing (tc.keep(obj), tensor.clone(), or tc.receive(event, copy=True))."
         )
 
@@ -168,14 +190,16 @@ class Scope:
         self._messages.append(message)
         self._leaves.extend(leaves)
 
-    def __enter__(self) -> "Scope":
+    def __enter__(self) -> Scope:
         stack = getattr(_local, "scopes", None)
         if stack is None:
             stack = _local.scopes = []
         stack.append(self)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         stack = _local.scopes
         if stack and stack[-1] is self:
             stack.pop()
@@ -205,7 +229,7 @@ def scope() -> Scope:
 def _leaves_of(obj: Any) -> list[torch.Tensor]:
     found: list[torch.Tensor] = []
 
-    def collect(t, original):
+    def collect(t: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
         found.append(original)
         return t
 
@@ -242,9 +266,12 @@ def keep(obj: Any) -> Any:
                             f"{message.describe()} at `{message.path(index)}`: the message was "
                             "already released; call tc.keep() inside the scope that received it"
                         )
-                    block = copies[id(message)] = message.borrowed.clone()
+                    # Not released: `borrowed` is still set.
+                    block = copies[id(message)] = message.borrowed.clone()  # type: ignore[union-attr]
             layout = message.layouts[index]
-            out = leaf_view(block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides)
+            out = leaf_view(
+                block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides
+            )
         else:
             # Not a borrowed leaf (a small message's own copy, an ordinary tensor, a view derived
             # from one): a copy with the same strides, broadcast dims kept (layout.clone_exact).
