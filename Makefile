@@ -68,8 +68,9 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
 
 # Lint, format and types (what CI runs before the tests): ruff check and ruff format --check over
-# the tree, mypy over the public API (pyproject.toml's [tool.ruff] and [tool.mypy]). The tools
-# come with the `lint` extra, which `make install` installs where it can be had.
+# the tree, mypy over the public API (pyproject.toml's [tool.ruff] and [tool.mypy]); all three run,
+# then make check fails if any found something. The tools come with the `lint` extra, which
+# `make install` installs where it can be had.
 LINT_TOOLS := ruff mypy
 check: install
 	@missing=$$(for tool in $(LINT_TOOLS); do \
@@ -80,9 +81,12 @@ check: install
 		echo "  install with: $(BIN)/python -m pip install -c constraints.txt$$missing  (offline: add --no-index --find-links <wheels>)" >&2; \
 		exit 1; \
 	fi
-	$(BIN)/python -m ruff check .
-	$(BIN)/python -m ruff format --check .
-	$(BIN)/python -m mypy
+	@status=0; \
+	for step in "ruff check ." "ruff format --check ." "mypy"; do \
+		echo "$(BIN)/python -m $$step"; \
+		$(BIN)/python -m $$step || status=1; \
+	done; \
+	exit $$status
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)
