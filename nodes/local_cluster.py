@@ -30,9 +30,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -136,7 +136,7 @@ class LocalCluster:
     processes: list[_Process] = field(default_factory=list)
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         try:
             self.start()
         except BaseException:
@@ -195,10 +195,18 @@ class LocalCluster:
         for i, machine in enumerate(self.machines):
             local_port, zenoh_port = ports[1 + 2 * i], ports[2 + 2 * i]
             args = [
-                "daemon", "--machine-id", machine,
-                "--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port),
-                "--local-listen-port", str(local_port),
-                "--zenoh-no-multicast", "--zenoh-listen", f"{self.host}:{zenoh_port}",
+                "daemon",
+                "--machine-id",
+                machine,
+                "--coordinator-addr",
+                self.host,
+                "--coordinator-port",
+                str(self.coordinator_port),
+                "--local-listen-port",
+                str(local_port),
+                "--zenoh-no-multicast",
+                "--zenoh-listen",
+                f"{self.host}:{zenoh_port}",
             ]
             for endpoint in listen:
                 args += ["--zenoh-connect", endpoint]
@@ -218,7 +226,9 @@ class LocalCluster:
                 if s.connect_ex((self.host, port)) == 0:
                     return
             time.sleep(0.05)
-        raise ClusterError(f"{process.name}: not listening on {self.host}:{port} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}")
+        raise ClusterError(
+            f"{process.name}: not listening on {self.host}:{port} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}"
+        )
 
     def _wait_for_log(self, process: _Process, text: str) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
@@ -245,8 +255,12 @@ class LocalCluster:
             for command in (["stop", "--all", "--grace-duration", f"{grace_s:g}s"], ["down", "--force"]):
                 try:
                     subprocess.run(
-                        [self.dora, *command, *address], env=self.cli_env(), stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=grace_s + 5,
+                        [self.dora, *command, *address],
+                        env=self.cli_env(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        timeout=grace_s + 5,
                     )
                 except (subprocess.TimeoutExpired, OSError):
                     pass
@@ -279,15 +293,33 @@ class LocalCluster:
         env["DORA_COORDINATOR_PORT"] = str(self.coordinator_port)
         return env
 
-    def start_dataflow(self, flow: Path, *, timeout_s: float, log: Path | None = None, echo: bool = False) -> subprocess.CompletedProcess:
+    def start_dataflow(
+        self, flow: Path, *, timeout_s: float, log: Path | None = None, echo: bool = False
+    ) -> subprocess.CompletedProcess:
         """`dora start --attach` on this cluster; -> its result (stdout and stderr together),
         shown line by line as it comes with `echo`. Raises TimeoutExpired past `timeout_s`."""
         for process in self.processes:
             self._check_alive(process)
-        args = [self.dora, "start", str(flow), "--attach", "--coordinator-addr", self.host, "--coordinator-port", str(self.coordinator_port)]
+        args = [
+            self.dora,
+            "start",
+            str(flow),
+            "--attach",
+            "--coordinator-addr",
+            self.host,
+            "--coordinator-port",
+            str(self.coordinator_port),
+        ]
         proc = subprocess.Popen(
-            args, cwd=flow.parent, env=self.cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+            args,
+            cwd=flow.parent,
+            env=self.cli_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
         )
         lines: list[str] = []
 
@@ -422,15 +454,22 @@ def _interrupts_raise() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensor_codec_nodes.local_cluster", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tensor_codec_nodes.local_cluster", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("dataflow", type=Path)
     parser.add_argument("--machines", help="machine ids, comma-separated (default: those the dataflow deploys to)")
-    parser.add_argument("--host", default=LOOPBACK, help="address to bind and dial (default 127.0.0.1: nothing reachable from outside)")
+    parser.add_argument(
+        "--host", default=LOOPBACK, help="address to bind and dial (default 127.0.0.1: nothing reachable from outside)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the dataflow may run (default 300)")
     parser.add_argument("--logs", type=Path, help="log directory (default: out/cluster next to the dataflow)")
     parser.add_argument(
-        "--report", action="append", default=[], type=Path,
-        help="a JSON report the dataflow must write with \"ok\": true (relative to the dataflow; repeatable)",
+        "--report",
+        action="append",
+        default=[],
+        type=Path,
+        help='a JSON report the dataflow must write with "ok": true (relative to the dataflow; repeatable)',
     )
     args = parser.parse_args(argv)
     flow = args.dataflow.resolve()
@@ -448,7 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing:
                 raise ClusterError(f"--machines: the dataflow deploys to {machines}, {missing} not among {wanted}")
             machines = wanted
-        print(f"local_cluster: coordinator and daemons {', '.join(machines)} on {args.host} (logs in {logs})", flush=True)
+        print(
+            f"local_cluster: coordinator and daemons {', '.join(machines)} on {args.host} (logs in {logs})", flush=True
+        )
         reports = [p if p.is_absolute() else flow.parent / p for p in args.report]
         for report in reports:
             report.unlink(missing_ok=True)  # a report left by an earlier run proves nothing
@@ -462,7 +503,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"local_cluster: {e}", file=sys.stderr)
         return 2
     except subprocess.TimeoutExpired:
-        print(f"local_cluster: the dataflow ran past --timeout {args.timeout:g} s; stopped everything it started", file=sys.stderr)
+        print(
+            f"local_cluster: the dataflow ran past --timeout {args.timeout:g} s; stopped everything it started",
+            file=sys.stderr,
+        )
         return 124
     except KeyboardInterrupt:
         print("local_cluster: interrupted; stopped everything it started", file=sys.stderr)

@@ -32,9 +32,8 @@ from .errors import (
     UsageError,
 )
 from .lifetimes import keep, release, scope
-from .limits import Limits
+from .limits import Limits, set_limits
 from .limits import current as get_limits
-from .limits import set_limits
 
 if TYPE_CHECKING:
     from .cuda_ipc.transport import CudaIpcTransport
@@ -47,7 +46,13 @@ def _cuda_ipc() -> "CudaIpcTransport":
     return get_transport(CUDA_IPC)  # type: ignore[return-value]  # the CUDA IPC transport
 
 
-def ipc_configure(output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None) -> None:
+def ipc_configure(
+    output_id: str,
+    *,
+    max_bytes_in_flight: int | None = None,
+    on_full: str | None = None,
+    timeout_s: float | None = None,
+) -> None:
     """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
     what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
     `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""

@@ -41,7 +41,11 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     plan = make_plan(obj)
     # No route: `route` is asked only for transport='auto', which get_transport refused above.
     name, _ = routing.resolve(
-        transport, plan.has_cuda, lambda: None, key=None, output=ENCODE_OUTPUT  # type: ignore[arg-type, return-value]
+        transport,
+        plan.has_cuda,
+        lambda: None,
+        key=None,
+        output=ENCODE_OUTPUT,  # type: ignore[arg-type, return-value]
     )
     chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, _ENCODE)
@@ -76,19 +80,28 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     compiled = received.cached(text, transport_name)
     if compiled is not None and compiled.nodes <= received.SMALL_NODES:
         # A stream's small header, seen before: a few objects made, nothing for the collector.
-        materialized = transport.materialize(value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target)
+        materialized = transport.materialize(
+            value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
+        )
         handed_out: list = []
         obj = compiled.build(materialized.tensors, handed_out)
     else:
         with _collector_paused():
             if compiled is None:
                 compiled = received.compile_header(text, transport_name, transport)
-            materialized = transport.materialize(value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target)
+            materialized = transport.materialize(
+                value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
+            )
             handed_out = []
             obj = compiled.build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
         lifetimes.register_message(
-            name, materialized.borrowed, handed_out, materialized.tensors, materialized.locations, compiled.leaves,
+            name,
+            materialized.borrowed,
+            handed_out,
+            materialized.tensors,
+            materialized.locations,
+            compiled.leaves,
             compiled.header["tree"],
         )
     return obj
@@ -138,7 +151,9 @@ def _target_device(device: Any) -> torch.device | None:
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", torch.cuda.current_device())
     if target.type == "cuda" and target.index >= torch.cuda.device_count():
-        raise UsageError(f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}")
+        raise UsageError(
+            f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}"
+        )
     if target.type not in ("cpu", "cuda"):
         raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     return target

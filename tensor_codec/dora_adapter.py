@@ -35,7 +35,8 @@ import logging
 import os
 import re
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -258,7 +259,11 @@ def check_route(node: Any, output_id: str, nbytes: int) -> None:
         log.warning(
             "output '%s': message of %s does not fit this node's shared_memory_pool_size of %s (from %s) "
             "and takes dora's slow fallback path; %s",
-            output_id, _mib(nbytes), _mib(pool), source, advice,
+            output_id,
+            _mib(nbytes),
+            _mib(pool),
+            source,
+            advice,
         )
 
 
@@ -293,7 +298,9 @@ def size_error(node: Any, output_id: str, nbytes: int, error: RuntimeError) -> M
     )
 
 
-def _write_and_send(node: Any, output_id: str, nbytes: int, metadata: dict, write: Callable[[Destination], None]) -> None:
+def _write_and_send(
+    node: Any, output_id: str, nbytes: int, metadata: dict, write: Callable[[Destination], None]
+) -> None:
     """Have `write` fill dora's send buffer for one message of `nbytes` bytes, then send it (when
     the block ends without an error). No view of the buffer outlives this call: dora reuses it.
     Plain try/finally, no generator-based context managers: this runs for every message."""
@@ -319,7 +326,9 @@ def _check_user_metadata(metadata: Any) -> None:
         return
     reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
     if reserved:
-        raise EncodeError(f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}")
+        raise EncodeError(
+            f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}"
+        )
     image_keys = [k for k in DORA_IMAGE_KEYS if k in metadata]
     if image_keys:
         raise EncodeError(
@@ -346,7 +355,9 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     plan = make_plan(obj)
-    name, _ = routing.resolve(transport, plan.has_cuda, lambda: route_of(node, output_id), key=id(node), output=output_id)
+    name, _ = routing.resolve(
+        transport, plan.has_cuda, lambda: route_of(node, output_id), key=id(node), output=output_id
+    )
     chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, Output(output_id, lambda: expected_receivers(node, output_id)))
     if outgoing is None:
@@ -387,7 +398,9 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
     if not isinstance(tensor, torch.Tensor):
         raise EncodeError(f"tensor: expected a torch.Tensor, got {type(tensor).__qualname__}")
     if tensor.layout != torch.strided or tensor.is_quantized or tensor.device.type == "meta":
-        raise EncodeError(f"tensor: expected a dense strided tensor with data, got layout {tensor.layout} on {tensor.device}")
+        raise EncodeError(
+            f"tensor: expected a dense strided tensor with data, got layout {tensor.layout} on {tensor.device}"
+        )
     plain = values_of(tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor), ())
     nbytes = plain.numel() * plain.element_size()
     check_route(node, output_id, nbytes)

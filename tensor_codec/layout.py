@@ -56,7 +56,7 @@ class LeafLayout:
     raw_span: bool = False
     broadcast: tuple[int, ...] = ()  # dims narrowed to size 1 in `source`
 
-    def with_source(self, t: torch.Tensor, path: tuple = ()) -> "LeafLayout":
+    def with_source(self, t: torch.Tensor, path: tuple = ()) -> LeafLayout:
         """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
         t = values_of(t, path)
         for d in self.broadcast:
@@ -164,7 +164,9 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
         )
     dtype = by_torch(t.dtype, path)
     if t.dim() > MAX_RANK:
-        raise EncodeError(f"unsupported tensor at `{format_path(path)}`: expected at most {MAX_RANK} dims, got {t.dim()}")
+        raise EncodeError(
+            f"unsupported tensor at `{format_path(path)}`: expected at most {MAX_RANK} dims, got {t.dim()}"
+        )
     t = values_of(t, path)
     shape = tuple(t.shape)
     strides = tuple(t.stride())
@@ -290,6 +292,4 @@ def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> N
             f"product of the sizes of the dims with smaller strides), got shape {list(shape)} strides {list(strides)}"
         )
     if span * dtype.itemsize != nbytes:
-        raise DecodeError(
-            f"{where}.nbytes: expected {span * dtype.itemsize} ({span} x {dtype.name}), got {nbytes}"
-        )
+        raise DecodeError(f"{where}.nbytes: expected {span * dtype.itemsize} ({span} x {dtype.name}), got {nbytes}")

@@ -70,12 +70,21 @@ def make_plan(obj: Any) -> Plan:
         plain = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
     # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
     # quantized, other devices) takes the general path and its errors.
-    if plain is not None and plain.layout is torch.strided and (plain.is_cpu or plain.is_cuda) and not (
-        plain.is_nested or plain.is_quantized
+    if (
+        plain is not None
+        and plain.layout is torch.strided
+        and (plain.is_cpu or plain.is_cuda)
+        and not (plain.is_nested or plain.is_quantized)
     ):
         # is_cuda, not device.type (a new torch.device each call): only CPU and CUDA get here.
         layout_key = (
-            plain.dtype, plain.shape, plain.stride(), plain.is_cuda, plain.requires_grad, plain.is_conj(), plain.is_neg()
+            plain.dtype,
+            plain.shape,
+            plain.stride(),
+            plain.is_cuda,
+            plain.requires_grad,
+            plain.is_conj(),
+            plain.is_neg(),
         )
         plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
         cached = _plan_cache.get(plan_key)
@@ -88,7 +97,9 @@ def make_plan(obj: Any) -> Plan:
         else:
             leaf = plan_leaf(plain, ())
             limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
-            template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
+            template = LeafLayout(
+                leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast
+            )
             _remember(_layout_cache, layout_key, template)
         tree, memo = tensor_node(kind, obj, plain, 0), {}
         _remember(_plan_cache, plan_key, (tree, template, memo))

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import EncodeError
 from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST
@@ -106,7 +107,9 @@ NO_CUDA = "no CUDA tensor in the message"
 _announced: set[tuple] = set()
 
 
-def resolve(requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *, key: Any, output: str) -> tuple[str, str]:
+def resolve(
+    requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *, key: Any, output: str
+) -> tuple[str, str]:
     """-> (transport, why) of one message: `requested` (``auto``/``host``/``cuda-ipc``, explicit in
     the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of `choose` for ``auto``, and host
     bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``.

@@ -55,12 +55,19 @@ _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
-def header_metadata(tree: Any, leaf_layouts: list, transport: str, leaf_fields: list[dict], extra: dict | None = None) -> dict:
+def header_metadata(
+    tree: Any, leaf_layouts: list, transport: str, leaf_fields: list[dict], extra: dict | None = None
+) -> dict:
     """The codec's metadata for a message: its tree, its leaves' layouts (`LeafLayout`) with the
     transport's per-leaf keys (`leaf_fields`) and top-level keys (`extra`), as header text."""
     leaves = []
     for leaf, fields in zip(leaf_layouts, leaf_fields):
-        entry = {"dtype": leaf.dtype.name, "shape": list(leaf.shape), "strides": list(leaf.strides), "nbytes": leaf.nbytes}
+        entry = {
+            "dtype": leaf.dtype.name,
+            "shape": list(leaf.shape),
+            "strides": list(leaf.strides),
+            "nbytes": leaf.nbytes,
+        }
         entry.update(fields)
         leaves.append(entry)
     header = {"leaves": leaves, "tree": tree}
@@ -104,7 +111,9 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
     return transport, text
 
 
-def parse_header(text: str, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits) -> tuple[dict, list[ReceivedLeaf]]:
+def parse_header(
+    text: str, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits
+) -> tuple[dict, list[ReceivedLeaf]]:
     """Header text -> (header object, validated leaf table), for a transport that adds `leaf_keys`
     to each leaf and `header_keys` to the header. Its cost is checked before it is parsed."""
     header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
@@ -159,12 +168,12 @@ def parse_leaves(
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _allowed_top_keys(transport_header_keys: frozenset) -> frozenset:
     return frozenset({"leaves", "tree"}) | transport_header_keys
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _allowed_leaf_keys(transport_leaf_keys: frozenset) -> frozenset:
     return frozenset(_COMMON_LEAF_KEYS) | transport_leaf_keys
 
@@ -183,7 +192,9 @@ def _leaf_keys_error(entry: Any, allowed: frozenset, where: str):
 def _int_list(value: Any, index: int, field: str) -> tuple[int, ...]:
     if type(value) is not list or len(value) > MAX_RANK:
         what = f"{len(value)} entries" if type(value) is list else type(value).__name__
-        raise DecodeError(f"tc.header.leaves[{index}].{field}: expected a list of at most {MAX_RANK} integers, got {what}")
+        raise DecodeError(
+            f"tc.header.leaves[{index}].{field}: expected a list of at most {MAX_RANK} integers, got {what}"
+        )
     for v in value:
         if type(v) is not int or not 0 <= v <= MAX_DIM:
             raise DecodeError(f"tc.header.leaves[{index}].{field}: expected integers in [0, 2**62], got {v!r:.80}")

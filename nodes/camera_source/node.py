@@ -17,7 +17,6 @@ from .config import OUTPUT, TICK_INPUT, load_config
 from .sources import SourceError, open_source
 from .spec import SPEC
 
-
 MAX_FAILURES_IN_A_ROW = 30  # then the source is broken, not glitching: stop with an error
 
 
@@ -86,10 +85,21 @@ class CameraSource(NodeLogic):
         self.ticked = TICK_INPUT in inputs
         ackers = ackers_of(inputs)
         window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
-        self.outbox = Outbox(window, lambda obj, metadata: send_frame(node, self.camera, obj, metadata), self.log, time.monotonic)
+        self.outbox = Outbox(
+            window, lambda obj, metadata: send_frame(node, self.camera, obj, metadata), self.log, time.monotonic
+        )
         self.node = node
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-        self.log.info("%s %dx%d on %s, %s frames, format %s%s", config.source, config.width, config.height, self.device, config.frames or "endless", config.format, acked)
+        self.log.info(
+            "%s %dx%d on %s, %s frames, format %s%s",
+            config.source,
+            config.width,
+            config.height,
+            self.device,
+            config.frames or "endless",
+            config.format,
+            acked,
+        )
 
     # -- reading: with ticks, block (they wake the loop); else nap until the next frame is due
     def wait(self) -> float | None:

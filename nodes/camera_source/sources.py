@@ -7,8 +7,9 @@ import functools
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -144,7 +145,9 @@ def _torchvision_decode(data: bytes) -> torch.Tensor:
 
     with warnings.catch_warnings():  # the fallback is deliberate: torchvision 0.29+ only gets here without TorchCodec
         warnings.filterwarnings("ignore", TORCHVISION_CODECS_DEPRECATED, DeprecationWarning)
-        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        return decode_image(
+            torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB, apply_exif_orientation=True
+        )
 
 
 def decode_image_file(path: Path) -> torch.Tensor:
@@ -172,7 +175,9 @@ class ImageFolderSource:
             raise SourceError(f"SOURCE_PATH: expected a folder of images, got {config.source_path!r} (not a folder)")
         self.files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not self.files:
-            raise SourceError(f"SOURCE_PATH: expected {', '.join(IMAGE_SUFFIXES)} files in {config.source_path!r}, found none")
+            raise SourceError(
+                f"SOURCE_PATH: expected {', '.join(IMAGE_SUFFIXES)} files in {config.source_path!r}, found none"
+            )
         self.config = config
         self.device = device
         self.position = 0
@@ -206,7 +211,13 @@ class ImageFolderSource:
 
 def open_source(config: CameraConfig, device: torch.device) -> FrameSource:
     if config.source == "synthetic":
-        return SyntheticSource(config.width, config.height, config.channels, device, hwc=config.format == "raw" or config.layout == "interleaved")
+        return SyntheticSource(
+            config.width,
+            config.height,
+            config.channels,
+            device,
+            hwc=config.format == "raw" or config.layout == "interleaved",
+        )
     if config.source in ("camera", "video"):
         return OpenCVSource(config, device)
     return ImageFolderSource(config, device)

@@ -12,7 +12,11 @@ SPEC = NodeSpec(
         "or a folder of images. FORMAT=raw sends flat rgb8 for dora-hub image nodes instead."
     ),
     inputs=(
-        Port(TICK_INPUT, "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.", optional=True),
+        Port(
+            TICK_INPUT,
+            "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.",
+            optional=True,
+        ),
         ack_inputs_port(
             "Optional. Acknowledged delivery: one input per consumer of `image` whose id starts with `ack` (`ack_encoder`, "
             "`ack_receiver`, ...), wired to that consumer's `ack` output. A frame counts as delivered when every one of them "

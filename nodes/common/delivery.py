@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,8 +37,21 @@ from .settings import Setting
 from .stats import SeqTracker
 
 __all__ = [
-    "AckWindow", "Delivery", "Outbox", "Relay", "ack_settings", "ack_inputs_port", "ack_output_port", "ackers_of", "ack_for",
-    "ack_sender", "window_of", "SinkIntake", "STOP_GRACE_S", "EMPTY", "not_acknowledged_line",
+    "AckWindow",
+    "Delivery",
+    "Outbox",
+    "Relay",
+    "ack_settings",
+    "ack_inputs_port",
+    "ack_output_port",
+    "ackers_of",
+    "ack_for",
+    "ack_sender",
+    "window_of",
+    "SinkIntake",
+    "STOP_GRACE_S",
+    "EMPTY",
+    "not_acknowledged_line",
 ]
 
 STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of what it sent
@@ -47,9 +61,27 @@ EMPTY = pa.array([], type=pa.uint8())
 def ack_settings(what: str = "message") -> tuple[Setting, ...]:
     """The settings of a node with acknowledged outputs (`what`: how its messages are called)."""
     return (
-        Setting("WINDOW", "int", "8", f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most; the consumer's queue_size should be at least twice this (retransmissions included).", minimum=1),
-        Setting("RETRY_S", "float", "1.0", f"With an `ack*` input wired: resend a {what} unacknowledged for this many seconds (dora can drop messages on a congested link).", minimum=0.01),
-        Setting("ACK_TIMEOUT_S", "float", "30", f"With an `ack*` input wired: give up on a {what} unacknowledged for this many seconds (logged and counted; the node then exits with status 1).", minimum=0.1),
+        Setting(
+            "WINDOW",
+            "int",
+            "8",
+            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most; the consumer's queue_size should be at least twice this (retransmissions included).",
+            minimum=1,
+        ),
+        Setting(
+            "RETRY_S",
+            "float",
+            "1.0",
+            f"With an `ack*` input wired: resend a {what} unacknowledged for this many seconds (dora can drop messages on a congested link).",
+            minimum=0.01,
+        ),
+        Setting(
+            "ACK_TIMEOUT_S",
+            "float",
+            "30",
+            f"With an `ack*` input wired: give up on a {what} unacknowledged for this many seconds (logged and counted; the node then exits with status 1).",
+            minimum=0.1,
+        ),
     )
 
 
@@ -130,7 +162,9 @@ def not_acknowledged_line(missing: int, total: int, what: str = "messages", firs
 class AckWindow:
     """Messages sent and not yet acknowledged by every acker, keyed by anything hashable."""
 
-    def __init__(self, *, reliable: bool, window: int = 8, retry_s: float = 1.0, give_up_s: float = 30.0, ackers=(P.ACK_INPUT,)):
+    def __init__(
+        self, *, reliable: bool, window: int = 8, retry_s: float = 1.0, give_up_s: float = 30.0, ackers=(P.ACK_INPUT,)
+    ):
         self.reliable = reliable
         self.ackers = frozenset(ackers)  # the inputs that must each acknowledge a message
         self.window = window
@@ -174,7 +208,9 @@ class AckWindow:
         """Seconds until the next retransmission or give-up (None: nothing outstanding)."""
         if not self.unacked:
             return None
-        return max(0.0, min(min(last + self.retry_s, first + self.give_up_s) for first, last in self.unacked.values()) - now)
+        return max(
+            0.0, min(min(last + self.retry_s, first + self.give_up_s) for first, last in self.unacked.values()) - now
+        )
 
     def ack(self, key: Hashable, acker: str = P.ACK_INPUT) -> bool:
         """-> True when this ack completed the message's delivery."""
@@ -207,7 +243,16 @@ class Delivery(AckWindow):
     """The tensor sender's schedule: messages 0..total-1 (total 0 = endless), which are rebuilt
     from their seq when resent, so nothing but the seq is kept."""
 
-    def __init__(self, total: int, *, reliable: bool, window: int = 8, retry_s: float = 1.0, give_up_s: float = 30.0, ackers=(P.ACK_INPUT,)):
+    def __init__(
+        self,
+        total: int,
+        *,
+        reliable: bool,
+        window: int = 8,
+        retry_s: float = 1.0,
+        give_up_s: float = 30.0,
+        ackers=(P.ACK_INPUT,),
+    ):
         super().__init__(reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers)
         self.total = total
         self.next_seq = 0
@@ -249,7 +294,9 @@ class Outbox:
     frame, a JPEG, a decoded frame): every message is kept until all ackers acknowledged it, to be
     resent. `send(obj, metadata)` does the actual dora send (and may raise)."""
 
-    def __init__(self, window: AckWindow, send: Callable[[Any, dict], None], log: logging.Logger, clock: Callable[[], float]):
+    def __init__(
+        self, window: AckWindow, send: Callable[[Any, dict], None], log: logging.Logger, clock: Callable[[], float]
+    ):
         self.window = window
         self._send = send
         self.log = log
@@ -358,7 +405,14 @@ class Relay:
     it cannot be slowed down, so past `max_backlog` the oldest waiting is dropped, logged.
     """
 
-    def __init__(self, data_inputs: Iterable[str], outbox: Outbox, send_ack: Callable[[dict], None] | None, log: logging.Logger, max_backlog: int = 256):
+    def __init__(
+        self,
+        data_inputs: Iterable[str],
+        outbox: Outbox,
+        send_ack: Callable[[dict], None] | None,
+        log: logging.Logger,
+        max_backlog: int = 256,
+    ):
         self.data_inputs = frozenset(data_inputs)
         self.outbox = outbox
         self.send_ack = send_ack
@@ -416,7 +470,11 @@ class Relay:
         elif len(self.backlog) >= self.max_backlog:
             dropped = self.backlog.popleft()
             self.dropped += 1
-            self.log.error("dropped message %s: %d waiting and its sender takes no acks", P.label(dropped.get("metadata") or {}), len(self.backlog))
+            self.log.error(
+                "dropped message %s: %d waiting and its sender takes no acks",
+                P.label(dropped.get("metadata") or {}),
+                len(self.backlog),
+            )
         self.backlog.append(event)
 
     @staticmethod

@@ -41,7 +41,9 @@ def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
     channels = CHANNELS[encoding]
     flat = tc.plain_bytes(value)
     if flat.numel() != width * height * channels:
-        raise tc.DecodeError(f"value: expected {width}x{height}x{channels} = {width * height * channels} bytes for {encoding}, got {flat.numel()}")
+        raise tc.DecodeError(
+            f"value: expected {width}x{height}x{channels} = {width * height * channels} bytes for {encoding}, got {flat.numel()}"
+        )
     chw = flat.view(height, width, channels).permute(2, 0, 1)
     if encoding == "bgr8":
         chw = chw.flip(0)
@@ -51,8 +53,14 @@ def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
 def check_frame(obj: Any) -> torch.Tensor:
     """`obj` as a plain (C, H, W) uint8 tensor with C in (1, 3), or FrameError naming the field,
     what was expected and what came. Takes a tv_tensors.Image or a plain tensor."""
-    if not isinstance(obj, torch.Tensor) or isinstance(obj, tv_tensors.TVTensor) and not isinstance(obj, tv_tensors.Image):
-        raise FrameError(f"frame: expected a torchvision.tv_tensors.Image (or a (C, H, W) tensor), got {type(obj).__module__}.{type(obj).__qualname__}")
+    if (
+        not isinstance(obj, torch.Tensor)
+        or isinstance(obj, tv_tensors.TVTensor)
+        and not isinstance(obj, tv_tensors.Image)
+    ):
+        raise FrameError(
+            f"frame: expected a torchvision.tv_tensors.Image (or a (C, H, W) tensor), got {type(obj).__module__}.{type(obj).__qualname__}"
+        )
     if obj.dtype != torch.uint8:
         raise FrameError(f"frame.dtype: expected torch.uint8, got {obj.dtype}")
     if obj.dim() != 3:

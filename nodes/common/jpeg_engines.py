@@ -136,7 +136,7 @@ def _check_engine(engine: str) -> None:
 
 
 def _device_type(device) -> str:
-    """"cuda" or "cpu" for a torch.device or its name (torch is not imported here: a node's --help
+    """ "cuda" or "cpu" for a torch.device or its name (torch is not imported here: a node's --help
     reads this module's choices without it)."""
     kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
     return "cuda" if kind == "cuda" else "cpu"
@@ -166,7 +166,9 @@ def choose_encoder(engine: str, subsampling: str, device) -> EngineChoice:
         if reason is None:
             offered = encoder_subsamplings(name, kind)
             if subsampling == "auto" or subsampling in offered:
-                return EngineChoice(name, subsampling if subsampling != "auto" else offered[0], "; ".join(passed) or None)
+                return EngineChoice(
+                    name, subsampling if subsampling != "auto" else offered[0], "; ".join(passed) or None
+                )
             reason = f"writes {' or '.join(offered)} only, SUBSAMPLING={subsampling}"
         passed.append(f"{name} passed over: {reason}")
     raise EngineError(f"ENGINE=auto: no JPEG encoder on {kind} can be used: " + "; ".join(passed))

@@ -4,9 +4,8 @@ header that declares a huge image (a decompression bomb) is refused before memor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -50,7 +49,9 @@ def _subsampling(factors: list[tuple[int, int]]) -> str:
 def _bytes_of(data) -> memoryview:
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8 or data.dim() != 1 or data.device.type != "cpu":
-            raise JpegError(f"jpeg: expected a flat uint8 CPU tensor, got {data.dtype} of shape {tuple(data.shape)} on {data.device}")
+            raise JpegError(
+                f"jpeg: expected a flat uint8 CPU tensor, got {data.dtype} of shape {tuple(data.shape)} on {data.device}"
+            )
         data = data.numpy() if data.is_contiguous() else data.contiguous().numpy()
     if isinstance(data, np.ndarray):
         return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
@@ -67,7 +68,7 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
     if n < 4:
         got = f"{n} byte{'s' if n > 1 else ''} ({bytes(b).hex(' ')})" if n else "no bytes"
         raise JpegError(f"jpeg: expected at least 4 bytes (start- and end-of-image markers), got {got}")
-    tail = bytes(b[max(2, n - _TAIL):])
+    tail = bytes(b[max(2, n - _TAIL) :])
     if b"\xff\xd9" not in tail:
         raise JpegError(f"jpeg: expected the end-of-image marker ff d9 at the end ({n} bytes), got none: truncated")
     i = 2
@@ -97,9 +98,13 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
             if components not in (1, 3, 4):
                 raise JpegError(f"jpeg: frame header declares {components} components, expected 1, 3 or 4")
             if max_pixels is not None and width * height > max_pixels:
-                raise JpegError(f"jpeg: {width}x{height} = {width * height} px, expected at most {max_pixels} (MAX_PIXELS)")
+                raise JpegError(
+                    f"jpeg: {width}x{height} = {width * height} px, expected at most {max_pixels} (MAX_PIXELS)"
+                )
             if length < 8 + 3 * components:
-                raise JpegError(f"jpeg: frame header at byte {i} is {length} bytes, expected {8 + 3 * components} for {components} components")
+                raise JpegError(
+                    f"jpeg: frame header at byte {i} is {length} bytes, expected {8 + 3 * components} for {components} components"
+                )
             factors = [(b[i + 11 + 3 * c] >> 4, b[i + 11 + 3 * c] & 15) for c in range(components)]
             return JpegInfo(width, height, components, marker in _PROGRESSIVE, n, _subsampling(factors))
         i += 2 + length

@@ -48,7 +48,17 @@ from typing import Any
 
 from .settings import SettingError
 
-__all__ = ["NodeLogic", "CannotStart", "EventLoop", "run", "console_main", "is_timeout", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_CONFIG"]
+__all__ = [
+    "NodeLogic",
+    "CannotStart",
+    "EventLoop",
+    "run",
+    "console_main",
+    "is_timeout",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_BAD_CONFIG",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run did not do all it should: messages not delivered, sends that kept failing, STRICT

@@ -17,7 +17,15 @@ import yaml
 
 from .settings import Setting
 
-NODE_PACKAGES = ("camera_source", "tensor_sender", "tensor_receiver", "jpeg_encoder", "jpeg_decoder", "jpeg_sink", "rerun_sink")
+NODE_PACKAGES = (
+    "camera_source",
+    "tensor_sender",
+    "tensor_receiver",
+    "jpeg_encoder",
+    "jpeg_decoder",
+    "jpeg_sink",
+    "rerun_sink",
+)
 MANIFEST = "dora-node.yml"
 
 
@@ -73,7 +81,9 @@ def render(spec: NodeSpec) -> str:
         "env": {s.name: _setting(s) for s in spec.settings},
         "example": spec.example,
     }
-    header = "# Generated from the node's spec.py and settings table: python -m tensor_codec_nodes.common.manifest --write\n"
+    header = (
+        "# Generated from the node's spec.py and settings table: python -m tensor_codec_nodes.common.manifest --write\n"
+    )
     return header + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 
 

@@ -62,7 +62,7 @@ def _background(height: int, width: int, channels: int, device: torch.device, hw
     y = torch.arange(height, dtype=torch.int64, device=device)
     red = (x * 255 // max(width - 1, 1)).expand(height, width)
     green = (y * 255 // max(height - 1, 1))[:, None].expand(height, width)
-    blue = ((x[None, :] + y[:, None]) * 255 // max(width + height - 2, 1))
+    blue = (x[None, :] + y[:, None]) * 255 // max(width + height - 2, 1)
     if channels == 1:
         planes = [(red + green + blue) // 3]
     else:

@@ -24,7 +24,9 @@ def _histogram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         diff = torch.maximum(a, b).sub_(torch.minimum(a, b)).reshape(-1)
         return torch.bincount(diff, minlength=256).to("cpu", torch.float64)
     diff = (a.to(torch.float64) - b.to(torch.float64)).abs().reshape(-1)
-    return torch.stack([diff.numel() * torch.ones((), dtype=torch.float64), diff.sum().cpu(), diff.square().sum().cpu()])
+    return torch.stack(
+        [diff.numel() * torch.ones((), dtype=torch.float64), diff.sum().cpu(), diff.square().sum().cpu()]
+    )
 
 
 def _moments(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, int]:

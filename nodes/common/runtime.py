@@ -94,4 +94,6 @@ def finish_sharing(log: logging.Logger, timeout_s: float = 10.0) -> None:
     import tensor_codec as tc
 
     if not tc.ipc_flush(timeout_s):
-        log.warning("exiting with CUDA IPC messages still held by receivers after %g s; they will get errors", timeout_s)
+        log.warning(
+            "exiting with CUDA IPC messages still held by receivers after %g s; they will get errors", timeout_s
+        )

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["Setting", "SettingError", "load_settings", "settings_dataclass", "parse_size", "parse_sizes", "parse_device_spec"]
+__all__ = [
+    "Setting",
+    "SettingError",
+    "load_settings",
+    "settings_dataclass",
+    "parse_size",
+    "parse_sizes",
+    "parse_device_spec",
+]
 
 
 class SettingError(ValueError):
@@ -200,7 +209,9 @@ def settings_dataclass(table: Sequence[Setting]):
         namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
         namespace["SETTINGS"] = table
         namespace["from_env"] = classmethod(_from_env)
-        made = dataclasses.make_dataclass(cls.__name__, [(s.field, _field_type(s)) for s in table], namespace=namespace, frozen=True)
+        made = dataclasses.make_dataclass(
+            cls.__name__, [(s.field, _field_type(s)) for s in table], namespace=namespace, frozen=True
+        )
         made.__module__, made.__qualname__ = cls.__module__, cls.__qualname__
         return made
 

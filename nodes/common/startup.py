@@ -15,12 +15,21 @@ import logging
 import os
 import sys
 import textwrap
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .manifest import NodeSpec, Port
 from .settings import Setting
 
-__all__ = ["help_text", "answer_command_line", "outside_dora", "close_setting_names", "wiring_problems", "preflight", "join_dataflow"]
+__all__ = [
+    "help_text",
+    "answer_command_line",
+    "outside_dora",
+    "close_setting_names",
+    "wiring_problems",
+    "preflight",
+    "join_dataflow",
+]
 
 WIDTH = 100
 # Environment names the project reads besides the settings tables (tensor_codec's own limits and
@@ -66,7 +75,10 @@ def help_text(spec: NodeSpec) -> str:
     for setting in spec.settings:
         out += _setting_lines(setting)
     out += ["", "Example dataflow:", textwrap.indent(spec.example.rstrip(), "  ")]
-    out += ["", f"Run it from a dataflow: `path: {spec.name}` (its directory must be on PATH), then `dora run dataflow.yml`."]
+    out += [
+        "",
+        f"Run it from a dataflow: `path: {spec.name}` (its directory must be on PATH), then `dora run dataflow.yml`.",
+    ]
     return "\n".join(out)
 
 
@@ -137,12 +149,18 @@ def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str
     problems = []
     for port_id in inputs:
         if not any(_matches(p, port_id) for p in spec.inputs):
-            guess = difflib.get_close_matches(port_id, [p.id for p in spec.inputs if not p.id.startswith("<")], n=1, cutoff=0.0)
+            guess = difflib.get_close_matches(
+                port_id, [p.id for p in spec.inputs if not p.id.startswith("<")], n=1, cutoff=0.0
+            )
             hint = f"; did you mean `{guess[0]}`?" if guess else ""
-            problems.append(f"input `{port_id}` is not one this node reads ({_names(spec.inputs)}): its messages are ignored{hint}")
+            problems.append(
+                f"input `{port_id}` is not one this node reads ({_names(spec.inputs)}): its messages are ignored{hint}"
+            )
     for port in spec.inputs:
         if not port.optional and not port.id.startswith("<") and not any(_matches(port, i) for i in inputs):
-            problems.append(f"input `{port.id}` is not wired: this node gets nothing to work on (wire it as `{port.id}: <node>/<output>`)")
+            problems.append(
+                f"input `{port.id}` is not wired: this node gets nothing to work on (wire it as `{port.id}: <node>/<output>`)"
+            )
     for port_id in outputs:
         if not any(_matches(p, port_id) for p in spec.outputs):
             problems.append(f"output `{port_id}` is not one this node sends ({_names(spec.outputs)})")

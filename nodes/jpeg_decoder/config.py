@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.delivery import ack_settings
 from ..common.jpeg_engines import ENGINE_CHOICES
@@ -12,10 +12,27 @@ INPUT = "jpeg"
 OUTPUT = "image"
 
 SETTINGS = (
-    Setting("MODE", "choice", "auto", "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a greyscale JPEG and 3 otherwise), `rgb` or `gray`.", ("auto", "rgb", "gray")),
+    Setting(
+        "MODE",
+        "choice",
+        "auto",
+        "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a greyscale JPEG and 3 otherwise), `rgb` or `gray`.",
+        ("auto", "rgb", "gray"),
+    ),
     Setting("BATCH", "int", "4", "Decode up to this many JPEGs that are already queued in one call.", minimum=1),
-    Setting("MAX_PIXELS", "int", "67108864", "Refuse a JPEG whose header declares more pixels than this (64 Mpx, more than 8K), before any memory is taken.", minimum=1),
-    Setting("DEVICE", "device", "auto", "Where frames are decoded and sent from: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    Setting(
+        "MAX_PIXELS",
+        "int",
+        "67108864",
+        "Refuse a JPEG whose header declares more pixels than this (64 Mpx, more than 8K), before any memory is taken.",
+        minimum=1,
+    ),
+    Setting(
+        "DEVICE",
+        "device",
+        "auto",
+        "Where frames are decoded and sent from: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.",
+    ),
     Setting(
         "ENGINE",
         "choice",

@@ -19,7 +19,9 @@ from .engines import JpegDecodeEngine
 
 log = logging.getLogger("jpeg-decoder")
 
-_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.CHANNELS, P.JPEG_CRC32})
+_NOT_CARRIED = frozenset(
+    {P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.CHANNELS, P.JPEG_CRC32}
+)
 
 
 def frame_metadata(source: dict, image: torch.Tensor) -> dict:
@@ -92,13 +94,19 @@ class JpegDecoder:
         results = self.engine.decode([c.jpeg for c in batch], [c.channels for c in batch])
         for item, result in zip(batch, results):
             if isinstance(result, Exception):
-                self._bad(item.metadata, f"decode: {type(result).__name__}: {str(result).splitlines()[0] if str(result) else ''}")
+                self._bad(
+                    item.metadata,
+                    f"decode: {type(result).__name__}: {str(result).splitlines()[0] if str(result) else ''}",
+                )
                 continue
             # The header's size, or its sides swapped (an EXIF orientation that rotates by 90
             # degrees, applied by every engine); anything else is not this JPEG's frame.
             want = (item.channels, item.height, item.width)
             if tuple(result.shape) not in (want, (item.channels, item.width, item.height)):
-                self._bad(item.metadata, f"decode: {self.engine.name} returned shape {tuple(result.shape)}, expected {want} from the JPEG's header")
+                self._bad(
+                    item.metadata,
+                    f"decode: {self.engine.name} returned shape {tuple(result.shape)}, expected {want} from the JPEG's header",
+                )
                 continue
             self.stats.decoded += 1
             out.append((tv_tensors.Image(result), frame_metadata(item.metadata, result)))

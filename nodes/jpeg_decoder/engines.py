@@ -124,10 +124,16 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
         if self.device.type == "cuda":
             self._decoder = nv.Decoder(device_id=self.device.index or 0)
         else:
-            self._decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+            self._decoder = nv.Decoder(
+                device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
+            )
         self._params = {
-            1: nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.GRAY, sample_format=nv.SampleFormat.I_Y),
-            3: nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, sample_format=nv.SampleFormat.I_RGB),
+            1: nv.DecodeParams(
+                apply_exif_orientation=True, color_spec=nv.ColorSpec.GRAY, sample_format=nv.SampleFormat.I_Y
+            ),
+            3: nv.DecodeParams(
+                apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, sample_format=nv.SampleFormat.I_RGB
+            ),
         }
 
     def decode_batch(self, jpegs, channels):
@@ -135,7 +141,9 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
         cuda = self.device.type == "cuda"
         stream = torch.cuda.current_stream(self.device) if cuda else None
         sources = [nv.CodeStream(j.numpy().tobytes()) for j in jpegs]
-        images = self._decoder.decode(sources, params=self._params[channels], cuda_stream=stream.cuda_stream if cuda else 0)
+        images = self._decoder.decode(
+            sources, params=self._params[channels], cuda_stream=stream.cuda_stream if cuda else 0
+        )
         out = []
         for k, image in enumerate(images):
             if image is None:

@@ -32,7 +32,13 @@ class JpegDecoderNode(NodeLogic):
 
     def start(self, node) -> None:
         config, device = self.config, self.device
-        started = start_engine(self.log, config.engine, device, lambda: choose_decoder(config.engine, device), lambda choice: make_decode_engine(choice, device))
+        started = start_engine(
+            self.log,
+            config.engine,
+            device,
+            lambda: choose_decoder(config.engine, device),
+            lambda choice: make_decode_engine(choice, device),
+        )
         if started is None:
             raise CannotStart()  # start_engine said why
         choice, engine = started
@@ -41,7 +47,9 @@ class JpegDecoderNode(NodeLogic):
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
         ackers = ackers_of(declared_inputs(node))
         self.window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
-        self.outbox = Outbox(self.window, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), self.log, time.monotonic)
+        self.outbox = Outbox(
+            self.window, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), self.log, time.monotonic
+        )
         self.relay = Relay({INPUT}, self.outbox, ack_sender(node), self.log)
         # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None

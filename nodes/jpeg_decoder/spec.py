@@ -14,7 +14,10 @@ SPEC = NodeSpec(
         "corrupt one is logged, counted and skipped."
     ),
     inputs=(
-        Port(INPUT, "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG."),
+        Port(
+            INPUT,
+            "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG.",
+        ),
         ack_inputs_port(
             "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with `ack`, "
             "wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, until there "

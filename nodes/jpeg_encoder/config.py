@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.delivery import ack_settings
 from ..common.jpeg_engines import ENGINE_CHOICES, SUBSAMPLING_CHOICES
@@ -13,9 +13,26 @@ OUTPUT = "jpeg"
 
 SETTINGS = (
     Setting("QUALITY", "int", "90", "JPEG quality, 1 (smallest) to 100 (best).", minimum=1, maximum=100),
-    Setting("BATCH", "int", "4", "Encode up to this many frames that are already queued in one call (frames never wait for a batch to fill).", minimum=1),
-    Setting("WORKERS", "int", "2", "Concurrent encoders: threads, each with its own CUDA stream on a GPU. Output order is input order.", minimum=1),
-    Setting("DEVICE", "device", "auto", "Where frames are encoded: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N."),
+    Setting(
+        "BATCH",
+        "int",
+        "4",
+        "Encode up to this many frames that are already queued in one call (frames never wait for a batch to fill).",
+        minimum=1,
+    ),
+    Setting(
+        "WORKERS",
+        "int",
+        "2",
+        "Concurrent encoders: threads, each with its own CUDA stream on a GPU. Output order is input order.",
+        minimum=1,
+    ),
+    Setting(
+        "DEVICE",
+        "device",
+        "auto",
+        "Where frames are encoded: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.",
+    ),
     Setting(
         "ENGINE",
         "choice",

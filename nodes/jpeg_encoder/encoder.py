@@ -23,7 +23,9 @@ from .engines import JpegEngine
 log = logging.getLogger("jpeg-encoder")
 
 # Keys that describe the source message, not the JPEG: dropped on the way through.
-_NOT_CARRIED = frozenset({P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.JPEG_CRC32, P.LOSSY, P.SUBSAMPLING})
+_NOT_CARRIED = frozenset(
+    {P.CHECKSUM, P.WANTS_ACK, P.EXPECT, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.JPEG_CRC32, P.LOSSY, P.SUBSAMPLING}
+)
 
 
 def jpeg_metadata(source: dict, channels: int, height: int, width: int, quality: int) -> dict:
@@ -171,7 +173,9 @@ class JpegEncoder:
             now = self.clock_ns()
             for item, (data, crc) in zip(job.items, encoded):
                 try:
-                    item.metadata[P.SUBSAMPLING] = read_header(data).subsampling  # what was written, whatever the engine
+                    item.metadata[P.SUBSAMPLING] = read_header(
+                        data
+                    ).subsampling  # what was written, whatever the engine
                 except JpegError as e:
                     self._failed([item], f"encoder wrote no readable JPEG: {e}")
                     continue

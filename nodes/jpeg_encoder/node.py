@@ -47,8 +47,13 @@ class JpegEncoderNode(NodeLogic):
 
     def start(self, node) -> None:
         config, device = self.config, self.device
-        started = start_engine(self.log, config.engine, device, lambda: choose_encoder(config.engine, config.subsampling, device),
-                               lambda choice: make_engine(choice, device, config.quality, config.workers))
+        started = start_engine(
+            self.log,
+            config.engine,
+            device,
+            lambda: choose_encoder(config.engine, config.subsampling, device),
+            lambda choice: make_engine(choice, device, config.quality, config.workers),
+        )
         if started is None:
             raise CannotStart()  # start_engine said why
         choice, engine = started
@@ -57,12 +62,22 @@ class JpegEncoderNode(NodeLogic):
         # make the output windowed; an `ack` output acknowledges the frames to their sender.
         ackers = ackers_of(declared_inputs(node))
         self.window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
-        self.outbox = Outbox(self.window, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), self.log, time.monotonic)
+        self.outbox = Outbox(
+            self.window, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), self.log, time.monotonic
+        )
         self.relay = Relay({INPUT}, self.outbox, ack_sender(node), self.log)
         self.got_input = False  # a good frame taken since the last collect
         self.over = False
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-        self.log.info("%s: %s, quality %d, batch %d, %d workers%s", choice.describe(), engine.describe(), config.quality, config.batch, config.workers, acked)
+        self.log.info(
+            "%s: %s, quality %d, batch %d, %d workers%s",
+            choice.describe(),
+            engine.describe(),
+            config.quality,
+            config.batch,
+            config.workers,
+            acked,
+        )
 
     # Idle: block for the next event (with acks outstanding, no longer than the next resend is
     # due). Busy: take only what is already queued. Without acks, read no more than the encoder

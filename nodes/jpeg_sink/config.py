@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.settings import Setting, settings_dataclass
 
 INPUT = "jpeg"
 
 SETTINGS = (
-    Setting("DIR", "path", "out/jpeg", "Folder the JPEGs are written to (relative to the dataflow's directory); created if missing."),
-    Setting("COUNT", "int", "5", "Save the first COUNT JPEGs, then only count the rest; 0 = save every one.", minimum=0),
+    Setting(
+        "DIR",
+        "path",
+        "out/jpeg",
+        "Folder the JPEGs are written to (relative to the dataflow's directory); created if missing.",
+    ),
+    Setting(
+        "COUNT", "int", "5", "Save the first COUNT JPEGs, then only count the rest; 0 = save every one.", minimum=0
+    ),
     Setting("PREFIX", "string", "frame", "File names are <PREFIX>-<frame index, 6 digits>.jpg."),
 )
 

@@ -40,7 +40,11 @@ class JpegSink:
         if self.count and self.saved >= self.count:
             return None
         index = metadata.get(P.FRAME, metadata.get(P.SEQ, self.received - 1))
-        name = f"{self.prefix}-{index:06d}.jpg" if type(index) is int and index >= 0 else f"{self.prefix}-{self.received - 1:06d}.jpg"
+        name = (
+            f"{self.prefix}-{index:06d}.jpg"
+            if type(index) is int and index >= 0
+            else f"{self.prefix}-{self.received - 1:06d}.jpg"
+        )
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / name
         tmp = path.with_suffix(".jpg.part")

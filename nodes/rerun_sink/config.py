@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.settings import Setting, SettingError, settings_dataclass
 
@@ -10,24 +10,32 @@ DEFAULT_VIEWER = "rerun+http://127.0.0.1:9876/proxy"  # where `rerun` (the viewe
 
 SETTINGS = (
     Setting(
-        "RRD", "path", "out/recording.rrd",
+        "RRD",
+        "path",
+        "out/recording.rrd",
         "Write the recording to this .rrd file (relative to the dataflow's directory; folders are created); "
         "open it with `rerun <file>`. `none`: no file (then CONNECT must name a viewer).",
     ),
     Setting(
-        "CONNECT", "string", "",
+        "CONNECT",
+        "string",
+        "",
         f"Also stream to a running viewer at this address: `auto` for the default ({DEFAULT_VIEWER}, what a plain "
         "`rerun` listens on), or a rerun+http:// URL. Empty: no viewer.",
     ),
     Setting(
-        "SPLIT_BY", "string", "case",
+        "SPLIT_BY",
+        "string",
+        "case",
         "A metadata key: a message that has it is shown under /<input>/<its value> (a value's `/` make levels), so a "
         "stream of different things (the tensor sender's payloads, which name themselves in `case`) does not "
         "overwrite itself under one entity. `none`: every message of an input under /<input>.",
     ),
     Setting("APP_ID", "string", "tensor_codec", "The recording's application id (the viewer groups recordings by it)."),
     Setting(
-        "REQUIRED", "bool", "1",
+        "REQUIRED",
+        "bool",
+        "1",
         "1: without rerun-sdk the node says how to install it and exits with status 2. 0: it says so once, then only "
         "takes (and acknowledges) its inputs, recording nothing: what the default pipeline uses, so it runs with or "
         "without the optional extra.",
@@ -57,8 +65,14 @@ class RerunSinkConfig:
 def load_config(env: Mapping[str, str]) -> RerunSinkConfig:
     config = RerunSinkConfig.from_env(env)
     if config.file is None and config.viewer is None:
-        raise SettingError("RRD and CONNECT: expected a file (RRD=out/recording.rrd) or a viewer (CONNECT=auto), got RRD=none and no CONNECT")
-    if config.connect and config.connect.lower() != "auto" and not config.connect.startswith(("rerun://", "rerun+http://", "rerun+https://")):
+        raise SettingError(
+            "RRD and CONNECT: expected a file (RRD=out/recording.rrd) or a viewer (CONNECT=auto), got RRD=none and no CONNECT"
+        )
+    if (
+        config.connect
+        and config.connect.lower() != "auto"
+        and not config.connect.startswith(("rerun://", "rerun+http://", "rerun+https://"))
+    ):
         raise SettingError(f"CONNECT: expected auto or a rerun+http://host:port/proxy URL, got {config.connect!r}")
     if not config.app_id:
         raise SettingError("APP_ID: expected a name, got ''")

@@ -38,7 +38,9 @@ class RerunSinkNode(NodeLogic):
         if self.why is None:
             file = _prepare(config.file)
             self.sink = self.RerunSink(sdk.open_recording(config.app_id, file, config.viewer), config.split_key)
-            where = ([f"{file} (open it with: rerun {file})"] if file else []) + ([f"the viewer at {config.viewer}"] if config.viewer else [])
+            where = ([f"{file} (open it with: rerun {file})"] if file else []) + (
+                [f"the viewer at {config.viewer}"] if config.viewer else []
+            )
             self.log.info("recording to %s", " and ".join(where))
         else:
             self.log.warning("%s; REQUIRED=0: taking the inputs without recording them", self.why)
@@ -63,7 +65,10 @@ class RerunSinkNode(NodeLogic):
         failed = self.sink.close()
         self.log.info("%s%s; %d entities", self.sink.summary(), dup, len(self.sink.entities))
         if self.config.file:
-            print(f"rerun-sink: recording written to {self.config.file}: open it with `rerun {self.config.file}`", flush=True)
+            print(
+                f"rerun-sink: recording written to {self.config.file}: open it with `rerun {self.config.file}`",
+                flush=True,
+            )
         if failed:
             self.log.error("the recording did not all reach %s: %s", self.config.viewer or self.config.file, failed)
             return EXIT_FAILED

@@ -26,7 +26,7 @@ _MAX_SPLIT_PARTS, _MAX_SPLIT_CHARS = 8, 200  # a SPLIT_BY value from the network
 
 
 def message_kind(metadata: dict, value: Any) -> str:
-    """"tensor_codec", "jpeg", "image" (a dora plain image), or "unknown"."""
+    """ "tensor_codec", "jpeg", "image" (a dora plain image), or "unknown"."""
     if "tc.version" in metadata:
         return "tensor_codec"
     encoding = metadata.get(P.ENCODING)
@@ -67,7 +67,9 @@ def message_views(value: Any, metadata: dict) -> tuple[list[View], list[str]]:
         flat = tc.plain_bytes(value)
         expected = width * height * CHANNELS[encoding]
         if flat.numel() != expected:
-            raise CannotShow(f"value: expected {width}x{height}x{CHANNELS[encoding]} = {expected} bytes for {encoding}, got {flat.numel()}")
+            raise CannotShow(
+                f"value: expected {width}x{height}x{CHANNELS[encoding]} = {expected} bytes for {encoding}, got {flat.numel()}"
+            )
         return [plain_image_view(flat, encoding, width, height)], []
     raise CannotShow(
         "metadata: expected a tensor_codec message (tc.version), a dora image (encoding: rgb8, bgr8, mono8 or jpeg) "
@@ -82,7 +84,9 @@ def capture_time(metadata: dict) -> np.datetime64 | None:
     if ns is None:
         return None
     if type(ns) is not int or not 0 <= ns < _INT64:
-        raise CannotShow(f"metadata.{P.CAPTURE_NS}: expected nanoseconds since the epoch (an integer >= 0), got {ns!r:.60}")
+        raise CannotShow(
+            f"metadata.{P.CAPTURE_NS}: expected nanoseconds since the epoch (an integer >= 0), got {ns!r:.60}"
+        )
     return np.datetime64(ns, "ns")
 
 
@@ -144,10 +148,16 @@ class RerunSink:
             return ()
         value = metadata[self.split_by]
         if type(value) is not str or not 0 < len(value) <= _MAX_SPLIT_CHARS:
-            problems.append(f"metadata.{self.split_by} (SPLIT_BY): expected a name of 1 to {_MAX_SPLIT_CHARS} characters, got {value!r:.60}")
+            problems.append(
+                f"metadata.{self.split_by} (SPLIT_BY): expected a name of 1 to {_MAX_SPLIT_CHARS} characters, got {value!r:.60}"
+            )
             return ()
         parts = tuple(part for part in value.split("/") if part)
-        return parts[:_MAX_SPLIT_PARTS - 1] + ("/".join(parts[_MAX_SPLIT_PARTS - 1:]),) if len(parts) > _MAX_SPLIT_PARTS else parts
+        return (
+            parts[: _MAX_SPLIT_PARTS - 1] + ("/".join(parts[_MAX_SPLIT_PARTS - 1 :]),)
+            if len(parts) > _MAX_SPLIT_PARTS
+            else parts
+        )
 
     def _problem(self, counter: Counter, input_id: str, metadata: dict, what: str) -> bool:
         counter[input_id] += 1

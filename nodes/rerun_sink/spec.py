@@ -20,8 +20,11 @@ SPEC = NodeSpec(
             "Any number of inputs, each shown under /<input id>: tensor_codec messages (tensors, TVTensors, "
             "PackedSequences, nested dicts/lists/tuples of them), dora plain images (encoding rgb8 / bgr8 / mono8 with "
             "width and height) and JPEGs (encoding jpeg, or bare JPEG bytes).",
-            {"capture_ns": "optional: the capture_time timeline (else only rerun's log_time)",
-             "frame": "optional: the frame timeline", "seq": "optional: the seq timeline"},
+            {
+                "capture_ns": "optional: the capture_time timeline (else only rerun's log_time)",
+                "frame": "optional: the frame timeline",
+                "seq": "optional: the seq timeline",
+            },
         ),
     ),
     outputs=(

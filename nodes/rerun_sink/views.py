@@ -231,14 +231,20 @@ def box_corners(t: torch.Tensor, box_format: str, where: str) -> torch.Tensor:
     if columns is None:
         raise CannotShow(f"{where}.format: expected one of {', '.join(_COLUMNS)}, got {box_format!r}")
     if t.dim() == 0 or t.shape[-1] != columns:
-        raise CannotShow(f"{where}: expected boxes of shape (N, {columns}) in format {box_format}, got {tuple(t.shape)}")
+        raise CannotShow(
+            f"{where}: expected boxes of shape (N, {columns}) in format {box_format}, got {tuple(t.shape)}"
+        )
     if t.is_complex():
         raise CannotShow(f"{where}: expected real box coordinates, got {t.dtype}")
     boxes = t.reshape(-1, columns).to(torch.float64)
     old = tv_tensors.BoundingBoxFormat[box_format]
     if box_format in _AXIS_ALIGNED:
-        return F.convert_bounding_box_format(boxes, old_format=old, new_format=tv_tensors.BoundingBoxFormat.XYXY, inplace=False)
-    corners = F.convert_bounding_box_format(boxes, old_format=old, new_format=tv_tensors.BoundingBoxFormat.XYXYXYXY, inplace=False)
+        return F.convert_bounding_box_format(
+            boxes, old_format=old, new_format=tv_tensors.BoundingBoxFormat.XYXY, inplace=False
+        )
+    corners = F.convert_bounding_box_format(
+        boxes, old_format=old, new_format=tv_tensors.BoundingBoxFormat.XYXYXYXY, inplace=False
+    )
     return corners.view(-1, 4, 2)
 
 
@@ -258,7 +264,11 @@ def keypoint_views(t: torch.Tensor, canvas_size: tuple[int, int], where: str) ->
         raise CannotShow(f"{where}: expected real coordinates, got {t.dtype}")
     points = t.reshape(-1, 2).to(torch.float64)
     per_instance = t.shape[-2] if t.dim() >= 3 else 1
-    instance = np.repeat(np.arange(points.shape[0] // per_instance), per_instance) if points.shape[0] else np.zeros(0, np.int64)
+    instance = (
+        np.repeat(np.arange(points.shape[0] // per_instance), per_instance)
+        if points.shape[0]
+        else np.zeros(0, np.int64)
+    )
     return [View((), rr.Points2D(points.numpy(), class_ids=instance)), canvas_outline(canvas_size)]
 
 

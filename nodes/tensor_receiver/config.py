@@ -2,18 +2,53 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.settings import Setting, SettingError, settings_dataclass
 
 SETTINGS = (
-    Setting("DEVICE", "device", "auto", "Where received tensors are restored: auto (CUDA when present), cpu, cuda or cuda:N."),
-    Setting("VERIFY", "choice", "full", "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte (frames that went through JPEG: within JPEG_MIN_PSNR and JPEG_MAX_MAD). `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.", ("full", "index", "none")),
-    Setting("JPEG_MIN_PSNR", "float", "35", "Frames that went through JPEG (metadata `lossy`), VERIFY=full: the least PSNR in dB against the synthetic frame they carry (35 suits quality 90).", minimum=0),
-    Setting("JPEG_MAX_MAD", "float", "3", "As JPEG_MIN_PSNR: the largest mean absolute difference per value (0-255).", minimum=0),
-    Setting("REPORT", "path", "", "Write the final report as JSON to this path (relative to the dataflow's directory); empty = no file."),
-    Setting("STRICT", "bool", "0", "Exit with status 1 if any message was bad or missing (or none came), so a dataflow can serve as a test."),
-    Setting("PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports (at least 0.1); 0 = none.", minimum=0),
+    Setting(
+        "DEVICE",
+        "device",
+        "auto",
+        "Where received tensors are restored: auto (CUDA when present), cpu, cuda or cuda:N.",
+    ),
+    Setting(
+        "VERIFY",
+        "choice",
+        "full",
+        "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte (frames that went through JPEG: within JPEG_MIN_PSNR and JPEG_MAX_MAD). `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.",
+        ("full", "index", "none"),
+    ),
+    Setting(
+        "JPEG_MIN_PSNR",
+        "float",
+        "35",
+        "Frames that went through JPEG (metadata `lossy`), VERIFY=full: the least PSNR in dB against the synthetic frame they carry (35 suits quality 90).",
+        minimum=0,
+    ),
+    Setting(
+        "JPEG_MAX_MAD",
+        "float",
+        "3",
+        "As JPEG_MIN_PSNR: the largest mean absolute difference per value (0-255).",
+        minimum=0,
+    ),
+    Setting(
+        "REPORT",
+        "path",
+        "",
+        "Write the final report as JSON to this path (relative to the dataflow's directory); empty = no file.",
+    ),
+    Setting(
+        "STRICT",
+        "bool",
+        "0",
+        "Exit with status 1 if any message was bad or missing (or none came), so a dataflow can serve as a test.",
+    ),
+    Setting(
+        "PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports (at least 0.1); 0 = none.", minimum=0
+    ),
 )
 
 

@@ -14,14 +14,16 @@ import tensor_codec as tc
 from ..common import protocol as P
 from ..common.delivery import ack_for  # noqa: F401  (the receiver's acks: one rule, delivery.py's)
 from ..common.device import synchronize
-from ..common.stats import Latencies, SeqTracker, keep_failure
 from ..common.images import is_plain_image, restore_plain_image
+from ..common.stats import Latencies, SeqTracker, keep_failure
 from .verify import LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
 
 MAX_REASONS = 8  # distinct reasons for unverified messages kept per input
-COMPRESSED = frozenset({"jpeg", "jpg", "jpe", "png", "webp", "bmp", "avif"})  # dora image encodings of files, not pixels
+COMPRESSED = frozenset(
+    {"jpeg", "jpg", "jpe", "png", "webp", "bmp", "avif"}
+)  # dora image encodings of files, not pixels
 
 
 @dataclass
@@ -83,7 +85,14 @@ class Receiver:
     """`inputs`: the input ids the dataflow wires to this node; one that never delivers a
     message makes the run fail (a source that silently sent nothing is not a pass)."""
 
-    def __init__(self, device: torch.device, verify_mode: str = "full", clock_ns=time.time_ns, inputs=(), lossy: LossyBounds = LossyBounds()):
+    def __init__(
+        self,
+        device: torch.device,
+        verify_mode: str = "full",
+        clock_ns=time.time_ns,
+        inputs=(),
+        lossy: LossyBounds = LossyBounds(),
+    ):
         self.device = device
         self.verify_mode = verify_mode
         self.lossy = lossy
@@ -180,4 +189,9 @@ class Receiver:
         return all(s.received and s.bad == 0 and s.missing == 0 for s in self.inputs.values())
 
     def report(self) -> dict:
-        return {"ok": self.ok, "device": str(self.device), "verify": self.verify_mode, "inputs": {k: v.to_dict() for k, v in self.inputs.items()}}
+        return {
+            "ok": self.ok,
+            "device": str(self.device),
+            "verify": self.verify_mode,
+            "inputs": {k: v.to_dict() for k, v in self.inputs.items()},
+        }

@@ -16,25 +16,58 @@ def progress_line(report: dict) -> str:
     return "tensor receiver: " + (" | ".join(parts) if parts else "waiting for messages")
 
 
-COLUMNS = ("input", "received", "good", "unverified", "bad", "rejected", "missing", "out-of-order", "dup", "msg/s", "p50 ms", "p99 ms", "age p50")
+COLUMNS = (
+    "input",
+    "received",
+    "good",
+    "unverified",
+    "bad",
+    "rejected",
+    "missing",
+    "out-of-order",
+    "dup",
+    "msg/s",
+    "p50 ms",
+    "p99 ms",
+    "age p50",
+)
 
 
 def summary_table(report: dict) -> str:
     rows = []
     for name, s in report["inputs"].items():
         expected = "" if s["expected"] is None else f"/{s['expected']}"
-        rows.append((
-            name, f"{s['received']}{expected}", s["good"], s["unverified"], s["bad"], s["rejected"], s["missing"], s["out_of_order"],
-            s["duplicates"], "-" if s["fps"] is None else f"{s['fps']:.1f}",
-            _ms(s["latency_ms"]["p50"]), _ms(s["latency_ms"]["p99"]), _ms(s["age_ms"]["p50"]),
-        ))
+        rows.append(
+            (
+                name,
+                f"{s['received']}{expected}",
+                s["good"],
+                s["unverified"],
+                s["bad"],
+                s["rejected"],
+                s["missing"],
+                s["out_of_order"],
+                s["duplicates"],
+                "-" if s["fps"] is None else f"{s['fps']:.1f}",
+                _ms(s["latency_ms"]["p50"]),
+                _ms(s["latency_ms"]["p99"]),
+                _ms(s["age_ms"]["p50"]),
+            )
+        )
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    line = lambda cells: "  ".join(
+        str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )
     status = "PASS" if report["ok"] else "FAIL"
-    out = [f"tensor receiver summary: {status} (restored on {report['device']}, verify={report['verify']})", line(COLUMNS)]
+    out = [
+        f"tensor receiver summary: {status} (restored on {report['device']}, verify={report['verify']})",
+        line(COLUMNS),
+    ]
     out += [line(r) for r in rows]
     if any(s["age_ms"]["p50"] is not None for s in report["inputs"].values()):
-        out.append("  (p50/p99: from the last sender's sent_ns; age: from the frame's capture_ns, through every node on the way)")
+        out.append(
+            "  (p50/p99: from the last sender's sent_ns; age: from the frame's capture_ns, through every node on the way)"
+        )
     for name, s in report["inputs"].items():
         out += [f"  {name}: {f}" for f in s["failures"][:10]]
         out += [f"  {name}: {n} unverified: {why}" for why, n in s.get("unverified_because", {}).items()]

@@ -20,7 +20,9 @@ SPEC = NodeSpec(
         ),
     ),
     outputs=(
-        ack_output_port("message", " (empty value, metadata seq and stream)", "the senders' `ack` inputs", every="every"),
+        ack_output_port(
+            "message", " (empty value, metadata seq and stream)", "the senders' `ack` inputs", every="every"
+        ),
     ),
     settings=SETTINGS,
     example="""\

@@ -59,11 +59,15 @@ def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds
     return None if checked else "nothing to check against (no checksum, no pixel format)"
 
 
-def verify_frame(obj: Any, metadata: dict, pixel_format: str, mode: str, lossy: LossyBounds = LossyBounds()) -> str | None:
+def verify_frame(
+    obj: Any, metadata: dict, pixel_format: str, mode: str, lossy: LossyBounds = LossyBounds()
+) -> str | None:
     """Check a frame's type, dtype and shape against its metadata, and a synthetic frame's pixels;
     -> None when the content was verified, else why it could not be."""
     if not isinstance(obj, tv_tensors.Image):
-        raise Mismatch(f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}")
+        raise Mismatch(
+            f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}"
+        )
     channels = CHANNELS[pixel_format]
     if obj.dim() == 3 and P.ENCODING not in metadata:
         want = (channels, obj.shape[1], obj.shape[2])  # a tensor_codec frame: its size is its shape
@@ -79,10 +83,14 @@ def verify_frame(obj: Any, metadata: dict, pixel_format: str, mode: str, lossy: 
         return f"frame is {width}x{height}, its pattern was rendered at {rendered!s:.32}: cropped or resized upstream? (VERIFY=none counts without checking)"
     frame = metadata.get(P.FRAME)
     if type(frame) is not int or frame < 0:
-        raise Mismatch(f"metadata.frame: expected the index a {PATTERN_NAME} frame carries (an integer >= 0), got {frame!r:.40}")
+        raise Mismatch(
+            f"metadata.frame: expected the index a {PATTERN_NAME} frame carries (an integer >= 0), got {frame!r:.40}"
+        )
     index = read_index(obj)
     if index is None or index != frame % 2**32:
-        raise Mismatch(f"frame index in the pixels: expected {frame}, got {index if index is not None else 'unreadable'}")
+        raise Mismatch(
+            f"frame index in the pixels: expected {frame}, got {index if index is not None else 'unreadable'}"
+        )
     if mode == "full" and metadata.get(P.LOSSY) is not None:
         reference = render(index, height, width, channels=channels, device=obj.device)
         db, mad = compare(obj.as_subclass(torch.Tensor), reference)
@@ -97,5 +105,7 @@ def verify_frame(obj: Any, metadata: dict, pixel_format: str, mode: str, lossy: 
         reference = render(index, height, width, channels=channels, device=obj.device, hwc=interleaved)
         if not same_pixels(plain, reference):
             differing = int((plain != reference).sum())
-            raise Mismatch(f"pixels: expected synthetic frame {frame} exactly, got {differing} of {plain.numel()} values different")
+            raise Mismatch(
+                f"pixels: expected synthetic frame {frame} exactly, got {differing} of {plain.numel()} values different"
+            )
     return None

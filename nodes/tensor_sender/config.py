@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..common.delivery import ack_settings
 from ..common.settings import Setting, SettingError, settings_dataclass
@@ -21,17 +21,56 @@ def _count(raw: str) -> int | None:
 
 
 SETTINGS = (
-    Setting("MODE", "choice", "suite", "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.", ("suite", "random", "safetensors")),
-    Setting("SIZES", "sizes", "1MB,16MB", "random mode: tensor sizes, comma-separated (KB/MB/GB are 1024-based; each a multiple of 4 bytes)."),
-    Setting("FILE", "path", "", "safetensors mode: the `.safetensors` file to send.", required_when="MODE is safetensors"),
-    Setting("COUNT", "string", "all", "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless.", convert=_count),
-    Setting("RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0),
+    Setting(
+        "MODE",
+        "choice",
+        "suite",
+        "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.",
+        ("suite", "random", "safetensors"),
+    ),
+    Setting(
+        "SIZES",
+        "sizes",
+        "1MB,16MB",
+        "random mode: tensor sizes, comma-separated (KB/MB/GB are 1024-based; each a multiple of 4 bytes).",
+    ),
+    Setting(
+        "FILE", "path", "", "safetensors mode: the `.safetensors` file to send.", required_when="MODE is safetensors"
+    ),
+    Setting(
+        "COUNT",
+        "string",
+        "all",
+        "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless.",
+        convert=_count,
+    ),
+    Setting(
+        "RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0
+    ),
     *ack_settings("message"),
-    Setting("CORRUPT", "bool", "0", "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them."),
+    Setting(
+        "CORRUPT",
+        "bool",
+        "0",
+        "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them.",
+    ),
     Setting("SEED", "int", "0", "Seed of the suite and of random payloads.", minimum=0),
-    Setting("DEVICE", "device", "auto", "Where payloads live before sending: auto (CUDA when present), cpu, cuda or cuda:N."),
-    Setting("TRANSPORT", "choice", "auto", "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same `deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE on a GPU).", ("auto", "host", "cuda-ipc")),
-    Setting("MAX_IN_FLIGHT", "size", "1GB", "cuda-ipc: bytes of GPU memory the output may have in flight; past it, sending waits for receivers (up to 5 s, then the message is logged and counted lost)."),
+    Setting(
+        "DEVICE", "device", "auto", "Where payloads live before sending: auto (CUDA when present), cpu, cuda or cuda:N."
+    ),
+    Setting(
+        "TRANSPORT",
+        "choice",
+        "auto",
+        "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same `deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE on a GPU).",
+        ("auto", "host", "cuda-ipc"),
+    ),
+    Setting(
+        "MAX_IN_FLIGHT",
+        "size",
+        "1GB",
+        "cuda-ipc: bytes of GPU memory the output may have in flight; past it, sending waits for receivers (up to 5 s, then the message is logged and counted lost).",
+    ),
 )
 
 

@@ -19,12 +19,13 @@ from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
 from .spec import SPEC
 
-
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
 MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the count covers the rest
 
 
-def send(node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "auto", outputs=(OUTPUT,)) -> bool:
+def send(
+    node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "auto", outputs=(OUTPUT,)
+) -> bool:
     """Send message `seq` on each output (each is routed on its own: see tensor_codec/routing.py);
     a message that cannot be sent is logged and counted lost.
     -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
@@ -81,7 +82,14 @@ class TensorSenderNode(NodeLogic):
         self.sender = TensorSender(self.payloads, config.count, corrupted, wants_ack=bool(ackers))
         self.delivery = Delivery(self.sender.total, reliable=bool(ackers), ackers=ackers, **window_of(config))
         acked = f", acknowledged by {', '.join(ackers)}" if ackers else ""
-        self.log.info("%s mode on %s: %s messages%s, transport %s", config.mode, self.device, self.sender.total or "endless", acked, config.transport)
+        self.log.info(
+            "%s mode on %s: %s messages%s, transport %s",
+            config.mode,
+            self.device,
+            self.sender.total or "endless",
+            acked,
+            config.transport,
+        )
 
     def _send(self, seq: int) -> bool:
         return send(self.node, self.sender, self.delivery, seq, self.log, self.config.transport, self.outputs)

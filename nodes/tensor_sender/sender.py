@@ -24,7 +24,14 @@ class TensorSender:
     """Message `seq` -> what to send. Payloads cycle; corrupted messages (if any) are spread
     through a finite run so a receiver must keep going after each. `total` is 0 when endless."""
 
-    def __init__(self, payloads: list[Payload], count: int | None, corrupted=(), stream: str | None = None, wants_ack: bool = False):
+    def __init__(
+        self,
+        payloads: list[Payload],
+        count: int | None,
+        corrupted=(),
+        stream: str | None = None,
+        wants_ack: bool = False,
+    ):
         if not payloads:
             raise ValueError("payloads: expected at least one, got none")
         self.payloads = payloads

@@ -56,7 +56,11 @@ class _MessageMemory:
 
     def __init__(self, address: int, size: int, segment: Segment):
         self.__cuda_array_interface__ = {
-            "shape": (size,), "typestr": "|u1", "data": (address, False), "version": 2, "strides": None,
+            "shape": (size,),
+            "typestr": "|u1",
+            "data": (address, False),
+            "version": 2,
+            "strides": None,
         }
         self.segment = segment  # the mapping stays open while the message is in use
 

@@ -162,7 +162,9 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIde
     return ProducerIdentity(host, pidns, pid, gpu, ledger)
 
 
-def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None) -> None:
+def check_same_machine(
+    producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None
+) -> None:
     """CUDA IPC only works between processes of one kernel, and never inside one process."""
     host = host_identity() if host is None else host
     if producer.host != host:

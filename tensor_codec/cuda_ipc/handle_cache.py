@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from ..errors import UsageError
 from .identity import pid_alive

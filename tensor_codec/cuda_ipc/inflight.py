@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import InFlightLimitError, UsageError
 
@@ -73,7 +73,9 @@ class InFlightLimit:
             if not self._dropping:
                 log.warning(
                     "%s: %d bytes in flight, cap %d: dropping messages until receivers release some",
-                    self.name, live_bytes(), self.max_bytes,
+                    self.name,
+                    live_bytes(),
+                    self.max_bytes,
                 )
             self._dropping = True
             return False

@@ -322,7 +322,9 @@ class LedgerView:
                 if pid == self.pid and hstate == HOLDING:
                     if event_handle is not None:
                         if len(event_handle) != EVENT_HANDLE_BYTES:
-                            raise LedgerError(f"event handle: expected {EVENT_HANDLE_BYTES} bytes, got {len(event_handle)}")
+                            raise LedgerError(
+                                f"event handle: expected {EVENT_HANDLE_BYTES} bytes, got {len(event_handle)}"
+                            )
                         m[at + 16 : at + 16 + EVENT_HANDLE_BYTES] = event_handle
                     HOLDER.pack_into(m, at, pid, RELEASED_WITH_EVENT if event_handle else RELEASED, 0)
                     return

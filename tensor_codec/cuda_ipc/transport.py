@@ -85,7 +85,12 @@ class CudaIpcTransport:
 
     # ---------------------------------------------------------------- the transport's own API
     def configure(
-        self, output_id: str, *, max_bytes_in_flight: int | None = None, on_full: str | None = None, timeout_s: float | None = None
+        self,
+        output_id: str,
+        *,
+        max_bytes_in_flight: int | None = None,
+        on_full: str | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         """Set the cap on bytes in flight for one output, and what a send does past it:
         ``on_full="wait"`` (up to `timeout_s`, then InFlightLimitError) or ``"drop"`` (the
@@ -160,7 +165,11 @@ class CudaIpcTransport:
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
         producer = ProducerIdentity(host_identity(), pid_namespace(), os.getpid(), uuid, state.producer.ledger.name)
         leaf_fields = [{"offset": o} for o in offsets]
-        entry = (header_metadata(plan.tree, plan.leaves, self.name, leaf_fields, {"producer": producer.header()}), offsets, total)
+        entry = (
+            header_metadata(plan.tree, plan.leaves, self.name, leaf_fields, {"producer": producer.header()}),
+            offsets,
+            total,
+        )
         if memo is not None:
             memo[key] = entry
         return entry
@@ -205,7 +214,14 @@ class CudaIpcTransport:
         return offsets, total, parse_producer(header["producer"])
 
     def materialize(
-        self, value: Any, metadata: dict, prepared: tuple, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self,
+        value: Any,
+        metadata: dict,
+        prepared: tuple,
+        leaves: list[ReceivedLeaf],
+        *,
+        copy: bool,
+        device: torch.device | None = None,
     ) -> Materialized:
         offsets, total, producer = prepared
         if not isinstance(value, pa.Array) or len(value) != 0:
@@ -216,7 +232,9 @@ class CudaIpcTransport:
         state = _get_state()
         index = self._local_index(state, producer.gpu)
         if not producer.ledger.startswith(f"tc-{producer.pid}-"):
-            raise DecodeError(f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}")
+            raise DecodeError(
+                f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
+            )
         base, memory = state.receiver.open(producer, fields, index)
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below

@@ -17,8 +17,14 @@ from .base import ENCODE_OUTPUT, Materialized, Outgoing, Output, Transport
 from .names import CUDA_IPC, HOST, NAMES
 
 __all__ = [
-    "Transport", "Materialized", "Outgoing", "Output", "ENCODE_OUTPUT",
-    "get_transport", "transport_for_message", "NAMES",
+    "Transport",
+    "Materialized",
+    "Outgoing",
+    "Output",
+    "ENCODE_OUTPUT",
+    "get_transport",
+    "transport_for_message",
+    "NAMES",
 ]
 
 # name -> "module:Class", relative to this package

@@ -5,8 +5,9 @@ never call dora (dora_adapter.py does)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -82,7 +83,14 @@ class Transport(Protocol):
         """
 
     def materialize(
-        self, value: Any, metadata: dict, prepared: Any, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self,
+        value: Any,
+        metadata: dict,
+        prepared: Any,
+        leaves: list[ReceivedLeaf],
+        *,
+        copy: bool,
+        device: torch.device | None = None,
     ) -> Materialized:
         """Check `value` against the prepared header and build the leaf tensors.
 

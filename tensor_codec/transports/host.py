@@ -85,7 +85,14 @@ class HostTransport:
         return offsets, total, Padding(leaves, offsets), only
 
     def materialize(
-        self, value: Any, metadata: dict, prepared: tuple, leaves: list[ReceivedLeaf], *, copy: bool, device: torch.device | None = None
+        self,
+        value: Any,
+        metadata: dict,
+        prepared: tuple,
+        leaves: list[ReceivedLeaf],
+        *,
+        copy: bool,
+        device: torch.device | None = None,
     ) -> Materialized:
         offsets, total, padding, single = prepared
         _check_value(value, total)
@@ -178,7 +185,9 @@ def _check_value(value: Any, total: int) -> None:
     if type(value) is pa.UInt8Array and len(value) == total and not (total and value.null_count):
         return  # every message that is right: one type check for the class and the Arrow type
     if not isinstance(value, pa.Array):
-        raise DecodeError(f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}")
+        raise DecodeError(
+            f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}"
+        )
     if value.type != _UINT8:
         raise DecodeError(f"value: expected Arrow type uint8, got {value.type}")
     if len(value) != total:

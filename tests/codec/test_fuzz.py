@@ -29,11 +29,20 @@ SEEDS = {
 MESSAGES = {name: tc.encode(obj) for name, obj in SEEDS.items()}
 
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
-    st.sampled_from(["float32", "bool", "tensor", "tv.BoundingBoxes", "dict", "namedtuple", "PackedSequence", "XYXY", "host"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(
+        ["float32", "bool", "tensor", "tv.BoundingBoxes", "dict", "namedtuple", "PackedSequence", "XYXY", "host"]
+    ),
 )
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)), max_leaves=12)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 def _paths(node, prefix=()):
@@ -92,7 +101,11 @@ def test_mutated_header_text(name, data):
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(sorted(MESSAGES)), key=st.sampled_from(["tc.version", "tc.transport", "tc.header"]), replacement=json_values)
+@given(
+    name=st.sampled_from(sorted(MESSAGES)),
+    key=st.sampled_from(["tc.version", "tc.transport", "tc.header"]),
+    replacement=json_values,
+)
 def test_mutated_metadata_values(name, key, replacement):
     value, metadata = MESSAGES[name]
     decode_or_codec_error(value, {**metadata, key: replacement})
@@ -135,7 +148,12 @@ def test_foreign_values(name, value):
 
 
 @settings(max_examples=200, deadline=None)
-@given(metadata=st.one_of(json_values, st.dictionaries(st.sampled_from(["tc.version", "tc.transport", "tc.header", "timestamp"]), json_values)))
+@given(
+    metadata=st.one_of(
+        json_values,
+        st.dictionaries(st.sampled_from(["tc.version", "tc.transport", "tc.header", "timestamp"]), json_values),
+    )
+)
 def test_arbitrary_metadata(metadata):
     decode_or_codec_error(pa.array([], pa.uint8()), metadata)
 

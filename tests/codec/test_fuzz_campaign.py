@@ -39,15 +39,25 @@ def test_harness_records_crash_hang_and_exception_with_reproducers(tmp_path):
     outlives the per-case timeout, an exception is an unexpected outcome. Each is counted once, has
     a JSON reproducer holding the message, and the other cases still run."""
     inject = {"abort": [3], "segv": [11], "hang": [20], "raise": [27], "exit": [35]}
-    summary = run(Config(cases=40, seed=5, workers=2, timeout=4.0, out=tmp_path, batch=8, inject=inject, progress=False))
+    summary = run(
+        Config(cases=40, seed=5, workers=2, timeout=4.0, out=tmp_path, batch=8, inject=inject, progress=False)
+    )
     report = format_summary(summary)
     assert summary.done == 40, report
-    assert summary.outcomes["crash"] == 3 and summary.outcomes["hang"] == 1 and summary.outcomes["other:RuntimeError"] == 1, report
+    assert (
+        summary.outcomes["crash"] == 3 and summary.outcomes["hang"] == 1 and summary.outcomes["other:RuntimeError"] == 1
+    ), report
     assert summary.outcomes["ok"] + summary.outcomes["DecodeError"] == 35, report
     assert not summary.ok and summary.worker_restarts == 4, report
     recorded = {r["index"]: r for r in summary.reproducers}
     assert sorted(recorded) == [3, 11, 20, 27, 35], report
-    expect = {3: ("crash", "SIGABRT"), 11: ("crash", "SIGSEGV"), 20: ("hang", "after 4 s"), 27: ("other:RuntimeError", "injected"), 35: ("crash", "status 3")}
+    expect = {
+        3: ("crash", "SIGABRT"),
+        11: ("crash", "SIGSEGV"),
+        20: ("hang", "after 4 s"),
+        27: ("other:RuntimeError", "injected"),
+        35: ("crash", "status 3"),
+    }
     for index, (outcome, words) in expect.items():
         path = tmp_path / f"repro-5-{index}.json"
         assert recorded[index]["path"] == str(path)
@@ -63,14 +73,31 @@ def test_harness_records_crash_hang_and_exception_with_reproducers(tmp_path):
     from tools.fuzz.seeds import build_seeds
 
     made = make_case(build_seeds(), 5, 3)
-    assert encoding.dumps(load_reproducer(tmp_path / "repro-5-3.json")["case"]) == encoding.dumps({k: made[k] for k in ("metadata", "value", "call")})
+    assert encoding.dumps(load_reproducer(tmp_path / "repro-5-3.json")["case"]) == encoding.dumps(
+        {k: made[k] for k in ("metadata", "value", "call")}
+    )
 
 
 @pytest.mark.slow  # worker processes, one restarted after a crash
 def test_cli_exit_status_json_and_replay(tmp_path, capsys):
     """`python -m tools.fuzz`: exit 1 and a JSON summary when a case crashed; --replay decodes a
     reproducer in-process (the injected fault is not part of the message, so it now decodes)."""
-    status = fuzz_main(["--cases", "12", "--seed", "9", "--workers", "1", "--out", str(tmp_path), "--json", "--quiet", "--inject", "exit:4"])
+    status = fuzz_main(
+        [
+            "--cases",
+            "12",
+            "--seed",
+            "9",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--quiet",
+            "--inject",
+            "exit:4",
+        ]
+    )
     out = capsys.readouterr().out
     summary = json.loads(out)
     assert status == 1 and summary["outcomes"]["crash"] == 1 and summary["completed"] == 12 and not summary["passed"]
@@ -98,9 +125,20 @@ def test_cases_are_deterministic_and_survive_json():
     assert {"ok", "DecodeError"} <= outcomes
 
 
-@pytest.mark.parametrize("value", [
-    float("nan"), -0.0, 1e308, 2**200, -(2**63), "\ud800x", b"\x00\xff", (1, [2, (3,)]), {1: "a", "$x": None, "k": {"$bytes": 1}},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        -0.0,
+        1e308,
+        2**200,
+        -(2**63),
+        "\ud800x",
+        b"\x00\xff",
+        (1, [2, (3,)]),
+        {1: "a", "$x": None, "k": {"$bytes": 1}},
+    ],
+)
 def test_encoding_round_trips_what_json_lacks(value):
     text = encoding.dumps({"v": value})
     back = encoding.loads(text)["v"]

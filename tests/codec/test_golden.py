@@ -39,7 +39,9 @@ FIXTURES = {
     "transposed_int16": lambda: torch.arange(6, dtype=torch.int16).reshape(2, 3).t(),
     "expanded_float64": lambda: torch.arange(3, dtype=torch.float64).expand(2, 3),
     "strided_crop_uint8": lambda: torch.arange(24, dtype=torch.uint8).reshape(4, 6)[1::2, ::2],
-    "channels_last_int8": lambda: torch.arange(24, dtype=torch.int8).reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last),
+    "channels_last_int8": lambda: (
+        torch.arange(24, dtype=torch.int8).reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
+    ),
     "bool": lambda: torch.tensor([[True, False, True]]),
     "bfloat16_bits": lambda: _bits(torch.bfloat16, [0, 0, 128, 63, 192, 127, 1, 128]),
     "float8_e4m3fn_bits": lambda: _bits(torch.float8_e4m3fn, [0, 56, 127, 255]),
@@ -55,7 +57,9 @@ FIXTURES = {
         torch.tensor([[1.0, 2.0, 3.0, 4.0]]), format="XYWH", canvas_size=(10, 20), clamping_mode="hard"
     ),
     "key_points": lambda: tvt.KeyPoints(torch.tensor([[1.5, 2.5], [3.0, 4.0]]), canvas_size=(8, 9)),
-    "packed_sequence": lambda: pack_sequence([torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0, 5.0])], enforce_sorted=False),
+    "packed_sequence": lambda: pack_sequence(
+        [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0, 5.0])], enforce_sorted=False
+    ),
     "nested_values": lambda: {
         "labels": torch.tensor([3, 1], dtype=torch.int32),
         "meta": {"frame": 42, "source": "cam/0", "ok": True, "none": None, "ratio": 0.5, "nan": math.nan, 7: "seven"},
@@ -86,15 +90,22 @@ def _set_byte(index, value):
 
 # name -> (the message, as metadata and bytes, made from a valid fixture; a fragment of the error)
 REFUSED = {
-    "nonzero_padding": (lambda: _zero_dim_and_empty(data_change=_set_byte(9, 0xAB)), "expected zero padding before tc.header.leaves[1]"),
+    "nonzero_padding": (
+        lambda: _zero_dim_and_empty(data_change=_set_byte(9, 0xAB)),
+        "expected zero padding before tc.header.leaves[1]",
+    ),
     "duplicate_member": (
         lambda: _zero_dim_and_empty(header_change=lambda h: h.replace('"nbytes":8,', '"nbytes":8,"nbytes":8,')),
         "'nbytes' twice",
     ),
     "broadcast_past_logical_limit": (
         lambda: (
-            {"tc.version": 1, "tc.transport": "host", "tc.header": '{"leaves":[{"dtype":"float32","shape":[1152921504606846976],'
-             '"strides":[0],"nbytes":4,"offset":0}],"tree":{"t":"tensor","leaf":0}}'},
+            {
+                "tc.version": 1,
+                "tc.transport": "host",
+                "tc.header": '{"leaves":[{"dtype":"float32","shape":[1152921504606846976],'
+                '"strides":[0],"nbytes":4,"offset":0}],"tree":{"t":"tensor","leaf":0}}',
+            },
             bytes(4),
         ),
         "tc.header.leaves[0].shape: expected at most 4294967296 logical bytes per tensor",
@@ -119,7 +130,11 @@ def test_every_refused_file_has_a_case_and_matches_it():
     assert {p.stem for p in (GOLDEN / "refused").glob("*.json")} == set(REFUSED)
     for name, (make, fragment) in REFUSED.items():
         metadata, raw = make()
-        assert json.loads(_refused_path(name).read_text()) == {"metadata": metadata, "data_hex": raw.hex(), "error": fragment}
+        assert json.loads(_refused_path(name).read_text()) == {
+            "metadata": metadata,
+            "data_hex": raw.hex(),
+            "error": fragment,
+        }
 
 
 def _path(name: str) -> Path:
@@ -155,12 +170,16 @@ def regenerate() -> None:
     for name, make in FIXTURES.items():
         value, metadata = tc.encode(make())
         raw = value.buffers()[1].to_pybytes()[: len(value)] if len(value) else b""
-        _path(name).write_text(json.dumps({"metadata": metadata, "data_hex": raw.hex()}, indent=1, ensure_ascii=False) + "\n")
+        _path(name).write_text(
+            json.dumps({"metadata": metadata, "data_hex": raw.hex()}, indent=1, ensure_ascii=False) + "\n"
+        )
         print("wrote", _path(name))
     (GOLDEN / "refused").mkdir(exist_ok=True)
     for name, (make, fragment) in REFUSED.items():
         metadata, raw = make()
-        _refused_path(name).write_text(json.dumps({"metadata": metadata, "data_hex": raw.hex(), "error": fragment}, indent=1) + "\n")
+        _refused_path(name).write_text(
+            json.dumps({"metadata": metadata, "data_hex": raw.hex(), "error": fragment}, indent=1) + "\n"
+        )
         print("wrote", _refused_path(name))
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import header_json, limits, received, wire
+from tensor_codec import header_json, limits, received
 
 EMPTY = pa.array([], pa.uint8())
 
@@ -88,7 +88,9 @@ def test_item_count_is_exact_for_what_the_encoder_writes():
     assert header_json.measure(text).items == count(json.loads(text))
 
 
-@pytest.mark.parametrize("text, items", [('["x"]', 2), ('[[""],[""]]', 5), ('{"a":["b"],"c":{}}', 6), ('["\\"",[]]', 3)])
+@pytest.mark.parametrize(
+    "text, items", [('["x"]', 2), ('[[""],[""]]', 5), ('{"a":["b"],"c":{}}', 6), ('["\\"",[]]', 3)]
+)
 def test_item_count_is_exact_when_arrays_hold_only_a_string(text, items):
     assert header_json.measure(text).items == items
 
@@ -126,14 +128,20 @@ def test_namedtuple_fields_are_bounded_over_the_distinct_types_of_a_message():
 
 def test_many_distinct_namedtuple_types_cost_a_unit_budget_even_without_fields():
     nodes = ",".join('{"t":"namedtuple","name":"N%d","fields":[],"items":[]}' % i for i in range(3600))
-    refused(*host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes), "32 per type", "limits.namedtuple_fields")
+    refused(
+        *host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes),
+        "32 per type",
+        "limits.namedtuple_fields",
+    )
 
 
 def test_the_cache_of_generated_namedtuple_classes_stays_bounded_across_messages():
     from tensor_codec import tree
 
     for batch in range(40):
-        nodes = ",".join('{"t":"namedtuple","name":"B%d_%d","fields":["a"],"items":[1]}' % (batch, i) for i in range(60))
+        nodes = ",".join(
+            '{"t":"namedtuple","name":"B%d_%d","fields":["a"],"items":[1]}' % (batch, i) for i in range(60)
+        )
         tc.decode(*host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes))
     assert tree._generic_cost <= tree._GENERIC_CACHE_COST
     assert sum(tree.namedtuple_cost(len(f)) for _, f in tree._GENERIC_NAMEDTUPLES) == tree._generic_cost
@@ -211,7 +219,9 @@ def test_set_limits_refuses_unknown_names_and_non_positive_values():
 
 def test_deep_trees_name_the_place_of_a_bad_node():
     node = {"t": "list", "items": [{"t": "tuple", "items": [1, {"t": "dict", "items": [["k", 2**64]]}]}]}
-    refused(*host_message(json.dumps({"leaves": [], "tree": node})), "tc.header.tree.items[0].items[1].items[0][1]", "int64")
+    refused(
+        *host_message(json.dumps({"leaves": [], "tree": node})), "tc.header.tree.items[0].items[1].items[0][1]", "int64"
+    )
 
 
 def test_lists_of_plain_values_come_back_as_fresh_objects_per_message():
@@ -236,7 +246,12 @@ def _unlimited(make):
 
 def test_a_four_byte_message_cannot_describe_a_tensor_past_the_logical_limit():
     header = '{"leaves":[{"dtype":"float32","shape":[%d],"strides":[0],"nbytes":4,"offset":0}],"tree":{"t":"tensor","leaf":0}}'
-    refused(*host_message(header % (1 << 60), bytes(4)), "tc.header.leaves[0].shape", "logical bytes per tensor", str(4 << 30))
+    refused(
+        *host_message(header % (1 << 60), bytes(4)),
+        "tc.header.leaves[0].shape",
+        "logical bytes per tensor",
+        str(4 << 30),
+    )
 
 
 def test_the_message_logical_limit_counts_every_leaf(changed_limits):
@@ -343,7 +358,9 @@ def test_the_jpeg_decoder_refuses_a_boolean_channel_count_instead_of_decoding_to
     assert decoder._channels({}, 3) == 3
 
 
-@pytest.mark.parametrize("data, fragment", [(b"\xff\xd8", "at least 4 bytes"), (b"", "no bytes"), (b"\x00\x01", "ff d8, got 00 01")])
+@pytest.mark.parametrize(
+    "data, fragment", [(b"\xff\xd8", "at least 4 bytes"), (b"", "no bytes"), (b"\x00\x01", "ff d8, got 00 01")]
+)
 def test_short_jpegs_say_what_is_wrong(data, fragment):
     from nodes.common.jpeg_header import JpegError, read_header
 
@@ -364,7 +381,10 @@ class _Junk:
 BAD_CALLS = {
     "decode device": lambda: tc.decode(*tc.encode(torch.ones(1)), device="bogus"),
     "decode device object": lambda: tc.decode(*tc.encode(torch.ones(1)), device=_Junk()),
-    "receive device": lambda: tc.receive({"type": "INPUT", "id": "x", "value": tc.encode(torch.ones(1))[0], "metadata": tc.encode(torch.ones(1))[1]}, device="tpu:3"),
+    "receive device": lambda: tc.receive(
+        {"type": "INPUT", "id": "x", "value": tc.encode(torch.ones(1))[0], "metadata": tc.encode(torch.ones(1))[1]},
+        device="tpu:3",
+    ),
     "ipc_configure bytes": lambda: tc.ipc_configure("out", max_bytes_in_flight=-1),
     "ipc_configure policy": lambda: tc.ipc_configure("out", on_full="explode"),
     "ipc_configure timeout": lambda: tc.ipc_configure("out", timeout_s="soon"),

@@ -78,7 +78,9 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             base = "." * node.level + (node.module or "")
             found.append((node.lineno, base))
-            found += [(node.lineno, f"{base.rstrip('.')}.{a.name}" if base.strip(".") else base + a.name) for a in node.names]
+            found += [
+                (node.lineno, f"{base.rstrip('.')}.{a.name}" if base.strip(".") else base + a.name) for a in node.names
+            ]
     return found
 
 
@@ -89,4 +91,6 @@ def test_no_test_module_imports_another_test_module_or_conftest(path):
     the two files together."""
     for line, name in _imported_modules(ast.parse(path.read_text(), filename=str(path))):
         parts = [p for p in name.split(".") if p]
-        assert not any(p.startswith("test_") or p == "conftest" for p in parts), f"{path}:{line} imports {name}: put what it shares in tests/support/"
+        assert not any(p.startswith("test_") or p == "conftest" for p in parts), (
+            f"{path}:{line} imports {name}: put what it shares in tests/support/"
+        )

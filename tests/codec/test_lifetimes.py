@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import collections
 import gc
-import re
 import logging
+import re
 import threading
 
 import pyarrow as pa
@@ -15,9 +15,9 @@ import torch
 from torchvision import tv_tensors as tvt
 
 import tensor_codec as tc
-from tests.support.waiting import wait_until
 from tensor_codec.lifetimes import is_borrowed
 from tensor_codec.testing import assert_identical, make_packed_sequences
+from tests.support.waiting import wait_until
 
 
 def big_sample(seed: int = 0) -> dict:
@@ -180,7 +180,8 @@ def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
         del value, metadata, obj
     # Not 200 MiB. Dropped buffers come back once the collector has run (whichever thread runs it).
     wait_until(
-        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1], lambda grown: grown < 4 << 20,
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
+        lambda grown: grown < 4 << 20,
         describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
     )
 

@@ -28,7 +28,7 @@ from tests.support.fakes import FakeNode
 def test_send_plain_writes_row_major_values_in_one_message(tensor):
     node = FakeNode()
     tc.send_plain(node, "image", tensor, {"encoding": "rgb8", "width": 3})
-    (output_id, raw, metadata), = node.sent
+    ((output_id, raw, metadata),) = node.sent
     expected = tensor.resolve_conj().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     assert output_id == "image" and raw == expected
     assert metadata == {"encoding": "rgb8", "width": 3}  # no codec keys

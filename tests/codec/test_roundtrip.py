@@ -62,7 +62,9 @@ def test_the_stacked_zero_to_eleven_case_arrives_whole():
     assert restored.tolist() == [[[0, 1, 2], [3, 4, 5]], [[6, 7, 8], [9, 10, 11]]]
 
 
-@pytest.mark.parametrize("layout", ["transposed", "permuted", "expanded", "expanded_inner", "channels_last", "storage_offset_rows"])
+@pytest.mark.parametrize(
+    "layout", ["transposed", "permuted", "expanded", "expanded_inner", "channels_last", "storage_offset_rows"]
+)
 def test_dense_layouts_keep_their_exact_strides(layout):
     original = LAYOUTS[layout](torch.float32)
     restored = tc.decode(*tc.encode(original))

@@ -142,7 +142,9 @@ def test_more_consumers_than_a_ledger_slot_tracks_get_host_bytes():
 
 
 def test_describe_names_every_consumer_and_machine():
-    desc = descriptor(SENDER, entry("a", machine="A", inputs={"x": "sender/out"}), entry("b", machine="B", inputs={"y": "sender/out"}))
+    desc = descriptor(
+        SENDER, entry("a", machine="A", inputs={"x": "sender/out"}), entry("b", machine="B", inputs={"y": "sender/out"})
+    )
     text = dora_adapter.route_from_descriptor(desc, "sender", "out", "A").describe()
     assert text == "output 'out' of sender on machine 'A': a/x on machine 'A', b/y on machine 'B'"
 
@@ -157,7 +159,8 @@ def test_tc_transport_forces_every_auto_send(monkeypatch):
     monkeypatch.setenv(routing.ENV_TRANSPORT, "cuda-ipc")
     # Forced cuda-ipc, but nothing on a GPU to share: host bytes, and the reason says so.
     assert tc.transport_for(node, "out", torch.zeros(3)) == (
-        "host", "no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it"
+        "host",
+        "no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it",
     )
     monkeypatch.setenv(routing.ENV_TRANSPORT, "host")
     assert tc.transport_for(node, "out", torch.zeros(3))[0] == "host"
@@ -199,7 +202,9 @@ def test_the_route_is_read_once_per_node_and_output(monkeypatch):
             calls.append(1)
             return super().dataflow_descriptor()
 
-    node = Counting(node_id="sender", descriptor=descriptor(SENDER, entry("a", machine="A", inputs={"x": "sender/out"})))
+    node = Counting(
+        node_id="sender", descriptor=descriptor(SENDER, entry("a", machine="A", inputs={"x": "sender/out"}))
+    )
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     for _ in range(3):
         route = dora_adapter.route_of(node, "out")
@@ -233,9 +238,11 @@ def test_auto_on_a_gpu_picks_cuda_ipc_for_local_consumers_only(monkeypatch):
 
 def test_dora_refusing_a_big_message_to_another_machine_is_explained(monkeypatch):
     node = FakeNode(
-        node_id="sender", pool=512 << 20, descriptor=descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"})),
-        fail="internal error: output error: output \"out\": IPC-encoded message is 75497800 bytes, exceeding the "
-             "67108864-byte daemon transport limit (the output is on the daemon path)",
+        node_id="sender",
+        pool=512 << 20,
+        descriptor=descriptor(SENDER, entry("b", machine="B", inputs={"x": "sender/out"})),
+        fail='internal error: output error: output "out": IPC-encoded message is 75497800 bytes, exceeding the '
+        "67108864-byte daemon transport limit (the output is on the daemon path)",
     )
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     with pytest.raises(tc.MessageTooLargeError) as info:

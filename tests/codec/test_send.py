@@ -17,15 +17,30 @@ from tests.support.fakes import FakeNode
 
 def as_event(sent, input_id="in"):
     output_id, raw, metadata = sent
-    return {"type": "INPUT", "id": input_id, "value": pa.array(list(raw), pa.uint8()) if raw else pa.array([], pa.uint8()), "metadata": metadata}
+    return {
+        "type": "INPUT",
+        "id": input_id,
+        "value": pa.array(list(raw), pa.uint8()) if raw else pa.array([], pa.uint8()),
+        "metadata": metadata,
+    }
 
 
-@pytest.mark.parametrize("name", ["layout/stacked", "layout/strided_crop", "tv/boxes_xyxy", "nested/detection", "packed/packed_unsorted", "nested/empty_dict"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "layout/stacked",
+        "layout/strided_crop",
+        "tv/boxes_xyxy",
+        "nested/detection",
+        "packed/packed_unsorted",
+        "nested/empty_dict",
+    ],
+)
 def test_send_writes_exactly_what_encode_produces(name):
     obj = make_suite()[name]
     node = FakeNode()
     tc.send(node, "out", obj, {"frame": 3})
-    (output_id, raw, metadata), = node.sent
+    ((output_id, raw, metadata),) = node.sent
     value, expected_metadata = tc.encode(obj)
     assert output_id == "out" and raw == value.buffers()[1].to_pybytes()[: len(value)] if len(value) else raw == b""
     assert metadata == {"frame": 3, **expected_metadata}
@@ -36,7 +51,7 @@ def test_padding_never_carries_stale_buffer_bytes():
     node = FakeNode()
     tc.send(node, "out", [torch.ones(3, dtype=torch.uint8), torch.ones(3, dtype=torch.uint8)])
     raw = node.sent[0][1]
-    assert raw[3:64] == b"\0" * 61 and b"\xAA" not in raw
+    assert raw[3:64] == b"\0" * 61 and b"\xaa" not in raw
 
 
 def _aten_ops(fn):
@@ -118,7 +133,9 @@ def test_pool_size_from_the_environment(monkeypatch):
 
 
 def test_doras_own_size_error_becomes_a_clear_codec_error():
-    node = FakeNode(fail='output "x": IPC-encoded message is 9 bytes, exceeding the 67108864-byte daemon transport limit')
+    node = FakeNode(
+        fail='output "x": IPC-encoded message is 9 bytes, exceeding the 67108864-byte daemon transport limit'
+    )
     with pytest.raises(tc.MessageTooLargeError, match="shared_memory_pool_size"):
         tc.send(node, "x", torch.zeros(4))
 
@@ -138,5 +155,6 @@ def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplo
     assert [m["tc.transport"] for _, _, m in node.sent] == ["host"] * 3
     assert_identical(tc.receive(as_event(node.sent[2]), copy=True), {"x": torch.arange(4)})
     said = [r.getMessage() for r in caplog.records if "transport" in r.getMessage()]
-    assert said == ["output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"]
-
+    assert said == [
+        "output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"
+    ]

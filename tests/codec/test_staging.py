@@ -113,7 +113,9 @@ def test_small_copies_go_direct(ops, monkeypatch):
     assert ops.buffers == []
 
 
-@pytest.mark.parametrize("text, expected", [("", staging.DEFAULT_MIN_BYTES), ("0", 0), ("4096", 4096), ("off", None), ("Never", None)])
+@pytest.mark.parametrize(
+    "text, expected", [("", staging.DEFAULT_MIN_BYTES), ("0", 0), ("4096", 4096), ("off", None), ("Never", None)]
+)
 def test_threshold_setting(monkeypatch, text, expected):
     monkeypatch.setenv(staging.ENV_MIN_BYTES, text)
     assert staging.staging_threshold() == expected

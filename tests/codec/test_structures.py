@@ -21,8 +21,22 @@ def round_trip(obj, **kwargs):
 @pytest.mark.parametrize(
     "obj",
     [
-        None, True, False, 0, -(2**63), 2**63 - 1, 1.5, -0.0, "", "text ünïcode ✓",
-        [], (), {}, [1, [2, (3, None)]], {"a": {"b": {"c": [1.0, "x"]}}}, {1: "int key", "s": 2},
+        None,
+        True,
+        False,
+        0,
+        -(2**63),
+        2**63 - 1,
+        1.5,
+        -0.0,
+        "",
+        "text ünïcode ✓",
+        [],
+        (),
+        {},
+        [1, [2, (3, None)]],
+        {"a": {"b": {"c": [1.0, "x"]}}},
+        {1: "int key", "s": 2},
         (torch.zeros(2), "tag", 3),
     ],
     ids=repr,
@@ -138,7 +152,12 @@ def test_same_shape_with_other_attributes_gets_its_own_header():
     b = tvt.BoundingBoxes(torch.zeros(2, 4), format="XYXY", canvas_size=(20, 10))
     c = tvt.BoundingBoxes(torch.zeros(2, 4), format="XYWH", canvas_size=(10, 10))
     outs = [tc.decode(*tc.encode(x)) for x in (a, b, c, a)]
-    assert [(o.format.name, o.canvas_size) for o in outs] == [("XYXY", (10, 10)), ("XYXY", (20, 10)), ("XYWH", (10, 10)), ("XYXY", (10, 10))]
+    assert [(o.format.name, o.canvas_size) for o in outs] == [
+        ("XYXY", (10, 10)),
+        ("XYXY", (20, 10)),
+        ("XYWH", (10, 10)),
+        ("XYXY", (10, 10)),
+    ]
 
 
 def test_self_referencing_structure_fails_cleanly():

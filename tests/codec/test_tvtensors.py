@@ -28,7 +28,10 @@ def test_every_bounding_box_format_and_clamping_mode_is_covered():
 
 
 def test_tvtensors_inside_nested_structures():
-    obj = {"batch": [make_detection_sample(seed=s) for s in range(3)], "video": (CASES["video"], {"mask": CASES["mask"]})}
+    obj = {
+        "batch": [make_detection_sample(seed=s) for s in range(3)],
+        "video": (CASES["video"], {"mask": CASES["mask"]}),
+    }
     assert_identical(tc.decode(*tc.encode(obj)), obj)
 
 
@@ -50,7 +53,9 @@ def test_map_tensors_keeps_every_class_and_attribute():
     doubled = tc.map_tensors(lambda t, original: t * 2, obj)
     expected_types = [type(t) for t in _tensors(obj)]
     assert [type(t) for t in _tensors(doubled)] == expected_types
-    assert doubled["boxes"].format == obj["boxes"].format and doubled["boxes"].clamping_mode == obj["boxes"].clamping_mode
+    assert (
+        doubled["boxes"].format == obj["boxes"].format and doubled["boxes"].clamping_mode == obj["boxes"].clamping_mode
+    )
     assert doubled["keypoints"].canvas_size == obj["keypoints"].canvas_size
     assert torch.equal(doubled["sample"]["labels"], obj["sample"]["labels"] * 2)
 
@@ -83,7 +88,10 @@ def test_pin_memory_walks_the_structure_and_rewraps_on_cpu(monkeypatch):
 def test_pin_memory_without_cuda_is_a_clear_usage_error(monkeypatch):
     """Not torch's "Found no NVIDIA driver" from deep inside: what is missing and what to do."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(tc.UsageError, match=r"tc.pin_memory: expected a usable CUDA device .* call it only when torch.cuda.is_available\(\)"):
+    with pytest.raises(
+        tc.UsageError,
+        match=r"tc.pin_memory: expected a usable CUDA device .* call it only when torch.cuda.is_available\(\)",
+    ):
         tc.pin_memory({"x": torch.ones(2)})
 
 

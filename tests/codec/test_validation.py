@@ -78,10 +78,11 @@ def test_malformed_headers(header, fragment):
 
 
 def test_header_size_cap():
-    from tensor_codec import wire
 
     huge = " " * (tc.get_limits().header_bytes + 1)
-    expect_error(pa.array([], pa.uint8()), {"tc.version": 1, "tc.transport": "host", "tc.header": huge}, "tc.header", "at most")
+    expect_error(
+        pa.array([], pa.uint8()), {"tc.version": 1, "tc.transport": "host", "tc.header": huge}, "tc.header", "at most"
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,7 +134,9 @@ def test_offsets_must_follow_the_canonical_layout():
 @pytest.mark.parametrize("cut", [1, 64, 4799])
 def test_truncated_buffer(cut):
     value, metadata = message()
-    expect_error(value.slice(0, len(value) - cut), metadata, "value", f"expected {len(value)} bytes", f"got {len(value) - cut}")
+    expect_error(
+        value.slice(0, len(value) - cut), metadata, "value", f"expected {len(value)} bytes", f"got {len(value) - cut}"
+    )
 
 
 def test_buffer_longer_than_the_header_says():
@@ -168,7 +171,10 @@ def test_bool_bytes_other_than_zero_or_one_are_refused():
     [
         ({"t": "tensor", "leaf": 1}, ["tree.leaf", "expected leaf index 0", "got 1"]),
         ({"t": "tensor", "leaf": "0"}, ["tree.leaf", "'0'"]),
-        ({"t": "list", "items": [{"t": "tensor", "leaf": 0}, {"t": "tensor", "leaf": 0}]}, ["items[1].leaf", "all leaves used"]),
+        (
+            {"t": "list", "items": [{"t": "tensor", "leaf": 0}, {"t": "tensor", "leaf": 0}]},
+            ["items[1].leaf", "all leaves used"],
+        ),
         ({"t": "list", "items": []}, ["every one of the 1 leaves", "got 0"]),
         ({"t": "pickle", "leaf": 0}, ["tree.t", "'pickle'"]),
         ({"t": "tensor", "leaf": 0, "grad": "yes"}, ["tree.grad", "'yes'"]),
@@ -176,18 +182,27 @@ def test_bool_bytes_other_than_zero_or_one_are_refused():
         ({"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYZ", "canvas_size": [1, 2]}, ["tree.format", "'XYZ'"]),
         ({"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYXY", "canvas_size": [1]}, ["tree.canvas_size", "[1]"]),
         ({"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYXY"}, ["tree", "missing ['canvas_size']"]),
-        ({"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYXY", "canvas_size": [1, 2], "clamping_mode": "tight"}, ["tree.clamping_mode", "'tight'"]),
+        (
+            {"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYXY", "canvas_size": [1, 2], "clamping_mode": "tight"},
+            ["tree.clamping_mode", "'tight'"],
+        ),
         ({"t": "tv.KeyPoints", "leaf": 0, "canvas_size": [-1, 2]}, ["tree.canvas_size", "-1"]),
         ({"t": "dict", "items": [["a", {"t": "tensor", "leaf": 0}], ["a", 1]]}, ["items[1][0]", "unique keys"]),
         ({"t": "dict", "items": [[1.5, {"t": "tensor", "leaf": 0}]]}, ["items[0][0]", "1.5"]),
         ({"t": "dict", "items": [["a"]]}, ["items[0]", "[key, value] pair"]),
         ({"t": "float", "v": "huge"}, ["tree.v", "'huge'"]),
-        ({"t": "namedtuple", "name": "os.system", "fields": ["__class__"], "items": [1]}, ["tree.fields", "identifiers"]),
+        (
+            {"t": "namedtuple", "name": "os.system", "fields": ["__class__"], "items": [1]},
+            ["tree.fields", "identifiers"],
+        ),
         ({"t": "namedtuple", "name": "P", "fields": ["x", "y"], "items": [1]}, ["tree.items", "expected 2 items"]),
         ({"t": "namedtuple", "name": "P", "fields": ["x", "x"], "items": [1, 2]}, ["tree.fields", "distinct"]),
         ({"t": "namedtuple", "name": "P", "fields": ["if"], "items": [1]}, ["tree.fields", "keyword"]),
         ([1, 2], ["tree", "array"]),
-        ({"t": "namedtuple", "name": "Wide", "fields": [f"f{i}" for i in range(1025)], "items": list(range(1025))}, ["tree.fields", "at most 1024", "1025 fields"]),
+        (
+            {"t": "namedtuple", "name": "Wide", "fields": [f"f{i}" for i in range(1025)], "items": list(range(1025))},
+            ["tree.fields", "at most 1024", "1025 fields"],
+        ),
         ({"t": "list", "items": [2**64]}, ["items[0]", "int64"]),  # 20 digits: parsed, then refused by the tree
         ({"t": "list", "items": [2**70]}, ["tc.header", "int64", "22 characters"]),  # refused unconverted
     ],
@@ -216,8 +231,26 @@ def test_deeply_nested_tree_is_refused():
 @pytest.mark.parametrize(
     "tree, fragment",
     [
-        ({"t": "PackedSequence", "data": {"t": "tensor", "leaf": 0}, "batch_sizes": 3, "sorted_indices": None, "unsorted_indices": None}, "batch_sizes: expected a tensor"),
-        ({"t": "PackedSequence", "data": {"t": "tensor", "leaf": 0}, "batch_sizes": {"t": "tensor", "leaf": 1}, "sorted_indices": None, "unsorted_indices": None}, "1-D int64"),
+        (
+            {
+                "t": "PackedSequence",
+                "data": {"t": "tensor", "leaf": 0},
+                "batch_sizes": 3,
+                "sorted_indices": None,
+                "unsorted_indices": None,
+            },
+            "batch_sizes: expected a tensor",
+        ),
+        (
+            {
+                "t": "PackedSequence",
+                "data": {"t": "tensor", "leaf": 0},
+                "batch_sizes": {"t": "tensor", "leaf": 1},
+                "sorted_indices": None,
+                "unsorted_indices": None,
+            },
+            "1-D int64",
+        ),
     ],
 )
 def test_packed_sequence_parts_are_checked(tree, fragment):
@@ -247,7 +280,7 @@ def test_receive_requires_an_input_event():
 
 def test_the_header_cache_keeps_only_small_trees_within_a_node_budget():
     """Review finding: 256 cached headers of 31,000 nodes each retained 2 GB."""
-    from tensor_codec import received, wire
+    from tensor_codec import received
 
     value, metadata = message(torch.zeros(2, 4))
     big_tree = {"t": "list", "items": [{"t": "tensor", "leaf": 0}] + [0] * 10_000}

@@ -51,7 +51,14 @@ for event in node:
         kind, i = schedule[sent]
         if kind == "good":
             frame = tv_tensors.Image(render(i, HEIGHT, WIDTH))
-            meta = {P.SEQ: i, P.COUNT: GOOD, P.STREAM: "tamper", P.FRAME: i, P.PATTERN: PATTERN_NAME, P.CAPTURE_NS: P.now_ns()}
+            meta = {
+                P.SEQ: i,
+                P.COUNT: GOOD,
+                P.STREAM: "tamper",
+                P.FRAME: i,
+                P.PATTERN: PATTERN_NAME,
+                P.CAPTURE_NS: P.now_ns(),
+            }
             tc.send(node, "frames", frame, meta)
         else:
             tc.send(node, "frames", BAD_FRAMES[i], {P.FRAME: f"bad-{i}"})

@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
+from tensor_codec.testing import make_suite
 from tests.support.dora import ROOT, DataflowRun, dora_env, node_script, run_dora
 from tests.support.waiting import wait_until
-from tensor_codec.testing import make_suite
 
 pytestmark = pytest.mark.dora
 
@@ -115,7 +115,9 @@ def test_on_a_gpu_the_local_receiver_gets_cuda_ipc_and_the_remote_one_host_bytes
     output = run.output
     assert run.returncode == 0, run.explain()
     with run.explained():
-        assert "output 'tensors': transport cuda-ipc (all 1 consumer(s) on this machine and the data on a GPU)" in output
+        assert (
+            "output 'tensors': transport cuda-ipc (all 1 consumer(s) on this machine and the data on a GPU)" in output
+        )
         assert re.search(r"output 'remote': transport host \(consumer receiver-b/\w+ runs on machine 'B'", output)
         assert re.search(r"tensors by cuda-ipc: \d+ sent", output)
         for machine, transport in (("A", "cuda-ipc"), ("B", "host")):
@@ -135,12 +137,18 @@ def endless_flow(tmp_path: Path) -> Path:
     flow = {
         "nodes": [
             {
-                "id": "sender", "path": node_script("tc-tensor-sender"), "deploy": {"machine": "A"},
-                "outputs": ["tensors"], "env": {"MODE": "random", "SIZES": "64KB", "COUNT": "0", "RATE": "20", "DEVICE": "cpu"},
+                "id": "sender",
+                "path": node_script("tc-tensor-sender"),
+                "deploy": {"machine": "A"},
+                "outputs": ["tensors"],
+                "env": {"MODE": "random", "SIZES": "64KB", "COUNT": "0", "RATE": "20", "DEVICE": "cpu"},
             },
             {
-                "id": "receiver", "path": node_script("tc-tensor-receiver"), "deploy": {"machine": "B"},
-                "inputs": {"tensors": "sender/tensors"}, "env": {"DEVICE": "cpu"},
+                "id": "receiver",
+                "path": node_script("tc-tensor-receiver"),
+                "deploy": {"machine": "B"},
+                "inputs": {"tensors": "sender/tensors"},
+                "env": {"DEVICE": "cpu"},
             },
         ]
     }
@@ -156,8 +164,12 @@ def test_an_interrupted_run_tears_down_only_what_it_started(tmp_path, sig):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"], start_new_session=True)
     args = [*RUNNER, str(flow), "--timeout", "300"]
     proc = subprocess.Popen(
-        args, cwd=tmp_path, env=dora_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        args,
+        cwd=tmp_path,
+        env=dora_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines = []
     try:
@@ -182,7 +194,11 @@ def test_an_interrupted_run_tears_down_only_what_it_started(tmp_path, sig):
             assert set(pids) == {"coordinator", "daemon-A", "daemon-B"}
             # Signalled (SIGTERM, then SIGKILL) by the runner; gone once the kernel has finished them.
             wait_until(lambda: still_alive(pids), lambda left: not left, describe="what the runner started to be gone")
-            wait_until(lambda: processes_inside(tmp_path), lambda left: left == [], describe="the nodes to go with their daemons")
+            wait_until(
+                lambda: processes_inside(tmp_path),
+                lambda left: left == [],
+                describe="the nodes to go with their daemons",
+            )
             assert bystander.poll() is None
             assert not (tmp_path / ".endless.cluster-run.yml").exists()
     finally:
@@ -195,7 +211,9 @@ def test_an_interrupted_run_tears_down_only_what_it_started(tmp_path, sig):
 def test_a_dataflow_without_machines_is_refused_clearly(tmp_path):
     flow = tmp_path / "plain.yml"
     shutil.copy(ROOT / "dataflow.yml", flow)
-    proc = subprocess.run([*RUNNER, str(flow)], cwd=tmp_path, env=dora_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*RUNNER, str(flow)], cwd=tmp_path, env=dora_env(), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "node 'camera': expected `deploy: {machine: ...}`" in proc.stderr
     assert "started" not in proc.stdout  # nothing was started for it

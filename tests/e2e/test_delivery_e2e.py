@@ -60,11 +60,19 @@ def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(
                 assert isinstance(spec, dict), (node["id"], name, spec)
                 spec["queue_size"] = QUEUE
     receiver = slow_receiver(nodes["receiver"], SLOW_MS=10, STRICT=0, PROGRESS_S=0)
-    receiver["inputs"]["control"] = {"source": "control-sender/tensors", "queue_size": QUEUE, "queue_policy": "backpressure"}
+    receiver["inputs"]["control"] = {
+        "source": "control-sender/tensors",
+        "queue_size": QUEUE,
+        "queue_policy": "backpressure",
+    }
     flow["nodes"] = [n for n in flow["nodes"] if n["id"] != "receiver"] + [
         receiver,
-        {"id": "control-sender", "path": "tc-tensor-sender", "outputs": ["tensors"],
-         "env": {"MODE": "random", "SIZES": "4KB", "COUNT": str(CONTROL), "RATE": "0", "SEED": "1"}},
+        {
+            "id": "control-sender",
+            "path": "tc-tensor-sender",
+            "outputs": ["tensors"],
+            "env": {"MODE": "random", "SIZES": "4KB", "COUNT": str(CONTROL), "RATE": "0", "SEED": "1"},
+        },
     ]
     path = tmp_path / "dataflow.yml"
     path.write_text(yaml.safe_dump(flow, sort_keys=False))
@@ -74,7 +82,14 @@ def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(
     assert proc.returncode == 0, tail(proc)
     report = json.loads((tmp_path / "out" / "receiver-report.json").read_text())
     inputs = report["inputs"]
-    print(json.dumps({name: {k: s[k] for k in ("expected", "received", "good", "missing", "duplicates")} for name, s in inputs.items()}))
+    print(
+        json.dumps(
+            {
+                name: {k: s[k] for k in ("expected", "received", "good", "missing", "duplicates")}
+                for name, s in inputs.items()
+            }
+        )
+    )
     print("\n".join(line for line in log.splitlines() if "acknowledged, " in line or "tensor sender: " in line))
 
     # The pipeline's links: every message, each verified (checksums; frames rebuilt and
@@ -82,11 +97,16 @@ def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(
     for name in ("frames", "decoded", "suite", "load"):
         stats = inputs[name]
         assert stats["bad"] == 0 and stats["missing"] == 0, (name, stats)
-        assert stats["received"] == stats["expected"] and stats["good"] + stats["rejected"] == stats["received"], (name, stats)
+        assert stats["received"] == stats["expected"] and stats["good"] + stats["rejected"] == stats["received"], (
+            name,
+            stats,
+        )
     assert inputs["frames"]["good"] == FRAMES and inputs["frames"]["unverified"] == 0
     assert inputs["decoded"]["good"] == FRAMES and inputs["decoded"]["unverified"] == 0
     assert inputs["load"]["good"] == LOAD and inputs["suite"]["rejected"] == 5
-    assert f"received {FRAMES}, encoded {FRAMES}, bad 0, failed 0" in log, tail(proc)  # the encoder took every frame once
+    assert f"received {FRAMES}, encoded {FRAMES}, bad 0, failed 0" in log, tail(
+        proc
+    )  # the encoder took every frame once
     assert f"received {FRAMES}, decoded {FRAMES}, bad 0" in log, tail(proc)  # the decoder every JPEG once
     assert f"jpeg-sink: INFO received {FRAMES}, saved 5 to out/jpeg, bad 0" in log, tail(proc)
     assert not re.search(r"(hit hard cap|Discarding event for input) .(frames|decoded|suite|load|jpeg)", log)
@@ -102,20 +122,38 @@ def test_producers_whose_consumer_dies_exit_non_zero_and_say_how_many_were_not_a
     """A tensor sender and a camera, both acknowledged by a receiver that dies (os._exit) after
     30 messages: each stops, logs how many of its messages were not acknowledged and exits 1,
     and dora reports each as failed."""
-    flow = {"nodes": [
-        {"id": "sender", "path": "tc-tensor-sender", "outputs": ["tensors"],
-         "inputs": {"ack": {"source": "receiver/ack", "queue_size": 64}},
-         "env": {"MODE": "random", "SIZES": "4KB", "COUNT": "200", "DEVICE": "cpu"}},
-        {"id": "camera", "path": "tc-camera-source", "outputs": ["image"],
-         "inputs": {"ack_receiver": {"source": "receiver/ack", "queue_size": 256}},
-         "env": {"WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": "100", "DEVICE": "cpu"}},
-        slow_receiver(
-            {"id": "receiver", "path": "tc-tensor-receiver", "outputs": ["ack"],
-             "inputs": {"tensors": {"source": "sender/tensors", "queue_size": 64}, "frames": {"source": "camera/image", "queue_size": 64}},
-             "env": {"DEVICE": "cpu", "PROGRESS_S": "0"}},
-            SLOW_MS=5, DIE_AFTER=30,
-        ),
-    ]}
+    flow = {
+        "nodes": [
+            {
+                "id": "sender",
+                "path": "tc-tensor-sender",
+                "outputs": ["tensors"],
+                "inputs": {"ack": {"source": "receiver/ack", "queue_size": 64}},
+                "env": {"MODE": "random", "SIZES": "4KB", "COUNT": "200", "DEVICE": "cpu"},
+            },
+            {
+                "id": "camera",
+                "path": "tc-camera-source",
+                "outputs": ["image"],
+                "inputs": {"ack_receiver": {"source": "receiver/ack", "queue_size": 256}},
+                "env": {"WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": "100", "DEVICE": "cpu"},
+            },
+            slow_receiver(
+                {
+                    "id": "receiver",
+                    "path": "tc-tensor-receiver",
+                    "outputs": ["ack"],
+                    "inputs": {
+                        "tensors": {"source": "sender/tensors", "queue_size": 64},
+                        "frames": {"source": "camera/image", "queue_size": 64},
+                    },
+                    "env": {"DEVICE": "cpu", "PROGRESS_S": "0"},
+                },
+                SLOW_MS=5,
+                DIE_AFTER=30,
+            ),
+        ]
+    }
     path = tmp_path / "dataflow.yml"
     path.write_text(json.dumps(flow, indent=1))
 

@@ -32,14 +32,20 @@ def gpu_tests_collected_here(session: pytest.Session) -> int:
     files = {Path(item.path) for item in session.items}
     if not config.option.markexpr and not config.option.keyword and set((ROOT / "tests").rglob("test_*.py")) <= files:
         return sum(1 for item in session.items if item.get_closest_marker("gpu"))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     return int(re.search(r"(\d+)/\d+ tests collected", proc.stdout).group(1))
 
 
 @no_cuda
 def test_without_cuda_it_says_so_checks_the_cpu_side_and_exits_0(tmp_path, request):
-    proc = subprocess.run([*CLI, "--out", tmp_path / "report"], cwd=ROOT, env=dora_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*CLI, "--out", tmp_path / "report"], cwd=ROOT, env=dora_env(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     said = [line for line in proc.stdout.splitlines() if "no CUDA device on this machine" in line]
     assert len(said) == 1, proc.stdout
@@ -48,22 +54,34 @@ def test_without_cuda_it_says_so_checks_the_cpu_side_and_exits_0(tmp_path, reque
     assert report["ok"] and report["cuda"] is False
     status = {p["name"]: p["status"] for p in report["parts"]}
     assert status == {
-        "environment": PASS, "gpu tests": SKIPPED, "pipeline on CUDA": SKIPPED, "two machines on CUDA": SKIPPED,
-        "bench: CUDA IPC": SKIPPED, "bench: pinned staging": SKIPPED, "bench: JPEG": SKIPPED,
+        "environment": PASS,
+        "gpu tests": SKIPPED,
+        "pipeline on CUDA": SKIPPED,
+        "two machines on CUDA": SKIPPED,
+        "bench: CUDA IPC": SKIPPED,
+        "bench: pinned staging": SKIPPED,
+        "bench: JPEG": SKIPPED,
     }
     gpu_tests = next(p for p in report["parts"] if p["name"] == "gpu tests")
     assert gpu_tests["figures"]["collected"] == gpu_tests_collected_here(request.session) > 0
     env = report["environment"]
     assert env["torch"] == torch.__version__ and env["dora-rs"] and env["PYTORCH_CUDA_ALLOC_CONF"]
     markdown = (tmp_path / "report" / "report.md").read_text()
-    assert markdown.startswith("# GPU check: PASS") and "no CUDA device" in markdown and "| gpu tests | skipped |" in markdown
+    assert (
+        markdown.startswith("# GPU check: PASS")
+        and "no CUDA device" in markdown
+        and "| gpu tests | skipped |" in markdown
+    )
 
 
 @pytest.mark.dora
 def test_the_pipeline_part_runs_the_default_pipeline_and_reads_its_report(tmp_path):
     part, goals = parts.pipeline(cpu_context(tmp_path))
     assert part.status == PASS, part
-    assert part.figures["restored on"] == "cpu" and "6 of 8 nodes on cpu (jpeg-sink, rerun-sink have no device)" in part.summary
+    assert (
+        part.figures["restored on"] == "cpu"
+        and "6 of 8 nodes on cpu (jpeg-sink, rerun-sink have no device)" in part.summary
+    )
     assert part.figures["frames"]["good"] == part.figures["frames"]["received"] == 150
     assert part.figures["suite"]["rejected"] == 5 and part.figures["load"]["transports"] == {"host": 40}
     assert goals == []
@@ -77,7 +95,9 @@ def test_the_two_machine_part_checks_both_receivers(tmp_path):
 
 
 def test_an_interrupted_check_stops_its_part_and_leaves_a_report(tmp_path):
-    proc = subprocess.Popen([*CLI, "--out", tmp_path], cwd=ROOT, env=dora_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "--out", tmp_path], cwd=ROOT, env=dora_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         for line in proc.stdout:
             if "] environment:" in line:

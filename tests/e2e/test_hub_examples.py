@@ -24,9 +24,9 @@ import pytest
 import torch
 import yaml
 
-from tests.support.dora import ROOT, find_script, python_node, run_flow_file
 from tensor_codec_nodes.common.pattern import read_index, render
 from tensor_codec_nodes.common.quality import compare
+from tests.support.dora import ROOT, find_script, python_node, run_flow_file
 
 pytestmark = pytest.mark.dora
 
@@ -73,7 +73,9 @@ def decode_jpeg_file(path: Path) -> torch.Tensor:
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     db, mad = compare(got, want)
-    assert db >= MIN_PSNR_DB and mad <= MAX_MAD, f"{what}: {db:.1f} dB, mean abs diff {mad:.2f} (want >= {MIN_PSNR_DB} dB, <= {MAX_MAD})"
+    assert db >= MIN_PSNR_DB and mad <= MAX_MAD, (
+        f"{what}: {db:.1f} dB, mean abs diff {mad:.2f} (want >= {MIN_PSNR_DB} dB, <= {MAX_MAD})"
+    )
 
 
 def assert_unverified_only(stats: dict, reason: str) -> None:
@@ -111,7 +113,9 @@ def tap_node(workdir: Path, inputs: dict[str, str], count: int = 0) -> dict:
     """A TAP node entry writing into `workdir`/out/tap; `inputs`: input id -> source."""
     script = workdir / "tap.py"
     script.write_text(TAP)
-    wired = {name: {"source": source, "queue_size": 64, "queue_policy": "backpressure"} for name, source in inputs.items()}
+    wired = {
+        name: {"source": source, "queue_size": 64, "queue_policy": "backpressure"} for name, source in inputs.items()
+    }
     return python_node("tap", script, inputs=wired, env={"DIR": "out/tap", "COUNT": count})
 
 
@@ -214,14 +218,20 @@ def test_splitter_halves_of_raw_frames(dora_cli, tmp_path):
         inputs = run.report("receiver")["inputs"]
         assert set(inputs) == {"frames", "whole", "left", "right"}
         for name, stats in inputs.items():
-            assert stats["received"] == stats["expected"] == count and (stats["bad"], stats["missing"]) == (0, 0), (name, stats)
+            assert stats["received"] == stats["expected"] == count and (stats["bad"], stats["missing"]) == (0, 0), (
+                name,
+                stats,
+            )
         # The raw frames byte for byte, and the same frames through tc-jpeg-encoder/decoder within
         # JPEG's bounds: verified.
         assert inputs["frames"]["good"] == count and inputs["whole"]["good"] == count, inputs
         # A half carries the whole frame's metadata (pattern_size WxH): the receiver says so
         # rather than calling it good or bad.
         for side in ("left", "right"):
-            assert_unverified_only(inputs[side], f"frame is {half}x{height}, its pattern was rendered at {width}x{height}: cropped or resized upstream?")
+            assert_unverified_only(
+                inputs[side],
+                f"frame is {half}x{height}, its pattern was rendered at {width}x{height}: cropped or resized upstream?",
+            )
 
         # The halves themselves, as the splitter sent them: JPEGs of the left and right halves
         # of the pattern each frame carries, described as such.
@@ -234,7 +244,11 @@ def test_splitter_halves_of_raw_frames(dora_cli, tmp_path):
                 assert (metadata["encoding"], metadata["width"], metadata["height"]) == ("jpeg", half, height), metadata
                 picture = decode_jpeg_file(path)
                 assert picture.shape == (3, height, half), (path.name, picture.shape)
-                assert_close(picture, render(index, height, width)[:, :, columns], f"{path.name} against the {side} half of frame {index}")
+                assert_close(
+                    picture,
+                    render(index, height, width)[:, :, columns],
+                    f"{path.name} against the {side} half of frame {index}",
+                )
 
 
 def test_splitter_refuses_codec_frames(dora_cli, tmp_path):
@@ -268,4 +282,6 @@ def test_splitter_refuses_codec_frames(dora_cli, tmp_path):
         said = "Unsupported image encoding: None"  # printed by the splitter, in its log and dora's output
         log = run.node_logs().get("splitter")
         refusals = max(run.output.count(said), log.read_text(errors="replace").count(said) if log else 0)
-        assert refusals >= count, f"the splitter said 'Unsupported image encoding: None' {refusals} times for {count} frames"
+        assert refusals >= count, (
+            f"the splitter said 'Unsupported image encoding: None' {refusals} times for {count} frames"
+        )

@@ -81,11 +81,19 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
     for script in ("dora-opencv-image-splitter", "dora-echo", "dora-camera-opencv"):
         if (Path(sys.executable).parent / script).exists():
             assert (project / ".venv" / "bin" / script).exists(), script
-    assert f"using torch {torch.__version__.split('+')[0]}" in output and ".venv ready (layered)" in output, output[-2000:]
+    assert f"using torch {torch.__version__.split('+')[0]}" in output and ".venv ready (layered)" in output, output[
+        -2000:
+    ]
     python = project / ".venv" / "bin" / "python"
     where = subprocess.run(
-        [python, "-c", "import torch, tensor_codec, tensor_codec_nodes; print(torch.__file__); print(tensor_codec_nodes.__file__)"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            python,
+            "-c",
+            "import torch, tensor_codec, tensor_codec_nodes; print(torch.__file__); print(tensor_codec_nodes.__file__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert where.returncode == 0, where.stderr[-2000:]
     torch_file, nodes_file = where.stdout.split()
@@ -94,24 +102,55 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
     assert not list((project / ".venv" / "lib").glob("python*/site-packages/torch"))
 
     # The console scripts are installed and run: a bad setting is reported before dora is needed.
-    for script in ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink", "tc-rerun-sink"):
+    for script in (
+        "tc-camera-source",
+        "tc-tensor-sender",
+        "tc-tensor-receiver",
+        "tc-jpeg-encoder",
+        "tc-jpeg-decoder",
+        "tc-jpeg-sink",
+        "tc-rerun-sink",
+    ):
         assert (project / ".venv" / "bin" / script).exists(), script
-    bad = subprocess.run([project / ".venv" / "bin" / "tc-tensor-sender"], env={**os.environ, "MODE": "bogus"}, capture_output=True, text=True)
+    bad = subprocess.run(
+        [project / ".venv" / "bin" / "tc-tensor-sender"],
+        env={**os.environ, "MODE": "bogus"},
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "MODE: expected one of suite, random, safetensors, got 'bogus'" in bad.stderr
 
     # And they run a real dataflow with the dora the environment provides (linked into .venv/bin).
     bindir = project / ".venv" / "bin"
     flow = tmp_path / "flow" / "dataflow.yml"
     flow.parent.mkdir()
-    flow.write_text(json.dumps({"nodes": [
-        {"id": "sender", "path": str(bindir / "tc-tensor-sender"), "inputs": {"ack": "receiver/ack"}, "outputs": ["tensors"],
-         "env": {"MODE": "random", "SIZES": "64KB", "COUNT": "3", "DEVICE": "cpu"}},
-        {"id": "receiver", "path": str(bindir / "tc-tensor-receiver"), "inputs": {"tensors": "sender/tensors"}, "outputs": ["ack"],
-         "env": {"DEVICE": "cpu", "STRICT": "1", "REPORT": "report.json"}},
-    ]}))
+    flow.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {
+                        "id": "sender",
+                        "path": str(bindir / "tc-tensor-sender"),
+                        "inputs": {"ack": "receiver/ack"},
+                        "outputs": ["tensors"],
+                        "env": {"MODE": "random", "SIZES": "64KB", "COUNT": "3", "DEVICE": "cpu"},
+                    },
+                    {
+                        "id": "receiver",
+                        "path": str(bindir / "tc-tensor-receiver"),
+                        "inputs": {"tensors": "sender/tensors"},
+                        "outputs": ["ack"],
+                        "env": {"DEVICE": "cpu", "STRICT": "1", "REPORT": "report.json"},
+                    },
+                ]
+            }
+        )
+    )
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "UV_NO_PROJECT": "1"}
     env.pop("PYTHONPATH", None)
-    ran = subprocess.run([bindir / "dora", "run", flow], cwd=flow.parent, env=env, capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [bindir / "dora", "run", flow], cwd=flow.parent, env=env, capture_output=True, text=True, timeout=120
+    )
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     assert json.loads((flow.parent / "report.json").read_text())["inputs"]["tensors"]["good"] == 3
 
@@ -123,12 +162,18 @@ def test_offline_install_over_this_interpreter_then_gpu_tests_collect_and_nodes_
     wheels = tmp_path / "wheels"
     tiny_wheel(wheels, *absent.split("=="))
     retry = run_make(project, "install", f"WHEELS={wheels}", env={"PIP_NO_INDEX": "1"})
-    assert retry.returncode == 0 and f"hub node {absent}: installed without its dependencies" in retry.stdout, retry.stdout + retry.stderr
+    assert retry.returncode == 0 and f"hub node {absent}: installed without its dependencies" in retry.stdout, (
+        retry.stdout + retry.stderr
+    )
     assert json.loads((project / ".venv" / installer.STAMP).read_text())["missing"] == []
 
     # Every gpu test is collected there, as here.
-    here = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, capture_output=True, text=True)
+    here = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     expected = int(re.search(r"(\d+)/\d+ tests collected", here.stdout).group(1))
     if torch.cuda.is_available():
         gpu = run_make(project, "test-gpu", "PYTEST_ARGS=--collect-only -p no:cacheprovider", env={"PIP_NO_INDEX": "1"})

@@ -13,12 +13,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ("tc-camera-source", "tc-tensor-sender", "tc-tensor-receiver", "tc-jpeg-encoder", "tc-jpeg-decoder", "tc-jpeg-sink", "tc-rerun-sink")
+SCRIPTS = (
+    "tc-camera-source",
+    "tc-tensor-sender",
+    "tc-tensor-receiver",
+    "tc-jpeg-encoder",
+    "tc-jpeg-decoder",
+    "tc-jpeg-sink",
+    "tc-rerun-sink",
+)
 
 
 def fresh_checkout(dest: Path) -> Path:
     """The files a clone has (tracked and new, nothing ignored): no .venv, build or egg-info."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    )
     for name in filter(None, listed.stdout.decode().split("\0")):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -30,8 +40,14 @@ def pip(*args: str, cwd: Path) -> None:
     # --no-deps and no build isolation: torch and the rest are this interpreter's already, and
     # the test must not need an index (the README's plain commands fetch what is missing).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-m", "pip", *args, "--no-deps", "--no-build-isolation", "--no-index", "--quiet"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", *args, "--no-deps", "--no-build-isolation", "--no-index", "--quiet"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
@@ -40,22 +56,41 @@ def check_installed(target: Path, checkout: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DORA_")}
     env["PYTHONPATH"] = str(target)
     where = subprocess.run(
-        [sys.executable, "-c", "import tensor_codec, tensor_codec_nodes, pathlib; p = pathlib.Path(tensor_codec_nodes.__file__).parent; "
-         "print(tensor_codec.__file__); print(len(list(p.glob('*/dora-node.yml'))))"],
-        cwd=target.parent, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import tensor_codec, tensor_codec_nodes, pathlib; p = pathlib.Path(tensor_codec_nodes.__file__).parent; "
+            "print(tensor_codec.__file__); print(len(list(p.glob('*/dora-node.yml'))))",
+        ],
+        cwd=target.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert where.returncode == 0, where.stderr[-2000:]
     codec_file, manifests = where.stdout.split()
     assert Path(codec_file).is_relative_to(target) and int(manifests) == len(SCRIPTS)
     for script in SCRIPTS:
         assert (target / "bin" / script).exists(), script
-    helped = subprocess.run([target / "bin" / "tc-jpeg-decoder", "--help"], cwd=target.parent, env=env, capture_output=True, text=True, timeout=120)
+    helped = subprocess.run(
+        [target / "bin" / "tc-jpeg-decoder", "--help"],
+        cwd=target.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert helped.returncode == 0 and helped.stdout.startswith("tc-jpeg-decoder: a dora node"), helped.stderr[-2000:]
 
 
 def test_the_readme_gives_the_commands_this_test_runs():
     readme = (ROOT / "README.md").read_text()
-    for command in ("pip install /path/to/dora-tensor-codec", "make wheel", "pip install dist/dora_tensor_codec-0.1.0-py3-none-any.whl"):
+    for command in (
+        "pip install /path/to/dora-tensor-codec",
+        "make wheel",
+        "pip install dist/dora_tensor_codec-0.1.0-py3-none-any.whl",
+    ):
         assert command in readme, command
     assert "pip install dora-tensor-codec" not in readme  # no index serves that name
 

@@ -22,10 +22,20 @@ PROBE = DORA_NODES / "ipc_probe.py"
 def probe_flow(tmp_path: Path, scenario: str) -> tuple[list[dict], Path, Path]:
     produced, consumed = tmp_path / "producer.json", tmp_path / "consumer.json"
     nodes = [
-        python_node("producer", PROBE, inputs={"ready": "consumer/ready"}, outputs=["data"],
-                    env={"ROLE": "producer", "SCENARIO": scenario, "REPORT": produced}),
-        python_node("consumer", PROBE, inputs={"data": {"source": "producer/data", "queue_size": 1000}, "tick": "dora/timer/millis/100"},
-                    outputs=["ready"], env={"ROLE": "consumer", "SCENARIO": scenario, "REPORT": consumed}),
+        python_node(
+            "producer",
+            PROBE,
+            inputs={"ready": "consumer/ready"},
+            outputs=["data"],
+            env={"ROLE": "producer", "SCENARIO": scenario, "REPORT": produced},
+        ),
+        python_node(
+            "consumer",
+            PROBE,
+            inputs={"data": {"source": "producer/data", "queue_size": 1000}, "tick": "dora/timer/millis/100"},
+            outputs=["ready"],
+            env={"ROLE": "consumer", "SCENARIO": scenario, "REPORT": consumed},
+        ),
     ]
     return nodes, produced, consumed
 
@@ -74,10 +84,20 @@ def test_suite_sender_to_receiver_over_cuda_ipc(dora_cli, tmp_path):
     nested detection sample, through the project's own sender and receiver nodes."""
     report_path = tmp_path / "report.json"
     nodes = [
-        script_node("sender", "tc-tensor-sender", inputs={"ack": {"source": "receiver/ack", "queue_size": 256}}, outputs=["tensors"],
-                    env={"MODE": "suite", "DEVICE": "cuda", "TRANSPORT": "cuda-ipc"}),
-        script_node("receiver", "tc-tensor-receiver", inputs={"suite": {"source": "sender/tensors", "queue_size": 256}},
-                    outputs=["ack"], env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1}),
+        script_node(
+            "sender",
+            "tc-tensor-sender",
+            inputs={"ack": {"source": "receiver/ack", "queue_size": 256}},
+            outputs=["tensors"],
+            env={"MODE": "suite", "DEVICE": "cuda", "TRANSPORT": "cuda-ipc"},
+        ),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
+            inputs={"suite": {"source": "sender/tensors", "queue_size": 256}},
+            outputs=["ack"],
+            env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1},
+        ),
     ]
     proc = run_dataflow(dora_cli, tmp_path, nodes, timeout=180)
     assert proc.returncode == 0, tail(proc)

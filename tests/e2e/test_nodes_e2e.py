@@ -11,7 +11,16 @@ import shutil
 
 import pytest
 
-from tests.support.dora import ROOT, dora_env, private_dora, python_node, run_dataflow, run_dora, run_flow_file, script_node
+from tests.support.dora import (
+    ROOT,
+    dora_env,
+    private_dora,
+    python_node,
+    run_dataflow,
+    run_dora,
+    run_flow_file,
+    script_node,
+)
 
 pytestmark = pytest.mark.dora
 
@@ -40,7 +49,9 @@ def check_default_run(run):
         assert_clean(report, {"frames", "decoded", "suite", "load"})
         inputs = report["inputs"]
         assert inputs["frames"]["good"] == 150
-        assert inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0  # JPEG round trips within bounds
+        assert (
+            inputs["decoded"]["good"] == 150 and inputs["decoded"]["unverified"] == 0
+        )  # JPEG round trips within bounds
         saved = sorted((workdir / "out" / "jpeg").glob("*.jpg"))
         assert [p.name for p in saved] == [f"frame-{i:06d}.jpg" for i in range(5)]
         assert all(decode_jpeg(p, mode="UNCHANGED").shape == (3, 480, 640) for p in saved)  # as stored: RGB
@@ -123,10 +134,18 @@ def test_camera_driven_by_a_dora_timer_and_mono_frames(dora_cli, tmp_path):
     report_path = tmp_path / "report.json"
     nodes = [
         script_node(
-            "camera", "tc-camera-source", inputs={"tick": "dora/timer/millis/20"}, outputs=["image"],
+            "camera",
+            "tc-camera-source",
+            inputs={"tick": "dora/timer/millis/20"},
+            outputs=["image"],
             env={"WIDTH": 320, "HEIGHT": 240, "CHANNELS": 1, "FRAMES": 12, "DEVICE": "cpu"},
         ),
-        script_node("receiver", "tc-tensor-receiver", inputs={"frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"}}, env={"REPORT": report_path, "STRICT": 1}),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
+            inputs={"frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"}},
+            env={"REPORT": report_path, "STRICT": 1},
+        ),
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
     assert run.returncode == 0, run.explain()
@@ -137,8 +156,18 @@ def test_camera_driven_by_a_dora_timer_and_mono_frames(dora_cli, tmp_path):
 
 def test_strict_receiver_fails_the_dataflow(dora_cli, tmp_path):
     nodes = [
-        python_node("corrupter", ROOT / "tests" / "dora_nodes" / "corrupt_sender.py", inputs={"tick": "dora/timer/millis/50"}, outputs=["tensors"]),
-        script_node("receiver", "tc-tensor-receiver", inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100, "queue_policy": "backpressure"}}, env={"STRICT": 1}),
+        python_node(
+            "corrupter",
+            ROOT / "tests" / "dora_nodes" / "corrupt_sender.py",
+            inputs={"tick": "dora/timer/millis/50"},
+            outputs=["tensors"],
+        ),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
+            inputs={"tensors": {"source": "corrupter/tensors", "queue_size": 100, "queue_policy": "backpressure"}},
+            env={"STRICT": 1},
+        ),
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
     assert run.returncode != 0, run.explain()
@@ -149,11 +178,15 @@ def test_strict_receiver_fails_the_dataflow(dora_cli, tmp_path):
 def test_nodes_are_reusable_by_name_from_any_directory(dora_cli, tmp_path_factory):
     """A user's own dataflow, outside the repository, names the installed console scripts."""
     import torch
+
     save_file = pytest.importorskip("safetensors.torch").save_file
 
     workdir = tmp_path_factory.mktemp("user_project")
     assert ROOT not in workdir.parents
-    save_file({"weights": torch.randn(64, 32), "bias": torch.arange(32, dtype=torch.int64)}, str(workdir / "model.safetensors"))
+    save_file(
+        {"weights": torch.randn(64, 32), "bias": torch.arange(32, dtype=torch.int64)},
+        str(workdir / "model.safetensors"),
+    )
     flow = workdir / "my_flow.yml"
     flow.write_text(
         """\
@@ -192,26 +225,54 @@ nodes:
 def test_every_node_on_cuda(dora_cli, tmp_path):
     report_path = tmp_path / "report.json"
     nodes = [
-        script_node("camera", "tc-camera-source", outputs=["image"], env={"FRAMES": 60, "FPS": 60, "WIDTH": 1920, "HEIGHT": 1080, "DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"}),
-        script_node("raw-camera", "tc-camera-source", outputs=["image"], env={"FRAMES": 30, "FORMAT": "raw", "DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"}),
         script_node(
-            "sender", "tc-tensor-sender", inputs={"ack": {"source": "receiver/ack", "queue_size": 256}}, outputs=["tensors"],
-            env={"MODE": "suite", "DEVICE": "cuda", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"},
-        ),
-        script_node("jpeg-encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"}}, outputs=["jpeg"], env={"DEVICE": "cuda", "WORKERS": 4}),
-        script_node(
-            "jpeg-decoder", "tc-jpeg-decoder", inputs={"jpeg": {"source": "jpeg-encoder/jpeg", "queue_size": 64, "queue_policy": "backpressure"}}, outputs=["image"],
-            env={"DEVICE": "cuda"}, extra={"shared_memory_pool_size": "64MB"},
+            "camera",
+            "tc-camera-source",
+            outputs=["image"],
+            env={"FRAMES": 60, "FPS": 60, "WIDTH": 1920, "HEIGHT": 1080, "DEVICE": "cuda"},
+            extra={"shared_memory_pool_size": "64MB"},
         ),
         script_node(
-            "receiver", "tc-tensor-receiver",
+            "raw-camera",
+            "tc-camera-source",
+            outputs=["image"],
+            env={"FRAMES": 30, "FORMAT": "raw", "DEVICE": "cuda"},
+            extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node(
+            "sender",
+            "tc-tensor-sender",
+            inputs={"ack": {"source": "receiver/ack", "queue_size": 256}},
+            outputs=["tensors"],
+            env={"MODE": "suite", "DEVICE": "cuda", "CORRUPT": 1},
+            extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node(
+            "jpeg-encoder",
+            "tc-jpeg-encoder",
+            inputs={"frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"}},
+            outputs=["jpeg"],
+            env={"DEVICE": "cuda", "WORKERS": 4},
+        ),
+        script_node(
+            "jpeg-decoder",
+            "tc-jpeg-decoder",
+            inputs={"jpeg": {"source": "jpeg-encoder/jpeg", "queue_size": 64, "queue_policy": "backpressure"}},
+            outputs=["image"],
+            env={"DEVICE": "cuda"},
+            extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
             inputs={
                 "frames": {"source": "camera/image", "queue_size": 64, "queue_policy": "backpressure"},
                 "decoded": {"source": "jpeg-decoder/image", "queue_size": 64, "queue_policy": "backpressure"},
                 "raw": {"source": "raw-camera/image", "queue_size": 64, "queue_policy": "backpressure"},
                 "suite": {"source": "sender/tensors", "queue_size": 256},
             },
-            outputs=["ack"], env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1},
+            outputs=["ack"],
+            env={"DEVICE": "cuda", "REPORT": report_path, "STRICT": 1},
         ),
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
@@ -230,19 +291,39 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
     report_path = tmp_path / "report.json"
     nodes = [
         python_node(
-            "tamperer", ROOT / "tests" / "dora_nodes" / "jpeg_tamperer.py",
-            inputs={"tick": "dora/timer/millis/50", "jpeg": {"source": "encoder/jpeg", "queue_size": 64, "queue_policy": "backpressure"}},
-            outputs=["frames", "jpeg"], extra={"shared_memory_pool_size": "64MB"},
+            "tamperer",
+            ROOT / "tests" / "dora_nodes" / "jpeg_tamperer.py",
+            inputs={
+                "tick": "dora/timer/millis/50",
+                "jpeg": {"source": "encoder/jpeg", "queue_size": 64, "queue_policy": "backpressure"},
+            },
+            outputs=["frames", "jpeg"],
+            extra={"shared_memory_pool_size": "64MB"},
         ),
         # Unacknowledged links: `queue_policy: backpressure` keeps dora from dropping a message on
         # a congested direct path (as in dataflow.yml; a CI run lost one JPEG to the decoder).
-        script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "tamperer/frames", "queue_size": 64, "queue_policy": "backpressure"}},
-                    outputs=["jpeg"], env={"DEVICE": "cpu", "BATCH": 3}),
+        script_node(
+            "encoder",
+            "tc-jpeg-encoder",
+            inputs={"frames": {"source": "tamperer/frames", "queue_size": 64, "queue_policy": "backpressure"}},
+            outputs=["jpeg"],
+            env={"DEVICE": "cpu", "BATCH": 3},
+        ),
         # ENGINE: the encoder's auto choice, the decoder's named: both libraries in one real run.
-        script_node("decoder", "tc-jpeg-decoder", inputs={"jpeg": {"source": "tamperer/jpeg", "queue_size": 64, "queue_policy": "backpressure"}},
-                    outputs=["image"], env={"DEVICE": "cpu", "ENGINE": "torchvision"}, extra={"shared_memory_pool_size": "64MB"}),
-        script_node("receiver", "tc-tensor-receiver", inputs={"decoded": {"source": "decoder/image", "queue_size": 64, "queue_policy": "backpressure"}},
-                    env={"REPORT": report_path, "STRICT": 1, "DEVICE": "cpu"}),
+        script_node(
+            "decoder",
+            "tc-jpeg-decoder",
+            inputs={"jpeg": {"source": "tamperer/jpeg", "queue_size": 64, "queue_policy": "backpressure"}},
+            outputs=["image"],
+            env={"DEVICE": "cpu", "ENGINE": "torchvision"},
+            extra={"shared_memory_pool_size": "64MB"},
+        ),
+        script_node(
+            "receiver",
+            "tc-tensor-receiver",
+            inputs={"decoded": {"source": "decoder/image", "queue_size": 64, "queue_policy": "backpressure"}},
+            env={"REPORT": report_path, "STRICT": 1, "DEVICE": "cpu"},
+        ),
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=RUN_TIMEOUT_S)
     assert run.returncode == 0, run.explain()
@@ -255,6 +336,12 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
         assert "received 15, decoded 12, bad 3" in log
         assert "engine=torchcodec subsampling=420: torchcodec on cpu, quality 90" in log  # auto, said once at start
         assert "engine=torchvision on cpu" in log
-        for reason in ("frame.dtype: expected torch.uint8, got torch.float32", "channels): expected 1 or 3, got 4", "expected (C, H, W), got (64, 64)",
-                       "end-of-image marker", "changed on the way", "start-of-image marker"):
+        for reason in (
+            "frame.dtype: expected torch.uint8, got torch.float32",
+            "channels): expected 1 or 3, got 4",
+            "expected (C, H, W), got (64, 64)",
+            "end-of-image marker",
+            "changed on the way",
+            "start-of-image marker",
+        ):
             assert reason in log, reason

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tensor_codec_nodes.common.pattern import render
+from tensor_codec_nodes.rerun_sink import sdk
 from tests.support.dora import run_dataflow, script_node
 from tests.support.rerun import read_recording
 from tests.support.waiting import wait_until
-
-from tensor_codec_nodes.common.pattern import render
-from tensor_codec_nodes.rerun_sink import sdk
 
 HAS_RERUN = sdk.missing() is None
 needs_rerun = pytest.mark.skipif(not HAS_RERUN, reason="rerun-sdk is not installed (the optional extra `rerun`)")
@@ -47,8 +46,13 @@ def rerun_server(saved: Path):
         yield None
         return
     port = _free_port()
-    server = subprocess.Popen([cli, "--port", str(port), "--save", str(saved)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=dict(os.environ, RERUN_ANALYTICS="off"), start_new_session=True)
+    server = subprocess.Popen(
+        [cli, "--port", str(port), "--save", str(saved)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, RERUN_ANALYTICS="off"),
+        start_new_session=True,
+    )
 
     def listening() -> bool:
         with socket.socket() as s:
@@ -87,18 +91,47 @@ def test_the_node_in_dora_records_cameras_jpegs_and_the_suite_to_a_file_and_a_vi
     with rerun_server(tmp_path / "received.rrd") as viewer:
         env = {"RRD": "out/flow.rrd", **({"CONNECT": viewer} if viewer else {})}
         nodes = [
-            script_node("camera", "tc-camera-source", inputs={"ack": ack}, outputs=["image"],
-                        env={"FRAMES": 6, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "DEVICE": "cpu"}),
-            script_node("raw-camera", "tc-camera-source", inputs={"ack": ack}, outputs=["image"],
-                        env={"FRAMES": 4, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "FORMAT": "raw", "DEVICE": "cpu"}),
-            script_node("encoder", "tc-jpeg-encoder", inputs={"frames": {"source": "camera/image", **queue}, "ack_rerun": ack},
-                        outputs=["jpeg", "ack"], env={"DEVICE": "cpu"}),
-            script_node("sender", "tc-tensor-sender", inputs={"ack": ack}, outputs=["tensors"],
-                        env={"MODE": "suite", "DEVICE": "cpu", "CORRUPT": 1}, extra={"shared_memory_pool_size": "64MB"}),
-            script_node("rerun-sink", "tc-rerun-sink", outputs=["ack"], env=env, inputs={
-                "frames": {"source": "camera/image", **queue}, "raw": {"source": "raw-camera/image", **queue},
-                "jpeg": {"source": "encoder/jpeg", **queue}, "suite": {"source": "sender/tensors", "queue_size": 256},
-            }),
+            script_node(
+                "camera",
+                "tc-camera-source",
+                inputs={"ack": ack},
+                outputs=["image"],
+                env={"FRAMES": 6, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "DEVICE": "cpu"},
+            ),
+            script_node(
+                "raw-camera",
+                "tc-camera-source",
+                inputs={"ack": ack},
+                outputs=["image"],
+                env={"FRAMES": 4, "FPS": 0, "WIDTH": 64, "HEIGHT": 56, "FORMAT": "raw", "DEVICE": "cpu"},
+            ),
+            script_node(
+                "encoder",
+                "tc-jpeg-encoder",
+                inputs={"frames": {"source": "camera/image", **queue}, "ack_rerun": ack},
+                outputs=["jpeg", "ack"],
+                env={"DEVICE": "cpu"},
+            ),
+            script_node(
+                "sender",
+                "tc-tensor-sender",
+                inputs={"ack": ack},
+                outputs=["tensors"],
+                env={"MODE": "suite", "DEVICE": "cpu", "CORRUPT": 1},
+                extra={"shared_memory_pool_size": "64MB"},
+            ),
+            script_node(
+                "rerun-sink",
+                "tc-rerun-sink",
+                outputs=["ack"],
+                env=env,
+                inputs={
+                    "frames": {"source": "camera/image", **queue},
+                    "raw": {"source": "raw-camera/image", **queue},
+                    "jpeg": {"source": "encoder/jpeg", **queue},
+                    "suite": {"source": "sender/tensors", "queue_size": 256},
+                },
+            ),
         ]
         run = run_dataflow(dora_cli, tmp_path, nodes, timeout=300)
     assert run.returncode == 0, run.explain()
@@ -111,9 +144,14 @@ def test_the_node_in_dora_records_cameras_jpegs_and_the_suite_to_a_file_and_a_vi
         frames = entities["/frames"]
         assert sorted(frames.values("frame")) == list(range(6)) and None not in frames.values("capture_time")
         first = frames.values("frame").index(0)
-        assert bytes(frames.values("Image:buffer")[first][0]) == render(0, 56, 64).permute(1, 2, 0).contiguous().numpy().tobytes()
+        assert (
+            bytes(frames.values("Image:buffer")[first][0])
+            == render(0, 56, 64).permute(1, 2, 0).contiguous().numpy().tobytes()
+        )
         check_suite_entities(entities)
-        assert "suite: 62 received, 57 shown, 5 bad" in run.output  # CORRUPT=1: five hostile messages, logged and skipped
+        assert (
+            "suite: 62 received, 57 shown, 5 bad" in run.output
+        )  # CORRUPT=1: five hostile messages, logged and skipped
         assert "frames: 6 received, 6 shown" in run.output and "jpeg: 6 received, 6 shown" in run.output
         if viewer is None:
             pytest.skip("recorded to a file; rerun's CLI is not installed, so streaming to a viewer was not tested")

@@ -21,7 +21,13 @@ from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace
 HANDLE = b"\x03c" + bytes(range(64))
 EVENT = bytes(range(64, 128))
 GOOD = IpcFields(HANDLE, 1024, 4096, EVENT, 7, 3)
-PRODUCER = {"host": "abc@box", "pidns": "pid:[4026531836]", "pid": 4242, "gpu": "GPU-3f2a1b4c-0000-1111-2222-333344445555", "ledger": "tc-4242-0123456789ab"}
+PRODUCER = {
+    "host": "abc@box",
+    "pidns": "pid:[4026531836]",
+    "pid": 4242,
+    "gpu": "GPU-3f2a1b4c-0000-1111-2222-333344445555",
+    "ledger": "tc-4242-0123456789ab",
+}
 
 
 def b64(raw: bytes) -> str:
@@ -43,9 +49,15 @@ def test_fields_round_trip():
         ({"tc.ipc.handle": "not base64!"}, r"tc.ipc.handle: expected base64 text"),
         ({"tc.ipc.handle": b64(bytes(2))}, r"tc.ipc.handle: expected 3..1048576 bytes, got 2"),
         ({"tc.ipc.handle": b64(bytes(10))}, r"tc.ipc.handle: expected a 64-byte CUDA IPC handle .* got 10 bytes"),
-        ({"tc.ipc.handle": b64(b"\x03x" + bytes(64))}, r"tc.ipc.handle: expected a 64-byte CUDA IPC handle or torch's \[version\]\[c\|e\] form, got 66 bytes of kind b'x'"),
+        (
+            {"tc.ipc.handle": b64(b"\x03x" + bytes(64))},
+            r"tc.ipc.handle: expected a 64-byte CUDA IPC handle or torch's \[version\]\[c\|e\] form, got 66 bytes of kind b'x'",
+        ),
         ({"tc.ipc.handle": b64(b"\x03c" + bytes(70))}, r"got 72 bytes of kind b'c'"),
-        ({"tc.ipc.handle": "A" * (2 << 20)}, r"tc.ipc.handle: expected base64 of 3..1048576 bytes, got '2097152 characters'"),
+        (
+            {"tc.ipc.handle": "A" * (2 << 20)},
+            r"tc.ipc.handle: expected base64 of 3..1048576 bytes, got '2097152 characters'",
+        ),
         ({"tc.ipc.offset": -1}, r"tc.ipc.offset: expected an integer 0..281474976710656, got -1"),
         ({"tc.ipc.offset": True}, r"tc.ipc.offset: expected an integer"),
         ({"tc.ipc.offset": 2**60}, r"tc.ipc.offset: expected an integer"),
@@ -103,7 +115,9 @@ def test_producer_must_be_an_object_with_every_key():
 
 def test_another_machine_is_refused_naming_both():
     producer = parse_producer({**PRODUCER, "host": "1111@gpu-box-a"})
-    with pytest.raises(tc.DecodeError, match=r"comes from 'gpu-box-a' \(1111@gpu-box-a\) and this is 'gpu-box-b' \(2222@gpu-box-b\)"):
+    with pytest.raises(
+        tc.DecodeError, match=r"comes from 'gpu-box-a' \(1111@gpu-box-a\) and this is 'gpu-box-b' \(2222@gpu-box-b\)"
+    ):
         check_same_machine(producer, host="2222@gpu-box-b", pid=1, pidns="x")
 
 

@@ -15,7 +15,9 @@ from tensor_codec.cuda_ipc.identity import gpu_uuid, host_identity, host_name, l
 def test_host_identity_is_stable_and_shared_by_processes_of_this_kernel():
     here = host_identity()
     code = "from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace; print(host_identity()); print(pid_namespace())"
-    other, namespace = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    other, namespace = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert here == other and host_name(here) and "@" in here
     assert pid_namespace() == namespace
 
@@ -35,6 +37,9 @@ def test_the_same_gpu_under_another_index_has_the_same_uuid():
     uuid_of_1 = gpu_uuid(1)
     seen = subprocess.run(
         [sys.executable, "-c", "from tensor_codec.cuda_ipc.identity import gpu_uuid; print(gpu_uuid(0))"],
-        capture_output=True, text=True, check=True, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "1"},
     ).stdout.strip()
     assert seen == uuid_of_1

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tensor_codec as tc
-from tensor_codec.errors import InFlightLimitError
 from tensor_codec.cuda_ipc.inflight import InFlightLimit
+from tensor_codec.errors import InFlightLimitError
 
 
 class FakeOutput:
@@ -51,7 +51,9 @@ def test_wait_until_receivers_release():
 def test_wait_times_out_with_a_clear_error():
     cap, now = limit(timeout_s=2)
     out = FakeOutput([90])
-    with pytest.raises(InFlightLimitError, match=r"out: 90 bytes still in flight after waiting 2\.\d+ s, cap 100 bytes"):
+    with pytest.raises(
+        InFlightLimitError, match=r"out: 90 bytes still in flight after waiting 2\.\d+ s, cap 100 bytes"
+    ):
         cap.admit(20, out.live_bytes, out.collect)
     assert now[0] >= 2
     assert issubclass(InFlightLimitError, tc.CodecError) and issubclass(InFlightLimitError, TimeoutError)

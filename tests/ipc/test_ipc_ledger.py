@@ -103,7 +103,10 @@ def _claim_and_maybe_release(name, slot, generation, release):
 def test_receivers_in_other_processes_and_a_receiver_that_dies_holding(ledger):
     ctx = mp.get_context("fork")
     ref = ledger.publish(expected=3, nbytes=5, token="frames")
-    procs = [ctx.Process(target=_claim_and_maybe_release, args=(ref.ledger, ref.slot, ref.generation, i < 2)) for i in range(3)]
+    procs = [
+        ctx.Process(target=_claim_and_maybe_release, args=(ref.ledger, ref.slot, ref.generation, i < 2))
+        for i in range(3)
+    ]
     for p in procs:
         p.start()
     for p in procs:

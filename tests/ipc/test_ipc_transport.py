@@ -14,13 +14,18 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tensor_codec import wire
-from tensor_codec.cuda_ipc import fields as ipc_fields
-from tensor_codec.testing import assert_identical, make_layout_cases, make_many_small, make_packed_sequences, make_tvtensor_cases, make_dtype_cases
 from tensor_codec import dora_adapter, plan
+from tensor_codec.cuda_ipc import fields as ipc_fields
 from tensor_codec.cuda_ipc import transport as cuda_ipc
+from tensor_codec.testing import (
+    assert_identical,
+    make_dtype_cases,
+    make_layout_cases,
+    make_many_small,
+    make_packed_sequences,
+    make_tvtensor_cases,
+)
 from tensor_codec.transports import ENCODE_OUTPUT
-
 from tests.support.fakes import FakeNode
 from tests.support.ipc_fake_backend import FakeBackend
 from tests.support.waiting import wait_until
@@ -72,7 +77,8 @@ def wait_live_bytes(expected: int, output: str = ENCODE_OUTPUT) -> None:
     releases go through a finalizer, the receiver's release thread and the ledger, so reading
     them once, right after a release, races that thread on a busy machine."""
     wait_until(
-        _step, lambda seen: seen["live_bytes"].get(output, 0) == expected,
+        _step,
+        lambda seen: seen["live_bytes"].get(output, 0) == expected,
         describe=f"output {output!r} to have {expected} bytes in flight",
     )
 
@@ -81,7 +87,8 @@ def drain() -> None:
     """Give every release that can happen the chance to (until the receiver has nothing left to
     give back but what waits on a marker the test holds): before asserting what is still held."""
     wait_until(
-        _step, lambda seen: seen["receiver"]["pending_release"] == len([d for d in seen["markers_done"] if not d]),
+        _step,
+        lambda seen: seen["receiver"]["pending_release"] == len([d for d in seen["markers_done"] if not d]),
         describe="the receiver to give back every message whose views died and whose marker completed",
     )
 
@@ -260,13 +267,16 @@ def test_a_failed_send_frees_its_slot_at_once(fake):
 
 
 def test_expected_receivers_come_from_the_dataflow(monkeypatch):
-    node = FakeNode(node_id="cam", descriptor={
-        "nodes": [
-            {"id": "cam", "outputs": ["image"]},
-            {"id": "a", "inputs": {"x": "cam/image", "y": "cam/other"}},
-            {"id": "b", "inputs": {"img": {"source": "cam/image", "queue_size": 1}}},
-        ]
-    })
+    node = FakeNode(
+        node_id="cam",
+        descriptor={
+            "nodes": [
+                {"id": "cam", "outputs": ["image"]},
+                {"id": "a", "inputs": {"x": "cam/image", "y": "cam/other"}},
+                {"id": "b", "inputs": {"img": {"source": "cam/image", "queue_size": 1}}},
+            ]
+        },
+    )
     assert dora_adapter.expected_receivers(node, "image") == 2
     assert dora_adapter.expected_receivers(node, "none") == 1
 
@@ -381,7 +391,11 @@ def test_hostile_producer_fields(fake, field, bad, match):
 def test_the_sending_process_itself_is_refused():
     # The real identity check, without the test stand-in's exemption.
     producer = ipc_fields.ProducerIdentity(
-        ipc_fields.host_identity(), ipc_fields.pid_namespace(), __import__("os").getpid(), "GPU-0000000000", "tc-1-000000000000"
+        ipc_fields.host_identity(),
+        ipc_fields.pid_namespace(),
+        __import__("os").getpid(),
+        "GPU-0000000000",
+        "tc-1-000000000000",
     )
     with pytest.raises(tc.DecodeError, match="cannot be opened by the process that sent it"):
         ipc_fields.check_same_machine(producer)
@@ -390,7 +404,9 @@ def test_the_sending_process_itself_is_refused():
 # ---------------------------------------------------------------------------------- without a GPU
 
 
-@pytest.mark.parametrize("obj", [{}, torch.zeros(3), {"n": 3, "boxes": [torch.ones(2, 4)]}], ids=["empty_dict", "cpu_tensor", "cpu_nested"])
+@pytest.mark.parametrize(
+    "obj", [{}, torch.zeros(3), {"n": 3, "boxes": [torch.ones(2, 4)]}], ids=["empty_dict", "cpu_tensor", "cpu_nested"]
+)
 def test_a_message_without_a_cuda_tensor_goes_as_host_bytes_logged_once(obj, caplog):
     """cuda-ipc shares GPU memory; a message with none (the suite's nested/empty_dict, CPU
     tensors) would otherwise be lost from a cuda-ipc stream. No CUDA code is loaded for it."""
@@ -401,7 +417,9 @@ def test_a_message_without_a_cuda_tensor_goes_as_host_bytes_logged_once(obj, cap
             assert metadata["tc.transport"] == "host"
             assert_identical(tc.decode(value, metadata, copy=True), obj)
     said = [r.getMessage() for r in caplog.records if "transport host" in r.getMessage()]
-    assert said == ["output '<tc.encode>': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"]
+    assert said == [
+        "output '<tc.encode>': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"
+    ]
     assert cuda_ipc._state is None  # the CUDA backend was never started
 
 

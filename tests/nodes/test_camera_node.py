@@ -10,9 +10,9 @@ import torch
 from torchcodec.encoders import JpegEncoder, PngEncoder
 from torchvision import tv_tensors
 
+from tensor_codec_nodes.camera_source import sources
 from tensor_codec_nodes.camera_source.camera import Camera
 from tensor_codec_nodes.camera_source.config import load_config
-from tensor_codec_nodes.camera_source import sources
 from tensor_codec_nodes.camera_source.sources import OpenCVSource, SourceError, SyntheticSource, open_source
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
@@ -25,7 +25,11 @@ CPU = torch.device("cpu")
 def synthetic_camera(**overrides) -> Camera:
     env = {"WIDTH": "160", "HEIGHT": "120", "FRAMES": "3", **{k.upper(): str(v) for k, v in overrides.items()}}
     config = load_config(env)
-    return Camera(config, SyntheticSource(config.width, config.height, config.channels, CPU, hwc=config.format == "raw"), stream="s1")
+    return Camera(
+        config,
+        SyntheticSource(config.width, config.height, config.channels, CPU, hwc=config.format == "raw"),
+        stream="s1",
+    )
 
 
 def test_codec_frames_are_images_that_name_their_pixel_format_but_carry_no_dora_image_keys():
@@ -59,7 +63,11 @@ def test_raw_frames_are_hwc_views_and_mono_is_mono8():
     hwc, metadata = synthetic_camera(format="raw").next_frame()
     assert hwc.shape == (120, 160, 3) and type(hwc) is torch.Tensor
     assert hwc.is_contiguous()  # rendered interleaved: sending it is one plain copy
-    assert (metadata[P.ENCODING], metadata[P.WIDTH], metadata[P.HEIGHT]) == ("rgb8", 160, 120) and P.PIXEL_FORMAT not in metadata
+    assert (metadata[P.ENCODING], metadata[P.WIDTH], metadata[P.HEIGHT]) == (
+        "rgb8",
+        160,
+        120,
+    ) and P.PIXEL_FORMAT not in metadata
     mono, metadata = synthetic_camera(channels=1, format="raw").next_frame()
     assert mono.shape == (120, 160, 1) and metadata[P.ENCODING] == "mono8"
     mono, metadata = synthetic_camera(channels=1).next_frame()
@@ -82,7 +90,9 @@ def write_images(folder, count, size=(3, 48, 64)):
 
 def test_image_folder_in_name_order_resized_and_looped(tmp_path):
     write_images(tmp_path / "imgs", 3)
-    config = load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "32", "HEIGHT": "24", "LOOP": "1"})
+    config = load_config(
+        {"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "imgs"), "WIDTH": "32", "HEIGHT": "24", "LOOP": "1"}
+    )
     source = open_source(config, CPU)
     frames = [source.read(i) for i in range(4)]
     assert all(f.shape == (3, 24, 32) and f.dtype == torch.uint8 for f in frames)
@@ -99,7 +109,9 @@ def test_image_folder_native_size_ends_without_loop(tmp_path):
 
 
 def test_missing_sources_are_clear_errors(tmp_path):
-    with pytest.raises(SourceError, match="SOURCE_PATH: expected a folder of images, got '.*nowhere' \\(not a folder\\)"):
+    with pytest.raises(
+        SourceError, match="SOURCE_PATH: expected a folder of images, got '.*nowhere' \\(not a folder\\)"
+    ):
         open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "nowhere")}), CPU)
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match="expected .jpg, .jpeg, .png files in"):
@@ -154,7 +166,9 @@ def test_synthetic_index_wraps_past_32_bits():
 
 
 def images_source(folder, **env):
-    return open_source(load_config({"SOURCE": "images", "SOURCE_PATH": str(folder), "WIDTH": "0", "HEIGHT": "0", **env}), CPU)
+    return open_source(
+        load_config({"SOURCE": "images", "SOURCE_PATH": str(folder), "WIDTH": "0", "HEIGHT": "0", **env}), CPU
+    )
 
 
 def test_an_undecodable_image_is_skipped_and_counted(tmp_path, caplog):
@@ -194,7 +208,11 @@ def test_unreadable_empty_damaged_and_animated_files_are_skipped_each_named(tmp_
         "e_animated.png": "expected a still image, got 2 frames",
     }
     for name, reason in reasons.items():
-        line = next(r.getMessage() for r in caplog.records if f"skipped {folder / name}: not a decodable image" in r.getMessage())
+        line = next(
+            r.getMessage()
+            for r in caplog.records
+            if f"skipped {folder / name}: not a decodable image" in r.getMessage()
+        )
         assert reason in line, line
 
 
@@ -217,7 +235,14 @@ def test_sixteen_bit_images_become_rgb8(tmp_path):
 
 def jpeg_with_exif_orientation(image: torch.Tensor, orientation: int) -> bytes:
     """A JPEG of image whose EXIF says how to turn it upright (6: rotate 90 degrees clockwise)."""
-    tiff = b"MM\x00\x2a\x00\x00\x00\x08" + b"\x00\x01" + b"\x01\x12\x00\x03\x00\x00\x00\x01" + orientation.to_bytes(2, "big") + b"\x00\x00" + b"\x00" * 4
+    tiff = (
+        b"MM\x00\x2a\x00\x00\x00\x08"
+        + b"\x00\x01"
+        + b"\x01\x12\x00\x03\x00\x00\x00\x01"
+        + orientation.to_bytes(2, "big")
+        + b"\x00\x00"
+        + b"\x00" * 4
+    )
     app1 = b"Exif\x00\x00" + tiff
     jpeg = JpegEncoder(image).to_tensor(quality=95).numpy().tobytes()
     return jpeg[:2] + b"\xff\xe1" + (len(app1) + 2).to_bytes(2, "big") + app1 + jpeg[2:]
@@ -253,8 +278,12 @@ class BrokenTorchCodec(types.ModuleType):
         raise OSError("libtorchcodec_image.so: undefined symbol: _ZN3c10...")
 
 
-@pytest.mark.parametrize("installed, error", [(None, "ModuleNotFoundError"), (BrokenTorchCodec("torchcodec.decoders"), "OSError")])
-def test_without_torchcodec_the_source_falls_back_to_torchvision_and_decodes_the_same(tmp_path, monkeypatch, caplog, installed, error):
+@pytest.mark.parametrize(
+    "installed, error", [(None, "ModuleNotFoundError"), (BrokenTorchCodec("torchcodec.decoders"), "OSError")]
+)
+def test_without_torchcodec_the_source_falls_back_to_torchvision_and_decodes_the_same(
+    tmp_path, monkeypatch, caplog, installed, error
+):
     """Where TorchCodec does not import (an older torch), torchvision.io decodes: the same frames
     (EXIF orientation applied, 16-bit kept), and torchvision 0.29's deprecation warning is not
     raised for that deliberate use (pytest -W error::DeprecationWarning would fail here)."""

@@ -9,7 +9,16 @@ import logging
 import pytest
 
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.delivery import AckWindow, Delivery, Outbox, Relay, SinkIntake, ack_for, ackers_of, not_acknowledged_line
+from tensor_codec_nodes.common.delivery import (
+    AckWindow,
+    Delivery,
+    Outbox,
+    Relay,
+    SinkIntake,
+    ack_for,
+    ackers_of,
+    not_acknowledged_line,
+)
 
 log = logging.getLogger("delivery-test")
 
@@ -31,7 +40,12 @@ def outbox(reliable=True, window=2, retry_s=1.0, give_up_s=5.0, ackers=("ack",),
         sent.append((obj, dict(metadata)))
 
     clock = Clock()
-    box = Outbox(AckWindow(reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers), send, log, clock)
+    box = Outbox(
+        AckWindow(reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers),
+        send,
+        log,
+        clock,
+    )
     return box, sent, clock
 
 
@@ -50,7 +64,9 @@ def test_helpers():
     assert ackers_of({"frames", "ack", "ack_sink", "tick"}) == ["ack", "ack_sink"]
     assert ack_for({P.SEQ: 3, P.STREAM: "s", P.WANTS_ACK: True}) == {P.SEQ: 3, P.STREAM: "s"}
     assert ack_for({P.SEQ: 3, P.STREAM: "s"}) is None
-    assert not_acknowledged_line(37, 200, "messages", "seq 163") == "37 of 200 messages not acknowledged (first: seq 163)"
+    assert (
+        not_acknowledged_line(37, 200, "messages", "seq 163") == "37 of 200 messages not acknowledged (first: seq 163)"
+    )
 
 
 def test_delivery_counts_every_message_not_acknowledged():
@@ -203,7 +219,9 @@ def test_a_sink_handles_each_message_once_and_acknowledges_every_copy():
     intake.acknowledge(first)
     assert not intake.is_new(dict(first))  # a resend: skipped, acknowledged again
     intake.acknowledge(first)
-    assert intake.is_new({"seq": 0, "stream": "other", "wants_ack": True}) and intake.is_new({"frame": 3})  # no acks wanted
+    assert intake.is_new({"seq": 0, "stream": "other", "wants_ack": True}) and intake.is_new(
+        {"frame": 3}
+    )  # no acks wanted
     intake.acknowledge({"frame": 3})
     assert sent == [{"seq": 0, "stream": "s"}] * 2 and intake.duplicates == 1
     observer = SinkIntake(None)  # no ack output declared: nothing sent, duplicates still skipped

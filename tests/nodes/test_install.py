@@ -14,17 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.paths import ROOT
 from tensor_codec import versions
+from tests.support.paths import ROOT
 from tools import install_env as installer
-
-
 
 
 def probe(**dists) -> dict:
     base = {"torch": None, "torchvision": None, "pyarrow": None, "numpy": "2.0.0", "setuptools": "80.0", "pip": "25.0"}
     base.update(dists)
-    return {"executable": "/opt/torch/.venv/bin/python3", "version": [3, 12, 3], "sites": [], "dists": base, "has_pip": True}
+    return {
+        "executable": "/opt/torch/.venv/bin/python3",
+        "version": [3, 12, 3],
+        "sites": [],
+        "dists": base,
+        "has_pip": True,
+    }
 
 
 SUPPORTED = {"torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "pyarrow": "21.0.0"}
@@ -48,7 +52,10 @@ def test_pyproject_declares_the_floors_the_code_checks():
         ({"torch": "2.11.0a0+ecf3bae40a.nv26.02"}, []),  # an NGC build of 2.11 is a 2.11
         ({"torch": "2.14.1+cu130", "torchvision": "0.29.1"}, []),
         ({"torch": "2.10.2"}, ["torch: expected torch >= 2.11, found torch 2.10.2"]),
-        ({"torchvision": "0.25.0+cu128"}, ["torchvision: expected torchvision >= 0.26, found torchvision 0.25.0+cu128"]),
+        (
+            {"torchvision": "0.25.0+cu128"},
+            ["torchvision: expected torchvision >= 0.26, found torchvision 0.25.0+cu128"],
+        ),
         ({"pyarrow": "14.0.2"}, ["pyarrow: expected pyarrow >= 15, found pyarrow 14.0.2"]),
         ({"torch": None}, ["torch: expected torch >= 2.11, found none installed"]),
         ({"torch": "unknown"}, ["torch: expected torch >= 2.11, found torch unknown"]),
@@ -73,15 +80,16 @@ def test_a_supported_preinstalled_torch_is_used_where_it_is():
 
 def test_an_interpreter_without_torch_gets_the_pinned_releases():
     assert installer.decide(probe(), named=True) == (
-        "fresh", ["PYTHON=/opt/torch/.venv/bin/python3 has no torch (PYTHONPATH is not looked at): .venv gets the pinned torch"]
+        "fresh",
+        ["PYTHON=/opt/torch/.venv/bin/python3 has no torch (PYTHONPATH is not looked at): .venv gets the pinned torch"],
     )
     assert installer.decide(probe(), named=False) == ("fresh", [])
 
 
 def test_a_requirement_is_named_as_pip_compares_names():
-    assert [installer.requirement_name(t) for t in ("torchvision>=0.26", "dora_rs>=1.1,<1.2", "PyYAML >= 6", "a[x]>=1")] == [
-        "torchvision", "dora-rs", "pyyaml", "a"
-    ]
+    assert [
+        installer.requirement_name(t) for t in ("torchvision>=0.26", "dora_rs>=1.1,<1.2", "PyYAML >= 6", "a[x]>=1")
+    ] == ["torchvision", "dora-rs", "pyyaml", "a"]
 
 
 def test_a_venv_left_by_a_failed_layered_attempt_is_not_adopted(tmp_path):
@@ -112,8 +120,11 @@ def test_missing_test_requirements_are_retried_only_when_they_could_be_had(tmp_p
 
 
 def test_a_named_interpreter_with_an_old_torch_is_refused_clearly():
-    with pytest.raises(installer.InstallError, match=r"(?s)PYTHON=/opt/torch/.venv/bin/python3 has releases this project does not support:"
-                       r".*torch: expected torch >= 2.11, found torch 2.9.1.*leave PYTHON= out"):
+    with pytest.raises(
+        installer.InstallError,
+        match=r"(?s)PYTHON=/opt/torch/.venv/bin/python3 has releases this project does not support:"
+        r".*torch: expected torch >= 2.11, found torch 2.9.1.*leave PYTHON= out",
+    ):
         installer.decide(probe(**{**SUPPORTED, "torch": "2.9.1"}), named=True)
 
 
@@ -124,7 +135,9 @@ def test_the_default_interpreter_with_an_old_torch_is_left_alone():
 
 def test_a_named_interpreter_with_torch_but_no_torchvision_gets_it_in_the_venv():
     mode, notes = installer.decide(probe(torch="2.11.0", pyarrow="21.0"), named=True)
-    assert mode == "layered" and notes == ["torchvision is not in PYTHON=/opt/torch/.venv/bin/python3: it is installed into .venv"]
+    assert mode == "layered" and notes == [
+        "torchvision is not in PYTHON=/opt/torch/.venv/bin/python3: it is installed into .venv"
+    ]
     assert installer.decide(probe(torch="2.11.0", pyarrow="21.0"), named=False)[0] == "fresh"
 
 
@@ -135,7 +148,10 @@ def test_python_older_than_dora_supports_is_refused():
 
 def test_preinstalled_builds_are_pinned_so_pip_cannot_replace_them():
     assert installer.pins(probe(**SUPPORTED)) == [
-        "torch==2.11.0+cu130", "torchvision==0.26.0+cu130", "pyarrow==21.0.0", "numpy==2.0.0"
+        "torch==2.11.0+cu130",
+        "torchvision==0.26.0+cu130",
+        "pyarrow==21.0.0",
+        "numpy==2.0.0",
     ]
 
 
@@ -163,9 +179,15 @@ def test_the_hub_nodes_are_pinned_and_say_which_install_without_their_dependenci
 @pytest.mark.parametrize(
     "line, error",
     [
-        ("dora-echo>=0.5", r"hub-nodes.txt line 2: expected a hub node pinned as <name>==<version>, got 'dora-echo>=0.5'"),
+        (
+            "dora-echo>=0.5",
+            r"hub-nodes.txt line 2: expected a hub node pinned as <name>==<version>, got 'dora-echo>=0.5'",
+        ),
         ("dora-echo", r"line 2: expected a hub node pinned as <name>==<version>, got 'dora-echo'"),
-        ("dora-echo==0.5.0 --force-reinstall", r"line 2: expected nothing or `--no-deps` after dora-echo==0.5.0, got '--force-reinstall'"),
+        (
+            "dora-echo==0.5.0 --force-reinstall",
+            r"line 2: expected nothing or `--no-deps` after dora-echo==0.5.0, got '--force-reinstall'",
+        ),
         ("dora-echo==0.5.0 --no-deps --no-deps", r"got '--no-deps --no-deps'"),
     ],
 )
@@ -202,8 +224,10 @@ class FakePip:
         cmd = [str(c) for c in cmd]
         self.commands.append(cmd)
         if cmd[-1] in self.fail:
-            stderr = (f"ERROR: Could not find a version that satisfies the requirement {cmd[-1]} (from versions: none)\n"
-                      f"ERROR: No matching distribution found for {cmd[-1]}\n")
+            stderr = (
+                f"ERROR: Could not find a version that satisfies the requirement {cmd[-1]} (from versions: none)\n"
+                f"ERROR: No matching distribution found for {cmd[-1]}\n"
+            )
             return subprocess.CompletedProcess(cmd, 1, "", stderr)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
@@ -227,21 +251,31 @@ def test_hub_nodes_install_held_to_what_the_venv_has(fake_venv, monkeypatch, cap
     pins = fake_venv / installer.HUB_PINS
     # numpy 2, pyarrow, torch and dora-rs 1.1 stay: dora-echo's numpy<2 or the camera's
     # dora-rs<0.4 can never replace them, even where a node is installed with its dependencies.
-    assert pins.read_text().splitlines() == ["torch==2.14.1", "torchvision==0.29.1", "pyarrow==26.0.1", "numpy==2.4.6", "dora-rs==1.1.0"]
+    assert pins.read_text().splitlines() == [
+        "torch==2.14.1",
+        "torchvision==0.29.1",
+        "pyarrow==26.0.1",
+        "numpy==2.4.6",
+        "dora-rs==1.1.0",
+    ]
     installed = {cmd[-1]: cmd for cmd in pip.commands}
     assert list(installed) == ["dora-opencv-image-splitter==0.1.0", "dora-echo==0.5.0", "dora-camera-opencv==0.0.1"]
     for text, cmd in installed.items():
         assert cmd[1:4] == ["-m", "pip", "install"] and cmd[cmd.index("-c") + 1] == str(pins), cmd
         assert ("--no-deps" in cmd) == (text != "dora-opencv-image-splitter==0.1.0"), cmd
     out = capsys.readouterr().out
-    assert "hub node dora-echo==0.5.0: installed without its dependencies (--no-deps: see examples/hub-nodes.txt)" in out
+    assert (
+        "hub node dora-echo==0.5.0: installed without its dependencies (--no-deps: see examples/hub-nodes.txt)" in out
+    )
     assert "hub node dora-opencv-image-splitter==0.1.0: installed\n" in out
 
 
 def test_hub_nodes_already_there_are_left_alone(fake_venv, monkeypatch):
     pip = FakePip()
     monkeypatch.setattr(installer, "run", pip)
-    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [(t, g, None) for t, g in reqs if t.startswith("dora-echo")])
+    monkeypatch.setattr(
+        installer, "unmet", lambda venv, reqs: [(t, g, None) for t, g in reqs if t.startswith("dora-echo")]
+    )
     assert installer.install_hub_nodes(fake_venv, None, installer.hub_nodes()) == []
     assert [cmd[-1] for cmd in pip.commands] == ["dora-echo==0.5.0"]
     monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [])
@@ -255,10 +289,17 @@ def test_a_hub_node_that_cannot_be_had_offline_is_a_warning_retried_with_wheels(
     monkeypatch.setattr(installer, "run", pip)
     missing = installer.install_hub_nodes(fake_venv, "/wheels", installer.hub_nodes())  # never raises
     assert missing == ["dora-echo==0.5.0"]
-    assert [cmd[-1] for cmd in pip.commands] == [text for text, _ in installer.hub_nodes()]  # the others still installed
-    assert all("--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve()) for cmd in pip.commands)
-    assert ("hub node dora-echo==0.5.0: not to be had here (ERROR: Could not find a version that satisfies the requirement "
-            "dora-echo==0.5.0 (from versions: none))") in capsys.readouterr().out
+    assert [cmd[-1] for cmd in pip.commands] == [
+        text for text, _ in installer.hub_nodes()
+    ]  # the others still installed
+    assert all(
+        "--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve())
+        for cmd in pip.commands
+    )
+    assert (
+        "hub node dora-echo==0.5.0: not to be had here (ERROR: Could not find a version that satisfies the requirement "
+        "dora-echo==0.5.0 (from versions: none))"
+    ) in capsys.readouterr().out
     # Recorded with the missing test requirements: retried by a make with WHEELS= or an index.
     stamp = {"mode": "fresh", "python": "/usr/bin/python3", "digest": "d", "missing": missing}
     (fake_venv / "bin").mkdir()
@@ -268,7 +309,9 @@ def test_a_hub_node_that_cannot_be_had_offline_is_a_warning_retried_with_wheels(
 
 
 @pytest.mark.parametrize("mode", ["fresh", "layered"])
-def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_missing(tmp_path, monkeypatch, capsys, mode):
+def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_missing(
+    tmp_path, monkeypatch, capsys, mode
+):
     venv = tmp_path / ".venv"
     venv.mkdir()
     steps = []
@@ -277,17 +320,24 @@ def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_mi
         def record(*args, **kwargs):
             steps.append(name)
             return result
+
         return record
 
     monkeypatch.setattr(installer, "read_stamp", lambda venv: None)
     monkeypatch.setattr(installer, "which_outside", lambda python, venv: "/usr/bin/python3")
-    monkeypatch.setattr(installer, "probe_interpreter", lambda python: probe(**(SUPPORTED if mode == "layered" else {})))
+    monkeypatch.setattr(
+        installer, "probe_interpreter", lambda python: probe(**(SUPPORTED if mode == "layered" else {}))
+    )
     monkeypatch.setattr(installer, "must_rebuild", lambda *args: False)
     monkeypatch.setattr(installer, "install_fresh", step("project"))
     monkeypatch.setattr(installer, "install_layered", step("project", ["hypothesis>=6.100"]))
     monkeypatch.setattr(installer, "link_dora_cli", step("link dora"))
     optional = []
-    monkeypatch.setattr(installer, "install_optional", lambda venv, wheels, reqs: (steps.append("optional"), optional.extend(reqs)) and reqs[:1])
+    monkeypatch.setattr(
+        installer,
+        "install_optional",
+        lambda venv, wheels, reqs: (steps.append("optional"), optional.extend(reqs)) and reqs[:1],
+    )
     monkeypatch.setattr(installer, "install_hub_nodes", step("hub nodes", ["dora-echo==0.5.0"]))
     monkeypatch.setattr(installer, "link_hub_scripts", step("link hub scripts"))
     monkeypatch.setattr(installer, "verify", step("verify", "summary"))
@@ -298,7 +348,10 @@ def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_mi
         assert steps == ["project", "link dora", "optional", "hub nodes", "link hub scripts", "verify"]
     assert optional == installer.optional_requirements(mode)
     out = capsys.readouterr().out
-    assert "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= retries)" in out
+    assert (
+        "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= retries)"
+        in out
+    )
     stamp = json.loads((venv / installer.STAMP).read_text())
     assert stamp["missing"] == (["hypothesis>=6.100"] if mode == "layered" else []) + ["dora-echo==0.5.0"]
     assert stamp["optional_missing"] == optional[:1]  # recorded apart: not a requirement of the project or its tests
@@ -329,17 +382,26 @@ def test_the_nvimgcodec_extra_is_pinned_for_a_fresh_venv_and_at_its_floors_over_
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["nvimgcodec"]
     # nvidia-nvjpeg, as nvImageCodec's own `nvjpeg` extra names it (nvidia-nvjpeg-cu13 is an empty placeholder).
     assert extra == ["nvidia-nvimgcodec-cu13>=0.9", "nvidia-nvjpeg>=13"]
-    assert installer.optional_requirements("fresh", "nvimgcodec") == ["nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43"]
+    assert installer.optional_requirements("fresh", "nvimgcodec") == [
+        "nvidia-nvimgcodec-cu13==0.9.0.20",
+        "nvidia-nvjpeg==13.3.2.43",
+    ]
     assert installer.optional_requirements("layered", "nvimgcodec") == extra
 
 
 def test_every_optional_extra_installs_best_effort_pinned_for_a_fresh_venv():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(installer.OPTIONAL_EXTRAS) == {"nvimgcodec", "rerun", "plots"} and set(installer.OPTIONAL_EXTRAS) <= set(extras)
+    assert set(installer.OPTIONAL_EXTRAS) == {"nvimgcodec", "rerun", "plots"} and set(installer.OPTIONAL_EXTRAS) <= set(
+        extras
+    )
     assert installer.optional_requirements("fresh", "rerun") == ["rerun-sdk==0.41.0"]
     assert installer.optional_requirements("layered", "plots") == ["matplotlib>=3.8"]
     assert installer.optional_requirements("fresh") == [
-        "nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvjpeg==13.3.2.43", "rerun-sdk==0.41.0", "matplotlib==3.11.2"]
+        "nvidia-nvimgcodec-cu13==0.9.0.20",
+        "nvidia-nvjpeg==13.3.2.43",
+        "rerun-sdk==0.41.0",
+        "matplotlib==3.11.2",
+    ]
     assert installer.optional_purpose("rerun-sdk>=0.41") == "the tc-rerun-sink node"
     assert installer.optional_purpose("matplotlib==3.11.2") == "make plots"
 
@@ -362,11 +424,17 @@ class FakeEnv:
     def run(self, cmd, *, capture=False, check=True):
         cmd = [str(c) for c in cmd]
         self.commands.append(cmd)
-        wanted = [c for c in cmd[cmd.index("install") + 1:] if not c.startswith("-") and cmd[cmd.index(c) - 1] not in ("-c", "--find-links")]
+        wanted = [
+            c
+            for c in cmd[cmd.index("install") + 1 :]
+            if not c.startswith("-") and cmd[cmd.index(c) - 1] not in ("-c", "--find-links")
+        ]
         failed = [w for w in wanted if installer.requirement_name(w) in self.fail]
         if failed:
-            stderr = (f"ERROR: Could not find a version that satisfies the requirement {failed[0]} (from versions: none)\n"
-                      f"ERROR: No matching distribution found for {failed[0]}\n")
+            stderr = (
+                f"ERROR: Could not find a version that satisfies the requirement {failed[0]} (from versions: none)\n"
+                f"ERROR: No matching distribution found for {failed[0]}\n"
+            )
             return subprocess.CompletedProcess(cmd, 1, "", stderr)
         self.has |= {installer.requirement_name(w) for w in wanted}
         return subprocess.CompletedProcess(cmd, 0, "", "")
@@ -375,7 +443,17 @@ class FakeEnv:
         return [(text, group, None) for text, group in reqs if installer.requirement_name(text) not in self.has]
 
 
-LAYERED_PIP = ["/venv/bin/python", "-m", "pip", "install", "--quiet", "--no-input", "--no-index", "-c", "/venv/pins.txt"]
+LAYERED_PIP = [
+    "/venv/bin/python",
+    "-m",
+    "pip",
+    "install",
+    "--quiet",
+    "--no-input",
+    "--no-index",
+    "-c",
+    "/venv/pins.txt",
+]
 
 
 def test_over_a_preinstalled_torch_a_torchcodec_not_to_be_had_is_a_warning_not_an_error(monkeypatch, capsys):
@@ -386,15 +464,19 @@ def test_over_a_preinstalled_torch_a_torchcodec_not_to_be_had_is_a_warning_not_a
     assert "torchcodec>=0.16" in missing and "dora-rs>=1.1,<1.2" not in missing  # the rest installed, one by one
     assert {"dora-rs", "dora-rs-cli", "pyyaml", "hypothesis"} <= env.has
     out = capsys.readouterr().out
-    assert ("install: torchcodec>=0.16: not to be had here: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back); "
-            "bash ../shared/gpu/wheels.sh torchcodec==0.17.0 carries it\n") in out
+    assert (
+        "install: torchcodec>=0.16: not to be had here: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back); "
+        "bash ../shared/gpu/wheels.sh torchcodec==0.17.0 carries it\n"
+    ) in out
 
 
 def test_over_a_preinstalled_torch_a_runtime_requirement_without_a_fallback_is_still_an_error(monkeypatch, capsys):
     env = FakeEnv(has={"torch", "torchvision", "pyarrow", "numpy"}, fail={"dora-rs", "torchcodec"})
     monkeypatch.setattr(installer, "run", env.run)
     monkeypatch.setattr(installer, "unmet", env.unmet)
-    with pytest.raises(installer.InstallError, match=r"missing: dora-rs>=1.1,<1.2 \(found none\)\. Put the wheels") as raised:
+    with pytest.raises(
+        installer.InstallError, match=r"missing: dora-rs>=1.1,<1.2 \(found none\)\. Put the wheels"
+    ) as raised:
         installer.install_missing(Path("/venv"), LAYERED_PIP, installer.requirements())
     assert "torchcodec" not in str(raised.value)
 
@@ -415,8 +497,10 @@ def test_a_missing_torchcodec_is_warned_about_recorded_and_retried_with_wheels(t
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     assert installer.main(["--venv", str(venv)]) == 0
     out = capsys.readouterr().out
-    assert ("install: warning: torchcodec>=0.16 is missing: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back) "
-            "(a later make with WHEELS= retries)") in out
+    assert (
+        "install: warning: torchcodec>=0.16 is missing: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back) "
+        "(a later make with WHEELS= retries)"
+    ) in out
     assert "test requirement torchcodec" not in out
     stamp = json.loads((venv / installer.STAMP).read_text())
     assert stamp["missing"] == ["torchcodec>=0.16"]
@@ -434,7 +518,9 @@ def test_the_optional_engine_packages_install_each_alone_held_to_what_the_venv_h
     pins = fake_venv / installer.HUB_PINS
     assert [cmd[-1] for cmd in pip.commands] == reqs
     for cmd in pip.commands:
-        assert cmd[1:4] == ["-m", "pip", "install"] and cmd[cmd.index("-c") + 1] == str(pins) and "--no-deps" not in cmd, cmd
+        assert (
+            cmd[1:4] == ["-m", "pip", "install"] and cmd[cmd.index("-c") + 1] == str(pins) and "--no-deps" not in cmd
+        ), cmd
     assert "torch==2.14.1" in pins.read_text()
     assert capsys.readouterr().out.splitlines() == [
         "install: optional nvidia-nvimgcodec-cu13==0.9.0.20 (the JPEG nodes' nvImageCodec engine): installed",
@@ -453,14 +539,23 @@ def test_an_optional_engine_package_not_to_be_had_is_one_line_never_an_error(fak
     monkeypatch.setattr(installer, "run", pip)
     assert installer.install_optional(fake_venv, "/wheels", reqs) == [reqs[0]]  # never raises
     assert [cmd[-1] for cmd in pip.commands] == reqs  # the other still installed
-    assert all("--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve()) for cmd in pip.commands)
+    assert all(
+        "--no-index" in cmd and cmd[cmd.index("--find-links") + 1] == str(Path("/wheels").resolve())
+        for cmd in pip.commands
+    )
     assert capsys.readouterr().out.splitlines() == [
         "install: optional nvidia-nvimgcodec-cu13>=0.9 (the JPEG nodes' nvImageCodec engine): not to be had here "
         "(ERROR: Could not find a version that satisfies the requirement nvidia-nvimgcodec-cu13>=0.9 (from versions: none))",
         "install: optional nvidia-nvjpeg>=13 (the JPEG nodes' nvImageCodec engine): installed",
     ]
     # Retried, as the rest, only where it could be had now: a wheel folder named, or an index.
-    stamp = {"mode": "layered", "python": "/opt/x/bin/python", "digest": "d", "missing": [], "optional_missing": [reqs[0]]}
+    stamp = {
+        "mode": "layered",
+        "python": "/opt/x/bin/python",
+        "digest": "d",
+        "missing": [],
+        "optional_missing": [reqs[0]],
+    }
     (fake_venv / "bin").mkdir()
     (fake_venv / "bin" / "python").write_text("")
     assert installer.up_to_date(stamp, "d", "/opt/x/bin/python", fake_venv, None)
@@ -469,11 +564,14 @@ def test_an_optional_engine_package_not_to_be_had_is_one_line_never_an_error(fak
     assert not installer.up_to_date(stamp, "d", "/opt/x/bin/python", fake_venv, None)
 
 
-@pytest.mark.parametrize("name, old, new", [
-    ("pyproject.toml", '"nvidia-nvjpeg>=13"', '"nvidia-nvjpeg>=13.1"'),
-    ("constraints.txt", "nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvimgcodec-cu13==0.9.1.0"),
-    ("constraints.txt", "torchcodec==0.17.0", "torchcodec==0.17.1"),
-])
+@pytest.mark.parametrize(
+    "name, old, new",
+    [
+        ("pyproject.toml", '"nvidia-nvjpeg>=13"', '"nvidia-nvjpeg>=13.1"'),
+        ("constraints.txt", "nvidia-nvimgcodec-cu13==0.9.0.20", "nvidia-nvimgcodec-cu13==0.9.1.0"),
+        ("constraints.txt", "torchcodec==0.17.0", "torchcodec==0.17.1"),
+    ],
+)
 def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, name, old, new):
     for each in ("pyproject.toml", "constraints.txt", installer.HUB_NODES, "tools/install_env.py"):
         (tmp_path / each).parent.mkdir(parents=True, exist_ok=True)
@@ -485,5 +583,7 @@ def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, na
     (tmp_path / name).write_text(text.replace(old, new))
     assert installer.inputs_digest() != before
     if name == "constraints.txt" and "nvimgcodec" in old:
-        assert installer.optional_requirements("fresh", "nvimgcodec") == [new, wanted[1]]  # a new pin is unmet: installed again
-
+        assert installer.optional_requirements("fresh", "nvimgcodec") == [
+            new,
+            wanted[1],
+        ]  # a new pin is unmet: installed again

@@ -12,14 +12,23 @@ import pyarrow as pa
 import pytest
 import torch
 
-from tests.support.jpeg import MAX_MAD, MIN_PSNR, assert_close_to_source, decoder_engine, encoder_engine, engine_params, reference_decode, reference_encode
 from tensor_codec_nodes.common import jpeg_engines
+from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.jpeg_engines import EngineError, choose_decoder, choose_encoder
 from tensor_codec_nodes.common.jpeg_header import read_header
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.common.quality import compare
 from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
-from tensor_codec_nodes.common import protocol as P
+from tests.support.jpeg import (
+    MAX_MAD,
+    MIN_PSNR,
+    assert_close_to_source,
+    decoder_engine,
+    encoder_engine,
+    engine_params,
+    reference_decode,
+    reference_encode,
+)
 
 
 def only(*usable):
@@ -28,6 +37,7 @@ def only(*usable):
 
 
 # -- choosing ------------------------------------------------------------------------------------
+
 
 def test_auto_takes_torchcodec_on_the_cpu_and_nvimgcodec_first_on_cuda(monkeypatch):
     monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision", "nvimgcodec"))
@@ -57,9 +67,15 @@ def test_auto_picks_an_engine_that_writes_the_subsampling_asked_for(monkeypatch)
     assert "torchcodec passed over: writes 420 only, SUBSAMPLING=444" in on_cpu.why
     assert choose_encoder("auto", "420", "cuda").name == "nvimgcodec"
     monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision"))
-    with pytest.raises(EngineError, match=r"ENGINE=auto: no JPEG encoder on cpu can be used: torchcodec passed over: writes 420 only, SUBSAMPLING=444"):
+    with pytest.raises(
+        EngineError,
+        match=r"ENGINE=auto: no JPEG encoder on cpu can be used: torchcodec passed over: writes 420 only, SUBSAMPLING=444",
+    ):
         choose_encoder("auto", "444", "cpu")
-    with pytest.raises(EngineError, match=r"nvimgcodec passed over: nvimgcodec is not installed.*torchcodec passed over: writes 444 only, SUBSAMPLING=420"):
+    with pytest.raises(
+        EngineError,
+        match=r"nvimgcodec passed over: nvimgcodec is not installed.*torchcodec passed over: writes 444 only, SUBSAMPLING=420",
+    ):
         choose_encoder("auto", "420", "cuda")
 
 
@@ -67,13 +83,18 @@ def test_an_engine_asked_for_by_name_that_cannot_serve_stops_with_the_setting_na
     monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision"))
     with pytest.raises(EngineError, match=r"ENGINE=nvimgcodec: cannot be used on cuda: nvimgcodec is not installed"):
         choose_encoder("nvimgcodec", "auto", "cuda")
-    with pytest.raises(EngineError, match=r"SUBSAMPLING=444: ENGINE=torchcodec on cpu writes 420 only; use SUBSAMPLING=auto, or ENGINE=nvimgcodec"):
+    with pytest.raises(
+        EngineError,
+        match=r"SUBSAMPLING=444: ENGINE=torchcodec on cpu writes 420 only; use SUBSAMPLING=auto, or ENGINE=nvimgcodec",
+    ):
         choose_encoder("torchcodec", "444", "cpu")
     with pytest.raises(EngineError, match=r"SUBSAMPLING=420: ENGINE=torchvision on cuda writes 444 only"):
         choose_encoder("torchvision", "420", "cuda")
     with pytest.raises(EngineError, match=r"SUBSAMPLING: expected one of auto, 420, 444, got '422'"):
         choose_encoder("auto", "422", "cpu")
-    with pytest.raises(EngineError, match=r"ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'"):
+    with pytest.raises(
+        EngineError, match=r"ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'"
+    ):
         choose_decoder("pil", "cpu")
 
 
@@ -84,6 +105,7 @@ def test_the_real_probe_here():
 
 
 # -- every engine's JPEGs ------------------------------------------------------------------------
+
 
 def layouts(frame: torch.Tensor) -> dict[str, torch.Tensor]:
     """The same frame as the nodes receive it: planar (contiguous CHW) and interleaved (a CHW view
@@ -122,7 +144,10 @@ def test_every_decode_engine_gives_the_frames_the_others_give(engine_name):
     rgb_out, grey_out = engine.decode(jpegs, [3, 1])
     assert rgb_out.shape == (3, 480, 640) and grey_out.shape == (1, 480, 640)
     assert rgb_out.dtype == grey_out.dtype == torch.uint8
-    for mine, theirs, source in ((rgb_out, reference_decode(jpegs[0], 3), rgb), (grey_out, reference_decode(jpegs[1], 1), grey)):
+    for mine, theirs, source in (
+        (rgb_out, reference_decode(jpegs[0], 3), rgb),
+        (grey_out, reference_decode(jpegs[1], 1), grey),
+    ):
         db, mad = compare(mine, source)
         assert db >= MIN_PSNR and mad <= MAX_MAD
         assert compare(mine, theirs)[0] >= 45  # libjpeg-turbo everywhere here: (nearly) identical
@@ -146,10 +171,17 @@ def test_a_jpeg_that_fails_does_not_take_the_batch_with_it(engine_name):
 
 # -- EXIF orientation ---------------------------------------------------------------------------
 
+
 def with_exif_orientation(jpeg: torch.Tensor, orientation: int) -> torch.Tensor:
     """The JPEG with an APP1 Exif segment (little-endian TIFF, one IFD entry: Orientation) right
     after its start-of-image marker."""
-    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHIHH", 0x0112, 3, 1, orientation, 0) + struct.pack("<I", 0)
+    tiff = (
+        b"II*\x00"
+        + struct.pack("<I", 8)
+        + struct.pack("<H", 1)
+        + struct.pack("<HHIHH", 0x0112, 3, 1, orientation, 0)
+        + struct.pack("<I", 0)
+    )
     body = b"Exif\x00\x00" + tiff
     segment = b"\xff\xe1" + struct.pack(">H", len(body) + 2) + body
     data = bytes(jpeg.numpy())
@@ -167,8 +199,10 @@ def test_every_decode_engine_applies_exif_orientation_and_the_node_accepts_the_t
     assert image.shape == (3, 80, 48), f"{engine_name} did not apply the EXIF orientation"
     assert compare(image, torch.rot90(reference_decode(plain), k=-1, dims=(1, 2)))[0] >= 45
     decoder = JpegDecoder(engine)
-    checked = decoder.check({"type": "INPUT", "id": "jpeg", "value": pa.array(turned.numpy()), "metadata": {P.ENCODING: "jpeg"}})
-    (frame, _), = decoder.decode([checked])
+    checked = decoder.check(
+        {"type": "INPUT", "id": "jpeg", "value": pa.array(turned.numpy()), "metadata": {P.ENCODING: "jpeg"}}
+    )
+    ((frame, _),) = decoder.decode([checked])
     assert frame.shape == (3, 80, 48) and decoder.stats.bad == 0
 
 
@@ -188,20 +222,28 @@ def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor(
     assert torch.equal(small.data, reference_encode(frame))
     import os
 
-    assert opened and all(not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(f"/proc/self/fd/{fd}").find("tc-jpeg") < 0 for fd in opened)
+    assert opened and all(
+        not os.path.exists(f"/proc/self/fd/{fd}") or os.readlink(f"/proc/self/fd/{fd}").find("tc-jpeg") < 0
+        for fd in opened
+    )
 
 
 def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
     import logging
 
     log = logging.getLogger("jpeg-test")
-    assert jpeg_engines.start_engine(log, "pil", "cpu", lambda: choose_encoder("pil", "auto", "cpu"), lambda c: 1) is None
+    assert (
+        jpeg_engines.start_engine(log, "pil", "cpu", lambda: choose_encoder("pil", "auto", "cpu"), lambda c: 1) is None
+    )
     assert "ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'" in caplog.text
 
     def broken(choice):
         raise RuntimeError("CUDA error: out of memory")
 
-    assert jpeg_engines.start_engine(log, "auto", "cuda:0", lambda: choose_encoder("torchcodec", "auto", "cpu"), broken) is None
+    assert (
+        jpeg_engines.start_engine(log, "auto", "cuda:0", lambda: choose_encoder("torchcodec", "auto", "cpu"), broken)
+        is None
+    )
     assert "ENGINE=auto: torchcodec could not start on cuda:0: RuntimeError: CUDA error: out of memory" in caplog.text
 
     def unlucky():
@@ -209,5 +251,7 @@ def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
 
     assert jpeg_engines.start_engine(log, "auto", "cpu", unlucky, broken) is None
     assert "ENGINE=auto: the JPEG library could not start on cpu: OSError: libnvjpeg" in caplog.text
-    choice, engine = jpeg_engines.start_engine(log, "auto", "cpu", lambda: choose_encoder("auto", "auto", "cpu"), lambda c: "made")
+    choice, engine = jpeg_engines.start_engine(
+        log, "auto", "cpu", lambda: choose_encoder("auto", "auto", "cpu"), lambda c: "made"
+    )
     assert (choice.name, engine) == ("torchcodec", "made")

@@ -14,11 +14,21 @@ import textwrap
 import pytest
 import torch
 
-from tests.support.jpeg import MAX_MAD, MIN_PSNR, TORCHVISION_DEPRECATED, assert_close_to_source, decoder_engine, encoder_engine, engine_params, reference_decode, reference_encode
 from tensor_codec_nodes.common.jpeg_header import read_header
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.common.quality import compare
 from tensor_codec_nodes.jpeg_encoder.engines.torchvision_engines import FENCE_DEFAULT_STREAM, FENCE_DEVICE_SYNC
+from tests.support.jpeg import (
+    MAX_MAD,
+    MIN_PSNR,
+    TORCHVISION_DEPRECATED,
+    assert_close_to_source,
+    decoder_engine,
+    encoder_engine,
+    engine_params,
+    reference_decode,
+    reference_encode,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -49,7 +59,9 @@ def test_batched_and_greyscale_frames_on_the_gpu(engine_name):
     rgb, grey = sources(4), sources(4, channels=1)
     engine = encoder_engine(engine_name, cuda(), workers=1)
     try:
-        out = engine.submit([late_frame(rgb[i].pin_memory()) for i in range(4)] + [late_frame(grey[i].pin_memory()) for i in range(4)]).result()
+        out = engine.submit(
+            [late_frame(rgb[i].pin_memory()) for i in range(4)] + [late_frame(grey[i].pin_memory()) for i in range(4)]
+        ).result()
     finally:
         engine.close()
     for k, encoded in enumerate(out):
@@ -113,7 +125,12 @@ dev = torch.device("cuda", torch.cuda.current_device())
 
 
 def in_a_fresh_process(code: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS_PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -171,4 +188,3 @@ def test_an_encoder_built_earlier_on_another_stream_is_detected_and_encodes_stay
     """)
     assert got["fence"] == FENCE_DEVICE_SYNC
     assert got["worst_psnr"] >= MIN_PSNR, got
-

@@ -15,8 +15,6 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tests.support.jpeg import decoder_engine, encoder_engine, reference_decode, reference_encode
-from tests.support.waiting import wait_until
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.jpeg_header import JpegError, read_header
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
@@ -25,6 +23,8 @@ from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
 from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder
 from tensor_codec_nodes.jpeg_sink.sink import JpegSink
 from tensor_codec_nodes.tensor_receiver.receiver import Receiver
+from tests.support.jpeg import decoder_engine, encoder_engine, reference_decode, reference_encode
+from tests.support.waiting import wait_until
 
 MIN_PSNR, MAX_MAD = 35.0, 3.0
 
@@ -50,7 +50,14 @@ def codec_event(obj, metadata=None, input_id="frames"):
 
 
 def frame_event(index, height, width, channels=3, **extra):
-    meta = {P.FRAME: index, P.SEQ: index, P.STREAM: "s", P.COUNT: 0, P.PATTERN: PATTERN_NAME, P.CAPTURE_NS: 1000 + index}
+    meta = {
+        P.FRAME: index,
+        P.SEQ: index,
+        P.STREAM: "s",
+        P.COUNT: 0,
+        P.PATTERN: PATTERN_NAME,
+        P.CAPTURE_NS: 1000 + index,
+    }
     meta.update(extra)
     return codec_event(tv_tensors.Image(render(index, height, width, channels=channels)), meta)
 
@@ -69,7 +76,9 @@ def finish(encoder, out=None):
         out.extend(encoder.collect(0.05))
         return {"pending": len(encoder.pending), "inflight": len(encoder.inflight)}
 
-    wait_until(step, lambda left: not any(left.values()), timeout=300, describe="the encoder to finish its batches", interval=0)
+    wait_until(
+        step, lambda left: not any(left.values()), timeout=300, describe="the encoder to finish its batches", interval=0
+    )
     return out
 
 
@@ -89,6 +98,7 @@ def run_encoder(events, *, quality=90, batch=4, workers=2):
 
 # -- quality: every produced JPEG against its source frame ---------------------------------------
 
+
 @pytest.mark.parametrize("height,width", [(1080, 1920), (2160, 3840)], ids=["1080p", "4k"])
 @pytest.mark.parametrize("channels", [3, 1], ids=["rgb", "grey"])
 def test_every_jpeg_decodes_to_its_source_within_bounds(height, width, channels):
@@ -97,7 +107,13 @@ def test_every_jpeg_decodes_to_its_source_within_bounds(height, width, channels)
     assert encoder.stats.encoded == len(indices) and encoder.stats.bad == encoder.stats.failed == 0
     assert [m[P.FRAME] for _, m in out] == indices  # input order
     for data, meta in out:
-        assert (meta[P.ENCODING], meta[P.WIDTH], meta[P.HEIGHT], meta[P.CHANNELS], meta[P.QUALITY]) == ("jpeg", width, height, channels, 90)
+        assert (meta[P.ENCODING], meta[P.WIDTH], meta[P.HEIGHT], meta[P.CHANNELS], meta[P.QUALITY]) == (
+            "jpeg",
+            width,
+            height,
+            channels,
+            90,
+        )
         assert meta[P.JPEG_CRC32] == zlib.crc32(data.numpy())
         decoded = decode_jpeg(data)
         db, mad = compare(decoded, render(meta[P.FRAME], height, width, channels=channels))
@@ -118,8 +134,13 @@ def test_lower_quality_means_smaller_files_and_still_a_readable_index():
 def test_metadata_is_carried_and_codec_keys_are_not():
     event = frame_event(3, 240, 320, **{P.CHECKSUM: "crc32:1", P.WANTS_ACK: True, "user_key": [1, 2]})
     _, out = run_encoder([event])
-    (_, meta), = out
-    assert meta[P.FRAME] == 3 and meta[P.CAPTURE_NS] == 1003 and meta[P.PATTERN] == PATTERN_NAME and meta["user_key"] == [1, 2]
+    ((_, meta),) = out
+    assert (
+        meta[P.FRAME] == 3
+        and meta[P.CAPTURE_NS] == 1003
+        and meta[P.PATTERN] == PATTERN_NAME
+        and meta["user_key"] == [1, 2]
+    )
     assert not any(k.startswith("tc.") for k in meta)
     assert P.CHECKSUM not in meta and P.WANTS_ACK not in meta
 
@@ -128,9 +149,20 @@ def test_plain_dora_image_messages_are_encoded_too():
     """bgr8 / rgb8 / mono8 flat bytes, as dora's own camera nodes send them."""
     source = render(11, 240, 320)
     events = []
-    for encoding, hwc in (("rgb8", source.permute(1, 2, 0)), ("bgr8", source.flip(0).permute(1, 2, 0)), ("mono8", source[:1].permute(1, 2, 0))):
+    for encoding, hwc in (
+        ("rgb8", source.permute(1, 2, 0)),
+        ("bgr8", source.flip(0).permute(1, 2, 0)),
+        ("mono8", source[:1].permute(1, 2, 0)),
+    ):
         flat = pa.array(hwc.contiguous().reshape(-1).numpy())
-        events.append({"type": "INPUT", "id": "frames", "value": flat, "metadata": {P.ENCODING: encoding, P.WIDTH: 320, P.HEIGHT: 240, P.FRAME: encoding}})
+        events.append(
+            {
+                "type": "INPUT",
+                "id": "frames",
+                "value": flat,
+                "metadata": {P.ENCODING: encoding, P.WIDTH: 320, P.HEIGHT: 240, P.FRAME: encoding},
+            }
+        )
     encoder, out = run_encoder(events)
     assert encoder.stats.bad == 0 and len(out) == 3
     for data, meta in out:
@@ -150,7 +182,11 @@ def test_many_frames_with_several_workers_keep_their_order():
     "obj, metadata, reason",
     [
         (tv_tensors.Image(torch.zeros(3, 8, 8)), {}, "frame.dtype: expected torch.uint8, got torch.float32"),
-        (tv_tensors.Image(torch.zeros(4, 8, 8, dtype=torch.uint8)), {}, "frame.shape[0] (channels): expected 1 or 3, got 4"),
+        (
+            tv_tensors.Image(torch.zeros(4, 8, 8, dtype=torch.uint8)),
+            {},
+            "frame.shape[0] (channels): expected 1 or 3, got 4",
+        ),
         (torch.zeros(8, 8, dtype=torch.uint8), {}, "frame.shape: expected (C, H, W), got (8, 8)"),
         (tv_tensors.Mask(torch.zeros(1, 8, 8, dtype=torch.uint8)), {}, "expected a torchvision.tv_tensors.Image"),
         ({"image": torch.zeros(3, 8, 8, dtype=torch.uint8)}, {}, "got builtins.dict"),
@@ -169,8 +205,18 @@ def test_bad_frames_are_counted_and_skipped(obj, metadata, reason, caplog):
 def test_undecodable_messages_are_counted_and_skipped():
     good = frame_event(0, 240, 320)
     truncated = dict(good, value=good["value"].slice(0, 100))
-    plain_wrong_size = {"type": "INPUT", "id": "frames", "value": pa.array(np.zeros(10, np.uint8)), "metadata": {P.ENCODING: "rgb8", P.WIDTH: 4, P.HEIGHT: 4}}
-    unknown = {"type": "INPUT", "id": "frames", "value": pa.array(np.zeros(10, np.uint8)), "metadata": {P.ENCODING: "yuv420"}}
+    plain_wrong_size = {
+        "type": "INPUT",
+        "id": "frames",
+        "value": pa.array(np.zeros(10, np.uint8)),
+        "metadata": {P.ENCODING: "rgb8", P.WIDTH: 4, P.HEIGHT: 4},
+    }
+    unknown = {
+        "type": "INPUT",
+        "id": "frames",
+        "value": pa.array(np.zeros(10, np.uint8)),
+        "metadata": {P.ENCODING: "yuv420"},
+    }
     encoder, out = run_encoder([truncated, plain_wrong_size, unknown, frame_event(1, 240, 320)])
     assert [m[P.FRAME] for _, m in out] == [1]
     assert encoder.stats.bad == 3
@@ -195,10 +241,19 @@ def test_received_frames_are_released_once_encoded():
 
 # -- decoder ------------------------------------------------------------------------------------
 
+
 def encoded(index=0, height=240, width=320, channels=3, quality=90):
     data = encode_jpeg(render(index, height, width, channels=channels), quality=quality)
-    meta = {P.ENCODING: "jpeg", P.WIDTH: width, P.HEIGHT: height, P.CHANNELS: channels, P.QUALITY: quality,
-            P.FRAME: index, P.PATTERN: PATTERN_NAME, P.JPEG_CRC32: zlib.crc32(data.numpy())}
+    meta = {
+        P.ENCODING: "jpeg",
+        P.WIDTH: width,
+        P.HEIGHT: height,
+        P.CHANNELS: channels,
+        P.QUALITY: quality,
+        P.FRAME: index,
+        P.PATTERN: PATTERN_NAME,
+        P.JPEG_CRC32: zlib.crc32(data.numpy()),
+    }
     return data, meta
 
 
@@ -222,7 +277,7 @@ def test_decoder_restores_frames_the_receiver_accepts():
 def test_receiver_refuses_a_lossy_frame_outside_the_bounds():
     data, meta = encoded(5)
     decoder = cpu_decoder()
-    (image, meta), = decode_all(decoder, [jpeg_event(data, meta)])
+    ((image, meta),) = decode_all(decoder, [jpeg_event(data, meta)])
     noisy = image.clone()
     noisy[:, 100:] = torch.randint(0, 256, noisy[:, 100:].shape, dtype=torch.uint8)  # below the index strip
     receiver = Receiver(torch.device("cpu"), inputs=["decoded"])
@@ -233,13 +288,13 @@ def test_receiver_refuses_a_lossy_frame_outside_the_bounds():
 @pytest.mark.parametrize("mode, channels, want", [("auto", 1, 1), ("auto", 3, 3), ("rgb", 1, 3), ("gray", 3, 1)])
 def test_decoder_modes(mode, channels, want):
     data, meta = encoded(channels=channels)
-    (image, out), = decode_all(cpu_decoder(mode), [jpeg_event(data, meta)])
+    ((image, out),) = decode_all(cpu_decoder(mode), [jpeg_event(data, meta)])
     assert image.shape[0] == want and out[P.PIXEL_FORMAT] == ("mono8" if want == 1 else "rgb8")
 
 
 def test_auto_mode_without_metadata_follows_the_jpeg():
     grey, _ = encoded(channels=1)
-    (image, _), = decode_all(cpu_decoder(), [jpeg_event(grey, {P.ENCODING: "jpeg"})])
+    ((image, _),) = decode_all(cpu_decoder(), [jpeg_event(grey, {P.ENCODING: "jpeg"})])
     assert image.shape[0] == 1
 
 
@@ -253,8 +308,18 @@ def _corruptions():
     huge[sof + 5 : sof + 9] = struct.pack(">HH", 60000, 60000)
     return [
         ("truncated", raw[: len(raw) // 2].clone(), meta, "end-of-image marker"),
-        ("not a jpeg", torch.frombuffer(bytearray(b"\x89PNG" + bytes(100)), dtype=torch.uint8), meta, "start-of-image marker"),
-        ("empty", torch.empty(0, dtype=torch.uint8), meta, "expected at least 4 bytes (start- and end-of-image markers), got no bytes"),
+        (
+            "not a jpeg",
+            torch.frombuffer(bytearray(b"\x89PNG" + bytes(100)), dtype=torch.uint8),
+            meta,
+            "start-of-image marker",
+        ),
+        (
+            "empty",
+            torch.empty(0, dtype=torch.uint8),
+            meta,
+            "expected at least 4 bytes (start- and end-of-image markers), got no bytes",
+        ),
         ("bit flip", flipped, meta, "crc32"),
         ("bomb", torch.frombuffer(huge, dtype=torch.uint8), {P.ENCODING: "jpeg"}, "MAX_PIXELS"),
         ("wrong size", raw, {**meta, P.WIDTH: 640}, "metadata.width: says 640, the JPEG header 320"),
@@ -287,6 +352,7 @@ def test_a_jpeg_that_fails_inside_the_decoder_does_not_take_its_batch_with_it():
 
 # -- the header check ---------------------------------------------------------------------------
 
+
 def test_header_of_baseline_progressive_and_grey_jpegs():
     from PIL import Image
 
@@ -295,7 +361,9 @@ def test_header_of_baseline_progressive_and_grey_jpegs():
     assert (info.width, info.height, info.components, info.progressive) == (320, 240, 3, False)
     assert read_header(encoded(0, 240, 320, channels=1)[0]).components == 1
     buffer = io.BytesIO()
-    Image.fromarray(render(0, 240, 320).permute(1, 2, 0).numpy()).save(buffer, format="JPEG", progressive=True, quality=80)
+    Image.fromarray(render(0, 240, 320).permute(1, 2, 0).numpy()).save(
+        buffer, format="JPEG", progressive=True, quality=80
+    )
     info = read_header(buffer.getvalue())
     assert info.progressive and (info.width, info.height) == (320, 240)
 
@@ -318,6 +386,7 @@ def test_header_check_on_every_truncation_and_random_bytes_raises_only_jpeg_erro
 
 # -- sink ---------------------------------------------------------------------------------------
 
+
 def test_sink_saves_the_first_count_jpegs_and_counts_bad_ones(tmp_path):
     sink = JpegSink(tmp_path / "jpeg", count=2, prefix="cam/../x")
     data, meta = encoded(0)
@@ -328,4 +397,6 @@ def test_sink_saves_the_first_count_jpegs_and_counts_bad_ones(tmp_path):
     assert (sink.received, sink.saved, sink.bad) == (4, 2, 1)
     files = sorted(p.name for p in (tmp_path / "jpeg").iterdir())
     assert files == ["cam_.._x-000000.jpg", "cam_.._x-000002.jpg"]  # no path escapes DIR
-    assert decode_jpeg(torch.frombuffer(bytearray((tmp_path / "jpeg" / files[0]).read_bytes()), dtype=torch.uint8)).shape == (3, 240, 320)
+    assert decode_jpeg(
+        torch.frombuffer(bytearray((tmp_path / "jpeg" / files[0]).read_bytes()), dtype=torch.uint8)
+    ).shape == (3, 240, 320)

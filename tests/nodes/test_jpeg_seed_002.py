@@ -16,9 +16,9 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from tests.support.jpeg import Verifier, encoder_engine, engine_params
 from tensor_codec_nodes.common.jpeg_header import read_header
 from tensor_codec_nodes.common.pattern import render
+from tests.support.jpeg import Verifier, encoder_engine, engine_params
 
 H, W = 2160, 3840
 SLOW = 20_000_000  # torch.cuda._sleep cycles: ~10 ms of a kernel queued before the frame's write

@@ -11,13 +11,15 @@ import subprocess
 import pytest
 import yaml
 
-from tests.support.dora import node_script
-from tests.support.fakes import FakeNode
 from tensor_codec_nodes.common.manifest import NODE_PACKAGES, manifests
 from tensor_codec_nodes.common.startup import close_setting_names, help_text, preflight, wiring_problems
+from tests.support.dora import node_script
+from tests.support.fakes import FakeNode
 
 SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.spec").SPEC for package in NODE_PACKAGES}
-ENCODER, CAMERA, RECEIVER, SENDER = (SPECS[p] for p in ("jpeg_encoder", "camera_source", "tensor_receiver", "tensor_sender"))
+ENCODER, CAMERA, RECEIVER, SENDER = (
+    SPECS[p] for p in ("jpeg_encoder", "camera_source", "tensor_receiver", "tensor_sender")
+)
 
 
 def no_dora_env() -> dict:
@@ -45,7 +47,9 @@ def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_help_without_a_daemon(package):
     spec = SPECS[package]
-    proc = subprocess.run([node_script(spec.name), "--help"], env=no_dora_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [node_script(spec.name), "--help"], env=no_dora_env(), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "DORA_NODE_CONFIG" not in proc.stdout + proc.stderr and "panicked" not in proc.stderr
     text = proc.stdout
@@ -60,16 +64,36 @@ def test_every_script_answers_help_without_a_daemon(package):
 
 @pytest.mark.slow  # two fresh interpreters
 def test_outside_dora_a_node_says_how_to_start_it_instead_of_a_backtrace():
-    proc = subprocess.run([node_script("tc-jpeg-encoder")], env=no_dora_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [node_script("tc-jpeg-encoder")], env=no_dora_env(), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "tc-jpeg-encoder is a dora node: start it from a dataflow" in proc.stderr
     assert "--help" in proc.stderr and "panicked" not in proc.stderr and "backtrace" not in proc.stderr.lower()
-    bad = subprocess.run([node_script("tc-jpeg-encoder"), "--qualty=3"], env=no_dora_env(), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "unexpected argument '--qualty=3'" in bad.stderr and "environment variables" in bad.stderr
+    bad = subprocess.run(
+        [node_script("tc-jpeg-encoder"), "--qualty=3"], env=no_dora_env(), capture_output=True, text=True, timeout=60
+    )
+    assert (
+        bad.returncode == 2
+        and "unexpected argument '--qualty=3'" in bad.stderr
+        and "environment variables" in bad.stderr
+    )
 
 
 def test_env_names_close_to_a_setting_are_named_with_the_setting():
-    names = ["WIDHT", "HEIGTH", "WIDTH", "PATH", "HOME", "COLUMNS", "LINES", "TERM", "TC_MAX_LEAVES", "DORA_NODE_CONFIG", "fps"]
+    names = [
+        "WIDHT",
+        "HEIGTH",
+        "WIDTH",
+        "PATH",
+        "HOME",
+        "COLUMNS",
+        "LINES",
+        "TERM",
+        "TC_MAX_LEAVES",
+        "DORA_NODE_CONFIG",
+        "fps",
+    ]
     assert close_setting_names(CAMERA, names) == [("HEIGTH", "HEIGHT"), ("WIDHT", "WIDTH")]
     assert close_setting_names(CAMERA, os.environ) == [], "this machine's own environment must not look like a typo"
 
@@ -84,19 +108,32 @@ def test_an_input_wired_under_an_unknown_id_is_named_with_the_right_one():
 
 
 def test_outputs_that_the_node_does_not_send_or_none_at_all():
-    assert wiring_problems(CAMERA, inputs=[], outputs=["frames"]) == ["output `frames` is not one this node sends (`image`)"]
-    assert wiring_problems(CAMERA, inputs=[], outputs=[]) == ["declares no outputs: dora drops what this node sends (add `outputs: [image]`)"]
+    assert wiring_problems(CAMERA, inputs=[], outputs=["frames"]) == [
+        "output `frames` is not one this node sends (`image`)"
+    ]
+    assert wiring_problems(CAMERA, inputs=[], outputs=[]) == [
+        "declares no outputs: dora drops what this node sends (add `outputs: [image]`)"
+    ]
     assert wiring_problems(RECEIVER, inputs=["anything", "at_all"], outputs=[]) == []  # any input id; ack optional
-    assert wiring_problems(SENDER, inputs=["ack_local"], outputs=["local", "remote"]) == []  # every output gets the messages
+    assert (
+        wiring_problems(SENDER, inputs=["ack_local"], outputs=["local", "remote"]) == []
+    )  # every output gets the messages
 
 
 def test_preflight_reads_this_nodes_env_and_wiring_and_logs_each_warning(caplog):
     env = {"QUALTY": "50", "BATCH": "2", "TC_MAX_LEAVES": "9"}
-    node = FakeNode(node_id="enc", inputs=["image"], outputs=["jpeg"],
-                    descriptor={"nodes": [{"id": "other", "env": {"QUALTY": "1"}}, {"id": "enc", "env": env}]})
+    node = FakeNode(
+        node_id="enc",
+        inputs=["image"],
+        outputs=["jpeg"],
+        descriptor={"nodes": [{"id": "other", "env": {"QUALTY": "1"}}, {"id": "enc", "env": env}]},
+    )
     with caplog.at_level(logging.WARNING):
         warnings = preflight(node, ENCODER, logging.getLogger("t"))
-    assert warnings[0] == "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (QUALITY keeps its default or its own value)"
+    assert (
+        warnings[0]
+        == "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (QUALITY keeps its default or its own value)"
+    )
     assert len(warnings) == 3 and [r.getMessage() for r in caplog.records] == warnings
 
 

@@ -51,7 +51,9 @@ def data(input_id):
 
 
 def test_inputs_stop_and_errors_are_dispatched_and_the_loop_runs_until_the_stream_ends(caplog):
-    node = FakeNode([data("a"), {"type": "STOP"}, {"type": "ERROR", "error": "link down"}, data("b"), None], inputs=INPUTS)
+    node = FakeNode(
+        [data("a"), {"type": "STOP"}, {"type": "ERROR", "error": "link down"}, data("b"), None], inputs=INPUTS
+    )
     logic = Recording()
     with caplog.at_level(logging.ERROR, logger="loop-test"):
         EventLoop(node, logic, logic.log).run()
@@ -60,7 +62,9 @@ def test_inputs_stop_and_errors_are_dispatched_and_the_loop_runs_until_the_strea
 
 
 def test_when_every_input_closed_what_was_queued_behind_is_still_dispatched_then_it_ends():
-    node = FakeNode([{"type": "INPUT_CLOSED", "id": "a"}, {"type": "INPUT_CLOSED", "id": "b"}, data("a"), data("b")], inputs=INPUTS)
+    node = FakeNode(
+        [{"type": "INPUT_CLOSED", "id": "a"}, {"type": "INPUT_CLOSED", "id": "b"}, data("a"), data("b")], inputs=INPUTS
+    )
     logic = Recording()
     EventLoop(node, logic, logic.log).run()
     assert logic.seen == [("closed", "a"), ("closed", "b"), ("input", "a"), ("input", "b"), ("over",)]

@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from tests.support.paths import ROOT
 from tensor_codec_nodes.common import manifest
 from tensor_codec_nodes.common.device import resolve_device
 from tensor_codec_nodes.common.settings import Setting, SettingError, load_settings, parse_size, parse_sizes
+from tests.support.paths import ROOT
 
 CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in manifest.NODE_PACKAGES}
 
@@ -40,8 +40,16 @@ def test_settings_parse(setting, raw, expected):
         (Setting("FRAMES", "int", "0", "", minimum=0), "ten", r"FRAMES: expected an integer >= 0, got 'ten'"),
         (Setting("FPS", "float", "30", "", minimum=0), "nan", r"FPS: expected a number >= 0, got 'nan'"),
         (Setting("LOOP", "bool", "0", ""), "maybe", r"LOOP: expected 1/0 \(or true/false\), got 'maybe'"),
-        (Setting("FORMAT", "choice", "codec", "", ("codec", "raw")), "png", r"FORMAT: expected one of codec, raw, got 'png'"),
-        (Setting("SIZES", "sizes", "1MB", ""), "1MB,lots", r"SIZES: expected a size such as 4096, 512KB or 16MB, got 'lots'"),
+        (
+            Setting("FORMAT", "choice", "codec", "", ("codec", "raw")),
+            "png",
+            r"FORMAT: expected one of codec, raw, got 'png'",
+        ),
+        (
+            Setting("SIZES", "sizes", "1MB", ""),
+            "1MB,lots",
+            r"SIZES: expected a size such as 4096, 512KB or 16MB, got 'lots'",
+        ),
         (Setting("DEVICE", "device", "auto", ""), "gpu", r"DEVICE: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
     ],
 )
@@ -71,7 +79,9 @@ def test_device_auto_is_cpu_without_cuda_and_cuda_needs_a_gpu():
             resolve_device(f"cuda:{torch.cuda.device_count()}")
     else:
         assert resolve_device("auto") == torch.device("cpu")
-        with pytest.raises(SettingError, match=r"DEVICE: expected auto or cpu on this machine \(no CUDA device\), got 'cuda:0'"):
+        with pytest.raises(
+            SettingError, match=r"DEVICE: expected auto or cpu on this machine \(no CUDA device\), got 'cuda:0'"
+        ):
             resolve_device("cuda:0")
 
 
@@ -83,20 +93,36 @@ def test_every_default_loads(name):
 @pytest.mark.parametrize(
     "name, env, message",
     [
-        ("camera_source", {"WIDTH": "0", "HEIGHT": "0"}, r"WIDTH/HEIGHT: expected a frame size for the synthetic camera, got 0x0"),
+        (
+            "camera_source",
+            {"WIDTH": "0", "HEIGHT": "0"},
+            r"WIDTH/HEIGHT: expected a frame size for the synthetic camera, got 0x0",
+        ),
         ("camera_source", {"WIDTH": "32", "HEIGHT": "32"}, r"WIDTH/HEIGHT: frame size: expected at least 64 px wide"),
         ("camera_source", {"SOURCE": "video"}, r"SOURCE_PATH: expected a path for SOURCE=video, got nothing"),
         ("camera_source", {"SOURCE": "camera"}, r"SOURCE_PATH: expected a device index or path for SOURCE=camera"),
-        ("camera_source", {"SOURCE": "images", "SOURCE_PATH": "x", "WIDTH": "0"}, r"WIDTH/HEIGHT: expected both set or both 0"),
+        (
+            "camera_source",
+            {"SOURCE": "images", "SOURCE_PATH": "x", "WIDTH": "0"},
+            r"WIDTH/HEIGHT: expected both set or both 0",
+        ),
         ("camera_source", {"CHANNELS": "4"}, r"CHANNELS: expected one of 3, 1, got '4'"),
         ("tensor_sender", {"COUNT": "some"}, r"COUNT: expected all, 0 \(endless\) or a number of messages, got 'some'"),
         ("tensor_sender", {"MODE": "random", "SIZES": "6"}, r"SIZES: expected non-zero multiples of 4 bytes"),
-        ("tensor_sender", {"MODE": "safetensors"}, r"FILE: expected the path of a .safetensors file for MODE=safetensors, got nothing"),
+        (
+            "tensor_sender",
+            {"MODE": "safetensors"},
+            r"FILE: expected the path of a .safetensors file for MODE=safetensors, got nothing",
+        ),
         ("tensor_sender", {"CORRUPT": "1", "COUNT": "0"}, r"CORRUPT: expected 0 with COUNT=0"),
         ("tensor_sender", {"WINDOW": "0"}, r"WINDOW: expected an integer >= 1, got 0"),
         ("tensor_receiver", {"VERIFY": "some"}, r"VERIFY: expected one of full, index, none, got 'some'"),
         ("tensor_receiver", {"STRICT": "2"}, r"STRICT: expected 1/0"),
-        ("tensor_receiver", {"PROGRESS_S": "0.01"}, r"PROGRESS_S: expected 0 \(off\) or at least 0.1 seconds, got 0.01"),
+        (
+            "tensor_receiver",
+            {"PROGRESS_S": "0.01"},
+            r"PROGRESS_S: expected 0 \(off\) or at least 0.1 seconds, got 0.01",
+        ),
         ("tensor_receiver", {"JPEG_MIN_PSNR": "-1"}, r"JPEG_MIN_PSNR: expected a number >= 0, got '-1'"),
         ("jpeg_encoder", {"QUALITY": "101"}, r"QUALITY: expected an integer from 1 to 100, got 101"),
         ("jpeg_encoder", {"QUALITY": "0"}, r"QUALITY: expected an integer from 1 to 100, got 0"),

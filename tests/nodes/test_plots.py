@@ -27,8 +27,15 @@ def _plots():
 
 plots = _plots()
 
-MACHINE = {"platform": "Linux-6.1-x86_64", "system": "Linux x86_64", "cpus": 2, "cpu_model": "Test CPU", "gpu": None,
-           "python": "3.11.7", "torch": "2.14.1"}
+MACHINE = {
+    "platform": "Linux-6.1-x86_64",
+    "system": "Linux x86_64",
+    "cpus": 2,
+    "cpu_model": "Test CPU",
+    "gpu": None,
+    "python": "3.11.7",
+    "torch": "2.14.1",
+}
 
 
 def envelope(name: str, baseline: str, **figures) -> dict:
@@ -37,26 +44,79 @@ def envelope(name: str, baseline: str, **figures) -> dict:
 
 def latency_rows() -> list[dict]:
     out = []
-    for layout, contenders in (("contiguous", ["raw", "tc", "pa.array"]), ("transposed", ["contiguous+raw", "tc", "pa.array"])):
+    for layout, contenders in (
+        ("contiguous", ["raw", "tc", "pa.array"]),
+        ("transposed", ["contiguous+raw", "tc", "pa.array"]),
+    ):
         for size in (1, 4, 16, 64):
             for k, c in enumerate(contenders):
                 p50 = 0.5 + size * (0.15 + 0.03 * k)
-                out.append({"layout": layout, "contender": c, "size_mb": size, "messages": 15, "p50_ms": p50,
-                            "p10_ms": p50 * 0.9, "p90_ms": p50 * 1.2, "baseline": k == 0})
+                out.append(
+                    {
+                        "layout": layout,
+                        "contender": c,
+                        "size_mb": size,
+                        "messages": 15,
+                        "p50_ms": p50,
+                        "p10_ms": p50 * 0.9,
+                        "p90_ms": p50 * 1.2,
+                        "baseline": k == 0,
+                    }
+                )
     return out
 
 
 def jpeg_rows() -> list[dict]:
     out = []
     for size, pil in (("1080p", 118.0), ("4k", 29.0)):
-        out.append({"size": size, "label": "PIL (baseline), 1 thread", "engine": "PIL", "device": "cpu", "kind": "baseline",
-                    "batch": 1, "workers": 1, "fps": pil, "ratio": 1.0, "error": None})
-        for engine, device, kind, fps in (("torchcodec", "cpu", "engine", 2.5), ("torchvision", "cpu", "node", 2.3),
-                                          ("nvimgcodec", "cuda", "node", 30.0), ("", "cuda", "feed", 60.0)):
-            out.append({"size": size, "label": f"{engine} {device} {kind}", "engine": engine or "CUDA IPC", "device": device,
-                        "kind": kind, "batch": 4 if device == "cpu" else 32, "workers": 2, "fps": pil * fps, "ratio": fps, "error": None})
-        out.append({"size": size, "label": "torchvision cuda node", "engine": "torchvision", "device": "cuda", "kind": "node",
-                    "batch": 8, "workers": 1, "fps": None, "ratio": None, "error": "RuntimeError: failed"})
+        out.append(
+            {
+                "size": size,
+                "label": "PIL (baseline), 1 thread",
+                "engine": "PIL",
+                "device": "cpu",
+                "kind": "baseline",
+                "batch": 1,
+                "workers": 1,
+                "fps": pil,
+                "ratio": 1.0,
+                "error": None,
+            }
+        )
+        for engine, device, kind, fps in (
+            ("torchcodec", "cpu", "engine", 2.5),
+            ("torchvision", "cpu", "node", 2.3),
+            ("nvimgcodec", "cuda", "node", 30.0),
+            ("", "cuda", "feed", 60.0),
+        ):
+            out.append(
+                {
+                    "size": size,
+                    "label": f"{engine} {device} {kind}",
+                    "engine": engine or "CUDA IPC",
+                    "device": device,
+                    "kind": kind,
+                    "batch": 4 if device == "cpu" else 32,
+                    "workers": 2,
+                    "fps": pil * fps,
+                    "ratio": fps,
+                    "error": None,
+                }
+            )
+        out.append(
+            {
+                "size": size,
+                "label": "torchvision cuda node",
+                "engine": "torchvision",
+                "device": "cuda",
+                "kind": "node",
+                "batch": 8,
+                "workers": 1,
+                "fps": None,
+                "ratio": None,
+                "error": "RuntimeError: failed",
+            }
+        )
     return out
 
 
@@ -64,46 +124,139 @@ def cross_rows(cross_factor: float, refuse_64: bool) -> list[dict]:
     out = []
     for size in (1, 4, 16, 64):
         refused = refuse_64 and size == 64
-        same = 1000.0 * size ** 0.5
-        out.append({"size_mb": size, "same_p50_ms": 0.3 * size, "cross_p50_ms": None if refused else 0.3 * size * cross_factor,
-                    "latency_ratio": None if refused else cross_factor, "same_mb_s": same,
-                    "cross_mb_s": None if refused else same / cross_factor, "throughput_ratio": None if refused else cross_factor,
-                    "error": "over the 64 MiB of dora's daemon relay" if refused else None})
+        same = 1000.0 * size**0.5
+        out.append(
+            {
+                "size_mb": size,
+                "same_p50_ms": 0.3 * size,
+                "cross_p50_ms": None if refused else 0.3 * size * cross_factor,
+                "latency_ratio": None if refused else cross_factor,
+                "same_mb_s": same,
+                "cross_mb_s": None if refused else same / cross_factor,
+                "throughput_ratio": None if refused else cross_factor,
+                "error": "over the 64 MiB of dora's daemon relay" if refused else None,
+            }
+        )
     return out
 
 
 SAMPLES = {
-    "small_message": envelope("small_message", "pa.array + from_numpy", goal_us=50.0, rows=[
-        {"case": "baseline", "label": "baseline", "us": 6.0, "ratio": 1.0},
-        {"case": "warm", "label": "tc, warm", "us": 21.0, "ratio": 3.5},
-        {"case": "cold", "label": "tc, cold", "us": 60.0, "ratio": 10.0}]),
-    "decode_scaling": envelope("decode_scaling", "the 1 KB decode", goal_ratio=2.0, rows=[
-        {"case": "1KB decode", "bytes": 1024, "copy": False, "us": 8.6, "ratio": 1.0},
-        {"case": "64MB decode", "bytes": 64 << 20, "copy": False, "us": 15.4, "ratio": 1.8},
-        {"case": "64MB decode, copy=True", "bytes": 64 << 20, "copy": True, "us": 36000.0, "ratio": 4186.0}]),
-    "header_cost": envelope("header_cost", "json.loads", goal_ms=50.0, goal_mib=32.0, rows=[
-        {"case": "1,819 tensors", "expected": "accepted", "outcome": "accepted", "seconds": 0.025, "json_loads_seconds": 0.0025, "peak_bytes": 4.6e6},
-        {"case": "8,000,000-item list", "expected": "refused", "outcome": "refused", "seconds": 1e-5, "json_loads_seconds": 0.419, "peak_bytes": 0}]),
-    "padding_check": envelope("padding_check", "decode without the check", goal_ratio=1.1, rows=[
-        {"leaves": 2, "leaf_bytes": 3, "with_check_s": 20.4e-6, "without_s": 18.9e-6, "ratio": 1.08},
-        {"leaves": 1024, "leaf_bytes": 1, "with_check_s": 1e-3, "without_s": 1e-3, "ratio": 1.0}]),
+    "small_message": envelope(
+        "small_message",
+        "pa.array + from_numpy",
+        goal_us=50.0,
+        rows=[
+            {"case": "baseline", "label": "baseline", "us": 6.0, "ratio": 1.0},
+            {"case": "warm", "label": "tc, warm", "us": 21.0, "ratio": 3.5},
+            {"case": "cold", "label": "tc, cold", "us": 60.0, "ratio": 10.0},
+        ],
+    ),
+    "decode_scaling": envelope(
+        "decode_scaling",
+        "the 1 KB decode",
+        goal_ratio=2.0,
+        rows=[
+            {"case": "1KB decode", "bytes": 1024, "copy": False, "us": 8.6, "ratio": 1.0},
+            {"case": "64MB decode", "bytes": 64 << 20, "copy": False, "us": 15.4, "ratio": 1.8},
+            {"case": "64MB decode, copy=True", "bytes": 64 << 20, "copy": True, "us": 36000.0, "ratio": 4186.0},
+        ],
+    ),
+    "header_cost": envelope(
+        "header_cost",
+        "json.loads",
+        goal_ms=50.0,
+        goal_mib=32.0,
+        rows=[
+            {
+                "case": "1,819 tensors",
+                "expected": "accepted",
+                "outcome": "accepted",
+                "seconds": 0.025,
+                "json_loads_seconds": 0.0025,
+                "peak_bytes": 4.6e6,
+            },
+            {
+                "case": "8,000,000-item list",
+                "expected": "refused",
+                "outcome": "refused",
+                "seconds": 1e-5,
+                "json_loads_seconds": 0.419,
+                "peak_bytes": 0,
+            },
+        ],
+    ),
+    "padding_check": envelope(
+        "padding_check",
+        "decode without the check",
+        goal_ratio=1.1,
+        rows=[
+            {"leaves": 2, "leaf_bytes": 3, "with_check_s": 20.4e-6, "without_s": 18.9e-6, "ratio": 1.08},
+            {"leaves": 1024, "leaf_bytes": 1, "with_check_s": 1e-3, "without_s": 1e-3, "ratio": 1.0},
+        ],
+    ),
     "dora_latency": envelope("dora_latency", "send_output_raw", rows=latency_rows()),
-    "camera_fps": envelope("camera_fps", "pa.array", width=1920, height=1080, target_fps=60.0, frames=600, fps_tolerance=0.99,
-                           p99_goal_ms=20.0, summary=[
-        {"contender": c, "fps": fps, "p50": p50, "p99": p99, "received": 600, "missing": 0, "bad": 0, "rounds": 2,
-         "fps_ratio": fps / 59.3, "p50_ratio": p50 / 5.7, "p99_ratio": p99 / 9.7, "goal_met": fps > 59.4}
-        for c, fps, p50, p99 in (("pa.array", 59.3, 5.7, 9.7), ("tc", 60.0, 1.9, 2.7), ("raw", 60.0, 1.8, 2.6))],
-                           runs=[{"contender": c, "round": 1, "cpu_dataflow": 1.0, "cpu_other": other}
-                                 for c, other in (("pa.array", 0.02), ("tc", None), ("raw", 0.9))]),
+    "camera_fps": envelope(
+        "camera_fps",
+        "pa.array",
+        width=1920,
+        height=1080,
+        target_fps=60.0,
+        frames=600,
+        fps_tolerance=0.99,
+        p99_goal_ms=20.0,
+        summary=[
+            {
+                "contender": c,
+                "fps": fps,
+                "p50": p50,
+                "p99": p99,
+                "received": 600,
+                "missing": 0,
+                "bad": 0,
+                "rounds": 2,
+                "fps_ratio": fps / 59.3,
+                "p50_ratio": p50 / 5.7,
+                "p99_ratio": p99 / 9.7,
+                "goal_met": fps > 59.4,
+            }
+            for c, fps, p50, p99 in (("pa.array", 59.3, 5.7, 9.7), ("tc", 60.0, 1.9, 2.7), ("raw", 60.0, 1.8, 2.6))
+        ],
+        runs=[
+            {"contender": c, "round": 1, "cpu_dataflow": 1.0, "cpu_other": other}
+            for c, other in (("pa.array", 0.02), ("tc", None), ("raw", 0.9))
+        ],
+    ),
     "jpeg_fps": envelope("jpeg_fps", "PIL, one thread", rows=jpeg_rows()),
-    "cross_daemon": envelope("cross_daemon", "the same-daemon path", device="cpu", goal_ratio=2.0, clusters=[
-        {"cluster": "loopback", "host": "127.0.0.1", "error": None, "rows": cross_rows(8.0, True)},
-        {"cluster": "host address", "host": "192.0.2.2", "error": None, "rows": cross_rows(1.05, False)}]),
-    "cuda_ipc": envelope("cuda_ipc", ".cpu() -> dora -> .cuda()", rows=[
-        {"contender": c, "size_kb": kb, "p50_ms": (0.2 if c == "cuda-ipc" else 0.3 + kb / 500), "baseline": c != "cuda-ipc"}
-        for c in ("cuda-ipc", "cpu+host+cuda") for kb in (4, 1024, 16384, 65536)]),
-    "host_staging": envelope("host_staging", "plain copy_", threshold_kb=1024, rows=[
-        {"kb": kb, "d2h_ratio": r, "h2d_ratio": r * 1.1} for kb, r in ((256, 0.8), (1024, 1.1), (65536, 2.0))]),
+    "cross_daemon": envelope(
+        "cross_daemon",
+        "the same-daemon path",
+        device="cpu",
+        goal_ratio=2.0,
+        clusters=[
+            {"cluster": "loopback", "host": "127.0.0.1", "error": None, "rows": cross_rows(8.0, True)},
+            {"cluster": "host address", "host": "192.0.2.2", "error": None, "rows": cross_rows(1.05, False)},
+        ],
+    ),
+    "cuda_ipc": envelope(
+        "cuda_ipc",
+        ".cpu() -> dora -> .cuda()",
+        rows=[
+            {
+                "contender": c,
+                "size_kb": kb,
+                "p50_ms": (0.2 if c == "cuda-ipc" else 0.3 + kb / 500),
+                "baseline": c != "cuda-ipc",
+            }
+            for c in ("cuda-ipc", "cpu+host+cuda")
+            for kb in (4, 1024, 16384, 65536)
+        ],
+    ),
+    "host_staging": envelope(
+        "host_staging",
+        "plain copy_",
+        threshold_kb=1024,
+        rows=[{"kb": kb, "d2h_ratio": r, "h2d_ratio": r * 1.1} for kb, r in ((256, 0.8), (1024, 1.1), (65536, 2.0))],
+    ),
 }
 EXPECTED_PNGS = {f"{name}.png" for name in SAMPLES} | {"jpeg_fps_cuda.png"}
 
@@ -174,8 +327,15 @@ def test_a_malformed_file_is_named_with_its_field_and_the_others_are_drawn(tmp_p
     bad = json.loads(json.dumps(SAMPLES["padding_check"]))
     bad["rows"][1]["ratio"] = "fast"
     no_cpus = dict(SAMPLES["camera_fps"], machine={**MACHINE, "cpus": None})
-    results = write_samples(tmp_path / "results", {"small_message": SAMPLES["small_message"], "padding_check": bad,
-                                                   "camera_fps": no_cpus, "decode_scaling": SAMPLES["decode_scaling"]})
+    results = write_samples(
+        tmp_path / "results",
+        {
+            "small_message": SAMPLES["small_message"],
+            "padding_check": bad,
+            "camera_fps": no_cpus,
+            "decode_scaling": SAMPLES["decode_scaling"],
+        },
+    )
     (results / "cross_daemon.json").write_text('{"benchmark": ')
     rc, out, err = draw(results, tmp_path / "img", capsys)
     assert rc == 1
@@ -208,12 +368,19 @@ def test_real_benchmarks_write_results_the_plotter_draws(tmp_path, capsys):
     here), run as scripts in one interpreter (torch is imported once: the test stays fast)."""
     pytest.importorskip("matplotlib")
     results = tmp_path / "results"
-    runs = [(BENCH / "small_message.py", ["--batch", "5", "--batches", "1", "--json", str(results / "small_message.json")]),
-            (BENCH / "decode_scaling.py", ["--batch", "5", "--batches", "1", "--json", str(results / "decode_scaling.json")])]
-    code = ("import runpy, sys, json\n"
-            f"for script, args in {[(str(s), a) for s, a in runs]!r}:\n"
-            "    sys.argv = [script, *args]\n"
-            "    runpy.run_path(script, run_name='__main__')\n")
+    runs = [
+        (BENCH / "small_message.py", ["--batch", "5", "--batches", "1", "--json", str(results / "small_message.json")]),
+        (
+            BENCH / "decode_scaling.py",
+            ["--batch", "5", "--batches", "1", "--json", str(results / "decode_scaling.json")],
+        ),
+    ]
+    code = (
+        "import runpy, sys, json\n"
+        f"for script, args in {[(str(s), a) for s, a in runs]!r}:\n"
+        "    sys.argv = [script, *args]\n"
+        "    runpy.run_path(script, run_name='__main__')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("small_message", "decode_scaling"):

@@ -29,8 +29,15 @@ def codec_event(obj, seq, *, count=0, stream="s", input_id="tensors", **extra):
 def frame_metadata(index, height=120, width=160, channels=3):
     """A raw frame's metadata, as the camera sends it with FORMAT=raw (dora's image keys)."""
     return {
-        P.SEQ: index, P.COUNT: 0, P.STREAM: "cam", P.FRAME: index, P.ENCODING: "rgb8" if channels == 3 else "mono8",
-        P.WIDTH: width, P.HEIGHT: height, P.PATTERN: PATTERN_NAME, P.PATTERN_SIZE: f"{width}x{height}",
+        P.SEQ: index,
+        P.COUNT: 0,
+        P.STREAM: "cam",
+        P.FRAME: index,
+        P.ENCODING: "rgb8" if channels == 3 else "mono8",
+        P.WIDTH: width,
+        P.HEIGHT: height,
+        P.PATTERN: PATTERN_NAME,
+        P.PATTERN_SIZE: f"{width}x{height}",
     }
 
 
@@ -38,7 +45,15 @@ def codec_frame_event(index, frame=None):
     """A tensor_codec frame, as the camera sends it with FORMAT=codec: `pixel_format`, no image keys."""
     frame = render(index, 120, 160) if frame is None else frame
     value, metadata = tc.encode(tv_tensors.Image(frame))
-    ours = {P.SEQ: index, P.COUNT: 0, P.STREAM: "cam", P.FRAME: index, P.PIXEL_FORMAT: "rgb8", P.PATTERN: PATTERN_NAME, P.PATTERN_SIZE: "160x120"}
+    ours = {
+        P.SEQ: index,
+        P.COUNT: 0,
+        P.STREAM: "cam",
+        P.FRAME: index,
+        P.PIXEL_FORMAT: "rgb8",
+        P.PATTERN: PATTERN_NAME,
+        P.PATTERN_SIZE: "160x120",
+    }
     return {"type": "INPUT", "id": "frames", "value": value, "metadata": {**metadata, **ours}}
 
 
@@ -131,13 +146,29 @@ def test_bgr8_and_mono8_images_and_broken_image_messages():
     receiver = Receiver(CPU)
     frame = render(3, 120, 160)
     bgr = pa.array(frame.flip(0).permute(1, 2, 0).contiguous().reshape(-1).numpy())
-    assert receiver.handle({"type": "INPUT", "id": "f", "value": bgr, "metadata": {**frame_metadata(3), P.ENCODING: "bgr8"}}) == "good"
+    assert (
+        receiver.handle(
+            {"type": "INPUT", "id": "f", "value": bgr, "metadata": {**frame_metadata(3), P.ENCODING: "bgr8"}}
+        )
+        == "good"
+    )
     mono = render(4, 120, 160, channels=1)
     value = pa.array(mono.reshape(-1).numpy())
-    assert receiver.handle({"type": "INPUT", "id": "f", "value": value, "metadata": frame_metadata(4, channels=1)}) == "good"
+    assert (
+        receiver.handle({"type": "INPUT", "id": "f", "value": value, "metadata": frame_metadata(4, channels=1)})
+        == "good"
+    )
     short = pa.array(frame.reshape(-1)[:-3].numpy())
-    assert receiver.handle({"type": "INPUT", "id": "f", "value": short, "metadata": {**frame_metadata(5), P.SEQ: 5}}) == "bad"
-    assert receiver.handle({"type": "INPUT", "id": "f", "value": value, "metadata": {**frame_metadata(6, channels=1), P.WIDTH: -1}}) == "bad"
+    assert (
+        receiver.handle({"type": "INPUT", "id": "f", "value": short, "metadata": {**frame_metadata(5), P.SEQ: 5}})
+        == "bad"
+    )
+    assert (
+        receiver.handle(
+            {"type": "INPUT", "id": "f", "value": value, "metadata": {**frame_metadata(6, channels=1), P.WIDTH: -1}}
+        )
+        == "bad"
+    )
     failures = receiver.report()["inputs"]["f"]["failures"]
     assert "value: expected 160x120x3 = 57600 bytes for rgb8, got 57597" in failures[0]
     assert "metadata.width: expected a positive integer, got -1" in failures[1]
@@ -148,7 +179,10 @@ def test_a_frame_of_the_wrong_type_is_bad():
     value, metadata = tc.encode(render(1, 120, 160))  # a plain tensor, not an Image
     event = {"type": "INPUT", "id": "frames", "value": value, "metadata": {**metadata, **frame_metadata(1)}}
     assert receiver.handle(event) == "bad"
-    assert "type: expected torchvision.tv_tensors.Image, got torch.Tensor" in receiver.report()["inputs"]["frames"]["failures"][0]
+    assert (
+        "type: expected torchvision.tv_tensors.Image, got torch.Tensor"
+        in receiver.report()["inputs"]["frames"]["failures"][0]
+    )
 
 
 def test_age_is_measured_from_capture_ns_through_every_hop():
@@ -159,7 +193,17 @@ def test_age_is_measured_from_capture_ns_through_every_hop():
     clock = iter([10_000_000, 19_000_000])
     receiver = Receiver(torch.device("cpu"), clock_ns=lambda: next(clock), inputs=["frames"])
     value, meta = tc.encode(tv_tensors.Image(render(0, 240, 320)))
-    meta.update({P.ENCODING: "rgb8", P.WIDTH: 320, P.HEIGHT: 240, P.FRAME: 0, P.PATTERN: PATTERN_NAME, P.SENT_NS: 15_000_000, P.CAPTURE_NS: 1_000_000})
+    meta.update(
+        {
+            P.ENCODING: "rgb8",
+            P.WIDTH: 320,
+            P.HEIGHT: 240,
+            P.FRAME: 0,
+            P.PATTERN: PATTERN_NAME,
+            P.SENT_NS: 15_000_000,
+            P.CAPTURE_NS: 1_000_000,
+        }
+    )
     assert receiver.handle({"type": "INPUT", "id": "frames", "value": value, "metadata": meta}) == "good"
     stats = receiver.report()["inputs"]["frames"]
     assert stats["latency_ms"]["p50"] == pytest.approx(4.0) and stats["age_ms"]["p50"] == pytest.approx(18.0)
@@ -252,7 +296,9 @@ def test_a_frame_cropped_upstream_is_unverified_not_bad(make):
     receiver = Receiver(CPU)
     assert receiver.handle(event) == "unverified"
     (reason,) = receiver.report()["inputs"]["frames"]["unverified_because"]
-    assert reason.startswith("frame is 80x120, its pattern was rendered at 160x120: cropped or resized upstream?"), reason
+    assert reason.startswith("frame is 80x120, its pattern was rendered at 160x120: cropped or resized upstream?"), (
+        reason
+    )
     assert "VERIFY=none" in reason
 
 
@@ -261,7 +307,9 @@ def test_a_damaged_frame_of_the_patterns_own_size_is_still_bad():
     frame[:, :16, :] = 0  # the index strip wiped
     receiver = Receiver(CPU)
     assert receiver.handle(codec_frame_event(3, frame)) == "bad"
-    assert "frame index in the pixels: expected 3, got unreadable" in receiver.report()["inputs"]["frames"]["failures"][0]
+    assert (
+        "frame index in the pixels: expected 3, got unreadable" in receiver.report()["inputs"]["frames"]["failures"][0]
+    )
 
 
 def test_verify_none_counts_everything_as_unverified():
@@ -273,7 +321,12 @@ def test_verify_none_counts_everything_as_unverified():
 def test_a_jpeg_input_is_told_to_go_through_the_decoder():
     receiver = Receiver(CPU)
     jpeg = pa.array(bytes([0xFF, 0xD8, 0xFF, 0xD9]) * 4, type=pa.uint8())
-    event = {"type": "INPUT", "id": "halves", "value": jpeg, "metadata": {P.ENCODING: "jpeg", P.WIDTH: 80, P.HEIGHT: 120, P.SEQ: 0}}
+    event = {
+        "type": "INPUT",
+        "id": "halves",
+        "value": jpeg,
+        "metadata": {P.ENCODING: "jpeg", P.WIDTH: 80, P.HEIGHT: 120, P.SEQ: 0},
+    }
     assert receiver.handle(event) == "bad"
     (failure,) = receiver.report()["inputs"]["halves"]["failures"]
     assert "got 'jpeg', a compressed image: wire this input through tc-jpeg-decoder" in failure

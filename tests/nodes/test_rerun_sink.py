@@ -6,12 +6,8 @@ these tests skip, except those of the node's words when it is missing."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,14 +19,13 @@ import torch
 from torchvision import tv_tensors as tvt
 
 import tensor_codec as tc
+from tensor_codec_nodes.common.pattern import render
+from tensor_codec_nodes.common.settings import SettingError
+from tensor_codec_nodes.rerun_sink import sdk
+from tensor_codec_nodes.rerun_sink.config import load_config
 from tests.support.jpeg import reference_encode
 from tests.support.paths import ROOT
 from tests.support.rerun import read_recording
-
-from tensor_codec_nodes.common.pattern import render
-from tensor_codec_nodes.rerun_sink import sdk
-from tensor_codec_nodes.rerun_sink.config import load_config
-from tensor_codec_nodes.common.settings import SettingError
 
 HAS_RERUN = sdk.missing() is None
 needs_rerun = pytest.mark.skipif(not HAS_RERUN, reason="rerun-sdk is not installed (the optional extra `rerun`)")
@@ -73,7 +68,9 @@ def test_settings_need_a_file_or_a_viewer_and_name_what_is_wrong():
     assert load_config({"SPLIT_BY": "none"}).split_key is None
     with pytest.raises(SettingError, match=r"RRD and CONNECT: expected a file .* got RRD=none and no CONNECT"):
         load_config({"RRD": "none"})
-    with pytest.raises(SettingError, match=r"CONNECT: expected auto or a rerun\+http://host:port/proxy URL, got 'localhost:9876'"):
+    with pytest.raises(
+        SettingError, match=r"CONNECT: expected auto or a rerun\+http://host:port/proxy URL, got 'localhost:9876'"
+    ):
         load_config({"CONNECT": "localhost:9876"})
 
 
@@ -82,8 +79,16 @@ def test_without_rerun_sdk_the_node_says_how_to_install_it_and_exits_2(tmp_path)
     fake = tmp_path / "rerun"
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError(\"No module named 'rerun' (hidden by the test)\")\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), DORA_NODE_CONFIG="{}")
-    proc = subprocess.run([sys.executable, "-m", "tensor_codec_nodes.rerun_sink.main"], env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), DORA_NODE_CONFIG="{}"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tensor_codec_nodes.rerun_sink.main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "rerun-sdk is not installed" in proc.stderr and "pip install 'rerun-sdk>=0.41'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -95,11 +100,18 @@ def test_images_are_hwc_images_with_their_pixels_and_channels_last_is_viewed_not
     from tensor_codec_nodes.rerun_sink import views
 
     planar = tvt.Image(torch.randint(0, 256, (3, 6, 8), dtype=torch.uint8))
-    channels_last = tvt.Image(torch.randint(0, 256, (1, 3, 5, 7), dtype=torch.uint8).to(memory_format=torch.channels_last))
+    channels_last = tvt.Image(
+        torch.randint(0, 256, (1, 3, 5, 7), dtype=torch.uint8).to(memory_format=torch.channels_last)
+    )
     grey = tvt.Image(torch.randint(0, 256, (1, 4, 5), dtype=torch.uint8))
-    _, entities = record(tmp_path, [
-        ("planar", *encoded(planar)), ("cl", *encoded(channels_last)), ("grey", *encoded(grey)),
-    ])
+    _, entities = record(
+        tmp_path,
+        [
+            ("planar", *encoded(planar)),
+            ("cl", *encoded(channels_last)),
+            ("grey", *encoded(grey)),
+        ],
+    )
     for path, source, model in (("/planar", planar, 2), ("/cl", channels_last[0], 2), ("/grey", grey, 1)):
         entity = entities[path]
         assert entity.archetypes == {"Image"} and entity.rows == 1
@@ -166,7 +178,7 @@ def test_a_box_is_drawn_where_its_format_says_on_its_canvas(tmp_path, box_format
     expected = np.array(corners, dtype=np.float64)
     if box_format in ("XYXY", "XYWH", "CXCYWH"):
         assert shown.archetypes == {"Boxes2D"}
-        (x1, y1, x2, y2), = corners_of(entities, shown.path)
+        ((x1, y1, x2, y2),) = corners_of(entities, shown.path)
         np.testing.assert_allclose([x1, y1, x2, y2], [*expected.min(axis=0), *expected.max(axis=0)], atol=1e-4)
     else:  # rerun's boxes are axis-aligned: a rotated one is its closed outline
         assert shown.archetypes == {"LineStrips2D"}
@@ -195,7 +207,9 @@ def test_key_points_are_points_with_one_class_per_instance(tmp_path):
 def test_nested_structures_follow_their_paths_and_other_things_show_as_what_they_are(tmp_path):
     obj = {
         "image": tvt.Image(torch.zeros(3, 4, 5, dtype=torch.uint8)),
-        "boxes": [tvt.BoundingBoxes(torch.tensor([[1.0, 1, 2, 2]]), format="XYXY", canvas_size=(4, 5)) for _ in range(3)],
+        "boxes": [
+            tvt.BoundingBoxes(torch.tensor([[1.0, 1, 2, 2]]), format="XYXY", canvas_size=(4, 5)) for _ in range(3)
+        ],
         "features": torch.randn(2, 3, 4),
         "loss": torch.tensor(0.25),
         "name": "front",
@@ -210,12 +224,17 @@ def test_nested_structures_follow_their_paths_and_other_things_show_as_what_they
     kinds = {path.removeprefix(root): entity.archetypes for path, entity in entities.items()}
     assert kinds == {
         "/image": {"Image"},
-        r"/boxes/\[0\]": {"Boxes2D"}, r"/boxes/\[1\]": {"Boxes2D"}, r"/boxes/\[2\]": {"Boxes2D"},
-        r"/boxes/\[0\]/canvas": {"LineStrips2D"}, r"/boxes/\[1\]/canvas": {"LineStrips2D"}, r"/boxes/\[2\]/canvas": {"LineStrips2D"},
+        r"/boxes/\[0\]": {"Boxes2D"},
+        r"/boxes/\[1\]": {"Boxes2D"},
+        r"/boxes/\[2\]": {"Boxes2D"},
+        r"/boxes/\[0\]/canvas": {"LineStrips2D"},
+        r"/boxes/\[1\]/canvas": {"LineStrips2D"},
+        r"/boxes/\[2\]/canvas": {"LineStrips2D"},
         "/features": {"Tensor"},
         "/loss": {"Scalars"},
         "/name": {"TextDocument"},
-        "/packed/data": {"Tensor"}, "/packed/batch_sizes": {"Tensor"},  # sorted: no indices (None)
+        "/packed/data": {"Tensor"},
+        "/packed/batch_sizes": {"Tensor"},  # sorted: no indices (None)
         "/empty": {"TextDocument"},
         "/complex": {"Tensor"},
     }
@@ -242,13 +261,16 @@ def test_jpegs_are_recorded_as_they_came_and_plain_images_without_a_copy(tmp_pat
     hwc = torch.randint(0, 256, (6, 8, 3), dtype=torch.uint8)
     flat = pa.array(hwc.numpy().ravel(), pa.uint8())
     grey = pa.array(torch.randint(0, 256, (48,), dtype=torch.uint8).numpy(), pa.uint8())
-    sink, entities = record(tmp_path, [
-        ("jpeg", jpeg_bytes, {"encoding": "jpeg", "width": 64, "height": 56}),
-        ("bare", jpeg_bytes, {}),
-        ("rgb", flat, {"encoding": "rgb8", "width": 8, "height": 6}),
-        ("bgr", flat, {"encoding": "bgr8", "width": 8, "height": 6}),
-        ("mono", grey, {"encoding": "mono8", "width": 8, "height": 6}),
-    ])
+    sink, entities = record(
+        tmp_path,
+        [
+            ("jpeg", jpeg_bytes, {"encoding": "jpeg", "width": 64, "height": 56}),
+            ("bare", jpeg_bytes, {}),
+            ("rgb", flat, {"encoding": "rgb8", "width": 8, "height": 6}),
+            ("bgr", flat, {"encoding": "bgr8", "width": 8, "height": 6}),
+            ("mono", grey, {"encoding": "mono8", "width": 8, "height": 6}),
+        ],
+    )
     assert sum(sink.shown.values()) == 5 and not sink.bad
     for path in ("/jpeg", "/bare"):
         assert entities[path].archetypes == {"EncodedImage"}
@@ -268,26 +290,32 @@ def test_bad_messages_are_logged_counted_and_skipped_and_the_next_is_shown(tmp_p
     wrong_size = pa.array(np.zeros(10, np.uint8), pa.uint8())
     box_shape = dict(good_metadata)
     messages = [
-        ("in", good_value, bad_header),                                                    # header cut short
-        ("in", pa.array([1, 2, 3], pa.int64()), {"tc.version": 1}),                         # not a message
-        ("in", pa.array(np.zeros(4, np.uint8), pa.uint8()), {"something": 1}),              # not a known kind
-        ("in", not_jpeg, {"encoding": "jpeg"}),                                             # markers wrong
-        ("in", wrong_size, {"encoding": "rgb8", "width": 4, "height": 4}),                  # 10 of 48 bytes
-        ("in", wrong_size, {"encoding": "yuv420", "width": 4, "height": 4}),                # unknown encoding
-        ("in", wrong_size, {"encoding": "mono8", "width": -2, "height": 5}),                # bad width
-        ("in", None, {}),                                                                   # no value at all
-        ("in", good_value, dict(good_metadata, capture_ns="yesterday")),                   # shown, time not used
-        ("in", *encoded(tvt.Mask(torch.tensor([[-1, 2]])))),                                # class ids < 0
-        ("in", good_value, dict(box_shape)),                                                # fine
+        ("in", good_value, bad_header),  # header cut short
+        ("in", pa.array([1, 2, 3], pa.int64()), {"tc.version": 1}),  # not a message
+        ("in", pa.array(np.zeros(4, np.uint8), pa.uint8()), {"something": 1}),  # not a known kind
+        ("in", not_jpeg, {"encoding": "jpeg"}),  # markers wrong
+        ("in", wrong_size, {"encoding": "rgb8", "width": 4, "height": 4}),  # 10 of 48 bytes
+        ("in", wrong_size, {"encoding": "yuv420", "width": 4, "height": 4}),  # unknown encoding
+        ("in", wrong_size, {"encoding": "mono8", "width": -2, "height": 5}),  # bad width
+        ("in", None, {}),  # no value at all
+        ("in", good_value, dict(good_metadata, capture_ns="yesterday")),  # shown, time not used
+        ("in", *encoded(tvt.Mask(torch.tensor([[-1, 2]])))),  # class ids < 0
+        ("in", good_value, dict(box_shape)),  # fine
     ]
     with caplog.at_level("ERROR", logger="rerun-sink"):
         sink, entities = record(tmp_path, messages)
     assert sink.received["in"] == 11
     assert sink.bad["in"] == 8 and sink.partial["in"] == 2 and sink.shown["in"] == 1
     text = caplog.text
-    for words in ("tc.header", "expected a tensor_codec message", "metadata.encoding: expected one of jpeg",
-                  "expected 4x4x3 = 48 bytes for rgb8, got 10", "metadata.width: expected a positive integer, got -2",
-                  "metadata.capture_ns: expected nanoseconds since the epoch", "expected class ids >= 0, got -1"):
+    for words in (
+        "tc.header",
+        "expected a tensor_codec message",
+        "metadata.encoding: expected one of jpeg",
+        "expected 4x4x3 = 48 bytes for rgb8, got 10",
+        "metadata.width: expected a positive integer, got -2",
+        "metadata.capture_ns: expected nanoseconds since the epoch",
+        "expected class ids >= 0, got -1",
+    ):
         assert words in text, words
     assert entities["/in"].rows == 2  # the one with a bad time (at its log time) and the last good one
     assert "in: 11 received, 1 shown, 2 partly, 8 bad" == sink.summary()
@@ -297,7 +325,9 @@ def test_bad_messages_are_logged_counted_and_skipped_and_the_next_is_shown(tmp_p
 def test_bad_box_and_point_shapes_name_the_leaf(tmp_path):
     from tensor_codec_nodes.rerun_sink.views import CannotShow, box_views, keypoint_views
 
-    with pytest.raises(CannotShow, match=r"\$\.boxes: expected boxes of shape \(N, 5\) in format CXCYWHR, got \(1, 4\)"):
+    with pytest.raises(
+        CannotShow, match=r"\$\.boxes: expected boxes of shape \(N, 5\) in format CXCYWHR, got \(1, 4\)"
+    ):
         box_views(torch.zeros(1, 4), "CXCYWHR", (10, 10), "$.boxes")
     with pytest.raises(CannotShow, match=r"\$\.kp: expected key points of shape \(\.\.\., 2\), got \(4, 3\)"):
         keypoint_views(torch.zeros(4, 3), (10, 10), "$.kp")
@@ -311,7 +341,12 @@ def test_cuda_tensors_are_shown_from_a_host_copy(tmp_path):
     image = tvt.Image(torch.randint(0, 256, (3, 4, 5), dtype=torch.uint8))
     from tensor_codec_nodes.rerun_sink.views import views
 
-    found, problems = views({"image": tvt.Image(image.cuda()), "boxes": tvt.BoundingBoxes(torch.ones(1, 4).cuda(), format="XYWH", canvas_size=(4, 5))})
+    found, problems = views(
+        {
+            "image": tvt.Image(image.cuda()),
+            "boxes": tvt.BoundingBoxes(torch.ones(1, 4).cuda(), format="XYWH", canvas_size=(4, 5)),
+        }
+    )
     assert not problems and len(found) == 3
 
 
@@ -321,13 +356,16 @@ def test_the_default_pipeline_wires_the_sink_to_take_what_it_shows(tmp_path):
     flow = yaml.safe_load((ROOT / "dataflow.yml").read_text())
     nodes = {n["id"]: n for n in flow["nodes"]}
     sink = nodes["rerun-sink"]
-    assert sink["path"] == "tc-rerun-sink" and sink["env"]["RRD"] == "out/pipeline.rrd" and sink["env"]["REQUIRED"] == "0"
+    assert (
+        sink["path"] == "tc-rerun-sink" and sink["env"]["RRD"] == "out/pipeline.rrd" and sink["env"]["REQUIRED"] == "0"
+    )
     assert {i: (v["source"] if isinstance(v, dict) else v) for i, v in sink["inputs"].items()} == {
-        "jpeg": "jpeg-encoder/jpeg", "suite": "suite-sender/tensors"}
+        "jpeg": "jpeg-encoder/jpeg",
+        "suite": "suite-sender/tensors",
+    }
     # acknowledged: each producer it takes from waits for its acks too
     assert nodes["jpeg-encoder"]["inputs"]["ack_rerun"]["source"] == "rerun-sink/ack"
     assert nodes["suite-sender"]["inputs"]["ack_rerun"]["source"] == "rerun-sink/ack"
-
 
 
 def test_without_rerun_sdk_a_taken_message_is_still_released_and_a_bad_one_logged(caplog):
@@ -339,5 +377,7 @@ def test_without_rerun_sdk_a_taken_message_is_still_released_and_a_bad_one_logge
     value, metadata = tc.encode({"x": torch.arange(4)})
     node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": metadata}, log)
     with caplog.at_level("ERROR", logger=log.name):
-        node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": dict(metadata, **{"tc.header": "{"})}, log)
+        node._release_unshown(
+            {"type": "INPUT", "id": "in", "value": value, "metadata": dict(metadata, **{"tc.header": "{"})}, log
+        )
     assert "input in: a bad message taken: tc.header" in caplog.text

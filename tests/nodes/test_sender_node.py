@@ -36,7 +36,9 @@ def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) 
     for event in events:
         if event["type"] == "INPUT":
             take_ack(event, sender, delivery)
-        elif event["type"] == "STOP" or (event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)):
+        elif event["type"] == "STOP" or (
+            event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)
+        ):
             stop = True
     return stop
 
@@ -106,7 +108,9 @@ def test_safetensors_payloads_in_name_order(tmp_path):
 
 
 def test_bad_safetensors_files_are_setting_errors(tmp_path):
-    with pytest.raises(SettingError, match="FILE: expected a .safetensors file, got '.*missing.safetensors' \\(not found\\)"):
+    with pytest.raises(
+        SettingError, match="FILE: expected a .safetensors file, got '.*missing.safetensors' \\(not found\\)"
+    ):
         safetensors_payloads(str(tmp_path / "missing.safetensors"), CPU)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(b"\xff" * 64)
@@ -196,7 +200,9 @@ def test_corrupted_messages_fit_inside_any_count(count):
     sender = TensorSender([Payload("p", torch.ones(1))], count, corrupted)
     kinds = ["C" if sender.message(s).raw is not None else "p" for s in range(sender.total)]
     assert kinds.count("p") == count and kinds.count("C") == len(corrupted)
-    assert [sender.message(s).metadata[P.CASE] for s in range(sender.total) if kinds[s] == "C"] == [c[0] for c in corrupted]
+    assert [sender.message(s).metadata[P.CASE] for s in range(sender.total) if kinds[s] == "C"] == [
+        c[0] for c in corrupted
+    ]
 
 
 def test_moving_payloads_keeps_every_failure_mode_layout():
@@ -205,7 +211,9 @@ def test_moving_payloads_keeps_every_failure_mode_layout():
     for name, t in make_layout_cases().items():
         moved = move_keeping_layout(t, CPU)
         assert (moved.shape, moved.stride(), moved.storage_offset()) == (t.shape, t.stride(), t.storage_offset()), name
-        assert (moved.is_conj(), moved.is_neg(), moved.requires_grad) == (t.is_conj(), t.is_neg(), t.requires_grad), name
+        assert (moved.is_conj(), moved.is_neg(), moved.requires_grad) == (t.is_conj(), t.is_neg(), t.requires_grad), (
+            name
+        )
         assert content_digest(moved) == content_digest(t), name
         if t.untyped_storage().nbytes():
             assert moved.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), name
@@ -223,7 +231,9 @@ def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=2)
     delivery = Delivery(2, reliable=False)
-    assert send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
+    assert (
+        send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
+    )
     assert delivery.lost == [0]
     assert "message 0 (a) not sent: RuntimeError: dora says no" in caplog.text
 
@@ -235,7 +245,10 @@ def test_sending_that_keeps_failing_stops_the_sender():
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=0)
     delivery = Delivery(0, reliable=False)
-    results = [send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) for _ in range(MAX_FAILURES_IN_A_ROW)]
+    results = [
+        send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test"))
+        for _ in range(MAX_FAILURES_IN_A_ROW)
+    ]
     assert results[:-1] == [True] * (MAX_FAILURES_IN_A_ROW - 1) and results[-1] is False
 
 

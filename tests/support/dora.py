@@ -16,8 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pytest
 
@@ -144,8 +144,18 @@ class DataflowRun:
     the other nodes' last log lines, then dora's output. `explain()` says it all;
     `with run.explained():` adds it to any assertion that fails inside the block."""
 
-    def __init__(self, args, workdir: Path, returncode: int | None, stdout: str, stderr: str, *,
-                 reports: dict[str, Path] | None = None, receivers: Iterable[str] = (), timed_out: float | None = None):
+    def __init__(
+        self,
+        args,
+        workdir: Path,
+        returncode: int | None,
+        stdout: str,
+        stderr: str,
+        *,
+        reports: dict[str, Path] | None = None,
+        receivers: Iterable[str] = (),
+        timed_out: float | None = None,
+    ):
         self.args = args
         self.workdir = Path(workdir)
         self.returncode = returncode
@@ -178,13 +188,14 @@ class DataflowRun:
         """node id -> its dora log file (the newest run's, in the dataflow's directory)."""
         logs: dict[str, Path] = {}
         for path in sorted(self.workdir.glob("out/*/log_*.jsonl"), key=lambda p: p.stat().st_mtime):
-            logs[path.name[len("log_"):-len(".jsonl")]] = path
+            logs[path.name[len("log_") : -len(".jsonl")]] = path
         return logs
 
     def explain(self, lines: int = OUTPUT_LINES) -> str:
         status = (
             f"did not end within {self.timed_out:g} s (stopped; exit status {self.returncode})"
-            if self.timed_out else f"exit status {self.returncode}"
+            if self.timed_out
+            else f"exit status {self.returncode}"
         )
         parts = [f"==== dataflow run in {self.workdir}: {status} ===="]
         for node_id, path in sorted(self.reports.items()):
@@ -203,7 +214,9 @@ class DataflowRun:
         for node_id in sorted(logs, key=lambda n: (n in self.receivers, n)):  # receivers last, nearest the end
             keep = RECEIVER_LOG_LINES if node_id in self.receivers else OTHER_LOG_LINES
             shown = _log_lines(logs[node_id])[-keep:]
-            parts.append(f"---- log of {node_id!r} (last {len(shown)} lines of {logs[node_id]}) ----\n" + "\n".join(shown))
+            parts.append(
+                f"---- log of {node_id!r} (last {len(shown)} lines of {logs[node_id]}) ----\n" + "\n".join(shown)
+            )
         out = without_backtraces(_ANSI.sub("", self.output).splitlines())[-lines:]
         parts.append(f"---- dora's output (last {len(out)} lines) ----\n" + "\n".join(out))
         return "\n".join(parts)
@@ -268,8 +281,15 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def run_dora(args: list[str], flow: Path, *, timeout: float, env: dict | None = None,
-             reports: dict[str, Path] | None = None, receivers: Iterable[str] = ()) -> DataflowRun:
+def run_dora(
+    args: list[str],
+    flow: Path,
+    *,
+    timeout: float,
+    env: dict | None = None,
+    reports: dict[str, Path] | None = None,
+    receivers: Iterable[str] = (),
+) -> DataflowRun:
     """Run a dora command about `flow` in the flow's directory. Receivers and their reports come
     from the flow's nodes (env REPORT or RESULT) unless given. Past `timeout` the command is interrupted as
     Ctrl-C would (dora stops the dataflow; receivers still write their reports), then killed with
@@ -279,8 +299,15 @@ def run_dora(args: list[str], flow: Path, *, timeout: float, env: dict | None = 
         reports, found = _receiver_reports(flow_nodes(flow), workdir)
         receivers = set(receivers) | found
     proc = subprocess.Popen(
-        args, cwd=workdir, env=env or dora_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+        args,
+        cwd=workdir,
+        env=env or dora_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
     )
     timed_out = None
     try:
@@ -301,7 +328,9 @@ def run_dora(args: list[str], flow: Path, *, timeout: float, env: dict | None = 
         if stdout is None:
             stdout, stderr = proc.communicate()
     (workdir / "dora-output.log").write_text(stdout + "\n--- stderr ---\n" + stderr)
-    run = DataflowRun(args, workdir, proc.returncode, stdout, stderr, reports=reports, receivers=receivers, timed_out=timed_out)
+    run = DataflowRun(
+        args, workdir, proc.returncode, stdout, stderr, reports=reports, receivers=receivers, timed_out=timed_out
+    )
     _runs.append(run)
     if timed_out:
         pytest.fail(f"`{' '.join(map(str, args))}` did not end within {timeout:g} s\n{run.explain()}")
@@ -374,10 +403,17 @@ def private_dora(dora_cli: str, workdir: Path, env: dict | None = None, *, ready
     def spawn(name: str, args: list[str]) -> Path:
         log = logs / f"{name}.log"
         with open(log, "wb") as out:
-            started.append(subprocess.Popen(
-                [dora_cli, *args], cwd=logs, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            started.append(
+                subprocess.Popen(
+                    [dora_cli, *args],
+                    cwd=logs,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         return log
 
     def ready(log: Path, text: str) -> bool:
@@ -386,14 +422,35 @@ def private_dora(dora_cli: str, workdir: Path, env: dict | None = None, *, ready
         return text in (_read_text(log) or "")
 
     try:
-        log = spawn("coordinator", ["coordinator", "--interface", "127.0.0.1", "--port", str(coordinator_port), "--store", "memory"])
-        wait_until(lambda: ready(log, "") and _listening(coordinator_port), timeout=ready_timeout,
-                   describe=f"the coordinator to listen on port {coordinator_port} ({log})")
-        log = spawn("daemon", [
-            "daemon", "--coordinator-addr", "127.0.0.1", "--coordinator-port", str(coordinator_port),
-            "--local-listen-port", str(listen_port), "--zenoh-no-multicast", "--zenoh-listen", f"127.0.0.1:{zenoh_port}",
-        ])
-        wait_until(lambda: ready(log, "Connected to dora-coordinator"), timeout=ready_timeout, describe=f"the daemon to connect ({log})")
+        log = spawn(
+            "coordinator",
+            ["coordinator", "--interface", "127.0.0.1", "--port", str(coordinator_port), "--store", "memory"],
+        )
+        wait_until(
+            lambda: ready(log, "") and _listening(coordinator_port),
+            timeout=ready_timeout,
+            describe=f"the coordinator to listen on port {coordinator_port} ({log})",
+        )
+        log = spawn(
+            "daemon",
+            [
+                "daemon",
+                "--coordinator-addr",
+                "127.0.0.1",
+                "--coordinator-port",
+                str(coordinator_port),
+                "--local-listen-port",
+                str(listen_port),
+                "--zenoh-no-multicast",
+                "--zenoh-listen",
+                f"127.0.0.1:{zenoh_port}",
+            ],
+        )
+        wait_until(
+            lambda: ready(log, "Connected to dora-coordinator"),
+            timeout=ready_timeout,
+            describe=f"the daemon to connect ({log})",
+        )
         yield env
     finally:
         if started and started[0].poll() is None:

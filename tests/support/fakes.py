@@ -4,7 +4,8 @@ every method of dora.Node, with what this project needs on top of it."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from dora.testing import MockNode
 
@@ -15,7 +16,7 @@ class FakeSample:
 
     def __init__(self, node: FakeNode, output_id: str, length: int, metadata: dict | None):
         self.node, self.output_id, self.metadata = node, output_id, metadata
-        self.buffer = bytearray(b"\xAA" * length)  # stale bytes, as a reused dora buffer has
+        self.buffer = bytearray(b"\xaa" * length)  # stale bytes, as a reused dora buffer has
 
     def __enter__(self):
         return self.buffer

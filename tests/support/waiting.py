@@ -4,7 +4,8 @@ moves it along)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 WAIT_TIMEOUT_S = 30.0
 

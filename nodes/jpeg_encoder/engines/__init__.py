@@ -22,7 +22,11 @@ def make_engine(choice: EngineChoice, device: torch.device, quality: int, worker
     if choice.name == "torchvision":
         from .torchvision_engines import TorchvisionCpuEngine, TorchvisionCudaEngine
 
-        return TorchvisionCudaEngine(device, quality, workers) if device.type == "cuda" else TorchvisionCpuEngine(quality, workers)
+        return (
+            TorchvisionCudaEngine(device, quality, workers)
+            if device.type == "cuda"
+            else TorchvisionCpuEngine(quality, workers)
+        )
     if choice.name == "nvimgcodec":
         from .nvimgcodec_engine import NvImgCodecEngine
 

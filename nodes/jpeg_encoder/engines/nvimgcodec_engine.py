@@ -63,7 +63,9 @@ class NvImgCodecEngine(PooledEngine):
             if self.device.type == "cuda":
                 encoder = nv.Encoder(device_id=self.device.index or 0, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
             else:
-                encoder = nv.Encoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+                encoder = nv.Encoder(
+                    device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
+                )
             self._local.encoder = encoder
         return encoder
 
@@ -94,7 +96,9 @@ class NvImgCodecEngine(PooledEngine):
         for channels, indices in groups.items():
             wrapped = [self._image(frames[i], handle) for i in indices]
             keep.extend(view for _, view in wrapped)
-            streams = self._encoder().encode([image for image, _ in wrapped], "jpeg", params=self._params[channels], cuda_stream=handle)
+            streams = self._encoder().encode(
+                [image for image, _ in wrapped], "jpeg", params=self._params[channels], cuda_stream=handle
+            )
             results.update(zip(indices, streams))  # step 2
             refused = [i for i in indices if results.get(i) is None]
             if channels == 1 and refused:
@@ -102,7 +106,9 @@ class NvImgCodecEngine(PooledEngine):
                 # message's `channels: 1` makes the decoder restore one channel).
                 wrapped = [self._image(as_rgb3(frames[i]).contiguous(), handle) for i in refused]
                 keep.extend(view for _, view in wrapped)
-                streams = self._encoder().encode([image for image, _ in wrapped], "jpeg", params=self._params[3], cuda_stream=handle)
+                streams = self._encoder().encode(
+                    [image for image, _ in wrapped], "jpeg", params=self._params[3], cuda_stream=handle
+                )
                 results.update(zip(refused, streams))
         if cuda:
             done = torch.cuda.Event()

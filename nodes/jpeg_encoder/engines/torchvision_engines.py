@@ -39,7 +39,13 @@ from torchvision.io import encode_jpeg
 
 from .base import PooledEngine, as_rgb3
 
-__all__ = ["TorchvisionCpuEngine", "TorchvisionCudaEngine", "encoder_fences_default_stream", "FENCE_DEFAULT_STREAM", "FENCE_DEVICE_SYNC"]
+__all__ = [
+    "TorchvisionCpuEngine",
+    "TorchvisionCudaEngine",
+    "encoder_fences_default_stream",
+    "FENCE_DEFAULT_STREAM",
+    "FENCE_DEVICE_SYNC",
+]
 
 log = logging.getLogger("jpeg-encoder")
 
@@ -110,7 +116,9 @@ def bind_encoder_to_default_stream(device: torch.device) -> str:
         return FENCE_DEFAULT_STREAM
     log.warning(
         "torchvision's CUDA JPEG encoder %s: every encode ends with a device-wide synchronize (correct, slower)",
-        "fences another stream (something built it earlier in this process)" if fenced is False else "could not be probed",
+        "fences another stream (something built it earlier in this process)"
+        if fenced is False
+        else "could not be probed",
     )
     return FENCE_DEVICE_SYNC
 
