@@ -34,7 +34,7 @@ from torch.nn.utils.rnn import pack_sequence  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
-from tensor_codec import header_json, limits, wire  # noqa: E402  (modules)
+from tensor_codec import header_json, limits, received  # noqa: E402  (modules)
 
 GOAL_SECONDS = 0.050
 GOAL_BYTES = 32 << 20
@@ -156,7 +156,7 @@ def _deep_tuple(t):
 
 
 def _handle(value, metadata):
-    wire._forget_all()  # a header never seen, and namedtuple classes never made
+    received.forget_all()  # a header never seen, and namedtuple classes never made
     tc.tree.forget_generated_classes()
     try:
         obj = tc.decode(value, metadata, copy=True)

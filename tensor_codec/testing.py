@@ -96,7 +96,9 @@ def make_tvtensor_cases(seed: int = 0) -> dict[str, Any]:
     g = _gen(seed)
     cases: dict[str, Any] = {
         "image": tvt.Image(torch.randint(0, 256, (3, 8, 10), dtype=torch.uint8, generator=g)),
-        "image_float_channels_last": tvt.Image(torch.rand(1, 3, 6, 7, generator=g).to(memory_format=torch.channels_last)),
+        "image_float_channels_last": tvt.Image(
+            torch.rand(1, 3, 6, 7, generator=g).to(memory_format=torch.channels_last)
+        ),
         "video": tvt.Video(torch.randint(0, 256, (4, 3, 6, 6), dtype=torch.uint8, generator=g)),
         "mask": tvt.Mask(torch.randint(0, 2, (2, 8, 10), dtype=torch.uint8, generator=g).bool()),
     }
@@ -132,7 +134,14 @@ def make_detection_sample(seed: int = 0, height: int = 48, width: int = 64) -> d
         "image": tvt.Image(image) if tvt else image,
         "boxes": tvt.BoundingBoxes(boxes, format="XYXY", canvas_size=(height, width)) if tvt else boxes,
         "labels": torch.randint(0, 80, (7,), generator=g),
-        "meta": {"frame": 17, "source": "camera/front", "score": 0.25, "flags": [True, False], "note": None, 3: "int key"},
+        "meta": {
+            "frame": 17,
+            "source": "camera/front",
+            "score": 0.25,
+            "flags": [True, False],
+            "note": None,
+            3: "int key",
+        },
         "corner": Point(1, -2),
         "pair": (torch.arange(3), "tag"),
     }
@@ -197,8 +206,12 @@ def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path:
         a = counterparts.pop(parts)
         te, ta = type(e), type(a)
         if tag is NAMEDTUPLE:  # a received namedtuple may be a generated class: same name and fields
-            assert issubclass(ta, tuple) and getattr(ta, "_fields", None) == te._fields, f"{where(parts)}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
-            assert ta.__name__ == te.__name__, f"{where(parts)}: expected namedtuple named {te.__name__}, got {ta.__name__}"
+            assert issubclass(ta, tuple) and getattr(ta, "_fields", None) == te._fields, (
+                f"{where(parts)}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
+            )
+            assert ta.__name__ == te.__name__, (
+                f"{where(parts)}: expected namedtuple named {te.__name__}, got {ta.__name__}"
+            )
         else:
             assert ta is te, f"{where(parts)}: expected type {te.__name__}, got {ta.__name__}"
         if tag is DICT:
@@ -228,12 +241,16 @@ def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path:
 def _assert_tensor(actual: torch.Tensor, expected: torch.Tensor, strides: str, path: str) -> None:
     assert actual.dtype == expected.dtype, f"{path}: expected dtype {expected.dtype}, got {actual.dtype}"
     assert actual.shape == expected.shape, f"{path}: expected shape {tuple(expected.shape)}, got {tuple(actual.shape)}"
-    assert actual.requires_grad == expected.requires_grad, f"{path}: expected requires_grad={expected.requires_grad}, got {actual.requires_grad}"
+    assert actual.requires_grad == expected.requires_grad, (
+        f"{path}: expected requires_grad={expected.requires_grad}, got {actual.requires_grad}"
+    )
     if strides == "wire":
         want = expected_wire_strides(expected)
         assert actual.stride() == want, f"{path}: expected strides {want}, got {actual.stride()}"
     elif strides == "exact":
-        assert actual.stride() == expected.stride(), f"{path}: expected strides {expected.stride()}, got {actual.stride()}"
+        assert actual.stride() == expected.stride(), (
+            f"{path}: expected strides {expected.stride()}, got {actual.stride()}"
+        )
     for attr in ("format", "canvas_size", "clamping_mode"):
         if hasattr(expected, attr):
             want, got = getattr(expected, attr), getattr(actual, attr, "<missing>")

@@ -21,7 +21,8 @@ import collections
 import keyword
 import math
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn.utils.rnn import PackedSequence
@@ -29,7 +30,9 @@ from torch.nn.utils.rnn import PackedSequence
 from . import walk
 from .errors import DecodeError, UsageError, Where
 from .kinds import TensorKind, all_kinds, kind_by_tag
-from .walk import DICT, INT64_MAX as _INT64_MAX, INT64_MIN as _INT64_MIN, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
+from .walk import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
+from .walk import INT64_MAX as _INT64_MAX
+from .walk import INT64_MIN as _INT64_MIN
 
 __all__ = [
     "MAX_DEPTH",
@@ -174,7 +177,7 @@ class _Const:
         self.value = value
 
 
-def _builder(part: "_Const | Builder") -> Builder:
+def _builder(part: _Const | Builder) -> Builder:
     if type(part) is _Const:
         value = part.value
         return lambda tensors, out: value
@@ -216,7 +219,7 @@ _FLOAT_KEYS = frozenset({"t", "v"})
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
+def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Builder:
     if depth > MAX_DEPTH:
         raise DecodeError(f"{where}: expected at most {MAX_DEPTH} nesting levels, got more")
     comp.nodes += 1
@@ -271,7 +274,7 @@ def _valid_scalars(items: list, types: set) -> bool:
     return True
 
 
-def _compile_sequence(node: dict, tag: str, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
+def _compile_sequence(node: dict, tag: str, comp: _Compiler, where: Any, depth: int) -> _Const | Builder:
     items = node.get("items")
     if node.keys() != _CONTAINER_KEYS or type(items) is not list:
         _expect_keys(node, _CONTAINER_KEYS, where)
@@ -310,14 +313,16 @@ def _compile_float(node: dict, comp: _Compiler, where: Any, depth: int) -> _Cons
     return _Const(_SPECIAL_FLOATS[value])
 
 
-def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> "_Const | Builder":
+def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const | Builder:
     if node.keys() != _CONTAINER_KEYS:
         _expect_keys(node, _CONTAINER_KEYS, where)
     seen = set()
     keys, parts = [], []
     for i, pair in enumerate(_expect_list(node, "items", where)):
         if type(pair) is not list or len(pair) != 2:
-            raise DecodeError(f"{Where((where, '.items[{}]', i))}: expected a [key, value] pair, got {_json_type(pair)}")
+            raise DecodeError(
+                f"{Where((where, '.items[{}]', i))}: expected a [key, value] pair, got {_json_type(pair)}"
+            )
         key = pair[0]
         if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
             raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r:.80}")
@@ -405,14 +410,20 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> 
     _expect_keys(node, {"t", "name", "fields", "items"}, where)
     name, fields = node["name"], node["fields"]
     if type(name) is not str or not 0 < len(name) <= _MAX_NAME:
-        raise DecodeError(f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name[:_MAX_NAME + 1]!r}" if type(name) is str else f"{where}.name: expected a non-empty string, got {_json_type(name)}")
+        raise DecodeError(
+            f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name[: _MAX_NAME + 1]!r}"
+            if type(name) is str
+            else f"{where}.name: expected a non-empty string, got {_json_type(name)}"
+        )
     if type(fields) is not list or len(fields) > _MAX_FIELDS:
         what = f"{len(fields)} fields" if type(fields) is list else _json_type(fields)
         raise DecodeError(f"{where}.fields: expected a list of at most {_MAX_FIELDS} field names, got {what}")
-    if not all(type(f) is str and f.isidentifier() and not f.startswith("_") and len(f) <= _MAX_NAME for f in fields) or len(
-        set(fields)
-    ) != len(fields):
-        raise DecodeError(f"{where}.fields: expected a list of distinct identifiers not starting with '_', got {fields!r:.300}")
+    if not all(
+        type(f) is str and f.isidentifier() and not f.startswith("_") and len(f) <= _MAX_NAME for f in fields
+    ) or len(set(fields)) != len(fields):
+        raise DecodeError(
+            f"{where}.fields: expected a list of distinct identifiers not starting with '_', got {fields!r:.300}"
+        )
     items = _expect_list(node, "items", where)
     if len(items) != len(fields):
         raise DecodeError(f"{where}.items: expected {len(fields)} items (one per field), got {len(items)}")

@@ -23,7 +23,8 @@ objects, and checks far more.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn.utils.rnn import PackedSequence
@@ -103,8 +104,7 @@ def _namedtuple_or_refuse(x: Any, path: tuple) -> str:
 
 def _too_deep(path: tuple) -> EncodeError:
     return EncodeError(
-        f"structure too deep at `{format_path(path)}`: expected at most {MAX_DEPTH} levels "
-        "(is it self-referencing?)"
+        f"structure too deep at `{format_path(path)}`: expected at most {MAX_DEPTH} levels (is it self-referencing?)"
     )
 
 
