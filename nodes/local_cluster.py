@@ -227,7 +227,8 @@ class LocalCluster:
                     return
             time.sleep(0.05)
         raise ClusterError(
-            f"{process.name}: not listening on {self.host}:{port} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}"
+            f"{process.name}: not listening on {self.host}:{port} after "
+            f"{self.ready_timeout_s:g} s:\n{tail_of(process.log)}"
         )
 
     def _wait_for_log(self, process: _Process, text: str) -> None:
@@ -240,10 +241,10 @@ class LocalCluster:
         raise ClusterError(f"{process.name}: no {text!r} after {self.ready_timeout_s:g} s:\n{tail_of(process.log)}")
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Stop running dataflows through our own coordinator (`dora stop --all`, then `dora
-        down`, on its port: nodes get STOP and end cleanly), then SIGTERM each process group we started and every process
-        descended from them (nodes: dora starts them in groups of their own), SIGKILL to what is
-        left after `grace_s`. Idempotent; touches nothing it did not start."""
+        """Stop running dataflows through our own coordinator (`dora stop --all`, then `dora down`,
+        on its port: nodes get STOP and end cleanly), then SIGTERM each process group we started and
+        every process descended from them (nodes: dora starts them in groups of their own), SIGKILL
+        to what is left after `grace_s`. Idempotent; touches nothing it did not start."""
         if not self.processes:
             return
         with _signals_held():  # a second Ctrl-C must not cut the teardown short

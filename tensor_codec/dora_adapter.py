@@ -308,7 +308,7 @@ def _write_and_send(
         if not nbytes:
             return
         array = np.frombuffer(sample, dtype=np.uint8)
-        dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))
+        dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))  # noqa: F821  (del below)
         try:
             write(dest)
         finally:

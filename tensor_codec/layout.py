@@ -160,7 +160,8 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
     if t.layout is not torch.strided or t.is_quantized or t.is_nested or t.is_meta:
         what = "quantized" if t.is_quantized else "nested" if t.is_nested else "meta" if t.is_meta else str(t.layout)
         raise EncodeError(
-            f"unsupported tensor at `{format_path(path)}`: expected a dense (torch.strided) tensor with data, got a {what} tensor"
+            f"unsupported tensor at `{format_path(path)}`: expected a dense (torch.strided) tensor with data, got a "
+            f"{what} tensor"
         )
     dtype = by_torch(t.dtype, path)
     if t.dim() > MAX_RANK:

@@ -174,11 +174,11 @@ def fold(
                 tk = type(key)
                 if not (tk is str or (tk is int and lo <= key <= hi)):
                     raise _bad_key(key, path)
-                values.append([key, node(value, path + (key,), depth)])
+                values.append([key, node(value, path + (key,), depth)])  # noqa: F821  (itself; deleted after the walk)
         elif what is LIST or what is TUPLE:
-            values = [node(value, path + (i,), depth) for i, value in enumerate(x)]
+            values = [node(value, path + (i,), depth) for i, value in enumerate(x)]  # noqa: F821  (itself; deleted after the walk)
         else:  # NAMEDTUPLE, PACKED: by field name (a subclass may add properties; fields come first)
-            values = [node(getattr(x, f), path + (f,), depth) for f in tx._fields]
+            values = [node(getattr(x, f), path + (f,), depth) for f in tx._fields]  # noqa: F821  (itself; deleted after the walk)
         return None if on_container is None else on_container(x, what, values, path)
 
     try:

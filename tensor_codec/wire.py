@@ -98,7 +98,8 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
     version = metadata.get(KEY_VERSION)
     if version is None:
         raise DecodeError(
-            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys {sorted(map(str, metadata))[:8]}"
+            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys "
+            f"{sorted(map(str, metadata))[:8]}"
         )
     if type(version) is not int or version != VERSION:
         raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r:.80}")

@@ -15,21 +15,25 @@ SETTINGS = (
         "SOURCE",
         "choice",
         "synthetic",
-        "Where frames come from: `synthetic` (a moving test pattern that carries its frame index, no hardware), `camera` (V4L2/USB through OpenCV: `pip install opencv-python-headless`), `video` (a file, through OpenCV) or `images` (a folder of JPEG/PNG files).",
+        "Where frames come from: `synthetic` (a moving test pattern that carries its frame index, no hardware), "
+        "`camera` (V4L2/USB through OpenCV: `pip install opencv-python-headless`), `video` (a file, through OpenCV) "
+        "or `images` (a folder of JPEG/PNG files).",
         ("synthetic", "camera", "video", "images"),
     ),
     Setting(
         "SOURCE_PATH",
         "path",
         "",
-        "camera: a device index (`0`) or path (`/dev/video0`); video: the file; images: the folder. Unused for synthetic.",
+        "camera: a device index (`0`) or path (`/dev/video0`); video: the file; images: the folder. Unused for "
+        "synthetic.",
         required_when="SOURCE is camera, video or images",
     ),
     Setting(
         "WIDTH",
         "int",
         "640",
-        "Frame width in px. Real sources are resized to WIDTH x HEIGHT; 0 keeps their native size (the synthetic camera needs a size).",
+        "Frame width in px. Real sources are resized to WIDTH x HEIGHT; 0 keeps their native size (the synthetic "
+        "camera needs a size).",
         minimum=0,
     ),
     Setting("HEIGHT", "int", "480", "Frame height in px (see WIDTH).", minimum=0),
@@ -38,7 +42,8 @@ SETTINGS = (
         "FPS",
         "float",
         "30",
-        "Frames per second, paced by the node itself; 0 = as fast as possible. Ignored when a `tick` input is wired (one frame per tick).",
+        "Frames per second, paced by the node itself; 0 = as fast as possible. Ignored when a `tick` input is wired "
+        "(one frame per tick).",
         minimum=0,
     ),
     Setting(
@@ -49,14 +54,17 @@ SETTINGS = (
         "FORMAT",
         "choice",
         "codec",
-        "`codec`: a tv_tensors.Image through tensor_codec. `raw`: flat HWC rgb8/mono8 bytes, the form dora's own image nodes (plot, record) read.",
+        "`codec`: a tv_tensors.Image through tensor_codec. `raw`: flat HWC rgb8/mono8 bytes, the form dora's own "
+        "image nodes (plot, record) read.",
         ("codec", "raw"),
     ),
     Setting(
         "LAYOUT",
         "choice",
         "planar",
-        "Synthetic camera, FORMAT=codec: memory order of the (C, H, W) frames. `planar` (contiguous CHW) or `interleaved` (pixel by pixel, as real cameras deliver; the tensor_codec message keeps the strides). A CPU JPEG encoder is about 2x faster on interleaved frames: planar ones need a reordering pass first.",
+        "Synthetic camera, FORMAT=codec: memory order of the (C, H, W) frames. `planar` (contiguous CHW) or "
+        "`interleaved` (pixel by pixel, as real cameras deliver; the tensor_codec message keeps the strides). A CPU "
+        "JPEG encoder is about 2x faster on interleaved frames: planar ones need a reordering pass first.",
         ("planar", "interleaved"),
     ),
     Setting("DEVICE", "device", "auto", "Where frames are made: auto (CUDA when present), cpu, cuda or cuda:N."),
@@ -84,7 +92,8 @@ def load_config(env: Mapping[str, str]) -> CameraConfig:
             raise SettingError(f"WIDTH/HEIGHT: {e}") from None
     elif not config.source_path:
         raise SettingError(
-            f"SOURCE_PATH: expected a {'device index or path' if config.source == 'camera' else 'path'} for SOURCE={config.source}, got nothing"
+            f"SOURCE_PATH: expected a {'device index or path' if config.source == 'camera' else 'path'} for "
+            f"SOURCE={config.source}, got nothing"
         )
     if (config.width == 0) != (config.height == 0):
         raise SettingError(

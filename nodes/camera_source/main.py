@@ -1,4 +1,5 @@
-"""Console script `tc-camera-source`: `--help` from spec.py (dora-node.yml says the same), the node itself in node.py."""
+"""Console script `tc-camera-source`: `--help` from spec.py (dora-node.yml says the same), the node
+itself in node.py."""
 
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ SPEC = NodeSpec(
             optional=True,
         ),
         ack_inputs_port(
-            "Optional. Acknowledged delivery: one input per consumer of `image` whose id starts with `ack` (`ack_encoder`, "
-            "`ack_receiver`, ...), wired to that consumer's `ack` output. A frame counts as delivered when every one of them "
-            "acknowledged it; at most WINDOW frames are unacknowledged (a slow consumer slows the camera down instead of "
-            "losing frames), one unacknowledged for RETRY_S is resent, and one past ACK_TIMEOUT_S is given up and makes the "
-            "node exit with status 1, logging how many frames were not acknowledged.",
+            "Optional. Acknowledged delivery: one input per consumer of `image` whose id starts with `ack` "
+            "(`ack_encoder`, `ack_receiver`, ...), wired to that consumer's `ack` output. A frame counts as "
+            "delivered when every one of them acknowledged it; at most WINDOW frames are unacknowledged (a slow "
+            "consumer slows the camera down instead of losing frames), one unacknowledged for RETRY_S is resent, and "
+            "one past ACK_TIMEOUT_S is given up and makes the node exit with status 1, logging how many frames were "
+            "not acknowledged.",
         ),
     ),
     outputs=(
@@ -30,19 +31,30 @@ SPEC = NodeSpec(
             OUTPUT,
             "One frame per message: a tensor_codec message (FORMAT=codec) or flat HWC bytes (FORMAT=raw).",
             {
-                "encoding": "FORMAT=raw only: rgb8 (3 channels) or mono8 (1 channel), dora's image convention: the value is exactly height x width x channels interleaved bytes, what dora-hub image nodes read",
+                "encoding": (
+                    "FORMAT=raw only: rgb8 (3 channels) or mono8 (1 channel), dora's image convention: the value is "
+                    "exactly height x width x channels interleaved bytes, what dora-hub image nodes read"
+                ),
                 "width": "FORMAT=raw only: frame width in px",
                 "height": "FORMAT=raw only: frame height in px",
-                "pixel_format": "FORMAT=codec only: rgb8 or mono8. A tensor_codec message never carries encoding/width/height: hub image nodes would read its planar bytes as interleaved pixels (the frame's size is the tensor's shape)",
+                "pixel_format": (
+                    "FORMAT=codec only: rgb8 or mono8. A tensor_codec message never carries encoding/width/height: "
+                    "hub image nodes would read its planar bytes as interleaved pixels (the frame's size is the "
+                    "tensor's shape)"
+                ),
                 "frame": "frame index, 0, 1, 2, ...",
                 "capture_ns": "wall clock (ns since the epoch) when the frame was captured or rendered",
                 "sent_ns": "wall clock (ns) just before sending",
                 "seq": "same as frame: per-stream sequence number",
                 "count": "FRAMES (0 = open-ended)",
                 "stream": "id of this run of the node",
-                "wants_ack": "true when `ack*` inputs are wired: the consumer acknowledges seq and stream on its `ack` output",
+                "wants_ack": (
+                    "true when `ack*` inputs are wired: the consumer acknowledges seq and stream on its `ack` output"
+                ),
                 "pattern": "tc-synthetic-v2 on synthetic frames: the pixels carry `frame` and can be rebuilt exactly",
-                "pattern_size": "WIDTHxHEIGHT the pattern was rendered at (a receiver tells a frame cropped upstream by it)",
+                "pattern_size": (
+                    "WIDTHxHEIGHT the pattern was rendered at (a receiver tells a frame cropped upstream by it)"
+                ),
                 "tc.*": "tensor_codec's own keys (FORMAT=codec only)",
             },
         ),

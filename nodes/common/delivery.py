@@ -65,21 +65,24 @@ def ack_settings(what: str = "message") -> tuple[Setting, ...]:
             "WINDOW",
             "int",
             "8",
-            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most; the consumer's queue_size should be at least twice this (retransmissions included).",
+            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most; the consumer's queue_size "
+            "should be at least twice this (retransmissions included).",
             minimum=1,
         ),
         Setting(
             "RETRY_S",
             "float",
             "1.0",
-            f"With an `ack*` input wired: resend a {what} unacknowledged for this many seconds (dora can drop messages on a congested link).",
+            f"With an `ack*` input wired: resend a {what} unacknowledged for this many seconds (dora can drop "
+            "messages on a congested link).",
             minimum=0.01,
         ),
         Setting(
             "ACK_TIMEOUT_S",
             "float",
             "30",
-            f"With an `ack*` input wired: give up on a {what} unacknowledged for this many seconds (logged and counted; the node then exits with status 1).",
+            f"With an `ack*` input wired: give up on a {what} unacknowledged for this many seconds (logged and "
+            "counted; the node then exits with status 1).",
             minimum=0.1,
         ),
     )
@@ -100,7 +103,8 @@ def ack_output_port(what: str, when: str, wire_to: str, every: str = "each") -> 
     acknowledged `when`; wire it to `wire_to`."""
     return Port(
         P.ACK_OUTPUT,
-        f"Optional. When declared, {every} {what} whose metadata has wants_ack=true is acknowledged here{when}; wire it to {wire_to}.",
+        f"Optional. When declared, {every} {what} whose metadata has wants_ack=true is acknowledged here{when}; wire "
+        f"it to {wire_to}.",
         {"seq": f"the acknowledged {what}'s seq", "stream": "its stream"},
         optional=True,
     )
@@ -365,7 +369,10 @@ class Outbox:
     def summary(self) -> str:
         if not self.reliable:
             return f"{self.sent} sent"
-        return f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, {len(self.window.lost)} given up"
+        return (
+            f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, "
+            f"{len(self.window.lost)} given up"
+        )
 
     def end_report(self, what: str = "messages", planned: int = 0) -> int:
         """At the end: log what was not delivered; -> the node's exit status (1 if anything).

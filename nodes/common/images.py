@@ -42,7 +42,8 @@ def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
     flat = tc.plain_bytes(value)
     if flat.numel() != width * height * channels:
         raise tc.DecodeError(
-            f"value: expected {width}x{height}x{channels} = {width * height * channels} bytes for {encoding}, got {flat.numel()}"
+            f"value: expected {width}x{height}x{channels} = {width * height * channels} bytes for {encoding}, got "
+            f"{flat.numel()}"
         )
     chw = flat.view(height, width, channels).permute(2, 0, 1)
     if encoding == "bgr8":
@@ -59,7 +60,8 @@ def check_frame(obj: Any) -> torch.Tensor:
         and not isinstance(obj, tv_tensors.Image)
     ):
         raise FrameError(
-            f"frame: expected a torchvision.tv_tensors.Image (or a (C, H, W) tensor), got {type(obj).__module__}.{type(obj).__qualname__}"
+            "frame: expected a torchvision.tv_tensors.Image (or a (C, H, W) tensor), got "
+            f"{type(obj).__module__}.{type(obj).__qualname__}"
         )
     if obj.dtype != torch.uint8:
         raise FrameError(f"frame.dtype: expected torch.uint8, got {obj.dtype}")

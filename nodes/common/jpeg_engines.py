@@ -9,8 +9,8 @@
 
 `auto` prefers, on CUDA, nvimgcodec > torchcodec > torchvision; on the CPU, torchcodec >
 torchvision > nvimgcodec (its CPU backends are slower than libjpeg-turbo; it is taken only for what
-the others cannot write, SUBSAMPLING=444). An engine that does not import, or cannot write the subsampling asked for, is passed
-over, and the choice says why (the node logs it once at start).
+the others cannot write, SUBSAMPLING=444). An engine that does not import, or cannot write the
+subsampling asked for, is passed over, and the choice says why (the node logs it once at start).
 
 Subsampling of colour JPEGs (SUBSAMPLING=auto|420|444). Two of the libraries fix it: libjpeg's
 defaults (TorchCodec's and torchvision's CPU encoders) write 4:2:0, and both libraries' nvJPEG
@@ -100,7 +100,10 @@ def unavailable(name: str, device_type: str = "cpu") -> str | None:
             importlib.import_module("torchcodec.encoders")
             importlib.import_module("torchcodec.decoders")
         except Exception as e:
-            return f"torchcodec does not import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {_INSTALL[name]}"
+            return (
+                f"torchcodec does not import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                f"{_INSTALL[name]}"
+            )
         return None
     if name == "torchvision":
         try:

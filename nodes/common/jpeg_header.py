@@ -50,7 +50,8 @@ def _bytes_of(data) -> memoryview:
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8 or data.dim() != 1 or data.device.type != "cpu":
             raise JpegError(
-                f"jpeg: expected a flat uint8 CPU tensor, got {data.dtype} of shape {tuple(data.shape)} on {data.device}"
+                f"jpeg: expected a flat uint8 CPU tensor, got {data.dtype} of shape {tuple(data.shape)} on "
+                f"{data.device}"
             )
         data = data.numpy() if data.is_contiguous() else data.contiguous().numpy()
     if isinstance(data, np.ndarray):
@@ -103,7 +104,8 @@ def read_header(data, *, max_pixels: int | None = None) -> JpegInfo:
                 )
             if length < 8 + 3 * components:
                 raise JpegError(
-                    f"jpeg: frame header at byte {i} is {length} bytes, expected {8 + 3 * components} for {components} components"
+                    f"jpeg: frame header at byte {i} is {length} bytes, expected {8 + 3 * components} for "
+                    f"{components} components"
                 )
             factors = [(b[i + 11 + 3 * c] >> 4, b[i + 11 + 3 * c] & 15) for c in range(components)]
             return JpegInfo(width, height, components, marker in _PROGRESSIVE, n, _subsampling(factors))

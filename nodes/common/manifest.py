@@ -75,7 +75,9 @@ def render(spec: NodeSpec) -> str:
         "entrypoint": spec.name,
         # No index serves the project: these install it from a checkout (README: Install).
         "build": "pip install <path of a dora-tensor-codec checkout>",
-        "install_from_wheel": "make wheel in the checkout, then pip install dist/dora_tensor_codec-0.1.0-py3-none-any.whl",
+        "install_from_wheel": (
+            "make wheel in the checkout, then pip install dist/dora_tensor_codec-0.1.0-py3-none-any.whl"
+        ),
         "inputs": {p.id: _port(p) for p in spec.inputs},
         "outputs": {p.id: _port(p) for p in spec.outputs},
         "env": {s.name: _setting(s) for s in spec.settings},

@@ -1,10 +1,11 @@
 """The synthetic camera's test pattern: deterministic frames that carry their own index.
 
 A frame is a fixed colour gradient with two bars whose positions move with the frame index (a
-white one sweeping right, a black one sweeping down), and a strip of black/white cells along the top edge that encodes the index (32 bits, least
-significant first) and an 8-bit check (the low byte of the index's CRC-32). Cells are at least
-8 px and aligned to JPEG's 8/16-px blocks; a reader averages the centre of each cell and
-thresholds at mid-grey, so the index survives JPEG at quality 75 and mild scaling of values.
+white one sweeping right, a black one sweeping down), and a strip of black/white cells along the
+top edge that encodes the index (32 bits, least significant first) and an 8-bit check (the low
+byte of the index's CRC-32). Cells are at least 8 px and aligned to JPEG's 8/16-px blocks; a
+reader averages the centre of each cell and thresholds at mid-grey, so the index survives JPEG at
+quality 75 and mild scaling of values.
 The bars are neutral (no chroma) on purpose: saturated colour edges at arbitrary positions are
 where JPEG's default 4:2:0 chroma subsampling loses most (30-36 dB at quality 90 with the
 magenta/cyan bars of v1); with neutral bars every size from 240p to 4K stays above 36 dB at

@@ -159,7 +159,8 @@ def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str
     for port in spec.inputs:
         if not port.optional and not port.id.startswith("<") and not any(_matches(port, i) for i in inputs):
             problems.append(
-                f"input `{port.id}` is not wired: this node gets nothing to work on (wire it as `{port.id}: <node>/<output>`)"
+                f"input `{port.id}` is not wired: this node gets nothing to work on (wire it as `{port.id}: "
+                "<node>/<output>`)"
             )
     for port_id in outputs:
         if not any(_matches(p, port_id) for p in spec.outputs):
@@ -193,7 +194,8 @@ def preflight(node: Any, spec: NodeSpec, log: logging.Logger) -> list[str]:
 
     names = _this_nodes_env(node)
     warnings = [
-        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({setting} keeps its default or its own value)"
+        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({setting} keeps its default or its "
+        "own value)"
         for name, setting in close_setting_names(spec, os.environ if names is None else names)
     ]
     try:

@@ -16,7 +16,8 @@ SETTINGS = (
         "MODE",
         "choice",
         "auto",
-        "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a greyscale JPEG and 3 otherwise), `rgb` or `gray`.",
+        "Channels of the decoded frame: `auto` (the source frame's `channels` when the message says, else 1 for a "
+        "greyscale JPEG and 3 otherwise), `rgb` or `gray`.",
         ("auto", "rgb", "gray"),
     ),
     Setting("BATCH", "int", "4", "Decode up to this many JPEGs that are already queued in one call.", minimum=1),
@@ -37,9 +38,9 @@ SETTINGS = (
         "ENGINE",
         "choice",
         "auto",
-        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision, else nvimgcodec; "
-        "logged once at start as engine=<name>, with why when it fell back), `torchcodec`, `torchvision` (deprecated since 0.29) "
-        "or `nvimgcodec` (the optional extra `nvimgcodec`).",
+        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, "
+        "else torchvision, else nvimgcodec; logged once at start as engine=<name>, with why when it fell back), "
+        "`torchcodec`, `torchvision` (deprecated since 0.29) or `nvimgcodec` (the optional extra `nvimgcodec`).",
         ENGINE_CHOICES,
     ),
     *ack_settings("frame"),

@@ -105,7 +105,8 @@ class JpegDecoder:
             if tuple(result.shape) not in (want, (item.channels, item.width, item.height)):
                 self._bad(
                     item.metadata,
-                    f"decode: {self.engine.name} returned shape {tuple(result.shape)}, expected {want} from the JPEG's header",
+                    f"decode: {self.engine.name} returned shape {tuple(result.shape)}, expected {want} from the "
+                    "JPEG's header",
                 )
                 continue
             self.stats.decoded += 1

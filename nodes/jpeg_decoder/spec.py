@@ -16,14 +16,15 @@ SPEC = NodeSpec(
     inputs=(
         Port(
             INPUT,
-            "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node that sends JPEG.",
+            "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder or any dora camera node "
+            "that sends JPEG.",
         ),
         ack_inputs_port(
-            "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with `ack`, "
-            "wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, until there "
-            "is room, so a slow consumer slows the JPEGs' sender down. Unacknowledged frames are resent after RETRY_S and "
-            "given up after ACK_TIMEOUT_S (the node then exits with status 1). The node ends when `jpeg` closed and every "
-            "frame was acknowledged.",
+            "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with "
+            "`ack`, wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, "
+            "until there is room, so a slow consumer slows the JPEGs' sender down. Unacknowledged frames are resent "
+            "after RETRY_S and given up after ACK_TIMEOUT_S (the node then exits with status 1). The node ends when "
+            "`jpeg` closed and every frame was acknowledged.",
         ),
     ),
     outputs=(
@@ -31,11 +32,22 @@ SPEC = NodeSpec(
             OUTPUT,
             "One tv_tensors.Image (uint8, (C, H, W)) per JPEG, through tensor_codec, on DEVICE.",
             {
-                "pixel_format": "rgb8 or mono8. Never dora's encoding/width/height: the value is a tensor_codec message, not flat pixels (the frame's size is the tensor's shape)",
-                "lossy": "jpeg: the frame went through JPEG (its content matches the source within bounds, not exactly)",
+                "pixel_format": (
+                    "rgb8 or mono8. Never dora's encoding/width/height: the value is a tensor_codec message, not "
+                    "flat pixels (the frame's size is the tensor's shape)"
+                ),
+                "lossy": (
+                    "jpeg: the frame went through JPEG (its content matches the source within bounds, not exactly)"
+                ),
                 "sent_ns": "wall clock (ns) just before sending",
-                "(carried)": "every other key of the JPEG message (quality, subsampling, frame, capture_ns, seq, count, stream, pattern, ...), except encoding, width, height, channels and jpeg_crc32",
-                "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the JPEG's) and wants_ack true",
+                "(carried)": (
+                    "every other key of the JPEG message (quality, subsampling, frame, capture_ns, seq, count, "
+                    "stream, pattern, ...), except encoding, width, height, channels and jpeg_crc32"
+                ),
+                "stream, wants_ack": (
+                    "with `ack*` inputs: a stream id of this node's own (seq and count stay the JPEG's) and "
+                    "wants_ack true"
+                ),
             },
         ),
         ack_output_port("JPEG", " when the decoder takes it (empty value)", "the JPEGs' sender's `ack*` input"),

@@ -37,18 +37,20 @@ SETTINGS = (
         "ENGINE",
         "choice",
         "auto",
-        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, else torchvision, else nvimgcodec; "
-        "logged once at start as engine=<name>, with why when it fell back), `torchcodec` (TorchCodec), `torchvision` (torchvision.io, "
-        "deprecated since 0.29) or `nvimgcodec` (NVIDIA nvImageCodec, batched; the optional extra `nvimgcodec`).",
+        "The JPEG library: `auto` (on CUDA nvimgcodec, else torchcodec, else torchvision; on the CPU torchcodec, "
+        "else torchvision, else nvimgcodec; logged once at start as engine=<name>, with why when it fell back), "
+        "`torchcodec` (TorchCodec), `torchvision` (torchvision.io, deprecated since 0.29) or `nvimgcodec` (NVIDIA "
+        "nvImageCodec, batched; the optional extra `nvimgcodec`).",
         ENGINE_CHOICES,
     ),
     Setting(
         "SUBSAMPLING",
         "choice",
         "auto",
-        "Chroma subsampling of colour JPEGs: `auto` (the engine's own, 4:2:0 where it can choose: what cameras and libjpeg write, "
-        "a third smaller than 4:4:4), `420` or `444`. TorchCodec and torchvision write 4:2:0 on the CPU and 4:4:4 on CUDA only, "
-        "nvimgcodec either; a setting the engine cannot meet stops the node at start (with ENGINE=auto, an engine that can is chosen).",
+        "Chroma subsampling of colour JPEGs: `auto` (the engine's own, 4:2:0 where it can choose: what cameras and "
+        "libjpeg write, a third smaller than 4:4:4), `420` or `444`. TorchCodec and torchvision write 4:2:0 on the "
+        "CPU and 4:4:4 on CUDA only, nvimgcodec either; a setting the engine cannot meet stops the node at start "
+        "(with ENGINE=auto, an engine that can is chosen).",
         SUBSAMPLING_CHOICES,
     ),
     *ack_settings("JPEG"),

@@ -18,11 +18,12 @@ SPEC = NodeSpec(
             "plain dora image message (rgb8, bgr8, mono8). Anything else is logged, counted and skipped.",
         ),
         ack_inputs_port(
-            "Optional. Acknowledged delivery of the JPEGs: one input per consumer of `jpeg` whose id starts with `ack` "
-            "(`ack_decoder`, `ack_sink`), wired to its `ack` output. At most WINDOW JPEGs (plus frames being encoded) are "
-            "unacknowledged: frames wait, unacknowledged, until there is room, so a slow consumer slows the frames' sender "
-            "down. Unacknowledged JPEGs are resent after RETRY_S and given up after ACK_TIMEOUT_S (the node then exits "
-            "with status 1). The node ends when `frames` closed and every JPEG was acknowledged.",
+            "Optional. Acknowledged delivery of the JPEGs: one input per consumer of `jpeg` whose id starts with "
+            "`ack` (`ack_decoder`, `ack_sink`), wired to its `ack` output. At most WINDOW JPEGs (plus frames being "
+            "encoded) are unacknowledged: frames wait, unacknowledged, until there is room, so a slow consumer slows "
+            "the frames' sender down. Unacknowledged JPEGs are resent after RETRY_S and given up after ACK_TIMEOUT_S "
+            "(the node then exits with status 1). The node ends when `frames` closed and every JPEG was "
+            "acknowledged.",
         ),
     ),
     outputs=(
@@ -33,13 +34,22 @@ SPEC = NodeSpec(
                 "encoding": "jpeg",
                 "width": "frame width in px",
                 "height": "frame height in px",
-                "channels": "channels of the source frame (1 or 3); on a GPU greyscale is encoded as equal RGB, a decoder restores 1 channel",
+                "channels": (
+                    "channels of the source frame (1 or 3); on a GPU greyscale is encoded as equal RGB, a decoder "
+                    "restores 1 channel"
+                ),
                 "quality": "QUALITY",
                 "subsampling": "the JPEG's chroma subsampling as its header says: 420, 444 or gray",
                 "jpeg_crc32": "zlib.crc32 of the JPEG bytes; tc-jpeg-decoder refuses a JPEG that no longer matches it",
                 "sent_ns": "wall clock (ns) just before sending",
-                "(carried)": "every other key of the frame's metadata (frame, capture_ns, seq, count, stream, pattern, ...), except tensor_codec's tc.* keys, checksum, wants_ack and expect",
-                "stream, wants_ack": "with `ack*` inputs: a stream id of this node's own (seq and count stay the frame's) and wants_ack true",
+                "(carried)": (
+                    "every other key of the frame's metadata (frame, capture_ns, seq, count, stream, pattern, ...), "
+                    "except tensor_codec's tc.* keys, checksum, wants_ack and expect"
+                ),
+                "stream, wants_ack": (
+                    "with `ack*` inputs: a stream id of this node's own (seq and count stay the frame's) and "
+                    "wants_ack true"
+                ),
             },
         ),
         ack_output_port("frame", " when the encoder takes it (empty value)", "the frames' sender's `ack*` input"),

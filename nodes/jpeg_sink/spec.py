@@ -6,7 +6,9 @@ from .config import INPUT, SETTINGS
 
 SPEC = NodeSpec(
     name="tc-jpeg-sink",
-    description="Saves the first COUNT JPEG messages as files (checked first: markers, header, jpeg_crc32) and counts the rest.",
+    description=(
+        "Saves the first COUNT JPEG messages as files (checked first: markers, header, jpeg_crc32) and counts the rest."
+    ),
     inputs=(Port(INPUT, "JPEG bytes as a flat UInt8 array (encoding: jpeg), e.g. from tc-jpeg-encoder."),),
     outputs=(
         ack_output_port(

@@ -66,7 +66,8 @@ def load_config(env: Mapping[str, str]) -> RerunSinkConfig:
     config = RerunSinkConfig.from_env(env)
     if config.file is None and config.viewer is None:
         raise SettingError(
-            "RRD and CONNECT: expected a file (RRD=out/recording.rrd) or a viewer (CONNECT=auto), got RRD=none and no CONNECT"
+            "RRD and CONNECT: expected a file (RRD=out/recording.rrd) or a viewer (CONNECT=auto), got RRD=none and "
+            "no CONNECT"
         )
     if (
         config.connect

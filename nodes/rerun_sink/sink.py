@@ -68,7 +68,8 @@ def message_views(value: Any, metadata: dict) -> tuple[list[View], list[str]]:
         expected = width * height * CHANNELS[encoding]
         if flat.numel() != expected:
             raise CannotShow(
-                f"value: expected {width}x{height}x{CHANNELS[encoding]} = {expected} bytes for {encoding}, got {flat.numel()}"
+                f"value: expected {width}x{height}x{CHANNELS[encoding]} = {expected} bytes for {encoding}, got "
+                f"{flat.numel()}"
             )
         return [plain_image_view(flat, encoding, width, height)], []
     raise CannotShow(
@@ -149,7 +150,8 @@ class RerunSink:
         value = metadata[self.split_by]
         if type(value) is not str or not 0 < len(value) <= _MAX_SPLIT_CHARS:
             problems.append(
-                f"metadata.{self.split_by} (SPLIT_BY): expected a name of 1 to {_MAX_SPLIT_CHARS} characters, got {value!r:.60}"
+                f"metadata.{self.split_by} (SPLIT_BY): expected a name of 1 to {_MAX_SPLIT_CHARS} characters, got "
+                f"{value!r:.60}"
             )
             return ()
         parts = tuple(part for part in value.split("/") if part)

@@ -17,14 +17,17 @@ SETTINGS = (
         "VERIFY",
         "choice",
         "full",
-        "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte (frames that went through JPEG: within JPEG_MIN_PSNR and JPEG_MAX_MAD). `index`: as full, but synthetic frames only by the index they carry. `none`: decode and count only.",
+        "`full`: checksums, types and attributes, and synthetic frames rebuilt and compared byte for byte (frames "
+        "that went through JPEG: within JPEG_MIN_PSNR and JPEG_MAX_MAD). `index`: as full, but synthetic frames only "
+        "by the index they carry. `none`: decode and count only.",
         ("full", "index", "none"),
     ),
     Setting(
         "JPEG_MIN_PSNR",
         "float",
         "35",
-        "Frames that went through JPEG (metadata `lossy`), VERIFY=full: the least PSNR in dB against the synthetic frame they carry (35 suits quality 90).",
+        "Frames that went through JPEG (metadata `lossy`), VERIFY=full: the least PSNR in dB against the synthetic "
+        "frame they carry (35 suits quality 90).",
         minimum=0,
     ),
     Setting(

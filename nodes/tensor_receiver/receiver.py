@@ -20,6 +20,8 @@ from .verify import LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
 
+_DEFAULT_LOSSY = LossyBounds()  # frozen: one instance serves every receiver
+
 MAX_REASONS = 8  # distinct reasons for unverified messages kept per input
 COMPRESSED = frozenset(
     {"jpeg", "jpg", "jpe", "png", "webp", "bmp", "avif"}
@@ -91,7 +93,7 @@ class Receiver:
         verify_mode: str = "full",
         clock_ns=time.time_ns,
         inputs=(),
-        lossy: LossyBounds = LossyBounds(),
+        lossy: LossyBounds = _DEFAULT_LOSSY,
     ):
         self.device = device
         self.verify_mode = verify_mode
@@ -165,8 +167,9 @@ class Receiver:
         encoding = metadata.get(P.ENCODING)
         if isinstance(encoding, str) and encoding in COMPRESSED:
             raise tc.DecodeError(
-                f"metadata.encoding: expected a tensor_codec message or raw frame bytes (rgb8, bgr8, mono8), got {encoding!r:.20}, "
-                "a compressed image: wire this input through tc-jpeg-decoder (its `jpeg` input) and this one to its `image` output"
+                "metadata.encoding: expected a tensor_codec message or raw frame bytes (rgb8, bgr8, mono8), got "
+                f"{encoding!r:.20}, a compressed image: wire this input through tc-jpeg-decoder (its `jpeg` input) "
+                "and this one to its `image` output"
             )
         if is_plain_image(metadata):
             image = restore_plain_image(event.get("value"), metadata)

@@ -55,9 +55,10 @@ def summary_table(report: dict) -> str:
             )
         )
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
-    line = lambda cells: "  ".join(
-        str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
-    )
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     status = "PASS" if report["ok"] else "FAIL"
     out = [
         f"tensor receiver summary: {status} (restored on {report['device']}, verify={report['verify']})",
@@ -66,7 +67,8 @@ def summary_table(report: dict) -> str:
     out += [line(r) for r in rows]
     if any(s["age_ms"]["p50"] is not None for s in report["inputs"].values()):
         out.append(
-            "  (p50/p99: from the last sender's sent_ns; age: from the frame's capture_ns, through every node on the way)"
+            "  (p50/p99: from the last sender's sent_ns; age: from the frame's capture_ns, through every node on the "
+            "way)"
         )
     for name, s in report["inputs"].items():
         out += [f"  {name}: {f}" for f in s["failures"][:10]]

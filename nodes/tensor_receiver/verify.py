@@ -80,7 +80,10 @@ def verify_frame(
     height, width = want[1], want[2]
     rendered = metadata.get(P.PATTERN_SIZE)
     if rendered is not None and rendered != f"{width}x{height}":
-        return f"frame is {width}x{height}, its pattern was rendered at {rendered!s:.32}: cropped or resized upstream? (VERIFY=none counts without checking)"
+        return (
+            f"frame is {width}x{height}, its pattern was rendered at {rendered!s:.32}: cropped or resized upstream? "
+            "(VERIFY=none counts without checking)"
+        )
     frame = metadata.get(P.FRAME)
     if type(frame) is not int or frame < 0:
         raise Mismatch(
@@ -96,8 +99,8 @@ def verify_frame(
         db, mad = compare(obj.as_subclass(torch.Tensor), reference)
         if db < lossy.min_psnr or mad > lossy.max_mad:
             raise Mismatch(
-                f"pixels after {metadata.get(P.LOSSY)}: expected PSNR >= {lossy.min_psnr:g} dB and mean abs diff <= {lossy.max_mad:g} "
-                f"against synthetic frame {frame}, got {db:.2f} dB and {mad:.2f}"
+                f"pixels after {metadata.get(P.LOSSY)}: expected PSNR >= {lossy.min_psnr:g} dB and mean abs diff <= "
+                f"{lossy.max_mad:g} against synthetic frame {frame}, got {db:.2f} dB and {mad:.2f}"
             )
     elif mode == "full":
         plain = obj.as_subclass(torch.Tensor)

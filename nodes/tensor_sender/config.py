@@ -25,7 +25,9 @@ SETTINGS = (
         "MODE",
         "choice",
         "suite",
-        "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: each tensor of FILE.",
+        "`suite`: the failure-mode layouts, every dtype, every TVTensor class, PackedSequences and a nested "
+        "detection sample, one message each. `random`: random float32 tensors of SIZES, for load. `safetensors`: "
+        "each tensor of FILE.",
         ("suite", "random", "safetensors"),
     ),
     Setting(
@@ -41,7 +43,8 @@ SETTINGS = (
         "COUNT",
         "string",
         "all",
-        "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = endless.",
+        "Messages to send before stopping: `all` = each payload once, N = cycle the payloads until N are sent, 0 = "
+        "endless.",
         convert=_count,
     ),
     Setting(
@@ -52,7 +55,8 @@ SETTINGS = (
         "CORRUPT",
         "bool",
         "0",
-        "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) marked `expect: reject`; a receiver must refuse and count them.",
+        "Also send deliberately corrupted messages (truncated buffer, broken header, bad dtype, bad bool bytes) "
+        "marked `expect: reject`; a receiver must refuse and count them.",
     ),
     Setting("SEED", "int", "0", "Seed of the suite and of random payloads.", minimum=0),
     Setting(
@@ -62,14 +66,18 @@ SETTINGS = (
         "TRANSPORT",
         "choice",
         "auto",
-        "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same `deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE on a GPU).",
+        "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same "
+        "`deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora "
+        "message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE "
+        "on a GPU).",
         ("auto", "host", "cuda-ipc"),
     ),
     Setting(
         "MAX_IN_FLIGHT",
         "size",
         "1GB",
-        "cuda-ipc: bytes of GPU memory the output may have in flight; past it, sending waits for receivers (up to 5 s, then the message is logged and counted lost).",
+        "cuda-ipc: bytes of GPU memory the output may have in flight; past it, sending waits for receivers (up to "
+        "5 s, then the message is logged and counted lost).",
     ),
 )
 

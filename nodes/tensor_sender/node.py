@@ -143,7 +143,10 @@ class TensorSenderNode(NodeLogic):
         for output in self.outputs:
             out = shared.get(output, {})
             if out.get("sent"):
-                ipc += f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in flight, {out.get('waits', 0)} waits"
+                ipc += (
+                    f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in "
+                    f"flight, {out.get('waits', 0)} waits"
+                )
         print(
             f"tensor sender: {self.delivery.next_seq} messages sent, {self.delivery.retransmits} retransmitted, "
             f"{len(self.delivery.lost)} lost{ipc}",

@@ -111,7 +111,8 @@ class Receiver:
         except Exception as e:  # the driver refused the handle or event: a clear error, not a crash
             ledger.release(ref)
             raise DecodeError(
-                f"tc.ipc.handle: could not open the producer's GPU memory on cuda:{index}: {type(e).__name__}: {str(e)[:300]}"
+                f"tc.ipc.handle: could not open the producer's GPU memory on cuda:{index}: {type(e).__name__}: "
+                f"{str(e)[:300]}"
             ) from None
         weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index)
         return view, memory

@@ -176,7 +176,8 @@ class Padding:
         for i, start, end in self.gaps:  # a few gaps, or finding which one is not zero
             if data[base + start : base + end] != _ZEROS[: end - start]:
                 raise DecodeError(
-                    f"value: expected zero padding before tc.header.leaves[{i}] (bytes {start}..{end}), got non-zero bytes"
+                    f"value: expected zero padding before tc.header.leaves[{i}] (bytes {start}..{end}), got non-zero "
+                    "bytes"
                 )
 
 

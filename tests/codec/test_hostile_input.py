@@ -58,7 +58,8 @@ def test_the_campaigns_eight_million_item_list_is_refused_by_its_size_before_par
 
 def test_a_header_past_the_item_limit_is_refused_naming_items():
     items = "[" + ",".join(["0"] * 70_000) + "]"
-    refused(*host_message('{"leaves":[],"tree":{"t":"list","items":%s}}' % items), "tc.header", "32768 items", "got 70")
+    header = f'{{"leaves":[],"tree":{{"t":"list","items":{items}}}}}'
+    refused(*host_message(header), "tc.header", "32768 items", "got 70")
 
 
 def test_the_item_count_is_checked_before_the_text_is_parsed():
@@ -102,7 +103,7 @@ def test_a_sender_and_a_receiver_count_single_string_arrays_alike():
 
 def test_integers_longer_than_int64_are_refused_before_conversion():
     digits = "9" * 4000  # converting such numbers costs O(digits^2)
-    refused(*host_message('{"leaves":[],"tree":[%s]}' % ",".join([digits] * 200)), "int64", "4000 characters")
+    refused(*host_message(f'{{"leaves":[],"tree":[{",".join([digits] * 200)}]}}'), "int64", "4000 characters")
 
 
 def test_string_bytes_past_the_limit_are_refused():
@@ -127,9 +128,9 @@ def test_namedtuple_fields_are_bounded_over_the_distinct_types_of_a_message():
 
 
 def test_many_distinct_namedtuple_types_cost_a_unit_budget_even_without_fields():
-    nodes = ",".join('{"t":"namedtuple","name":"N%d","fields":[],"items":[]}' % i for i in range(3600))
+    nodes = ",".join(f'{{"t":"namedtuple","name":"N{i}","fields":[],"items":[]}}' for i in range(3600))
     refused(
-        *host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes),
+        *host_message(f'{{"leaves":[],"tree":{{"t":"list","items":[{nodes}]}}}}'),
         "32 per type",
         "limits.namedtuple_fields",
     )
@@ -139,10 +140,8 @@ def test_the_cache_of_generated_namedtuple_classes_stays_bounded_across_messages
     from tensor_codec import tree
 
     for batch in range(40):
-        nodes = ",".join(
-            '{"t":"namedtuple","name":"B%d_%d","fields":["a"],"items":[1]}' % (batch, i) for i in range(60)
-        )
-        tc.decode(*host_message('{"leaves":[],"tree":{"t":"list","items":[%s]}}' % nodes))
+        nodes = ",".join(f'{{"t":"namedtuple","name":"B{batch}_{i}","fields":["a"],"items":[1]}}' for i in range(60))
+        tc.decode(*host_message(f'{{"leaves":[],"tree":{{"t":"list","items":[{nodes}]}}}}'))
     assert tree._generic_cost <= tree._GENERIC_CACHE_COST
     assert sum(tree.namedtuple_cost(len(f)) for _, f in tree._GENERIC_NAMEDTUPLES) == tree._generic_cost
 
@@ -245,7 +244,10 @@ def _unlimited(make):
 
 
 def test_a_four_byte_message_cannot_describe_a_tensor_past_the_logical_limit():
-    header = '{"leaves":[{"dtype":"float32","shape":[%d],"strides":[0],"nbytes":4,"offset":0}],"tree":{"t":"tensor","leaf":0}}'
+    header = (
+        '{"leaves":[{"dtype":"float32","shape":[%d],"strides":[0],"nbytes":4,"offset":0}],'
+        '"tree":{"t":"tensor","leaf":0}}'
+    )
     refused(
         *host_message(header % (1 << 60), bytes(4)),
         "tc.header.leaves[0].shape",

@@ -171,7 +171,7 @@ def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
     gc.collect()
     baseline = pa.total_allocated_bytes()
     retained = []
-    for i in range(200):
+    for _ in range(200):
         value, metadata = tc.encode(payload)
         with tc.scope():
             obj = tc.decode(value, metadata, name="frame")
@@ -233,7 +233,7 @@ def test_keep_racing_release_never_returns_released_memory():
         obj = tc.receive(event({"a": torch.randn(64, 32), "b": torch.randn(2048)}))
         result = {}
 
-        def keeper():
+        def keeper(obj=obj, result=result):  # run and joined within this iteration
             try:
                 result["kept"] = tc.keep(obj)
             except tc.ReleasedError:

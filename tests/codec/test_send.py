@@ -156,5 +156,6 @@ def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplo
     assert_identical(tc.receive(as_event(node.sent[2]), copy=True), {"x": torch.arange(4)})
     said = [r.getMessage() for r in caplog.records if "transport" in r.getMessage()]
     assert said == [
-        "output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"
+        "output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes "
+        "carry it)"
     ]

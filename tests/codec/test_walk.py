@@ -67,7 +67,7 @@ def test_every_walk_takes_the_deepest_structure_encode_takes(name):
 def test_self_referencing_structure_stops_every_walk():
     loop: list = []
     loop.append(loop)
-    for name, run in _walks().items():
+    for _name, run in _walks().items():
         with pytest.raises(tc.EncodeError, match="too deep"):
             run(loop)
 

@@ -104,7 +104,8 @@ for event in Node():
         continue
     metadata = event["metadata"]
     name = f"{event['id']}-{metadata.get('frame', n):06d}"
-    (out / f"{name}.jpg").write_bytes(np.asarray(event["value"].to_numpy(zero_copy_only=False), dtype=np.uint8).tobytes())
+    jpeg = np.asarray(event["value"].to_numpy(zero_copy_only=False), dtype=np.uint8)
+    (out / f"{name}.jpg").write_bytes(jpeg.tobytes())
     (out / f"{name}.json").write_text(json.dumps(metadata, default=str))
 """
 

@@ -51,7 +51,8 @@ def test_fields_round_trip():
         ({"tc.ipc.handle": b64(bytes(10))}, r"tc.ipc.handle: expected a 64-byte CUDA IPC handle .* got 10 bytes"),
         (
             {"tc.ipc.handle": b64(b"\x03x" + bytes(64))},
-            r"tc.ipc.handle: expected a 64-byte CUDA IPC handle or torch's \[version\]\[c\|e\] form, got 66 bytes of kind b'x'",
+            r"tc.ipc.handle: expected a 64-byte CUDA IPC handle or torch's \[version\]\[c\|e\] form, got 66 bytes of "
+            r"kind b'x'",
         ),
         ({"tc.ipc.handle": b64(b"\x03c" + bytes(70))}, r"got 72 bytes of kind b'c'"),
         (

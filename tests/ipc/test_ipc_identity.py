@@ -14,7 +14,10 @@ from tensor_codec.cuda_ipc.identity import gpu_uuid, host_identity, host_name, l
 @pytest.mark.slow  # fresh interpreters
 def test_host_identity_is_stable_and_shared_by_processes_of_this_kernel():
     here = host_identity()
-    code = "from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace; print(host_identity()); print(pid_namespace())"
+    code = (
+        "from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace; print(host_identity()); "
+        "print(pid_namespace())"
+    )
     other, namespace = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()

@@ -418,7 +418,8 @@ def test_a_message_without_a_cuda_tensor_goes_as_host_bytes_logged_once(obj, cap
             assert_identical(tc.decode(value, metadata, copy=True), obj)
     said = [r.getMessage() for r in caplog.records if "transport host" in r.getMessage()]
     assert said == [
-        "output '<tc.encode>': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes carry it)"
+        "output '<tc.encode>': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host "
+        "bytes carry it)"
     ]
     assert cuda_ipc._state is None  # the CUDA backend was never started
 

@@ -52,8 +52,10 @@ def test_a_benchmark_part_reports_the_goals_its_script_measured(tmp_path):
         textwrap.dedent("""
         import json, sys
         path = sys.argv[sys.argv.index("--json") + 1]
-        goals = [{"name": "flat", "measured": 1.2, "target": "<= 1.5", "unit": "x", "met": True, "detail": "ratio 1.20"},
-                 {"name": "fast", "measured": 12.0, "target": ">= 30", "unit": "x", "met": False, "detail": "12.0x"}]
+        goals = [
+            {"name": "flat", "measured": 1.2, "target": "<= 1.5", "unit": "x", "met": True, "detail": "ratio 1.20"},
+            {"name": "fast", "measured": 12.0, "target": ">= 30", "unit": "x", "met": False, "detail": "12.0x"},
+        ]
         json.dump({"speedup": 12.0, "goals": goals}, open(path, "w"))
     """)
     )

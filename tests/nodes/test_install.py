@@ -349,8 +349,8 @@ def test_both_ways_install_the_hub_nodes_after_the_project_and_record_what_is_mi
     assert optional == installer.optional_requirements(mode)
     out = capsys.readouterr().out
     assert (
-        "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= retries)"
-        in out
+        "install: warning: hub node dora-echo==0.5.0 is missing: its example's tests skip (a later make with WHEELS= "
+        "retries)" in out
     )
     stamp = json.loads((venv / installer.STAMP).read_text())
     assert stamp["missing"] == (["hypothesis>=6.100"] if mode == "layered" else []) + ["dora-echo==0.5.0"]
@@ -465,8 +465,8 @@ def test_over_a_preinstalled_torch_a_torchcodec_not_to_be_had_is_a_warning_not_a
     assert {"dora-rs", "dora-rs-cli", "pyyaml", "hypothesis"} <= env.has
     out = capsys.readouterr().out
     assert (
-        "install: torchcodec>=0.16: not to be had here: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back); "
-        "bash ../shared/gpu/wheels.sh torchcodec==0.17.0 carries it\n"
+        "install: torchcodec>=0.16: not to be had here: the JPEG nodes use torchvision's codecs (ENGINE=auto falls "
+        "back); bash ../shared/gpu/wheels.sh torchcodec==0.17.0 carries it\n"
     ) in out
 
 
@@ -498,8 +498,8 @@ def test_a_missing_torchcodec_is_warned_about_recorded_and_retried_with_wheels(t
     assert installer.main(["--venv", str(venv)]) == 0
     out = capsys.readouterr().out
     assert (
-        "install: warning: torchcodec>=0.16 is missing: the JPEG nodes use torchvision's codecs (ENGINE=auto falls back) "
-        "(a later make with WHEELS= retries)"
+        "install: warning: torchcodec>=0.16 is missing: the JPEG nodes use torchvision's codecs (ENGINE=auto falls "
+        "back) (a later make with WHEELS= retries)"
     ) in out
     assert "test requirement torchcodec" not in out
     stamp = json.loads((venv / installer.STAMP).read_text())
@@ -545,7 +545,8 @@ def test_an_optional_engine_package_not_to_be_had_is_one_line_never_an_error(fak
     )
     assert capsys.readouterr().out.splitlines() == [
         "install: optional nvidia-nvimgcodec-cu13>=0.9 (the JPEG nodes' nvImageCodec engine): not to be had here "
-        "(ERROR: Could not find a version that satisfies the requirement nvidia-nvimgcodec-cu13>=0.9 (from versions: none))",
+        "(ERROR: Could not find a version that satisfies the requirement nvidia-nvimgcodec-cu13>=0.9 (from versions: "
+        "none))",
         "install: optional nvidia-nvjpeg>=13 (the JPEG nodes' nvImageCodec engine): installed",
     ]
     # Retried, as the rest, only where it could be had now: a wheel folder named, or an index.

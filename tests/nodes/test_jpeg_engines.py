@@ -69,12 +69,18 @@ def test_auto_picks_an_engine_that_writes_the_subsampling_asked_for(monkeypatch)
     monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision"))
     with pytest.raises(
         EngineError,
-        match=r"ENGINE=auto: no JPEG encoder on cpu can be used: torchcodec passed over: writes 420 only, SUBSAMPLING=444",
+        match=(
+            r"ENGINE=auto: no JPEG encoder on cpu can be used: torchcodec passed over: writes 420 only, "
+            r"SUBSAMPLING=444"
+        ),
     ):
         choose_encoder("auto", "444", "cpu")
     with pytest.raises(
         EngineError,
-        match=r"nvimgcodec passed over: nvimgcodec is not installed.*torchcodec passed over: writes 444 only, SUBSAMPLING=420",
+        match=(
+            r"nvimgcodec passed over: nvimgcodec is not installed.*torchcodec passed over: writes 444 only, "
+            r"SUBSAMPLING=420"
+        ),
     ):
         choose_encoder("auto", "420", "cuda")
 
@@ -128,7 +134,7 @@ def test_every_engine_within_bounds_in_every_layout_and_subsampling_it_writes(en
     finally:
         engine.close()
     assert len(out) == 3
-    for (data, crc), source, what in zip(out, [rgb, rgb, grey], ["planar", "interleaved", "grey"]):
+    for (data, _crc), source, what in zip(out, [rgb, rgb, grey], ["planar", "interleaved", "grey"]):
         db, mad = assert_close_to_source(data, source, f"{engine.describe()} {what}")
         header = read_header(data)
         assert (header.width, header.height) == (1920, 1080)

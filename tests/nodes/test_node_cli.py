@@ -1,5 +1,6 @@
 """Nodes that explain themselves: `--help` without a daemon, a clear line when started outside
-dora, warnings about env names and wiring that look wrong, readable manifests. (The warnings in a real dataflow: tests/e2e/test_node_cli_e2e.py.)"""
+dora, warnings about env names and wiring that look wrong, readable manifests. (The warnings in a
+real dataflow: tests/e2e/test_node_cli_e2e.py.)"""
 
 from __future__ import annotations
 
@@ -130,9 +131,9 @@ def test_preflight_reads_this_nodes_env_and_wiring_and_logs_each_warning(caplog)
     )
     with caplog.at_level(logging.WARNING):
         warnings = preflight(node, ENCODER, logging.getLogger("t"))
-    assert (
-        warnings[0]
-        == "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (QUALITY keeps its default or its own value)"
+    assert warnings[0] == (
+        "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (QUALITY keeps its default or its "
+        "own value)"
     )
     assert len(warnings) == 3 and [r.getMessage() for r in caplog.records] == warnings
 
