@@ -43,9 +43,9 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     name, _ = routing.resolve(
         transport,
         plan.has_cuda,
-        lambda: None,
+        lambda: None,  # type: ignore[arg-type, return-value]
         key=None,
-        output=ENCODE_OUTPUT,  # type: ignore[arg-type, return-value]
+        output=ENCODE_OUTPUT,
     )
     chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, _ENCODE)

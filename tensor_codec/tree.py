@@ -22,7 +22,7 @@ import keyword
 import math
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast, final
 
 import torch
 from torch.nn.utils.rnn import PackedSequence
@@ -50,8 +50,9 @@ _MAX_NAME = 256
 _MAX_FIELDS = 1024  # namedtuple fields accepted from the network (building a class costs O(fields))
 
 _PACKED_FIELDS = walk.PACKED_FIELDS
-_NAMEDTUPLES: dict[str, type] = {}
-_GENERIC_NAMEDTUPLES: collections.OrderedDict = collections.OrderedDict()  # (name, fields) -> class, LRU
+_NAMEDTUPLES: dict[str, type[Any]] = {}
+# (name, fields) -> class, LRU
+_GENERIC_NAMEDTUPLES: collections.OrderedDict[tuple[str, tuple[str, ...]], type] = collections.OrderedDict()
 
 
 def register_namedtuple(cls: type, name: str | None = None) -> type:
@@ -119,16 +120,16 @@ def leaf_paths(tree: Any) -> list[tuple]:
             paths.append(path)
         elif tag == LIST or tag == TUPLE:
             for i, item in enumerate(node["items"]):
-                visit(item, path + (i,))
+                visit(item, path + (i,))  # noqa: F821  (itself; deleted after the walk)
         elif tag == DICT:
             for key, item in node["items"]:
-                visit(item, path + (key,))
+                visit(item, path + (key,))  # noqa: F821  (itself; deleted after the walk)
         elif tag == NAMEDTUPLE:
             for field, item in zip(node["fields"], node["items"]):
-                visit(item, path + (field,))
+                visit(item, path + (field,))  # noqa: F821  (itself; deleted after the walk)
         elif tag == PACKED:
             for field in _PACKED_FIELDS:
-                visit(node[field], path + (field,))
+                visit(node[field], path + (field,))  # noqa: F821  (itself; deleted after the walk)
 
     try:
         visit(tree, ())
@@ -168,6 +169,7 @@ def _registered_name(tx: type) -> str:
 Builder = Callable[[list, list], Any]  # (leaf tensors, handed-out leaves to append to) -> object
 
 
+@final  # lets `type(part) is _Const` narrow both ways
 class _Const:
     """A subtree without tensors whose value is immutable: built once, shared by every object."""
 
@@ -175,6 +177,14 @@ class _Const:
 
     def __init__(self, value: Any):
         self.value = value
+
+
+class _TensorBuilder(Protocol):
+    """The builder of a tensor node: a Builder that also names its leaf."""
+
+    tensor_leaf: int
+
+    def __call__(self, tensors: list, out: list, /) -> Any: ...
 
 
 def _builder(part: _Const | Builder) -> Builder:
@@ -278,21 +288,22 @@ def _compile_sequence(node: dict, tag: str, comp: _Compiler, where: Any, depth: 
     items = node.get("items")
     if node.keys() != _CONTAINER_KEYS or type(items) is not list:
         _expect_keys(node, _CONTAINER_KEYS, where)
-        _expect_list(node, "items", where)
+        items = _expect_list(node, "items", where)
     types = set(map(type, items))
     if depth < MAX_DEPTH and types <= _SCALAR_TYPES and _valid_scalars(items, types):
         # Plain values (most items of big lists), checked as a whole at C speed.
         comp.nodes += len(items)
         values = items
     else:
-        parts, constant = [], True
+        parts: list[_Const | Builder] = []
+        constant = True
         for i, v in enumerate(items):
             part = _compile(v, comp, Where((where, ".items[{}]", i)), depth + 1)
             parts.append(part)
             if constant and type(part) is not _Const:
                 constant = False
         if constant:
-            values = [p.value for p in parts]
+            values = [p.value for p in cast("list[_Const]", parts)]
         else:
             builders = [p if type(p) is not _Const else _builder(p) for p in parts]
             if tag == "list":
@@ -332,13 +343,13 @@ def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const
         keys.append(key)
         parts.append(_compile(pair[1], comp, Where((where, ".items[{}][1]", i)), depth + 1))
     if all(type(p) is _Const for p in parts):
-        template = {k: p.value for k, p in zip(keys, parts)}
+        template = {k: p.value for k, p in zip(keys, cast("list[_Const]", parts))}
         return lambda tensors, out: template.copy()  # a fresh dict per object
     pairs = [(k, _builder(p)) for k, p in zip(keys, parts)]
     return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
 
 
-def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -> Builder:
+def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -> _TensorBuilder:
     keys = node.keys()
     if not (keys <= kind.node_keys and keys >= kind.required_node_keys):
         _expect_keys(node, kind.node_keys, where, required=kind.required_node_keys)
@@ -367,14 +378,15 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
         out.append(obj)
         return obj
 
-    build.tensor_leaf = index  # lets PackedSequence checks see which leaf a part is
-    return build
+    tensor_build = cast(_TensorBuilder, build)
+    tensor_build.tensor_leaf = index  # lets PackedSequence checks see which leaf a part is
+    return tensor_build
 
 
 def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
     fields = _PACKED_FIELDS
     _expect_keys(node, {"t", *fields}, where)
-    parts = []
+    parts: list[Builder | None] = []
     for f in fields:
         part = node[f]
         here = Where((where, ".{}", f))
@@ -384,7 +396,7 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int
             continue
         if not _is_tensor_node(part, here):
             raise DecodeError(f"{here}: expected a tensor, got {_json_type(part)}")
-        builder = _compile(part, comp, here, depth + 1)
+        builder = cast(_TensorBuilder, _compile(part, comp, here, depth + 1))  # a tensor node, checked above
         leaf = comp.leaves[builder.tensor_leaf]
         if f != "data" and (leaf.dtype.name != "int64" or len(leaf.shape) != 1):
             raise DecodeError(f"{here}: expected a 1-D int64 tensor, got {len(leaf.shape)}-D {leaf.dtype.name}")
@@ -393,7 +405,7 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int
         raise DecodeError(f"{where}: expected sorted_indices and unsorted_indices both present or both null")
 
     def build(tensors, out):
-        values = [None if b is None else b(tensors, out) for b in parts]
+        values: list[Any] = [None if b is None else b(tensors, out) for b in parts]  # None: optional fields
         if values[1].device.type != "cpu":  # decoded onto a GPU: torch keeps batch_sizes on the CPU
             values[1] = values[1].cpu()
         # tuple.__new__ keeps exactly what was sent; the public constructor would recompute indices.
@@ -411,7 +423,8 @@ def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> 
     name, fields = node["name"], node["fields"]
     if type(name) is not str or not 0 < len(name) <= _MAX_NAME:
         raise DecodeError(
-            f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got {name[: _MAX_NAME + 1]!r}"
+            f"{where}.name: expected a non-empty string of at most {_MAX_NAME} characters, got "
+            f"{name[: _MAX_NAME + 1]!r}"
             if type(name) is str
             else f"{where}.name: expected a non-empty string, got {_json_type(name)}"
         )
@@ -475,19 +488,24 @@ def forget_generated_classes() -> None:
         _generic_cost = 0
 
 
+# collections.namedtuple under another name: mypy reads a direct call as a class definition,
+# which needs a literal name.
+_make_namedtuple: Callable[[str, tuple[str, ...]], type] = collections.namedtuple
+
+
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
     global _generic_cost
     key = (name, fields)
     with _generic_lock:
-        cls = _GENERIC_NAMEDTUPLES.get(key)
-        if cls is not None:
+        cached = _GENERIC_NAMEDTUPLES.get(key)
+        if cached is not None:
             _GENERIC_NAMEDTUPLES.move_to_end(key)  # a stream keeps getting the same class
-            return cls
+            return cached
     short = name.rsplit(".", 1)[-1]
     if not short.isidentifier() or keyword.iskeyword(short):
         short = "NamedTuple"
     try:
-        cls = collections.namedtuple(short, fields)
+        cls = _make_namedtuple(short, fields)
     except ValueError as e:
         raise DecodeError(f"{where}.fields: {e}") from None
     with _generic_lock:
