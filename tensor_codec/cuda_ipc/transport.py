@@ -29,10 +29,10 @@ import pyarrow as pa
 import torch
 
 from ..errors import DecodeError, EncodeError, UsageError, format_path
-from ..layout import Destination, leaf_view, write_leaf
+from ..layout import Destination, write_leaf
 from ..plan import Plan
 from ..transports.base import Materialized, Outgoing, Output
-from ..transports.buffer_layout import check_canonical_offsets, layout_offsets
+from ..transports.buffer_layout import check_canonical_offsets, layout_offsets, leaf_views
 from ..transports.names import CUDA_IPC
 from ..wire import ReceivedLeaf, header_metadata
 from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
@@ -242,14 +242,7 @@ class CudaIpcTransport:
             base, memory = base.clone(), None
         borrowed = base if memory is not None else None
         del memory  # only the views keep the message now
-        storage = base.untyped_storage()
-        tensors = []
-        for i, (leaf, start) in enumerate(zip(leaves, offsets)):
-            try:
-                tensors.append(leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides))
-            except RuntimeError as e:
-                raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
-        return Materialized(tensors, borrowed, offsets)
+        return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
 
     def _local_index(self, state: _State, uuid: str) -> int:
         if uuid not in state.index_of_uuid:

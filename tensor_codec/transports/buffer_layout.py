@@ -5,10 +5,13 @@ buffer ending at the last leaf's end. Only the alignment differs per transport (
 
 from __future__ import annotations
 
+import torch
+
 from ..errors import DecodeError
+from ..layout import leaf_view
 from ..wire import ReceivedLeaf
 
-__all__ = ["layout_offsets", "check_canonical_offsets"]
+__all__ = ["layout_offsets", "check_canonical_offsets", "leaf_views"]
 
 
 def layout_offsets(nbytes: list[int], alignment: int) -> tuple[list[int], int]:
@@ -34,3 +37,16 @@ def check_canonical_offsets(leaves: list[ReceivedLeaf], alignment: int) -> tuple
                 f"to {alignment} bytes), got {got!r:.80}"
             )
     return offsets, total
+
+
+def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int]) -> list[torch.Tensor]:
+    """Each leaf as a tensor viewing `base` (a message buffer, host or GPU) at its offset, with its
+    dtype, shape and strides (the header's checks make a refusal by torch unreachable)."""
+    storage = base.untyped_storage()
+    tensors = []
+    for i, (leaf, start) in enumerate(zip(leaves, offsets)):
+        try:
+            tensors.append(leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides))
+        except RuntimeError as e:
+            raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
+    return tensors

@@ -23,7 +23,7 @@ import torch
 
 from ..cuda_ipc import staging
 from ..errors import DecodeError
-from ..layout import Destination, leaf_view, write_leaf
+from ..layout import Destination, write_leaf
 from ..plan import Plan
 from ..wire import ReceivedLeaf, header_metadata
 from . import buffer_layout
@@ -137,15 +137,7 @@ class HostTransport:
             if total:
                 staging.host_to_device(base, on_device)  # through pinned memory where that pays
             base, borrowed = on_device, None
-        storage = base.untyped_storage()
-        tensors = []
-        for i, (leaf, start) in enumerate(zip(leaves, offsets)):
-            try:
-                t = leaf_view(storage, leaf.dtype, start, leaf.shape, leaf.strides)
-            except RuntimeError as e:  # the checks above should make this unreachable
-                raise DecodeError(f"tc.header.leaves[{i}]: torch refused the layout: {e}") from None
-            tensors.append(t)
-        return Materialized(tensors, borrowed, offsets)
+        return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
 
 
 _ZEROS = bytes(ALIGNMENT)
