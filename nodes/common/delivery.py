@@ -24,6 +24,7 @@ many they take: see `Relay`). Acks travel as empty messages whose metadata is th
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -574,3 +575,15 @@ class Relay:
         if self.gone:
             self.log.error("%s closed: that consumer went away", ", ".join(self.gone))
         return self.outbox.end_report()
+
+
+def relayed_output(
+    node: Any, ackers: list[str], data_input: str, send: Callable[[Any, dict], Any], config: Any, log: logging.Logger
+) -> tuple[AckWindow, Outbox, Relay]:
+    """The acknowledged delivery of a node that turns each message of `data_input` into one
+    output message (`send(payload, metadata)`): windowed when the output's consumers acknowledge
+    (`ackers`, its `ack*` inputs; `config`'s window settings), with an `ack` output that
+    acknowledges what it takes to its own sender. -> (window, outbox, relay)."""
+    window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
+    outbox = Outbox(window, send, log, time.monotonic)
+    return window, outbox, Relay({data_input}, outbox, ack_sender(node), log)

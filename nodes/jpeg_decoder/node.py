@@ -11,7 +11,7 @@ import torch
 
 import tensor_codec as tc
 
-from ..common.delivery import AckWindow, Outbox, Relay, ack_sender, ackers_of, window_of
+from ..common.delivery import ackers_of, relayed_output
 from ..common.jpeg_engines import choose_decoder, start_engine
 from ..common.loop import CannotStart, NodeLogic, run
 from ..common.runtime import declared_inputs
@@ -46,11 +46,9 @@ class JpegDecoderNode(NodeLogic):
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
         ackers = ackers_of(declared_inputs(node))
-        self.window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
-        self.outbox = Outbox(
-            self.window, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), self.log, time.monotonic
+        self.window, self.outbox, self.relay = relayed_output(
+            node, ackers, INPUT, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), config, self.log
         )
-        self.relay = Relay({INPUT}, self.outbox, ack_sender(node), self.log)
         # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""

@@ -8,7 +8,7 @@ import time
 
 import tensor_codec as tc
 
-from ..common.delivery import AckWindow, Outbox, Relay, ack_sender, ackers_of, window_of
+from ..common.delivery import Relay, ackers_of, relayed_output
 from ..common.jpeg_engines import start_engine
 from ..common.loop import CannotStart, NodeLogic, run
 from ..common.runtime import declared_inputs
@@ -61,11 +61,9 @@ class JpegEncoderNode(NodeLogic):
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
         # make the output windowed; an `ack` output acknowledges the frames to their sender.
         ackers = ackers_of(declared_inputs(node))
-        self.window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
-        self.outbox = Outbox(
-            self.window, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), self.log, time.monotonic
+        self.window, self.outbox, self.relay = relayed_output(
+            node, ackers, INPUT, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), config, self.log
         )
-        self.relay = Relay({INPUT}, self.outbox, ack_sender(node), self.log)
         self.got_input = False  # a good frame taken since the last collect
         self.over = False
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
