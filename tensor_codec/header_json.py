@@ -7,7 +7,11 @@ costs one pass over at most `header_bytes` of text, never the parse of what it d
 * items: JSON values and member names. Every item but the first follows one of ``[ { , :``
   outside a string literal, and each of those precedes exactly one item unless it opens an empty
   container, so items = 1 + count(``[{,:`` outside strings) - count(``[]``, ``{}``);
-* string bytes: bytes of the text inside string literals (quotes and escapes included).
+* string bytes: bytes of the text inside string literals (quotes and escapes included);
+* nesting depth: the deepest run of open ``[``/``{`` outside string literals, refused above
+  `MAX_NESTING` before the parser recurses into it. Python's own guard against deep JSON differs
+  by version (3.11 stops near 1,000 levels, 3.12 parses 5,000), so the codec sets its own: the
+  same message is accepted or refused, with the same words, on every interpreter.
 
 The cheap bound (the same count over the whole text, string literals included) decides almost
 every header; only one near a limit has its string literals taken out first (still C-speed).
@@ -23,10 +27,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .errors import DecodeError, EncodeError
 from .limits import Limits
+from .walk import MAX_DEPTH
 
-__all__ = ["HeaderCost", "measure", "check_received", "check_outgoing", "parse"]
+__all__ = ["HeaderCost", "MAX_NESTING", "measure", "nesting", "check_received", "check_outgoing", "parse"]
+
+# The encoder's deepest header nests 3 JSON levels per structure level (a dict node, its items
+# list, a [key, node] pair) plus the header object and a leaf's attributes: 3 * MAX_DEPTH + 3.
+# A fixed bound above that, far below any interpreter's own recursion guard.
+MAX_NESTING = 4 * MAX_DEPTH
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,21 @@ def measure(text: str) -> HeaderCost:
     return HeaderCost(nbytes, items, nbytes - (len(outside) - strings))
 
 
+# bytes.translate deletes every byte but the four brackets (C speed); of those, bit 1 tells an
+# opener ("[" 0x5B, "{" 0x7B) from a closer ("]" 0x5D, "}" 0x7D).
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` outside string literals (0 for a scalar)."""
+    if text.count("[") + text.count("{") <= 1:
+        return int("[" in text or "{" in text)
+    outside, _ = _outside_strings(text)
+    brackets = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
+    steps = (np.frombuffer(brackets, np.uint8) & 2).astype(np.int32) - 1  # +1 opener, -1 closer
+    return max(int(np.cumsum(steps).max(initial=0)), 0)
+
+
 def _over(text: str, limits: Limits) -> str | None:
     """What the text exceeds, described, or None."""
     if len(text) > limits.header_bytes:  # characters <= UTF-8 bytes: decided without encoding
@@ -74,13 +101,17 @@ def _over(text: str, limits: Limits) -> str | None:
     nbytes = _utf8_bytes(text)
     if nbytes > limits.header_bytes:
         return f"expected at most {limits.header_bytes} bytes, got {nbytes}"
-    if 1 + _structure_count(text) <= limits.header_items and nbytes <= limits.string_bytes:
-        return None  # the cheap bound: items and string bytes cannot exceed their limits
-    cost = measure(text)
-    if cost.items > limits.header_items:
-        return f"expected at most {limits.header_items} items (JSON values and member names), got {cost.items}"
-    if cost.string_bytes > limits.string_bytes:
-        return f"expected at most {limits.string_bytes} bytes in string literals, got {cost.string_bytes}"
+    if 1 + _structure_count(text) > limits.header_items or nbytes > limits.string_bytes:
+        # Past the cheap bound (a header near a limit): the exact counts decide.
+        cost = measure(text)
+        if cost.items > limits.header_items:
+            return f"expected at most {limits.header_items} items (JSON values and member names), got {cost.items}"
+        if cost.string_bytes > limits.string_bytes:
+            return f"expected at most {limits.string_bytes} bytes in string literals, got {cost.string_bytes}"
+    if text.count("[") + text.count("{") > MAX_NESTING:  # else no nesting can be deeper
+        depth = nesting(text)
+        if depth > MAX_NESTING:
+            return f"expected at most {MAX_NESTING} nesting levels of JSON arrays and objects, got {depth}"
     return None
 
 

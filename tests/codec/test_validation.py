@@ -8,8 +8,11 @@ import json
 import pyarrow as pa
 import pytest
 import torch
+from torchvision import tv_tensors
 
 import tensor_codec as tc
+from tensor_codec import header_json
+from tensor_codec.walk import MAX_DEPTH
 
 
 def message(obj=None):
@@ -67,7 +70,10 @@ def test_unknown_transport():
         ("[]", "JSON object"),
         ('{"leaves": [], "tree": NaN}', "non-standard constant NaN"),
         ("[" * 100000 + "]" * 100000, "items"),  # refused by its count, before the parser recurses
-        ("[" * 5000 + "]" * 5000, "valid JSON"),  # within the item limit: the parser's depth guard
+        # Within the item limit, refused by the codec's own nesting bound before the parser runs:
+        # Python's json guard differs by version (3.11 stops near 1,000 levels, 3.12 parses 5,000).
+        ("[" * 5000 + "]" * 5000, "expected at most 256 nesting levels of JSON arrays and objects, got 5000"),
+        ('{"leaves": [], "tree": ' + "[" * 257 + "]" * 257 + "}", "got 258"),
         ('{"leaves": [], "tree": null, "extra": 1}', "unexpected ['extra']"),
         ('{"leaves": []}', "'tree'"),
         ('{"leaves": {}, "tree": null}', "tc.header.leaves: expected a list"),
@@ -75,6 +81,32 @@ def test_unknown_transport():
 )
 def test_malformed_headers(header, fragment):
     expect_error(pa.array([], pa.uint8()), {"tc.version": 1, "tc.transport": "host", "tc.header": header}, fragment)
+
+
+def test_nesting_is_counted_outside_string_literals():
+    assert header_json.nesting('["]]]]", [[{"a": "[[[["}]]]') == 4
+    assert header_json.nesting('"[[[["') == 0 and header_json.nesting("7") == 0
+    # Brackets in strings neither hide a deep header nor refuse a shallow one.
+    deep = '{"leaves": [], "tree": "' + "]" * 300 + '", "x": ' + "[" * 300 + "]" * 300 + "}"
+    assert header_json.nesting(deep) == 301
+    shallow = '{"leaves": [], "tree": {"t": "str", "v": "' + "[" * 300 + '"}}'
+    assert header_json.nesting(shallow) == 2
+
+
+@pytest.mark.parametrize("container", ["dict", "list"])
+def test_the_deepest_structure_the_encoder_takes_fits_the_nesting_bound(container):
+    """The bound follows from the structure depth (walk.MAX_DEPTH): every header the encoder writes
+    is within it, and decodes."""
+    leaf_ = tv_tensors.BoundingBoxes(torch.zeros(1, 4), format="XYXY", canvas_size=(4, 4))
+    obj = leaf_
+    for _ in range(MAX_DEPTH):
+        obj = {"k": obj} if container == "dict" else [obj]
+    value, metadata = tc.encode(obj)
+    assert header_json.nesting(metadata["tc.header"]) <= header_json.MAX_NESTING
+    got = tc.decode(value, metadata)
+    for _ in range(MAX_DEPTH):
+        got = got["k"] if container == "dict" else got[0]
+    assert type(got) is tv_tensors.BoundingBoxes and torch.equal(got, leaf_)
 
 
 def test_header_size_cap():
