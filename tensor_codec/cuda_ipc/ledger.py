@@ -10,9 +10,12 @@ one slot per message in flight:
 * each receiver `claim`s the slot when it decodes the message (refused if the producer already
   reclaimed it) and `release`s it when the views are released, leaving an interprocess event
   handle recorded after its last use, so the producer can fence its stream on it;
-* the producer `collect`s finished slots: every claim released (or its process gone), and either
-  every expected receiver claimed or the claim timeout passed (the message was dropped on the
-  way). Only then may the memory be reused.
+* the producer `collect`s finished slots: every claim released (or its process gone), and every
+  expected receiver either claimed it or is known to have passed it (progress.py: dora delivers
+  an input's messages in order, so a receiver that claimed a later message of the same output
+  lost this one on the way). Only then may the memory be reused. A receiver that never claimed
+  anything on the output is waited for until the claim timeout; one that claims is waited for
+  as long as it keeps claiming, however far behind it is.
 
 Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
 so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
@@ -26,7 +29,7 @@ Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
     16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
     24  u64  nbytes          (for reports)
     32  HOLDERS x 80 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released, 3 released+event),
-                             u64 reserved, 64-byte event handle
+                             u64 claimed_ns (CLOCK_MONOTONIC), 64-byte event handle
 """
 
 from __future__ import annotations
@@ -38,10 +41,12 @@ import struct
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import CodecError, UsageError
 from .identity import pid_alive, pid_namespace
+from .progress import OutputProgress
 
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers"]
 
@@ -51,7 +56,7 @@ HOLDERS = 16
 HOLDER_BYTES = 80
 EVENT_HANDLE_BYTES = 64
 SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, published_ns, nbytes
-HOLDER = struct.Struct("<iIQ")  # pid, state, reserved (+ 64-byte event handle after it)
+HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
 SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
 SHM_DIR = "/dev/shm"
 
@@ -154,14 +159,17 @@ class Ledger:
         # Who made it, so a later producer can tell a crashed one's file from a live one's.
         self.file.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
         self.pid = os.getpid()
-        self.live: dict[int, tuple[int, object]] = {}  # slot -> (generation, producer's token)
+        # slot -> (generation, producer's token, output, publish order)
+        self.live: dict[int, tuple[int, object, str, int]] = {}
+        self.progress: dict[str, OutputProgress] = {}  # output -> how far its receivers got
+        self.published = 0
         self.next_slot = 0
         self.closed = False
 
-    def publish(self, expected: int, nbytes: int, token: object) -> SlotRef:
-        """Take a free slot for a message to `expected` receivers; `token` (what keeps the memory
-        alive) comes back from `collect` when the slot is finished. Raises LedgerError if every
-        slot is in use."""
+    def publish(self, expected: int, nbytes: int, token: object, output: str = "") -> SlotRef:
+        """Take a free slot for a message of `output` to `expected` receivers; `token` (what keeps
+        the memory alive) comes back from `collect` when the slot is finished. Raises LedgerError
+        if every slot is in use."""
         if not 0 <= expected <= HOLDERS:
             raise UsageError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
         for _ in range(self.slots):
@@ -174,7 +182,10 @@ class Ledger:
                 generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
                 self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
                 SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, time.monotonic_ns(), nbytes)
-            self.live[slot] = (generation, token)
+            self.published += 1
+            self.live[slot] = (generation, token, output, self.published)
+            if output not in self.progress:
+                self.progress[output] = OutputProgress()
             return SlotRef(self.name, slot, generation)
         raise LedgerError(f"ledger: all {self.slots} slots hold messages still in use")
 
@@ -183,14 +194,18 @@ class Ledger:
         stream on the receivers' release events)."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         done = []
-        for slot, (generation, token) in list(self.live.items()):
-            events = self._finish_if_done(slot, generation, now)
+        # Newest first (`live` is in publish order: a slot is deleted before it is taken again),
+        # so what receivers claimed of later messages is known when an earlier one is decided.
+        for slot, (generation, token, output, order) in reversed(list(self.live.items())):
+            events = self._finish_if_done(slot, generation, self.progress[output], order, now)
             if events is not None:
                 del self.live[slot]
                 done.append(Finished(slot, events, token))
         return done
 
-    def _finish_if_done(self, slot: int, generation: int, now: int) -> list[bytes] | None:
+    def _finish_if_done(
+        self, slot: int, generation: int, progress: OutputProgress, order: int, now: int
+    ) -> list[bytes] | None:
         start = _slot_offset(slot)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
@@ -198,9 +213,13 @@ class Ledger:
             if gen != generation or state != LIVE:
                 raise LedgerError(f"ledger: slot {slot} was changed by another process")
             events, holding = [], 0
-            for h in range(claims):
+            claimers: Counter = Counter()
+            claimed_ns: dict[int, int] = {}
+            for h in range(min(claims, HOLDERS)):
                 at = start + 32 + h * HOLDER_BYTES
-                pid, hstate, _ = HOLDER.unpack_from(m, at)
+                pid, hstate, when = HOLDER.unpack_from(m, at)
+                claimers[pid] += 1
+                claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
                 if hstate == HOLDING:
                     if pid_alive(pid):
                         holding += 1
@@ -208,10 +227,24 @@ class Ledger:
                     # A receiver died holding it: its CUDA context, and its use, are gone.
                 elif hstate == RELEASED_WITH_EVENT:
                     events.append(bytes(m[at + 16 : at + 16 + EVENT_HANDLE_BYTES]))
-            if holding or (claims < expected and now - published < self.claim_timeout_ns):
+            progress.saw(order, claimers, claimed_ns)
+            if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
             return events
+
+    def _accounted_for(
+        self, progress: OutputProgress, order: int, claimers: Counter, expected: int, published: int, now: int
+    ) -> bool:
+        """Every expected receiver claimed the message, or will never claim it (progress.py)."""
+        if claimers.total() >= expected:
+            return True
+        timeout = self.claim_timeout_ns
+        if progress.accounted(order, claimers, published, now, timeout, pid_alive) >= expected:
+            return True
+        # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
+        # got): given up on after the claim timeout, as nothing will tell otherwise.
+        return progress.known() < expected and now - published >= timeout
 
     def abandon(self, ref: SlotRef) -> object | None:
         """Take back a slot whose message never left (its send failed); -> its token."""
@@ -301,11 +334,12 @@ class LedgerView:
             if gen != ref.generation or state != LIVE:
                 raise LedgerError(
                     f"message expired: its producer reclaimed the memory (slot {ref.slot}, generation "
-                    f"{ref.generation}, now {gen}); it came after the producer's claim timeout"
+                    f"{ref.generation}, now {gen}); the producer had given it up for lost (this process "
+                    f"claimed nothing on that output for the claim timeout, or had claimed a later message)"
                 )
             if claims >= HOLDERS:
                 raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
-            HOLDER.pack_into(m, start + 32 + claims * HOLDER_BYTES, self.pid, HOLDING, 0)
+            HOLDER.pack_into(m, start + 32 + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
             SLOT_HEAD.pack_into(m, start, gen, state, expected, claims + 1, published, nbytes)
 
     def release(self, ref: SlotRef, event_handle: bytes | None = None) -> None:
@@ -318,7 +352,7 @@ class LedgerView:
                 return  # already collected (this process was taken for dead, or released twice)
             for h in range(claims):
                 at = start + 32 + h * HOLDER_BYTES
-                pid, hstate, _ = HOLDER.unpack_from(m, at)
+                pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
                 if pid == self.pid and hstate == HOLDING:
                     if event_handle is not None:
                         if len(event_handle) != EVENT_HANDLE_BYTES:
@@ -326,7 +360,7 @@ class LedgerView:
                                 f"event handle: expected {EVENT_HANDLE_BYTES} bytes, got {len(event_handle)}"
                             )
                         m[at + 16 : at + 16 + EVENT_HANDLE_BYTES] = event_handle
-                    HOLDER.pack_into(m, at, pid, RELEASED_WITH_EVENT if event_handle else RELEASED, 0)
+                    HOLDER.pack_into(m, at, pid, RELEASED_WITH_EVENT if event_handle else RELEASED, claimed_ns)
                     return
 
     def close(self) -> None:

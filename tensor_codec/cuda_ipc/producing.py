@@ -3,8 +3,8 @@
 Every message gets its own staging buffer on the sending GPU (so writing a tensor in place after
 `send` never changes what receivers read, failure mode 5), shared with receivers through a slot of
 this process's ledger. The staging buffer and the producer's event are the slot's token: they stay
-alive until every receiver released the slot (or died, or never claimed it within the claim
-timeout), then the buffer goes back to torch's caching allocator. Receivers release only after
+alive until every receiver released the slot (or died, or passed it: dora dropped it on the way;
+see progress.py), then the buffer goes back to torch's caching allocator. Receivers release only after
 their own GPU work on it completed, so reuse needs no further fence.
 
 Each output has a cap on bytes in flight (`configure_output`); past it `send` waits or drops by
@@ -29,7 +29,9 @@ log = logging.getLogger("tensor_codec")
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30  # per output
 DEFAULT_TIMEOUT_S = 5.0
-CLAIM_TIMEOUT_S = 10.0  # a message nobody claimed by then was lost on the way (dora can drop)
+# A message that no receiver seen on its output claimed, or that a receiver which stopped claiming
+# never took, is taken for lost after this long (progress.py; dora can drop messages).
+CLAIM_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -111,7 +113,7 @@ class ProducerBook:
 
     def publish(self, output_id: str, expected: int, nbytes: int, token: Any) -> SlotRef:
         with self.lock:
-            ref = self.ledger.publish(expected, nbytes, token)
+            ref = self.ledger.publish(expected, nbytes, token, output_id)
             out = self.output(output_id)
             out.live_bytes += nbytes
             out.peak_bytes = max(out.peak_bytes, out.live_bytes)

@@ -2,7 +2,9 @@
 
 Per message (after the transport validated every field):
 
-1. `claim` the message's ledger slot (refused if the producer already reclaimed it, or has exited);
+1. `claim` the message's ledger slot (refused if the producer already reclaimed it, or has exited),
+   before any CUDA work: a process's first message initialises CUDA (seconds on a loaded host),
+   and a claimed message is one its producer holds for as long as it takes;
 2. find the producer's segment in the bounded handle cache (opened once: milliseconds);
 3. make the current stream wait on the producer's event (on the GPU, no host sync);
 4. view ``[offset, offset + size)`` of the segment, nothing outside it.
@@ -21,6 +23,7 @@ import logging
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import DecodeError
@@ -72,8 +75,10 @@ class Receiver:
         if view is not None:
             view.close()
 
-    def open(self, producer: Any, fields: Any, index: int) -> tuple[Any, Any]:
-        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object).
+    def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
+        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object, the
+        index of its GPU here). `local_index()` finds that GPU (the first call initialises CUDA):
+        asked only once the message is claimed.
 
         Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
         self.poll()
@@ -91,6 +96,7 @@ class Receiver:
             raise DecodeError(f"tc.ipc.slot: {e}") from None
         self.claimed += 1
         try:
+            index = local_index()
             segment = self.segments.get(
                 producer.ledger, producer.pid if comparable else None, fields.handle, index, fields.offset, fields.size
             )
@@ -111,11 +117,10 @@ class Receiver:
         except Exception as e:  # the driver refused the handle or event: a clear error, not a crash
             ledger.release(ref)
             raise DecodeError(
-                f"tc.ipc.handle: could not open the producer's GPU memory on cuda:{index}: {type(e).__name__}: "
-                f"{str(e)[:300]}"
+                f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
         weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index)
-        return view, memory
+        return view, memory, index
 
     # ---- releasing
     def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:

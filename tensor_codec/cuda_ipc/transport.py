@@ -230,12 +230,11 @@ class CudaIpcTransport:
         fields = parse_ipc_fields(metadata, total)
         check_same_machine(producer)
         state = _get_state()
-        index = self._local_index(state, producer.gpu)
         if not producer.ledger.startswith(f"tc-{producer.pid}-"):
             raise DecodeError(
                 f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
             )
-        base, memory = state.receiver.open(producer, fields, index)
+        base, memory, index = state.receiver.open(producer, fields, lambda: self._local_index(state, producer.gpu))
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
         elif copy:

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
+from tensor_codec.cuda_ipc import ledger as ledger_module
 from tensor_codec.cuda_ipc.ledger import HOLDERS, Ledger, LedgerError, LedgerView, SlotRef
+from tests.support.load import cpu_hog
 
 SECOND = 1_000_000_000
 
@@ -150,3 +152,166 @@ def test_close_removes_the_file():
     assert os.path.exists(path)
     ledger.close()
     assert not os.path.exists(path)
+
+
+# ------------------------------------------------- lost on the way, or still queued: by order, not by age
+# The GPU host's slow-receiver run lost 1 of 40 messages under load: the producer took back a
+# message its receiver had not claimed within the claim timeout, though it was only waiting.
+
+
+class FakeClock:
+    """CLOCK_MONOTONIC as the ledger and its receivers read it (claims are stamped with it)."""
+
+    def __init__(self, monkeypatch):
+        self.ns = time.monotonic_ns()
+        fake = type("fake_time", (), {"monotonic_ns": staticmethod(lambda: self.ns)})
+        monkeypatch.setattr(ledger_module, "time", fake)
+
+    def advance(self, seconds: float) -> int:
+        self.ns += int(seconds * SECOND)
+        return self.ns
+
+
+def take(view: LedgerView, ref: SlotRef) -> None:
+    view.claim(ref)
+    view.release(ref)
+
+
+def test_a_receiver_behind_a_backlog_keeps_every_message_however_long_it_waits(ledger, monkeypatch):
+    """Ten messages published at once; the receiver takes one a second (claim timeout 5 s), and
+    the producer collects all the while: the last ones wait 9 s, and none is taken back."""
+    clock = FakeClock(monkeypatch)
+    refs = [ledger.publish(expected=1, nbytes=10, token=i, output="frames") for i in range(8)]
+    view = LedgerView(ledger.name)
+    for ref in refs:
+        take(view, ref)  # raises "message expired" if the producer took it back
+        (finished,) = ledger.collect(now_ns=clock.ns)
+        assert finished.token == refs.index(ref)
+        clock.advance(1.0)
+
+
+def test_a_message_its_receiver_passed_was_dropped_and_is_taken_back_at_once(ledger, monkeypatch):
+    """dora delivers an input's messages in order: a receiver that claimed message 2 lost 1."""
+    clock = FakeClock(monkeypatch)
+    first, dropped, third = (ledger.publish(expected=1, nbytes=10, token=i, output="frames") for i in range(3))
+    view = LedgerView(ledger.name)
+    take(view, first)
+    assert [f.token for f in ledger.collect(now_ns=clock.ns)] == [0]
+    assert ledger.collect(now_ns=clock.advance(1.0)) == []  # still on its way, perhaps
+    take(view, third)
+    assert sorted(f.token for f in ledger.collect(now_ns=clock.ns)) == [1, 2]  # well within the timeout
+
+
+def test_passing_is_counted_per_output(ledger, monkeypatch):
+    clock = FakeClock(monkeypatch)
+    view = LedgerView(ledger.name)
+    take(view, ledger.publish(expected=1, nbytes=1, token="a0", output="a"))
+    waiting = ledger.publish(expected=1, nbytes=1, token="a1", output="a")
+    take(view, ledger.publish(expected=1, nbytes=1, token="b0", output="b"))  # another output's message
+    assert sorted(f.token for f in ledger.collect(now_ns=clock.ns)) == ["a0", "b0"]
+    take(view, waiting)
+
+
+def test_a_node_with_two_inputs_on_one_output_passed_a_message_only_when_both_did(ledger, monkeypatch):
+    clock = FakeClock(monkeypatch)
+    view = LedgerView(ledger.name)  # one process, two inputs wired to the output: two claims each
+    first = ledger.publish(expected=2, nbytes=1, token=0, output="o")
+    second = ledger.publish(expected=2, nbytes=1, token=1, output="o")
+    third = ledger.publish(expected=2, nbytes=1, token=2, output="o")
+    take(view, first)
+    take(view, first)
+    take(view, third)  # input a dropped `second`; input b may still bring it
+    assert [f.token for f in ledger.collect(now_ns=clock.ns)] == [0]
+    take(view, second)  # input b's copy: still there
+    take(view, third)
+    assert sorted(f.token for f in ledger.collect(now_ns=clock.ns)) == [1, 2]
+
+
+def test_a_receiver_that_stops_claiming_is_given_up_on_after_the_claim_timeout(ledger, monkeypatch):
+    clock = FakeClock(monkeypatch)
+    view = LedgerView(ledger.name)
+    take(view, ledger.publish(expected=1, nbytes=1, token=0, output="o"))
+    ignored = ledger.publish(expected=1, nbytes=1, token=1, output="o")
+    assert [f.token for f in ledger.collect(now_ns=clock.ns)] == [0]
+    assert ledger.collect(now_ns=clock.advance(4.9)) == []
+    assert [f.token for f in ledger.collect(now_ns=clock.advance(0.2))] == [1]
+    with pytest.raises(LedgerError, match="message expired"):
+        view.claim(ignored)
+
+
+def test_an_idle_output_does_not_make_its_receiver_look_gone(ledger, monkeypatch):
+    """The receiver's last claim was a minute ago because nothing was sent: a new message is
+    waited for the full timeout from its own publication."""
+    clock = FakeClock(monkeypatch)
+    view = LedgerView(ledger.name)
+    take(view, ledger.publish(expected=1, nbytes=1, token=0, output="o"))
+    assert len(ledger.collect(now_ns=clock.ns)) == 1
+    clock.advance(60.0)
+    fresh = ledger.publish(expected=1, nbytes=1, token=1, output="o")
+    assert ledger.collect(now_ns=clock.advance(4.0)) == []
+    take(view, fresh)
+
+
+def _claim_in_order_then_exit(name, refs, claimed):
+    view = LedgerView(name)
+    for slot, generation in refs:
+        view.claim(SlotRef(name, slot, generation))
+        claimed.value += 1
+        if claimed.value == 2:
+            os._exit(0)  # dies after two: never claims the rest
+
+
+def test_a_receiver_that_died_is_not_waited_for(ledger):
+    ctx = mp.get_context("fork")
+    refs = [ledger.publish(expected=1, nbytes=1, token=i, output="o") for i in range(4)]
+    claimed = ctx.Value("i", 0)
+    args = (ledger.name, [(r.slot, r.generation) for r in refs], claimed)
+    proc = ctx.Process(target=_claim_in_order_then_exit, args=args)
+    proc.start()
+    proc.join(10)
+    assert claimed.value == 2
+    # Within the timeout: its claims died with it, and it will never claim the other two (the
+    # first collect learns of it from the slots it claimed, newest first; the next one uses it).
+    assert sorted(f.token for f in ledger.collect() + ledger.collect()) == [0, 1, 2, 3]
+
+
+def _slow_receiver(name, refs, per_message_s, taken, expired):
+    """A receiver process behind a backlog: claims each message in order, works on it, releases."""
+    view = LedgerView(name)
+    for slot, generation in refs:
+        ref = SlotRef(name, slot, generation)
+        try:
+            view.claim(ref)
+        except LedgerError:
+            expired.value += 1  # "message expired: its producer reclaimed the memory"
+            continue
+        time.sleep(per_message_s)
+        view.release(ref)
+        taken.value += 1
+    os._exit(0)
+
+
+def test_a_slow_receiver_in_another_process_under_load_loses_nothing():
+    """The GPU host's failure, on the CPU: 30 messages sent at once to a receiver that takes
+    30 ms each (a backlog of 0.9 s) against a claim timeout of 0.3 s, the producer collecting
+    all the while (as a send waiting under its cap does), beside a CPU hog. Taking back what
+    was merely waiting showed up as "message expired" on the receiver's side."""
+    ledger = Ledger(slots=64, claim_timeout_s=0.3)
+    ctx = mp.get_context("fork")
+    taken, expired = ctx.Value("i", 0), ctx.Value("i", 0)
+    try:
+        with cpu_hog(2):
+            refs = [ledger.publish(expected=1, nbytes=1, token=i, output="data") for i in range(30)]
+            args = (ledger.name, [(r.slot, r.generation) for r in refs], 0.03, taken, expired)
+            proc = ctx.Process(target=_slow_receiver, args=args)
+            proc.start()
+            collected = []
+            deadline = time.monotonic() + 60
+            while len(collected) < 30 and time.monotonic() < deadline:
+                collected += [f.token for f in ledger.collect()]
+                time.sleep(0.002)
+            proc.join(30)
+        assert (taken.value, expired.value) == (30, 0)
+        assert sorted(collected) == list(range(30))
+    finally:
+        ledger.close()

@@ -260,6 +260,25 @@ def test_unclaimed_messages_are_reclaimed_after_the_claim_timeout(fake):
         tc.decode(value, metadata)
 
 
+def test_a_message_is_claimed_before_the_receiver_starts_cuda(fake, monkeypatch):
+    """A process's first message finds its GPU, which starts CUDA: seconds on a loaded host, in
+    which the producer keeps collecting. The message is claimed first, so it is not taken back
+    meanwhile (the GPU host's slow-receiver run lost its first message so, 1 of 40)."""
+    state = cuda_ipc._get_state()
+    state.producer.ledger.claim_timeout_ns = 0  # the producer gives up on the first look
+    value, metadata = tc.encode(torch.arange(100), transport="cuda-ipc")
+    finding_the_gpu = fake.local_index
+
+    def slow_start(uuid):
+        state.producer.collect()  # the producer, while this process starts CUDA
+        return finding_the_gpu(uuid)
+
+    monkeypatch.setattr(fake, "local_index", slow_start)
+    state.index_of_uuid.clear()
+    got = tc.decode(value, metadata)
+    assert got.tolist() == list(range(100))
+
+
 def test_a_failed_send_frees_its_slot_at_once(fake):
     with pytest.raises(RuntimeError, match="daemon gone"):
         tc.send(FakeNode(descriptor={}, fail="daemon gone"), "x", torch.zeros(10), transport="cuda-ipc")

@@ -1,0 +1,88 @@
+"""How far each receiver of one output got: the evidence that an unclaimed message was lost on
+the way, rather than still waiting in a receiver's dora queue.
+
+A producer must not reuse a message's memory while a receiver may still read it, and must not
+hold it forever when dora dropped the message (dora 1.1 drops the oldest of a full input queue).
+Time alone cannot tell the two apart: a receiver behind a backlog, or one whose first message
+starts CUDA (seconds on a loaded host), claims late but claims. Order can: dora delivers each
+input's messages in order, so a receiver that claimed a later message of an output has either
+claimed this one or never will.
+
+The ledger shows, per claim, the receiving process and when it claimed. From it, per receiving
+process this keeps how far it got: ``reached[k]`` is the latest message (in publish order) that
+it claimed at least ``k + 1`` times (a node with two inputs wired to one output claims twice).
+A message not claimed by every expected receiver is accounted for, receiver by receiver, when:
+
+* the receiver claimed it, or claimed a later one (as many times as it has inputs);
+* its process is gone;
+* it has claimed nothing on this output for the claim timeout while the message waited: it no
+  longer takes this output's messages (it stopped decoding them, or its input is stuck);
+
+and a receiver the ledger never showed (it has claimed nothing on this output yet: not a
+tensor_codec node, or one that never got a message) is given up on only after the claim timeout
+from the message's publication, as before.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+__all__ = ["OutputProgress", "MAX_RECEIVERS"]
+
+MAX_RECEIVERS = 64  # receiving processes followed per output (the stalest is forgotten past it)
+
+
+class OutputProgress:
+    """What the ledger has shown of one output's receiving processes."""
+
+    def __init__(self) -> None:
+        self.reached: dict[int, list[int]] = {}  # pid -> [latest order claimed >= 1, >= 2, ... times]
+        self.last_claim_ns: dict[int, int] = {}
+
+    def saw(self, order: int, claims: Counter, claimed_ns: dict[int, int]) -> None:
+        """Message `order` was claimed `claims[pid]` times by each pid (the latest at `claimed_ns`)."""
+        for pid, times in claims.items():
+            reached = self.reached.get(pid)
+            if reached is None:
+                if len(self.reached) >= MAX_RECEIVERS:
+                    self._forget_stalest()
+                reached = self.reached[pid] = []
+            for k in range(times):
+                if k == len(reached):
+                    reached.append(order)
+                elif reached[k] < order:
+                    reached[k] = order
+            when = claimed_ns.get(pid, 0)
+            if when > self.last_claim_ns.get(pid, 0):
+                self.last_claim_ns[pid] = when
+
+    def _forget_stalest(self) -> None:
+        stalest = min(self.reached, key=lambda pid: self.last_claim_ns.get(pid, 0))
+        del self.reached[stalest]
+        self.last_claim_ns.pop(stalest, None)
+
+    def accounted(
+        self,
+        order: int,
+        claims: Counter,
+        published_ns: int,
+        now_ns: int,
+        timeout_ns: int,
+        alive: Callable[[int], bool],
+    ) -> int:
+        """Expected receptions of message `order` accounted for (see the module doc): claimed, or
+        passed by their receiver, or their receiver gone or no longer claiming."""
+        total = sum(times for pid, times in claims.items() if pid not in self.reached)
+        for pid, reached in self.reached.items():
+            waited_since = max(self.last_claim_ns.get(pid, 0), published_ns)
+            if now_ns - waited_since >= timeout_ns or not alive(pid):
+                passed = len(reached)
+            else:
+                passed = sum(1 for latest in reached if latest > order)
+            total += max(claims.get(pid, 0), passed)
+        return total
+
+    def known(self) -> int:
+        """Receptions per message of the receivers seen so far (their inputs wired to the output)."""
+        return sum(len(reached) for reached in self.reached.values())
