@@ -8,6 +8,7 @@ A newcomer's map (docs/cuda-ipc-design.md has the design):
                  as hostile input before anything is opened;
 * identity.py    host, pid namespace and GPU identities;
 * ledger.py      the shared-memory ledger through which receivers release what they read;
+* progress.py    how far each receiver of an output got: when an unclaimed message was lost;
 * producing.py   the sending process's bookkeeping (`ProducerBook`: slots, bytes in flight);
 * inflight.py    the per-output cap and its wait / drop policy;
 * receiving.py   the receiving process's bookkeeping (claims, releases, opened segments);

@@ -65,7 +65,8 @@ def test_a_long_kernel_before_the_final_write_never_shows_stale_values(dora_cli,
 
 def test_a_slow_receiver_keeps_the_producer_under_its_cap(dora_cli, tmp_path):
     producer, consumer, _ = run_probe(dora_cli, tmp_path, "slow")
-    assert consumer["received"] == 40 and consumer["bad"] == []
+    # An error names a refusal ("message expired": the producer gave it up) rather than a loss.
+    assert consumer["received"] == 40 and consumer["bad"] == [], (consumer["errors"][:3], consumer["bad"][:3])
     assert producer["stats"]["peak_bytes_in_flight"] <= producer["cap"]
     assert producer["stats"]["waits"] > 0  # the cap was actually reached
     assert producer["peak_allocated_over_baseline"] <= producer["cap"] + (2 << 20)
