@@ -3,7 +3,9 @@
 Two ways, chosen by what the interpreter named by PYTHON already has:
 
 * **fresh**: it has no torch (this development machine's python3). A plain venv is made from it
-  and pip installs the project with the torch and torchvision pinned in constraints.txt.
+  and pip installs the project with the torch and torchvision pinned in constraints.txt (or the
+  file named by --constraints: `make test-floor` makes .venv-floor with constraints-floor.txt, the
+  oldest supported releases; its --fresh makes a fresh venv even over an interpreter with torch).
 * **layered**: it already has torch, torchvision and pyarrow of supported releases (a GPU host,
   an NGC container, a conda environment, another venv). .venv is made over it: a .pth file adds
   that interpreter's site directories to .venv's path, so torch is used where it is, and only what
@@ -38,6 +40,7 @@ missing could be had now (a wheel folder named, or an index to ask). A later `ma
 PYTHON= keeps the interpreter .venv was made over.
 
     python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
+                                [--constraints constraints.txt] [--fresh]
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ PTH = "_tc_preinstalled.pth"
 PINS = "tc-preinstalled.txt"
 PINNED = ("torch", "torchvision", "pyarrow", "numpy")  # never replaced: their builds must match
 BUILD_BACKEND = "setuptools>=77"  # as pyproject's [build-system], for builds without isolation
+# The pins of a fresh install, relative to ROOT: main's --constraints (make test-floor names
+# constraints-floor.txt, the oldest supported releases); read by constraint_pins, install_fresh and
+# inputs_digest.
+CONSTRAINTS = "constraints.txt"
 HUB_NODES = "examples/hub-nodes.txt"  # the dora-hub nodes the examples run, pinned, some to install with --no-deps
 HUB_PINS = "tc-hub-pins.txt"  # in .venv: what it has of HUB_KEPT, as constraints for the hub nodes
 # A hub node's own pins may not replace these: dora-echo asks numpy<2 (pyarrow then fails to
@@ -161,8 +168,8 @@ def requirements() -> list[tuple[str, str]]:
 
 
 def constraint_pins(path: Path | None = None) -> dict[str, str]:
-    """name -> `name==version` for each pin of constraints.txt (`#` starts a comment)."""
-    path = path or ROOT / "constraints.txt"
+    """name -> `name==version` for each pin of constraints.txt, or CONSTRAINTS (`#` starts a comment)."""
+    path = path or ROOT / CONSTRAINTS
     found = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         text = line.split("#", 1)[0].strip()
@@ -399,7 +406,7 @@ def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
             "--quiet",
             *pip_options(wheels),
             "-c",
-            ROOT / "constraints.txt",
+            ROOT / CONSTRAINTS,
             "-e",
             ".[test]",
         ]
@@ -599,7 +606,7 @@ def verify(venv: Path) -> str:
 # --------------------------------------------------------------------------------------- main
 def inputs_digest() -> str:
     h = hashlib.sha256()
-    for name in ("pyproject.toml", "constraints.txt", HUB_NODES, "tools/install_env.py"):
+    for name in ("pyproject.toml", CONSTRAINTS, HUB_NODES, "tools/install_env.py"):
         path = ROOT / name
         h.update(path.read_bytes() if path.exists() else b"")  # hub-nodes.txt may be left out
     return h.hexdigest()[:16]
@@ -649,7 +656,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--named", action="store_true", help="PYTHON was given explicitly (make PYTHON=...)")
     parser.add_argument("--wheels", default=None, help="a folder of wheels for pip --find-links (make's WHEELS)")
     parser.add_argument("--venv", default=".venv")
+    parser.add_argument(
+        "--constraints", default="constraints.txt", help="the pins of a fresh install (relative to the checkout)"
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a fresh venv at the constraints' pins even over an interpreter with a supported torch (make test-floor)",
+    )
     args = parser.parse_args(argv)
+    global CONSTRAINTS
+    CONSTRAINTS = args.constraints
+    if not (ROOT / CONSTRAINTS).is_file():
+        print(f"install: FAILED: no constraints file {ROOT / CONSTRAINTS}", file=sys.stderr)
+        return 1
     venv = (ROOT / args.venv).resolve()
     digest, stamp = inputs_digest(), read_stamp(venv)
     if stamp and not args.named:
@@ -660,7 +680,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         probe = probe_interpreter(wanted)
-        mode, notes = decide(probe, named)
+        if args.fresh:  # the releases CONSTRAINTS pins are wanted, whatever torch the interpreter has
+            mode, notes = decide({**probe, "dists": {}}, False)  # its Python version is checked, nothing else
+            if probe["dists"].get("torch"):
+                there = f"torch {probe['dists']['torch']} of {probe['executable']}"
+                notes = [f"{there} not used (--fresh): {venv.name} gets the releases {CONSTRAINTS} pins"]
+        else:
+            mode, notes = decide(probe, named)
         hub = hub_nodes()  # a malformed list fails before anything is changed
         if must_rebuild(venv, stamp, mode, probe["executable"]):
             if not (venv / "pyvenv.cfg").exists():
@@ -710,12 +736,13 @@ def main(argv: list[str] | None = None) -> int:
         "python": probe["executable"],
         "named": named,
         "digest": digest,
+        "constraints": CONSTRAINTS,
         "dists": probe["dists"],
         "missing": missing + hub_missing,
         "optional_missing": optional_missing,
     }
     (venv / STAMP).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"install: .venv ready ({mode}): {summary}")
+    print(f"install: {venv.name} ready ({mode}): {summary}")
     return 0
 
 
