@@ -20,7 +20,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
 export UV_NO_PROJECT := 1
 
-.PHONY: install run run-cluster test test-fast check test-gpu gpu-check bench plots fuzz wheel clean
+.PHONY: install install-floor run run-cluster test test-fast test-floor check test-gpu gpu-check bench plots fuzz wheel \
+	clean
 
 # Does nothing when .venv is up to date with pyproject.toml, constraints.txt and the installer.
 # Run by .venv's own python once there is one (PYTHON= not named): the default python3 may be
@@ -61,6 +62,31 @@ run-cluster: install
 # Everything (what CI runs): tests/{codec,ipc,nodes} then tests/e2e (real dora dataflows, installs).
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The oldest supported releases (what CI runs after make test): .venv-floor, made by the same
+# installer with constraints-floor.txt's pins (torch 2.11, torchvision 0.26, torchcodec 0.16;
+# --fresh: never layered over an interpreter's own torch), then the fast tier and FLOOR_E2E, the
+# project's nodes in real dataflows (about 5 minutes on 2 cores; left out: the installs, which build
+# environments, the hub nodes, the two-machine cluster and make gpu-check). Both runs report; it
+# fails if either failed. .venv is not touched.
+FLOOR_VENV := .venv-floor
+FLOOR_BIN  := $(FLOOR_VENV)/bin
+FLOOR_E2E  ?= tests/e2e/test_dora_e2e.py tests/e2e/test_nodes_e2e.py tests/e2e/test_delivery_e2e.py \
+	tests/e2e/test_rerun_sink_e2e.py
+FLOOR_PATH := $(abspath $(FLOOR_BIN)):$(ORIGINAL_PATH)
+install-floor:
+	@PATH='$(ORIGINAL_PATH)' $(if $(NAMED),$(PYTHON),$(if $(wildcard $(FLOOR_BIN)/python),$(FLOOR_BIN)/python,$(PYTHON))) \
+		tools/install_env.py --python '$(PYTHON)' $(NAMED) $(if $(WHEELS),--wheels '$(WHEELS)') \
+		--venv $(FLOOR_VENV) --constraints constraints-floor.txt --fresh
+
+test-floor: install-floor
+	@status=0; \
+	echo "make test-floor: the fast tier"; \
+	PATH='$(FLOOR_PATH)' $(FLOOR_BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes \
+		$(PYTEST_ARGS) || status=1; \
+	echo "make test-floor: $(FLOOR_E2E)"; \
+	PATH='$(FLOOR_PATH)' $(FLOOR_BIN)/python -m pytest -q $(FLOOR_E2E) $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 # The three tiers without a dora dataflow, the dora CLI or an install, and without the tests
 # marked slow (soaks, fresh interpreters): under a minute, for while editing.
@@ -120,4 +146,4 @@ wheel: install
 	@ls dist/*.whl
 
 clean:
-	rm -rf $(VENV) out dist build .pytest_cache .hypothesis
+	rm -rf $(VENV) $(FLOOR_VENV) out dist build .pytest_cache .hypothesis
