@@ -140,9 +140,21 @@ def _placement(entry: dict, default_deploy: Any) -> tuple[str | None, str | None
     return machine, None
 
 
+def _queue(spec: Any) -> tuple[int | None, str | None]:
+    """-> (queue_size, queue_policy) of one input of the descriptor, None where it gives none (or
+    gives something dora would not take: then dora's default is the best guess)."""
+    if not isinstance(spec, dict):
+        return None, None
+    size, policy = spec.get("queue_size"), spec.get("queue_policy")
+    return (
+        size if type(size) is int and size >= 0 else None,
+        policy if isinstance(policy, str) and policy else None,
+    )
+
+
 def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, machine: str | None) -> OutputRoute:
-    """The consumers of `node`/`output_id` in a dataflow descriptor, each with its machine
-    (pure: the unit tests drive it with descriptor variants)."""
+    """The consumers of `node`/`output_id` in a dataflow descriptor, each with its machine and its
+    input's queue_size and queue_policy (pure: the unit tests drive it with descriptor variants)."""
     machine = _clean_machine(machine)
     if node is None:
         return OutputRoute(output_id, None, machine, (), "this node's id is not known")
@@ -157,13 +169,13 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
         inputs = entry.get("inputs")
         if not isinstance(inputs, dict):
             continue
-        for input_id, source in inputs.items():
-            if isinstance(source, dict):
-                source = source.get("source")
+        for input_id, spec in inputs.items():
+            source = spec.get("source") if isinstance(spec, dict) else spec
             if source != wanted:
                 continue
             where, unknown = _placement(entry, default_deploy)
-            consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown))
+            size, policy = _queue(spec)
+            consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown, size, policy))
     return OutputRoute(output_id, node, machine, tuple(consumers))
 
 

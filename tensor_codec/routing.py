@@ -23,6 +23,10 @@ A message with no CUDA tensor at all goes as host bytes even where ``cuda-ipc`` 
 (explicitly, or forced by ``TC_TRANSPORT``): there is no GPU memory to share, and a stream that
 mixes such messages in (an empty dict, a structure of plain values) must not lose them. The
 choice is logged once per output, like every automatic one (`resolve`).
+
+What each consumer's input queue holds (`Consumer.capacity`, `queue_capacity`) is dora's rule too,
+read from the same descriptor: the nodes' acknowledged outputs size what they send against it
+(nodes/common/delivery.py).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST
 __all__ = [
     "ENV_TRANSPORT",
     "MAX_IPC_CONSUMERS",
+    "DORA_DEFAULT_QUEUE_SIZE",
+    "BACKPRESSURE",
+    "queue_capacity",
     "Consumer",
     "OutputRoute",
     "choose",
@@ -52,12 +59,44 @@ ENV_TRANSPORT = "TC_TRANSPORT"
 MAX_IPC_CONSUMERS = 16  # receivers one CUDA IPC ledger slot tracks
 
 
+DORA_DEFAULT_QUEUE_SIZE = 10  # an input's queue_size when the dataflow gives none (dora 1.1)
+BACKPRESSURE = "backpressure"  # the queue_policy that raises the bound (the other: drop_oldest)
+
+
+def queue_capacity(queue_size: Any = None, queue_policy: Any = None) -> int:
+    """How many messages a dora 1.1 input queue holds before it drops the oldest: `queue_size`
+    (dora's default 10 when None, at least 1), or with `queue_policy: backpressure` 10 x
+    `queue_size`, at least 100 (dora's "hard cap"). dora's `QueuePolicy::effective_cap`
+    (libraries/message/src/config.rs), which the node API's scheduler applies per input."""
+    size = queue_size if type(queue_size) is int and queue_size >= 0 else DORA_DEFAULT_QUEUE_SIZE
+    if queue_policy == BACKPRESSURE:
+        return max(size * 10, 100)
+    return max(size, 1)
+
+
 @dataclass(frozen=True)
 class Consumer:
     node: str
     input: str
     machine: str | None  # None: the daemon without a machine id (or `dora run`)
     unknown: str | None = None  # why its placement cannot be known, if it cannot
+    queue_size: int | None = None  # the input's `queue_size` as the dataflow gives it (None: dora's default)
+    queue_policy: str | None = None  # its `queue_policy` (None: dora's default, drop_oldest)
+
+    @property
+    def capacity(self) -> int:
+        """Messages the input's queue holds before dora drops the oldest (`queue_capacity`)."""
+        return queue_capacity(self.queue_size, self.queue_policy)
+
+    def describe_queue(self) -> str:
+        """How the dataflow sets the input's queue, in words: "queue_size 10, drop_oldest (dora's default)"."""
+        size = (
+            f"queue_size {self.queue_size}"
+            if self.queue_size is not None
+            else (f"queue_size {DORA_DEFAULT_QUEUE_SIZE} (dora's default)")
+        )
+        policy = self.queue_policy if self.queue_policy is not None else "drop_oldest (dora's default)"
+        return f"{size}, queue_policy {policy}"
 
 
 @dataclass(frozen=True)

@@ -250,3 +250,43 @@ def test_dora_refusing_a_big_message_to_another_machine_is_explained(monkeypatch
     text = str(info.value)
     assert "consumers on other machines (b on machine 'B')" in text
     assert "relays it through its daemons" in text and "--zenoh-listen" in text
+
+
+@pytest.mark.parametrize(
+    "queue_size, policy, capacity",
+    [
+        (None, None, 10),  # dora's defaults: queue_size 10, drop_oldest
+        (4, None, 4),
+        (4, "drop_oldest", 4),
+        (0, None, 1),  # dora keeps the latest one
+        (None, "backpressure", 100),  # 10 x 10
+        (4, "backpressure", 100),  # at least 100
+        (64, "backpressure", 640),
+        ("12", None, 10),  # not dora's: its default is the best guess
+    ],
+)
+def test_an_inputs_queue_holds_what_dora_1_1_lets_it(queue_size, policy, capacity):
+    assert routing.queue_capacity(queue_size, policy) == capacity
+    assert routing.Consumer("r", "x", None, queue_size=queue_size, queue_policy=policy).capacity == capacity
+
+
+def test_the_route_reads_each_consumers_queue_size_and_policy():
+    desc = descriptor(
+        SENDER,
+        entry("a", inputs={"x": "sender/out", "y": {"source": "sender/out", "queue_size": 4}}),
+        entry("b", inputs={"z": {"source": "sender/out", "queue_size": 7, "queue_policy": "backpressure"}}),
+        entry("c", inputs={"w": {"source": "sender/out", "queue_policy": "drop_oldest", "queue_size": "x"}}),
+    )
+    route = dora_adapter.route_from_descriptor(desc, "sender", "out", None)
+    queues = [(c.node, c.input, c.queue_size, c.queue_policy, c.capacity) for c in route.consumers]
+    assert queues == [
+        ("a", "x", None, None, 10),
+        ("a", "y", 4, None, 4),
+        ("b", "z", 7, "backpressure", 100),
+        ("c", "w", None, "drop_oldest", 10),
+    ]
+    assert (
+        route.consumers[0].describe_queue()
+        == "queue_size 10 (dora's default), queue_policy drop_oldest (dora's default)"
+    )
+    assert route.consumers[2].describe_queue() == "queue_size 7, queue_policy backpressure"
