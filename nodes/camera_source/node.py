@@ -9,7 +9,7 @@ import time
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, window_of
+from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, sized_window
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, CannotStart, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs
 from .camera import Camera
@@ -84,7 +84,10 @@ class CameraSource(NodeLogic):
         inputs = declared_inputs(node)
         self.ticked = TICK_INPUT in inputs
         ackers = ackers_of(inputs)
-        window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
+        # WINDOW sized to the consumers' queues (refused, status 2, when it does not fit one).
+        window = AckWindow(
+            reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [OUTPUT], self.log)
+        )
         self.outbox = Outbox(
             window, lambda obj, metadata: send_frame(node, self.camera, obj, metadata), self.log, time.monotonic
         )

@@ -2,37 +2,60 @@
 fake clock); the nodes' main loops feed it events and send what it says.
 
 Why: dora 1.1 does not guarantee delivery. A consumer's input queue holds `queue_size` messages
-and drops the oldest past it; `queue_policy: backpressure` only raises that bound to 10 x
-`queue_size` (at least 100) and then drops the oldest too ("hit hard cap ..., dropping oldest";
-a consumer taking 20 ms per message got 104 of 300 messages sent at once), and the direct data
-plane drops messages when a link is congested (dora-rs/dora#3397).
+(10 when the dataflow gives none) and drops the oldest past it; `queue_policy: backpressure` only
+raises that bound to 10 x `queue_size` (at least 100) and then drops the oldest too ("hit hard cap
+..., dropping oldest"; a consumer taking 20 ms per message got 104 of 300 messages sent at once),
+and the direct data plane drops messages when a link is congested (dora-rs/dora#3397).
 
 How: a producer with acknowledgement inputs (ids starting with `ack`, each wired to a consumer's
 `ack` output) numbers each message (`stream`, `seq`, `wants_ack`), keeps it until every one of
 those consumers acknowledged it, and has at most `window` messages unacknowledged: a slow
-consumer slows the producer down, and its queue never holds more than the window (plus
-retransmissions), so dora never has to drop. A message unacknowledged for `retry_s` is sent again
+consumer slows the producer down. A message unacknowledged for `retry_s` is sent again
 (consumers skip the duplicate by `stream`/`seq` and acknowledge it again), and one unacknowledged
 for `give_up_s` is given up: counted lost, and the producer exits non-zero saying how many.
+
+The consumer's queue: resends add copies to it while the first ones may still be queued (a
+consumer slower than `window` messages per `retry_s`), so bounding the unacknowledged messages
+does not bound the copies queued. Every transmission (new or resent) therefore carries a number,
+`tx`, strictly increasing per producer, and consumers echo it in their ack (`ack_for`). dora hands
+an input's messages over in order, so an ack with tx=t from one acker says every copy numbered t
+or less has left that consumer's queue (taken or dropped): at most (last tx sent) - (highest tx
+it acknowledged) copies are still there. A transmission is made only while that count is below
+what the consumer's queue holds (`capacity`, dora's rule: routing.queue_capacity), for every
+acker; a resend that does not fit waits for the next ack (it is not lost: it is still given up
+only after `give_up_s`). An ack without a usable `tx` (a consumer of its own that does not echo
+it, a hostile one) still says the copies up to the message's first transmission are gone. So
+dora never has to drop. The node sizes `capacity` from the dataflow (`sized_window`): the
+smallest queue among the inputs of that acker's node wired to the output, and refuses to start
+when `window` does not fit it.
+
+A stall: when every copy queued for a consumer was lost on the way (a congested direct link), no
+ack can come and the count stays full. A consumer that acknowledged nothing for
+max(`retry_s`, PROBE_MIN_S) since the last transmission, with its count full, gets one resend
+anyway (a probe), then again after twice as long, and so on until an ack comes: a lost link
+restarts; a consumer that is merely that slow (over a second per message) may see dora drop its
+oldest queued copy, once per probe, which a later resend makes good.
 
 Consumers acknowledge a message when they have taken it (the receiver once it has handled it; the
 JPEG encoder and decoder when they start work on it, so the window of the next link bounds how
 many they take: see `Relay`). Acks travel as empty messages whose metadata is the acknowledged
-`seq` and `stream`.
+`seq` and `stream`, and the `tx` of the copy taken.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from . import protocol as P
+from .loop import CannotStart
 from .manifest import Port
 from .settings import Setting
 from .stats import SeqTracker
@@ -49,6 +72,12 @@ __all__ = [
     "ack_for",
     "ack_sender",
     "window_of",
+    "sized_window",
+    "QueueBound",
+    "queue_bounds",
+    "window_refusal",
+    "DEFAULT_CAPACITY",
+    "PROBE_MIN_S",
     "SinkIntake",
     "STOP_GRACE_S",
     "EMPTY",
@@ -56,6 +85,10 @@ __all__ = [
 ]
 
 STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of what it sent
+# dora's default queue (queue_size 10, drop_oldest): tensor_codec.routing.queue_capacity(), which
+# holds the rule (not imported here: --help reads this module's settings before torch loads).
+DEFAULT_CAPACITY = 10
+PROBE_MIN_S = 1.0  # a consumer silent this long (at least retry_s) with its queue counted full is probed
 EMPTY = pa.array([], type=pa.uint8())
 
 
@@ -66,8 +99,10 @@ def ack_settings(what: str = "message") -> tuple[Setting, ...]:
             "WINDOW",
             "int",
             "8",
-            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most; the consumer's queue_size "
-            "should be at least twice this (retransmissions included).",
+            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most. It must fit the queue "
+            "of every consumer input wired to the output (queue_size; 10 x queue_size, at least 100, with "
+            "queue_policy: backpressure; dora's default queue_size is 10), or the node refuses to start; resends "
+            "are held back so that no queue ever holds more copies than that.",
             minimum=1,
         ),
         Setting(
@@ -94,6 +129,106 @@ def window_of(config: Any) -> dict:
     return {"window": config.window, "retry_s": config.retry_s, "give_up_s": config.ack_timeout_s}
 
 
+# -- what a consumer's queue holds --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueBound:
+    """What bounds the copies of this node's messages queued at one acker's consumer: `capacity`
+    messages, from `consumer` (a routing.Consumer: the input of that acker's node, wired to
+    `output`, with the smallest queue) or, `consumer` None, dora's default, the dataflow not
+    saying."""
+
+    acker: str
+    capacity: int
+    output: str | None = None
+    consumer: Any = None
+
+
+def _source_node(spec: Any) -> str | None:
+    """The node an input is wired to ("receiver/ack" -> "receiver")."""
+    source = spec.get("source") if isinstance(spec, dict) else spec
+    if isinstance(source, str) and "/" in source:
+        return source.split("/", 1)[0]
+    return None
+
+
+def queue_bounds(node: Any, ackers: Iterable[str], outputs: Iterable[str]) -> tuple[dict[str, QueueBound], str | None]:
+    """-> ({acker: its QueueBound}, why the dataflow did not say, or None), read from the dataflow
+    descriptor. An acker's consumer is the node its ack input is wired to; its bound is the
+    smallest queue among that node's inputs wired to `outputs` (one copy of each transmission goes
+    into each of them). Acks relayed from further down (the acker's node is not wired to
+    `outputs`: examples/echo-passthrough.yml) are bounded by the smallest queue among every input
+    wired to `outputs`. Where nothing is known: dora's default queue."""
+    from tensor_codec.dora_adapter import node_config, route_of
+
+    wired = node_config(node).get("inputs") or {}
+    consumers: list[tuple[str, Any]] = []
+    unknown = None
+    for output in outputs:
+        route = route_of(node, output)
+        if route.unknown:
+            unknown = f"output `{output}`: {route.unknown}"
+        consumers += [(output, c) for c in route.consumers]
+    if not consumers and unknown is None:
+        unknown = f"no input is wired to {', '.join(f'`{o}`' for o in outputs) or 'the output'}"
+    bounds = {}
+    for acker in ackers:
+        acker_node = _source_node(wired.get(acker))
+        own = [oc for oc in consumers if oc[1].node == acker_node]
+        pool = own or consumers
+        if pool:
+            output, consumer = min(pool, key=lambda oc: oc[1].capacity)
+            bounds[acker] = QueueBound(acker, consumer.capacity, output, consumer)
+        else:
+            bounds[acker] = QueueBound(acker, DEFAULT_CAPACITY)
+    return bounds, unknown if any(b.consumer is None for b in bounds.values()) else None
+
+
+def window_refusal(window: int, bound: QueueBound) -> str:
+    """Why a node with this WINDOW cannot start against `bound`'s queue, and the two cures."""
+    from tensor_codec.routing import BACKPRESSURE
+
+    c = bound.consumer
+    if c.queue_policy == BACKPRESSURE:
+        needed = f"{math.ceil(window / 10)} (backpressure holds 10 x queue_size, at least 100)"
+    else:
+        needed = str(window)
+    return (
+        f"WINDOW={window} does not fit the queue of {c.node}/{c.input}, wired to output `{bound.output}` and "
+        f"acknowledged on `{bound.acker}`: {c.describe_queue()} holds {c.capacity} messages before dora drops the "
+        f"oldest, and an acknowledged output keeps up to WINDOW messages in that queue at once. Raise that input's "
+        f"queue_size to at least {needed}, or set WINDOW to at most {c.capacity}."
+    )
+
+
+def sized_window(node: Any, config: Any, ackers: Iterable[str], outputs: Iterable[str], log: logging.Logger) -> dict:
+    """The AckWindow arguments of a node whose `outputs` are acknowledged on `ackers`: its config's
+    window settings (`window_of`) and each acker's queue capacity, read from the dataflow
+    (`queue_bounds`; where it does not say, dora's default, logged once). Raises CannotStart (the
+    node exits with status 2) when WINDOW does not fit a consumer's queue: `window_refusal`."""
+    args = window_of(config)
+    ackers = sorted(ackers)
+    if not ackers:
+        return args
+    outputs = sorted(outputs)
+    bounds, unknown = queue_bounds(node, ackers, outputs)
+    if unknown is not None:
+        log.warning(
+            "the dataflow does not say how many messages the consumers' queues hold (%s): assuming dora's default "
+            "(queue_size %d, %d messages) for %s",
+            unknown,
+            DEFAULT_CAPACITY,
+            DEFAULT_CAPACITY,
+            ", ".join(b.acker for b in bounds.values() if b.consumer is None),
+        )
+    short = [b for b in bounds.values() if b.consumer is not None and b.capacity < config.window]
+    if short:
+        raise CannotStart(window_refusal(config.window, min(short, key=lambda b: b.capacity)))
+    args["capacity"] = {acker: bound.capacity for acker, bound in bounds.items()}
+    return args
+
+
 def ack_inputs_port(description: str) -> Port:
     """A producer's `ack*` inputs, as its spec declares them (optional: without, no acks)."""
     return Port(f"{P.ACK_INPUT}*", description, optional=True)
@@ -117,11 +252,16 @@ def ackers_of(inputs: Iterable[str]) -> list[str]:
 
 
 def ack_for(metadata: dict) -> dict | None:
-    """The ack to send for a message (its seq and stream), or None if its sender wants none."""
+    """The ack to send for a message (its seq and stream, and the `tx` of this copy when it
+    carries a usable one: an int, 0 or more), or None if its sender wants none."""
     seq = metadata.get(P.SEQ)
     if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
         return None
-    return {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}
+    ack = {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}
+    tx = metadata.get(P.TX)
+    if type(tx) is int and tx >= 0:
+        ack[P.TX] = tx
+    return ack
 
 
 def ack_sender(node: Any) -> Callable[[dict], None] | None:
@@ -164,22 +304,57 @@ def not_acknowledged_line(missing: int, total: int, what: str = "messages", firs
     return f"{missing} of {total} {what} not acknowledged{tail}"
 
 
+@dataclass
+class _Pending:
+    """A message not yet acknowledged by every acker."""
+
+    first: float  # when it was made: give_up_s counts from here
+    last: float | None  # its last transmission (None: none yet, held for room in a queue)
+    first_tx: int | None = None  # its first transmission's number
+    tx: int | None = None  # its last transmission's number
+    held: bool = False  # a transmission of it waited for room in a queue
+
+
 class AckWindow:
-    """Messages sent and not yet acknowledged by every acker, keyed by anything hashable."""
+    """Messages sent and not yet acknowledged by every acker, keyed by anything hashable, and the
+    transmissions (`tx`) each acker's queue may still hold (the module's docstring says why).
+
+    `capacity`: what each acker's consumer queue holds, an int for every acker or a mapping acker
+    -> int (an acker not in it, or None: dora's default, DEFAULT_CAPACITY)."""
 
     def __init__(
-        self, *, reliable: bool, window: int = 8, retry_s: float = 1.0, give_up_s: float = 30.0, ackers=(P.ACK_INPUT,)
+        self,
+        *,
+        reliable: bool,
+        window: int = 8,
+        retry_s: float = 1.0,
+        give_up_s: float = 30.0,
+        ackers=(P.ACK_INPUT,),
+        capacity: int | Mapping[str, int] | None = None,
     ):
         self.reliable = reliable
         self.ackers = frozenset(ackers)  # the inputs that must each acknowledge a message
         self.window = window
         self.retry_s = retry_s
         self.give_up_s = give_up_s
-        self.unacked: dict[Hashable, list[float]] = {}  # key -> [first send, last send]
+        self.unacked: dict[Hashable, _Pending] = {}  # in the order the messages were made
         self.waiting_for: dict[Hashable, set[str]] = {}  # key -> ackers that have not acknowledged it
         self.retransmits = 0
         self.delivered = 0
         self.lost: list = []
+        # The consumers' queues: transmissions numbered 1, 2, ... (`tx`: the last one given).
+        if capacity is None or isinstance(capacity, int):
+            capacity = dict.fromkeys(self.ackers, DEFAULT_CAPACITY if capacity is None else capacity)
+        self.capacity = {a: max(1, int(capacity.get(a, DEFAULT_CAPACITY))) for a in self.ackers}
+        self.tx = 0
+        self.acked_tx = dict.fromkeys(self.ackers, 0)  # the highest tx each acker's consumer has taken
+        self.probe_base_s = max(retry_s, PROBE_MIN_S)
+        self.probe_s = dict.fromkeys(self.ackers, self.probe_base_s)
+        # When each acker was last heard from (an ack that moved its tx on) or last sent to; None:
+        # just now (set at the next look, which has the time).
+        self.heard: dict[str, float | None] = dict.fromkeys(self.ackers)
+        self.probes = 0  # transmissions past a silent consumer's count (see the module's docstring)
+        self.held = 0  # messages whose transmission waited for room in a consumer's queue
 
     @property
     def full(self) -> bool:
@@ -189,36 +364,113 @@ class AckWindow:
         """How many more messages may be sent now (unbounded without acks: a large number)."""
         return max(0, self.window - len(self.unacked)) if self.reliable else 1 << 30
 
-    def track(self, key: Hashable, now: float) -> None:
+    # -- the consumers' queues --------------------------------------------------------------
+
+    def queued(self, acker: str) -> int:
+        """At most how many copies are still in that acker's consumer's queue."""
+        return self.tx - self.acked_tx[acker]
+
+    def _full_queues(self) -> list[str]:
+        return [a for a in self.ackers if self.tx - self.acked_tx[a] >= self.capacity[a]]
+
+    def _settle(self, now: float) -> None:
+        for acker, heard in self.heard.items():
+            if heard is None:
+                self.heard[acker] = now
+
+    def _probe_at(self, full: list[str], now: float) -> float:
+        """When a transmission past those full queues is allowed (a probe: see the module)."""
+        self._settle(now)
+        return max(self.heard[a] + self.probe_s[a] for a in full)  # type: ignore[operator]
+
+    def may_transmit(self, now: float | None = None) -> bool:
+        """Whether one more copy fits every acker's consumer queue now; with `now`, also whether
+        a probe is due past a consumer silent that long (resends only: new messages never probe)."""
+        if not self.reliable:
+            return True
+        full = self._full_queues()
+        if not full:
+            return True
+        return now is not None and now >= self._probe_at(full, now)
+
+    def transmission(self, now: float) -> int:
+        """The number of the transmission about to be made (call it just before sending a copy:
+        a new message, or a resend); a probe when a queue is counted full."""
+        full = self._full_queues()
+        self._settle(now)
+        if full:
+            self.probes += 1
+            for acker in full:
+                self.probe_s[acker] = min(self.probe_s[acker] * 2, 64 * self.probe_base_s)
+        self.tx += 1
+        for acker in self.ackers:
+            self.heard[acker] = now
+        return self.tx
+
+    def tx_of(self, key: Hashable) -> int | None:
+        """The number of a message's last transmission (None: not sent yet, or no acks)."""
+        pending = self.unacked.get(key)
+        return pending.tx if pending is not None else None
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def track(self, key: Hashable, now: float, tx: int | None = None) -> None:
+        """A message made now: transmitted as `tx` (`transmission`), or with None not yet: then it
+        is due at once and goes out when its consumers' queues have room (`retransmissions`)."""
         if self.reliable:
-            self.unacked[key] = [now, now]
+            self.unacked[key] = _Pending(now, now if tx is not None else None, tx, tx)
             self.waiting_for[key] = set(self.ackers)
 
     def retransmissions(self, now: float) -> list:
-        """Messages to send again now; those past `give_up_s` move to `lost` instead."""
+        """Messages to send now (each already numbered: `tx_of`): those unacknowledged for
+        `retry_s` and those never sent, oldest first, while their consumers' queues have room;
+        those past `give_up_s` move to `lost` instead."""
         due = []
-        for key, times in list(self.unacked.items()):
-            first, last = times
-            if now - first >= self.give_up_s:
+        for key, pending in list(self.unacked.items()):
+            if now - pending.first >= self.give_up_s:
                 del self.unacked[key]
                 self.waiting_for.pop(key, None)
                 self.lost.append(key)
-            elif now - last >= self.retry_s:
-                times[1] = now
+            elif pending.last is None or now - pending.last >= self.retry_s:
+                if not self.may_transmit(now):
+                    if not pending.held:
+                        pending.held = True
+                        self.held += 1
+                    continue  # waits for an ack to make room (or for a probe), still due
+                if pending.last is not None:
+                    self.retransmits += 1
+                pending.last = now
+                pending.tx = self.transmission(now)
+                if pending.first_tx is None:
+                    pending.first_tx = pending.tx
                 due.append(key)
-        self.retransmits += len(due)
         return due
 
     def next_due(self, now: float) -> float | None:
-        """Seconds until the next retransmission or give-up (None: nothing outstanding)."""
+        """Seconds until the next retransmission or give-up (None: nothing outstanding). A message
+        due but held for room in a queue waits for an ack (an event) or the next probe."""
         if not self.unacked:
             return None
-        return max(
-            0.0, min(min(last + self.retry_s, first + self.give_up_s) for first, last in self.unacked.values()) - now
-        )
+        give_up = min(p.first for p in self.unacked.values()) + self.give_up_s
+        retry = min(now if p.last is None else p.last + self.retry_s for p in self.unacked.values())
+        if retry <= now and not self.may_transmit():
+            retry = self._probe_at(self._full_queues(), now)
+        return max(0.0, min(retry, give_up) - now)
 
-    def ack(self, key: Hashable, acker: str = P.ACK_INPUT) -> bool:
-        """-> True when this ack completed the message's delivery."""
+    def ack(self, key: Hashable, acker: str = P.ACK_INPUT, tx: Any = None) -> bool:
+        """An ack of `key` from `acker`, carrying the `tx` of the copy it took (as the consumer
+        echoed it: used only if an int within what was sent; else the message's first
+        transmission is what the ack proves gone). -> True when this ack completed the message's
+        delivery."""
+        if acker in self.acked_tx:
+            taken = tx if type(tx) is int and 0 <= tx <= self.tx else None
+            if taken is None:
+                pending = self.unacked.get(key)
+                taken = pending.first_tx if pending is not None else None
+            if taken is not None and taken > self.acked_tx[acker]:
+                self.acked_tx[acker] = taken
+                self.heard[acker] = None
+                self.probe_s[acker] = self.probe_base_s
         waiting = self.waiting_for.get(key)
         if waiting is None:
             return False  # unknown, or already delivered: a late duplicate
@@ -257,8 +509,11 @@ class Delivery(AckWindow):
         retry_s: float = 1.0,
         give_up_s: float = 30.0,
         ackers=(P.ACK_INPUT,),
+        capacity: int | Mapping[str, int] | None = None,
     ):
-        super().__init__(reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers)
+        super().__init__(
+            reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers, capacity=capacity
+        )
         self.total = total
         self.next_seq = 0
 
@@ -271,12 +526,15 @@ class Delivery(AckWindow):
         return self.all_taken and not self.unacked
 
     def can_send_new(self) -> bool:
-        return not self.all_taken and not self.full
+        """A new message may go now: the run is not over, the window has room, and so has every
+        consumer's queue (resends go first: `retransmissions`)."""
+        return not self.all_taken and not self.full and self.may_transmit()
 
     def take_new(self, now: float) -> int:
+        """The next message's seq, numbered for sending now (its `tx`: `tx_of(seq)`)."""
         seq = self.next_seq
         self.next_seq += 1
-        self.track(seq, now)
+        self.track(seq, now, self.transmission(now) if self.reliable else None)
         return seq
 
     def undelivered(self) -> list[int]:
@@ -310,6 +568,7 @@ class Outbox:
         self.streams: set[str] = set()
         self.sent = 0
         self.failed = 0
+        self._held = False  # messages wait for their first transmission: new ones queue behind
 
     @property
     def reliable(self) -> bool:
@@ -320,11 +579,21 @@ class Outbox:
 
     def send(self, obj: Any, metadata: dict) -> None:
         """Send one message the caller numbered (metadata `stream`, `seq`). If dora refuses it,
-        the message is counted lost and the error raised for the caller to log."""
+        the message is counted lost and the error raised for the caller to log. With acks, a
+        message that finds a consumer's queue counted full (or resends waiting for room) is kept
+        and sent by `resend_due` once there is room."""
         key = (str(metadata.get(P.STREAM, "")), metadata.get(P.SEQ))
         if self.reliable:
             metadata[P.WANTS_ACK] = True
             self.streams.add(key[0])
+            now = self.clock()
+            if self._held or not self.window.may_transmit():
+                self.window.track(key, now)  # due at once: the first transmission when there is room
+                self.kept[key] = _Kept(obj, metadata)
+                self._held = True
+                self.sent += 1
+                return
+            metadata[P.TX] = self.window.transmission(now)
         metadata[P.SENT_NS] = P.now_ns()
         try:
             self._send(obj, metadata)
@@ -334,7 +603,7 @@ class Outbox:
             raise
         self.sent += 1
         if self.reliable:
-            self.window.track(key, self.clock())
+            self.window.track(key, now, metadata[P.TX])
             self.kept[key] = _Kept(obj, metadata)
 
     def on_ack(self, event: dict) -> bool:
@@ -345,21 +614,38 @@ class Outbox:
         seq, stream = metadata.get(P.SEQ), metadata.get(P.STREAM)
         if type(seq) is int and stream in self.streams:
             key = (stream, seq)
-            if self.window.ack(key, event["id"]):
+            if self.window.ack(key, event["id"], metadata.get(P.TX)):
                 self.kept.pop(key, None)
         return True
 
     def resend_due(self) -> None:
+        """Send what is due, as far as the consumers' queues have room: resends, and messages
+        held back at `send`. A resend dora refuses is logged (and tried again later); a message
+        held back that dora refuses is counted lost, as at `send`."""
         now = self.clock()
         for key in self.window.retransmissions(now):
             kept = self.kept.get(key)
             if kept is None:
                 continue
+            first = P.TX not in kept.metadata
+            kept.metadata[P.TX] = self.window.tx_of(key)
             kept.metadata[P.SENT_NS] = P.now_ns()
             try:
                 self._send(kept.obj, kept.metadata)
             except Exception as e:
-                self.log.error("message %s not resent: %s: %s", P.label(kept.metadata), type(e).__name__, e)
+                if first:
+                    self.sent -= 1
+                    self.failed += 1
+                    self.window.forget(key)
+                    self.kept.pop(key, None)
+                self.log.error(
+                    "message %s not %s: %s: %s",
+                    P.label(kept.metadata),
+                    "sent" if first else "resent",
+                    type(e).__name__,
+                    e,
+                )
+        self._held = any(p.last is None for p in self.window.unacked.values())
         for key in self.window.lost:
             self.kept.pop(key, None)
 
@@ -370,9 +656,11 @@ class Outbox:
     def summary(self) -> str:
         if not self.reliable:
             return f"{self.sent} sent"
+        held = f", {self.window.held} held for room in a queue" if self.window.held else ""
+        probes = f", {self.window.probes} probes of a silent consumer" if self.window.probes else ""
         return (
             f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, "
-            f"{len(self.window.lost)} given up"
+            f"{len(self.window.lost)} given up{held}{probes}"
         )
 
     def end_report(self, what: str = "messages", planned: int = 0) -> int:
@@ -427,7 +715,7 @@ class Relay:
         self.log = log
         self.max_backlog = max_backlog
         self.backlog: deque[dict] = deque()
-        self.waiting: set[tuple[str, int]] = set()  # (stream, seq) of backlog messages
+        self.waiting: dict[tuple[str, int], dict] = {}  # (stream, seq) of backlog messages -> their metadata
         self.seen: dict[str, SeqTracker] = {}
         self.closed: set[str] = set()
         self.gone: list[str] = []  # ack inputs that closed: that consumer is gone
@@ -467,14 +755,18 @@ class Relay:
         key = self._key(metadata)
         if key is not None:
             tracker = self.seen.get(key[0])
-            if key in self.waiting:
-                self.duplicates += 1  # resent before we took it: acknowledged when taken
+            waiting = self.waiting.get(key)
+            if waiting is not None:
+                self.duplicates += 1  # resent before we took it: acknowledged when taken, as this copy
+                tx = metadata.get(P.TX)  # (it left dora's queue after the first: its tx says more)
+                if type(tx) is int and (type(waiting.get(P.TX)) is not int or tx > waiting[P.TX]):
+                    waiting[P.TX] = tx
                 return
             if tracker is not None and (key[1] < tracker.low or key[1] in tracker.above):
                 self.duplicates += 1  # taken already, its ack lost or late: acknowledge again
                 self._acknowledge(metadata)
                 return
-            self.waiting.add(key)
+            self.waiting[key] = metadata
         elif len(self.backlog) >= self.max_backlog:
             dropped = self.backlog.popleft()
             self.dropped += 1
@@ -514,7 +806,7 @@ class Relay:
             metadata = event.get("metadata") or {}
             key = self._key(metadata)
             if key is not None:
-                self.waiting.discard(key)
+                self.waiting.pop(key, None)
                 self.seen.setdefault(key[0], SeqTracker()).see(key[1])
             self._acknowledge(metadata)
             taken.append(event)
@@ -524,7 +816,7 @@ class Relay:
 
     def number(self, metadata: dict) -> dict:
         """Give an output message its stream on this hop (the input's seq and count kept)."""
-        for key in (P.WANTS_ACK, P.SENT_NS):
+        for key in (P.WANTS_ACK, P.SENT_NS, P.TX):
             metadata.pop(key, None)
         seq = metadata.get(P.SEQ)
         upstream = metadata.get(P.STREAM)
@@ -547,6 +839,7 @@ class Relay:
         this hop first; without, its metadata goes on as the node made it."""
         if not self.outbox.reliable:
             metadata.pop(P.WANTS_ACK, None)  # the input's sender's, not this node's
+            metadata.pop(P.TX, None)
         self.outbox.send(obj, self.number(metadata) if self.outbox.reliable else metadata)
 
     # -- ending -----------------------------------------------------------------------------
@@ -578,12 +871,19 @@ class Relay:
 
 
 def relayed_output(
-    node: Any, ackers: list[str], data_input: str, send: Callable[[Any, dict], Any], config: Any, log: logging.Logger
+    node: Any,
+    ackers: list[str],
+    data_input: str,
+    output: str,
+    send: Callable[[Any, dict], Any],
+    config: Any,
+    log: logging.Logger,
 ) -> tuple[AckWindow, Outbox, Relay]:
     """The acknowledged delivery of a node that turns each message of `data_input` into one
-    output message (`send(payload, metadata)`): windowed when the output's consumers acknowledge
-    (`ackers`, its `ack*` inputs; `config`'s window settings), with an `ack` output that
-    acknowledges what it takes to its own sender. -> (window, outbox, relay)."""
-    window = AckWindow(reliable=bool(ackers), ackers=ackers, **window_of(config))
+    message of `output` (`send(payload, metadata)`): windowed when the output's consumers
+    acknowledge (`ackers`, its `ack*` inputs; `config`'s window settings, sized to the consumers'
+    queues: `sized_window`, which raises CannotStart when WINDOW does not fit them), with an `ack`
+    output that acknowledges what it takes to its own sender. -> (window, outbox, relay)."""
+    window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [output], log))
     outbox = Outbox(window, send, log, time.monotonic)
     return window, outbox, Relay({data_input}, outbox, ack_sender(node), log)

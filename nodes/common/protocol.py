@@ -2,7 +2,8 @@
 
 Senders number each output's messages so any receiver can count what is good, missing, out of
 order or duplicated, and time what it got. A reliable sender (one with an `ack` input) resends a
-message until the receiver acknowledges its `seq` on the same `stream`.
+message until the receiver acknowledges its `seq` on the same `stream`; each copy carries its
+transmission number `tx`, which the acknowledgement echoes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ CHECKSUM = "checksum"  # content digest (see digest.py)
 CASE = "case"  # what the payload is, for reports
 EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
 WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output
+# The transmission number of an acknowledged message: 1, 2, 3, ... per sending node, one more for
+# every copy it sends (a resend gets a new one; the same copy on several outputs, the same one).
+# A consumer echoes it in its ack: dora hands an input's messages over in order, so an ack with
+# tx=t tells the sender every copy numbered t or less has left that consumer's queue (taken or
+# dropped), and the sender never has more copies queued there than the queue holds (delivery.py).
+TX = "tx"
 
 # dora's image convention: a message with these keys has a value of exactly those flat bytes
 # (rgb8/bgr8/mono8: height x width x channels, interleaved; jpeg: the file). dora-hub nodes take

@@ -47,7 +47,13 @@ class JpegDecoderNode(NodeLogic):
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
         ackers = ackers_of(declared_inputs(node))
         self.window, self.outbox, self.relay = relayed_output(
-            node, ackers, INPUT, lambda image, metadata: tc.send(node, OUTPUT, image, metadata), config, self.log
+            node,
+            ackers,
+            INPUT,
+            OUTPUT,
+            lambda image, metadata: tc.send(node, OUTPUT, image, metadata),
+            config,
+            self.log,
         )
         # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None

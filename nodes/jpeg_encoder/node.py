@@ -62,7 +62,13 @@ class JpegEncoderNode(NodeLogic):
         # make the output windowed; an `ack` output acknowledges the frames to their sender.
         ackers = ackers_of(declared_inputs(node))
         self.window, self.outbox, self.relay = relayed_output(
-            node, ackers, INPUT, lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata), config, self.log
+            node,
+            ackers,
+            INPUT,
+            OUTPUT,
+            lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata),
+            config,
+            self.log,
         )
         self.got_input = False  # a good frame taken since the last collect
         self.over = False

@@ -9,7 +9,7 @@ import time
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line, window_of
+from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line, sized_window
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs, declared_outputs
 from ..common.settings import SettingError
@@ -30,6 +30,9 @@ def send(
     a message that cannot be sent is logged and counted lost.
     -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
     outgoing = sender.message(seq)
+    tx = delivery.tx_of(seq)
+    if tx is not None:
+        outgoing.metadata[P.TX] = tx  # this copy's transmission number, echoed in its acks
     outgoing.metadata[P.SENT_NS] = P.now_ns()
     try:
         for output in outputs:
@@ -80,7 +83,9 @@ class TensorSenderNode(NodeLogic):
         corrupted = corrupted_messages(config.seed) if config.corrupt else ()
         ackers = ackers_of(declared_inputs(node))
         self.sender = TensorSender(self.payloads, config.count, corrupted, wants_ack=bool(ackers))
-        self.delivery = Delivery(self.sender.total, reliable=bool(ackers), ackers=ackers, **window_of(config))
+        # WINDOW sized to the consumers' queues (refused, status 2, when it does not fit one).
+        window = sized_window(node, config, ackers, self.outputs, self.log)
+        self.delivery = Delivery(self.sender.total, reliable=bool(ackers), ackers=ackers, **window)
         acked = f", acknowledged by {', '.join(ackers)}" if ackers else ""
         self.log.info(
             "%s mode on %s: %s messages%s, transport %s",
@@ -147,9 +152,12 @@ class TensorSenderNode(NodeLogic):
                     f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in "
                     f"flight, {out.get('waits', 0)} waits"
                 )
+        d = self.delivery
+        held = f", {d.held} held for room in a consumer's queue" if d.held else ""
+        probes = f", {d.probes} probes of a silent consumer" if d.probes else ""
         print(
-            f"tensor sender: {self.delivery.next_seq} messages sent, {self.delivery.retransmits} retransmitted, "
-            f"{len(self.delivery.lost)} lost{ipc}",
+            f"tensor sender: {d.next_seq} messages sent, {d.retransmits} retransmitted, {len(d.lost)} lost{held}"
+            f"{probes}{ipc}",
             flush=True,
         )
         # With acks, a run that did not deliver everything fails (dora then reports the node failed).
@@ -163,7 +171,7 @@ def take_ack(event: dict, sender: TensorSender, delivery: Delivery) -> None:
         metadata = event.get("metadata") or {}
         seq = metadata.get(P.SEQ)
         if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
-            delivery.ack(seq, event["id"])
+            delivery.ack(seq, event["id"], metadata.get(P.TX))
 
 
 def ack_input_closed(input_id: str, delivery: Delivery) -> bool:

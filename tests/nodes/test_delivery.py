@@ -1,15 +1,20 @@
-"""Acknowledged delivery without dora (nodes/common/delivery.py): the window a producer keeps, and
-the relay through the JPEG encoder and decoder, with a fake clock and fake events. The real
-dataflows are in test_delivery_e2e.py."""
+"""Acknowledged delivery without dora (nodes/common/delivery.py): the window a producer keeps, the
+copies it lets into a consumer's queue (a simulated dora input queue), and the relay through the
+JPEG encoder and decoder, with a fake clock and fake events; the window sized from the dataflow
+and refused when it does not fit. The real dataflows are in test_delivery_e2e.py."""
 
 from __future__ import annotations
 
 import logging
+from collections import deque
+from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import (
+    DEFAULT_CAPACITY,
     AckWindow,
     Delivery,
     Outbox,
@@ -18,7 +23,11 @@ from tensor_codec_nodes.common.delivery import (
     ack_for,
     ackers_of,
     not_acknowledged_line,
+    sized_window,
 )
+from tensor_codec_nodes.common.loop import EXIT_BAD_CONFIG, CannotStart
+from tests.support.fakes import FakeNode
+from tests.support.paths import ROOT
 
 log = logging.getLogger("delivery-test")
 
@@ -31,7 +40,7 @@ class Clock:
         return self.now
 
 
-def outbox(reliable=True, window=2, retry_s=1.0, give_up_s=5.0, ackers=("ack",), fail=()):
+def outbox(reliable=True, window=2, retry_s=1.0, give_up_s=5.0, ackers=("ack",), fail=(), capacity=None):
     sent = []
 
     def send(obj, metadata):
@@ -41,7 +50,9 @@ def outbox(reliable=True, window=2, retry_s=1.0, give_up_s=5.0, ackers=("ack",),
 
     clock = Clock()
     box = Outbox(
-        AckWindow(reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers),
+        AckWindow(
+            reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers, capacity=capacity
+        ),
         send,
         log,
         clock,
@@ -49,8 +60,9 @@ def outbox(reliable=True, window=2, retry_s=1.0, give_up_s=5.0, ackers=("ack",),
     return box, sent, clock
 
 
-def ack(seq, stream, acker="ack"):
-    return {"type": "INPUT", "id": acker, "metadata": {P.SEQ: seq, P.STREAM: stream}}
+def ack(seq, stream, acker="ack", **extra):
+    metadata = {P.SEQ: seq, P.STREAM: stream, **{P.TX if k == "tx" else k: v for k, v in extra.items()}}
+    return {"type": "INPUT", "id": acker, "metadata": metadata}
 
 
 def data(seq, stream="up", input_id="frames", wants_ack=True, **extra):
@@ -227,3 +239,427 @@ def test_a_sink_handles_each_message_once_and_acknowledges_every_copy():
     observer = SinkIntake(None)  # no ack output declared: nothing sent, duplicates still skipped
     assert observer.is_new(first) and not observer.is_new(first)
     observer.acknowledge(first)
+
+
+# -- the consumer's queue: never more copies than it holds -------------------------------------
+
+
+class DoraQueue:
+    """One input queue as dora 1.1's node API keeps it: `capacity` messages, and past that the
+    oldest is dropped ("Discarding event for input ..."), counted in `discarded`."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.items: deque = deque()
+        self.discarded = 0
+
+    def put(self, item) -> None:
+        if len(self.items) >= self.capacity:
+            self.items.popleft()
+            self.discarded += 1
+        self.items.append(item)
+
+
+class OutboxProducer:
+    """A camera-like producer: frames made as the window has room, through an Outbox."""
+
+    def __init__(self, count, put, clock, **window):
+        self.count, self.made = count, 0
+        self.box = Outbox(AckWindow(reliable=True, **window), lambda obj, metadata: put(dict(metadata)), log, clock)
+        self.window = self.box.window
+
+    def round(self):
+        self.box.resend_due()
+        while self.made < self.count and self.box.room():
+            self.box.send(self.made, {P.STREAM: "s", P.SEQ: self.made})
+            self.made += 1
+
+    def on_ack(self, ack):
+        self.box.on_ack({"type": "INPUT", "id": "ack", "metadata": ack})
+
+    @property
+    def done(self):
+        return self.made == self.count and not self.box.outstanding
+
+
+class DeliveryProducer:
+    """The tensor sender's way: a Delivery schedule, messages rebuilt from their seq."""
+
+    def __init__(self, count, put, clock, **window):
+        self.clock, self.put = clock, put
+        self.window = Delivery(count, reliable=True, **window)
+
+    def send(self, seq):
+        self.put({P.STREAM: "s", P.SEQ: seq, P.WANTS_ACK: True, P.TX: self.window.tx_of(seq)})
+
+    def round(self):
+        for seq in self.window.retransmissions(self.clock()):
+            self.send(seq)
+        while self.window.can_send_new():
+            self.send(self.window.take_new(self.clock()))
+
+    def on_ack(self, ack):
+        self.window.ack(ack[P.SEQ], "ack", ack.get(P.TX))
+
+    @property
+    def done(self):
+        return self.window.finished
+
+
+def simulate(
+    producer_class,
+    *,
+    count=60,
+    queue=10,
+    take_s=0.01,
+    ack_delay_s=0.002,
+    lose_first=0,
+    until_s=20.0,
+    step_s=0.001,
+    **window,
+):
+    """A producer (WINDOW 8, RETRY_S 0.05) feeding a consumer that takes one message every
+    `take_s` from a dora queue of `queue` (drop-oldest), acknowledging every copy it takes (the
+    first of each message handled, the rest skipped as SinkIntake does) after `ack_delay_s`; the
+    first `lose_first` copies sent never reach the queue (dropped on a congested link).
+    -> (producer, queue, messages handled, when it ended)."""
+    window = {"window": 8, "retry_s": 0.05, "give_up_s": 10.0, **window}
+    clock = Clock()
+    q = DoraQueue(queue)
+    lost = [lose_first]
+
+    def put(metadata):
+        if lost[0] > 0:
+            lost[0] -= 1
+        else:
+            q.put(metadata)
+
+    producer = producer_class(count, put, clock, **window)
+    acks: list = []
+    intake = SinkIntake(lambda ack: acks.append((clock.now + ack_delay_s, ack)))
+    handled: list = []
+    next_take = 0.0
+    while clock.now < until_s and not producer.done:
+        producer.round()
+        if q.items and clock.now >= next_take:
+            metadata = q.items.popleft()
+            if intake.is_new(metadata):
+                handled.append(metadata[P.SEQ])
+            intake.acknowledge(metadata)
+            next_take = clock.now + take_s
+        while acks and acks[0][0] <= clock.now:
+            producer.on_ack(acks.pop(0)[1])
+        clock.now = round(clock.now + step_s, 6)
+    return producer, q, handled, clock.now
+
+
+PRODUCERS = pytest.mark.parametrize("producer_class", [OutboxProducer, DeliveryProducer])
+
+
+@PRODUCERS
+def test_without_the_bound_resends_overfill_a_slow_consumers_queue(producer_class):
+    """What the producers did before transmissions were bounded (a capacity no queue has): the 8
+    messages the window allows wait in the queue longer than RETRY_S, each is resent while its
+    first copy is still queued, and dora drops the oldest copies."""
+    producer, q, handled, _ = simulate(producer_class, capacity=1 << 30)
+    assert sorted(handled) == list(range(60))  # the acks made good what was dropped...
+    assert q.discarded > 0  # ...but dora had to drop
+
+
+@PRODUCERS
+def test_a_slow_consumers_queue_never_holds_more_copies_than_it_can(producer_class):
+    producer, q, handled, _ = simulate(producer_class, capacity=10)
+    window = producer.window
+    assert q.discarded == 0
+    assert handled == list(range(60)) and window.delivered == 60 and not window.lost
+    assert window.retransmits > 0 and window.held > 0  # resends happened, some waited for room
+    assert window.probes == 0
+
+
+@PRODUCERS
+def test_a_queue_smaller_than_the_window_is_still_never_overfilled(producer_class):
+    """(A node refuses to start so; the bound holds anyway, e.g. with dora's default assumed.)"""
+    producer, q, handled, _ = simulate(producer_class, queue=4, capacity=4)
+    assert q.discarded == 0 and handled == list(range(60)) and not producer.window.lost
+
+
+@PRODUCERS
+def test_a_link_whose_queued_copies_were_all_lost_restarts_with_a_probe(producer_class):
+    """Every copy the count allows (10) lost on the way: no ack can come, the count stays full,
+    and after PROBE_MIN_S of silence one resend goes anyway; its ack restarts the link."""
+    producer, q, handled, ended = simulate(producer_class, capacity=10, lose_first=10)
+    window = producer.window
+    assert handled == list(range(60)) and not window.lost and q.discarded == 0
+    assert window.probes == 1 and ended > 1.0
+
+
+@PRODUCERS
+def test_a_consumer_that_takes_nothing_gets_probes_further_and_further_apart_then_is_given_up(producer_class):
+    sent_at = []
+    clock = Clock()
+
+    def put(metadata):
+        sent_at.append(clock.now)
+
+    producer = producer_class(3, put, clock, window=8, retry_s=0.05, give_up_s=10.0, capacity=4)
+    while clock.now < 12.0:
+        producer.round()
+        clock.now = round(clock.now + 0.001, 6)
+    window = producer.window
+    # 3 sent, 1 resend fills the count of 4; then probes 1, 2, 4 s apart; at 10 s all given up.
+    gaps = [round(b - a, 3) for a, b in zip(sent_at[3:], sent_at[4:])]
+    assert len(sent_at) == 4 + window.probes and window.probes == 3, sent_at
+    assert gaps == [1.0, 2.0, 4.0], sent_at
+    assert sorted(k if isinstance(k, int) else k[1] for k in window.lost) == [0, 1, 2] and not window.unacked
+
+
+def test_a_resend_held_for_room_waits_for_the_next_ack_not_for_retry_s():
+    box, sent, clock = outbox(window=2, capacity=2, retry_s=0.5)
+    box.send("a", {P.STREAM: "s", P.SEQ: 0})
+    box.send("b", {P.STREAM: "s", P.SEQ: 1})
+    assert [m[P.TX] for _, m in sent] == [1, 2] and box.window.queued("ack") == 2
+    clock.now = 0.5
+    box.resend_due()  # both due; the queue is counted full
+    assert len(sent) == 2 and box.window.held == 2
+    assert box.window.next_due(0.5) == pytest.approx(0.5)  # the probe, PROBE_MIN_S after the last send
+    box.on_ack(ack(0, "s", tx=1))  # copy 1 taken: room for one
+    clock.now = 0.501
+    box.resend_due()
+    assert [(obj, m[P.TX]) for obj, m in sent[2:]] == [("b", 3)] and box.outstanding == 1
+
+
+def test_a_new_message_queues_behind_while_the_consumers_queue_is_counted_full():
+    box, sent, clock = outbox(window=4, capacity=2)
+    for seq, obj in enumerate("abc"):
+        box.send(obj, {P.STREAM: "s", P.SEQ: seq})
+    assert [obj for obj, _ in sent] == ["a", "b"] and box.outstanding == 3 and box.sent == 3
+    box.on_ack(ack(0, "s", tx=1))
+    box.resend_due()  # its first transmission, now that there is room
+    assert [obj for obj, _ in sent] == ["a", "b", "c"] and sent[2][1][P.TX] == 3 and box.window.retransmits == 0
+    box.on_ack(ack(1, "s", tx=2))
+    box.on_ack(ack(2, "s", tx=3))
+    assert box.end_report("frames", planned=3) == 0
+
+
+def test_a_held_message_dora_refuses_is_counted_lost_like_one_sent_at_once(caplog):
+    box, sent, _ = outbox(window=4, capacity=1, fail=("b",))
+    box.send("a", {P.STREAM: "s", P.SEQ: 0})
+    box.send("b", {P.STREAM: "s", P.SEQ: 1})  # held
+    box.on_ack(ack(0, "s", tx=1))
+    box.resend_due()
+    assert box.failed == 1 and box.sent == 1 and box.window.lost == [("s", 1)] and not box.kept
+    assert "message 1 not sent: RuntimeError: dora says no" in caplog.text
+    assert box.end_report("frames", planned=2) == 1
+
+
+def test_with_several_consumers_each_queue_is_counted_on_its_own():
+    box, sent, _ = outbox(window=4, capacity={"ack": 2, "ack_b": 10}, ackers=("ack", "ack_b"))
+    for seq in range(3):
+        box.send(seq, {P.STREAM: "s", P.SEQ: seq})
+    assert len(sent) == 2  # ack's queue holds 2
+    box.on_ack(ack(0, "s", "ack_b", tx=1))  # the other consumer taking makes no room in ack's queue
+    box.resend_due()
+    assert len(sent) == 2
+    box.on_ack(ack(0, "s", "ack", tx=1))
+    box.resend_due()
+    assert len(sent) == 3 and box.window.queued("ack") == 2 and box.window.queued("ack_b") == 2
+
+
+def test_a_relay_acknowledges_a_message_resent_while_it_waited_as_the_later_copy():
+    r, _, acks, _ = relay(window=8)
+    r.on_event(data(0, **{P.TX: 3}))
+    r.on_event(data(0, **{P.TX: 9}))  # the resend, skipped: the first copy is taken, acked as tx 9
+    r.on_event(data(1, **{P.TX: 10}))
+    r.on_event(data(1, **{P.TX: "11"}))  # not a number: changes nothing
+    r.take(8)
+    assert acks == [{P.SEQ: 0, P.STREAM: "up", P.TX: 9}, {P.SEQ: 1, P.STREAM: "up", P.TX: 10}]
+
+
+def test_the_output_of_a_relay_carries_its_own_tx_not_its_inputs():
+    r, sent, _, _ = relay(window=8)
+    r.on_event(data(0, **{P.TX: 41}))
+    r.send("x", dict(r.take(1)[0]["metadata"]))
+    assert sent[0][1][P.TX] == 1
+    plain, sent, _, _ = relay(reliable=False)
+    plain.on_event(data(0, **{P.TX: 41}))
+    plain.send("x", dict(plain.take(1)[0]["metadata"]))
+    assert P.TX not in sent[0][1]
+
+
+# -- every ack is hostile ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tx, echoed",
+    [(5, 5), (0, 0), (None, None), ("5", None), (5.0, None), (True, None), (-1, None), (1 << 70, 1 << 70)],
+)
+def test_an_ack_echoes_the_tx_of_the_copy_taken_only_when_it_is_a_count(tx, echoed):
+    metadata = {P.SEQ: 3, P.STREAM: "s", P.WANTS_ACK: True}
+    if tx is not None:
+        metadata[P.TX] = tx
+    made = ack_for(metadata)
+    assert made[P.SEQ] == 3 and made[P.STREAM] == "s"
+    assert made.get(P.TX) == echoed and (P.TX in made) == (echoed is not None)
+
+
+@pytest.mark.parametrize("tx", [None, "7", 7.0, True, -3, 9, 1 << 70, [2]])
+def test_a_tx_that_is_missing_unusable_or_beyond_what_was_sent_counts_only_the_first_copy_gone(tx):
+    w = AckWindow(reliable=True, window=8, capacity=10)
+    for seq in range(4):
+        w.track(seq, 0.0, w.transmission(0.0))  # tx 1..4
+    assert w.retransmissions(1.0) == [0, 1, 2, 3]  # resent as tx 5..8
+    assert w.tx == 8 and w.queued("ack") == 8
+    assert w.ack(2, "ack", tx)  # message 2's first copy (tx 3) and everything before it are gone
+    assert w.acked_tx["ack"] == 3 and w.queued("ack") == 5
+    w.ack(2, "ack", tx)  # already delivered: says nothing more
+    assert w.acked_tx["ack"] == 3
+
+
+def test_acks_never_move_a_consumers_count_back_nor_count_for_another_consumer():
+    w = AckWindow(reliable=True, window=8, capacity=10, ackers=("ack", "ack_b"))
+    for seq in range(3):
+        w.track(seq, 0.0, w.transmission(0.0))
+    w.ack(2, "ack", 3)
+    w.ack(0, "ack", 1)  # late: changes nothing
+    w.ack(1, "ack_other", 2)  # not an acker of this window
+    assert w.acked_tx == {"ack": 3, "ack_b": 0}
+
+
+def test_hostile_acks_on_an_outbox_are_applied_or_ignored_never_raise():
+    box, sent, _ = outbox(window=4, capacity=4)
+    for seq in range(2):
+        box.send(seq, {P.STREAM: "s", P.SEQ: seq})
+    for metadata in (
+        {P.SEQ: 0, P.STREAM: "s", P.TX: "1"},
+        {P.SEQ: 0, P.STREAM: "s", P.TX: -5},
+        {P.SEQ: 0, P.STREAM: "s", P.TX: 10**30},
+        {P.SEQ: 0, P.STREAM: "s", P.TX: None},
+        {P.SEQ: 1, P.STREAM: "other", P.TX: 2},  # not our stream: ignored, tx included
+        {P.SEQ: "1", P.STREAM: "s", P.TX: 2},
+    ):
+        assert box.on_ack({"type": "INPUT", "id": "ack", "metadata": metadata})
+    assert box.window.acked_tx["ack"] == 1 and box.outstanding == 1  # message 0 (tx 1) delivered
+
+
+# -- the window sized from the dataflow --------------------------------------------------------
+
+
+def node_with_consumer(queue, *, window_node="sender", output="tensors", ack_source="receiver/ack", extra=()):
+    """A FakeNode `sender` with an `ack` input from `ack_source` and `output` feeding
+    receiver/tensors with the input spec `queue` (a dict of queue_size / queue_policy)."""
+    descriptor = {
+        "nodes": [
+            {"id": window_node, "inputs": {"ack": ack_source}, "outputs": [output]},
+            {"id": "receiver", "inputs": {"tensors": {"source": f"{window_node}/{output}", **queue}}},
+            *extra,
+        ]
+    }
+    node = FakeNode(node_id=window_node, outputs=[output], descriptor=descriptor)
+    node._node_config["inputs"] = {"ack": {"source": ack_source, "queue_size": 256}}
+    return node
+
+
+def config(window=8):
+    return SimpleNamespace(window=window, retry_s=1.0, ack_timeout_s=30.0)
+
+
+def test_the_default_capacity_is_dora_s_rule_for_an_input_without_queue_settings():
+    from tensor_codec.routing import queue_capacity
+
+    assert DEFAULT_CAPACITY == queue_capacity(None, None) == 10
+    assert AckWindow(reliable=True).capacity == {"ack": DEFAULT_CAPACITY}
+
+
+def test_the_window_is_sized_to_the_consumers_queue(caplog):
+    node = node_with_consumer({"queue_size": 16})
+    with caplog.at_level(logging.WARNING):
+        args = sized_window(node, config(), ["ack"], ["tensors"], log)
+    assert args == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0, "capacity": {"ack": 16}} and not caplog.text
+    node = node_with_consumer({"queue_size": 4, "queue_policy": "backpressure"})
+    assert sized_window(node, config(), ["ack"], ["tensors"], log)["capacity"] == {"ack": 100}
+
+
+@pytest.mark.parametrize(
+    "queue, window, words",
+    [
+        (
+            {"queue_size": 4},
+            8,
+            "WINDOW=8 does not fit the queue of receiver/tensors, wired to output `tensors` and acknowledged on `ack`: "
+            "queue_size 4, queue_policy drop_oldest (dora's default) holds 4 messages before dora drops the oldest, "
+            "and an acknowledged output keeps up to WINDOW messages in that queue at once. Raise that input's "
+            "queue_size to at least 8, or set WINDOW to at most 4.",
+        ),
+        ({}, 12, "queue_size 10 (dora's default), queue_policy drop_oldest (dora's default) holds 10 messages"),
+        (
+            {"queue_size": 5, "queue_policy": "backpressure"},
+            120,
+            "holds 100 messages before dora drops the oldest, and an acknowledged output keeps up to WINDOW messages "
+            "in that queue at once. Raise that input's queue_size to at least 12 (backpressure holds 10 x "
+            "queue_size, at least 100), or set WINDOW to at most 100.",
+        ),
+    ],
+)
+def test_a_window_that_does_not_fit_the_consumers_queue_refuses_to_start(queue, window, words):
+    with pytest.raises(CannotStart) as refused:
+        sized_window(node_with_consumer(queue), config(window), ["ack"], ["tensors"], log)
+    assert words in str(refused.value)
+
+
+def test_acks_from_a_node_further_down_are_bounded_by_the_smallest_queue_of_the_output():
+    """examples/echo-passthrough.yml: the sender's acks come from the receiver behind the echo."""
+    echo = {"id": "echo", "inputs": {"in": {"source": "sender/tensors", "queue_size": 6}}}
+    node = node_with_consumer({"queue_size": 64}, ack_source="far/ack", extra=[echo])
+    assert sized_window(node, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 6}
+    node = node_with_consumer({"queue_size": 64}, extra=[echo])  # acks from receiver: its own queue
+    assert sized_window(node, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 64}
+
+
+def test_without_a_descriptor_dora_s_default_queue_is_assumed_and_said_once(caplog):
+    node = FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"], descriptor=None)
+    with caplog.at_level(logging.WARNING):
+        args = sized_window(node, config(window=16), ["ack"], ["tensors"], log)
+    assert args["capacity"] == {"ack": DEFAULT_CAPACITY}  # not refused: nothing is known to be wrong
+    assert caplog.text.count("assuming dora's default (queue_size 10, 10 messages) for ack") == 1
+    assert sized_window(node, config(), [], ["tensors"], log) == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0}
+
+
+def test_a_sender_whose_window_does_not_fit_exits_with_status_2_saying_why(monkeypatch, caplog):
+    from tensor_codec_nodes.common import startup
+    from tensor_codec_nodes.common.loop import run
+    from tensor_codec_nodes.tensor_sender.node import TensorSenderNode
+
+    node = node_with_consumer({"queue_size": 4})
+    monkeypatch.setattr(startup, "join_dataflow", lambda spec, log: node)
+    for name in ("WINDOW", "COUNT", "MODE", "DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEVICE", "cpu")
+    monkeypatch.setenv("COUNT", "3")
+    with caplog.at_level(logging.ERROR):
+        assert run(TensorSenderNode) == EXIT_BAD_CONFIG
+    assert "WINDOW=8 does not fit the queue of receiver/tensors" in caplog.text and not node.sent
+
+
+PRODUCER_PATHS = {"tc-camera-source", "tc-tensor-sender", "tc-jpeg-encoder", "tc-jpeg-decoder"}
+
+
+@pytest.mark.parametrize(
+    "flow", ["dataflow.yml", "dataflow-cluster.yml", *sorted(p.name for p in (ROOT / "examples").glob("*.yml"))]
+)
+def test_every_shipped_dataflow_has_acknowledged_windows_that_fit_their_consumers_queues(flow):
+    path = ROOT / flow if (ROOT / flow).exists() else ROOT / "examples" / flow
+    descriptor = yaml.safe_load(path.read_text())
+    checked = 0
+    for entry in descriptor["nodes"]:
+        ackers = ackers_of(entry.get("inputs") or {})
+        if entry.get("path") not in PRODUCER_PATHS or not ackers:
+            continue
+        outputs = [o for o in entry.get("outputs") or [] if o != P.ACK_OUTPUT]
+        node = FakeNode(node_id=entry["id"], outputs=entry.get("outputs") or [], descriptor=descriptor)
+        node._node_config["inputs"] = entry["inputs"]
+        window = int((entry.get("env") or {}).get("WINDOW", 8))
+        capacity = sized_window(node, config(window), ackers, outputs, log)["capacity"]  # CannotStart: broken
+        assert set(capacity) == set(ackers) and min(capacity.values()) >= window
+        checked += 1
+    if flow == "dataflow.yml":
+        assert checked == 5  # camera, JPEG encoder and decoder, both senders
