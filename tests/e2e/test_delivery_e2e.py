@@ -7,13 +7,17 @@ senders, JPEG encoder and decoder) each keep a window of unacknowledged messages
 consumer slows them down instead. These tests make the receiver slow and check, from its report
 (counts, checksums, frames rebuilt and compared), that nothing was lost on any link, next to
 unacknowledged controls in the same dataflow that do lose messages, and that a producer whose
-consumer dies exits non-zero saying how many messages were not acknowledged.
+consumer dies exits non-zero saying how many messages were not acknowledged. Resends never put
+more copies in a consumer's queue than it holds (dora discards nothing, on a host kept busy), and
+a producer whose WINDOW does not fit that queue refuses to start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -171,3 +175,108 @@ def test_producers_whose_consumer_dies_exit_non_zero_and_say_how_many_were_not_a
     # The receiver handled (and acknowledged) at most 30 messages of the 300 before it died.
     assert n_sender <= 200 and n_camera <= 100 and n_sender + n_camera >= 300 - 30
     assert "ack closed: that receiver went away" in log and "ack_receiver closed: that consumer went away" in log
+
+
+@contextlib.contextmanager
+def cpu_hog(processes: int = 2):
+    """`processes` busy loops (`python -c "while True: pass"`) for the length of the block: a
+    loaded host, where a slow consumer falls further behind and resends pile up."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait(timeout=30)
+
+
+OVERFILL_COUNT = 100  # the sender's messages in the overfill test
+
+
+def test_resends_never_put_more_copies_in_a_consumers_queue_than_it_holds(dora_cli, tmp_path):
+    """The defect seen on a loaded host: a tensor sender with its default WINDOW of 8 and a short
+    RETRY_S, feeding a slow receiver on an input with queue_size 10 and no backpressure. The 8
+    messages the window allows sit in that queue longer than RETRY_S, so each is resent while its
+    first copy is still queued: 8 + 8 copies for a queue of 10, and dora discarded the oldest
+    ("Discarding event for input `tensors`"; the acks resent it, so nothing was lost, but the link
+    was not what it claims). With transmissions bounded by what the consumer's queue holds (the
+    acks echo each copy's `tx`), dora never has to discard, and every message arrives, verified,
+    beside two processes that keep the CPUs busy."""
+    flow = {
+        "nodes": [
+            {
+                "id": "sender",
+                "path": "tc-tensor-sender",
+                "outputs": ["tensors"],
+                "inputs": {"ack": {"source": "receiver/ack", "queue_size": 256}},
+                "env": {
+                    "MODE": "random",
+                    "SIZES": "4KB",
+                    "COUNT": str(OVERFILL_COUNT),
+                    "RATE": "0",
+                    "DEVICE": "cpu",
+                    "WINDOW": "8",
+                    "RETRY_S": "0.05",
+                },
+            },
+            slow_receiver(
+                {
+                    "id": "receiver",
+                    "path": "tc-tensor-receiver",
+                    "outputs": ["ack"],
+                    "inputs": {"tensors": {"source": "sender/tensors", "queue_size": 10}},
+                    "env": {"DEVICE": "cpu", "PROGRESS_S": "0", "REPORT": "out/receiver-report.json"},
+                },
+                SLOW_MS=10,
+            ),
+        ]
+    }
+    path = tmp_path / "dataflow.yml"
+    path.write_text(json.dumps(flow, indent=1))
+
+    with cpu_hog(2):
+        proc = run_flow_file(dora_cli, path, timeout=120)
+    log = proc.stdout + proc.stderr
+    print("\n".join(line for line in log.splitlines() if "tensor sender: " in line or "Discarding" in line)[:3000])
+    assert proc.returncode == 0, tail(proc)
+    stats = json.loads((tmp_path / "out" / "receiver-report.json").read_text())["inputs"]["tensors"]
+    assert stats["expected"] == OVERFILL_COUNT and stats["received"] == OVERFILL_COUNT, stats
+    assert stats["good"] == OVERFILL_COUNT and stats["missing"] == 0 and stats["bad"] == 0, stats
+    assert f"tensor sender: {OVERFILL_COUNT} messages sent" in log and ", 0 lost" in log, tail(proc)
+    discards = re.findall(r"Discarding event for input .tensors.", log)
+    assert not discards, f"dora discarded {len(discards)} queued messages of the acknowledged link\n{tail(proc)}"
+
+
+def test_a_producer_whose_window_does_not_fit_its_consumers_queue_refuses_to_start(dora_cli, tmp_path):
+    """WINDOW 8 against a consumer input with queue_size 4 (no backpressure: 4 messages): the
+    sender, reading the queue from dora's own descriptor, exits 2 at start naming the input, its
+    queue and the two cures, and sends nothing."""
+    flow = {
+        "nodes": [
+            {
+                "id": "sender",
+                "path": "tc-tensor-sender",
+                "outputs": ["tensors"],
+                "inputs": {"ack": {"source": "receiver/ack", "queue_size": 256}},
+                "env": {"MODE": "random", "SIZES": "4KB", "COUNT": "5", "DEVICE": "cpu"},
+            },
+            {
+                "id": "receiver",
+                "path": "tc-tensor-receiver",
+                "outputs": ["ack"],
+                "inputs": {"tensors": {"source": "sender/tensors", "queue_size": 4}},
+                "env": {"DEVICE": "cpu", "PROGRESS_S": "0"},
+            },
+        ]
+    }
+    path = tmp_path / "dataflow.yml"
+    path.write_text(json.dumps(flow, indent=1))
+    proc = run_flow_file(dora_cli, path, timeout=120)
+    log = proc.stdout + proc.stderr
+    assert "Node `sender` failed: exited with code 2" in log, tail(proc)
+    assert (
+        "WINDOW=8 does not fit the queue of receiver/tensors, wired to output `tensors` and acknowledged on `ack`: "
+        "queue_size 4, queue_policy drop_oldest (dora's default) holds 4 messages" in log
+    ), tail(proc)
+    assert "Raise that input's queue_size to at least 8, or set WINDOW to at most 4." in log, tail(proc)
