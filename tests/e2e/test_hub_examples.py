@@ -27,6 +27,7 @@ import yaml
 from tensor_codec_nodes.common.pattern import read_index, render
 from tensor_codec_nodes.common.quality import compare
 from tests.support.dora import ROOT, find_script, python_node, run_flow_file
+from tests.support.optional import import_or_skip, missing
 
 pytestmark = pytest.mark.dora
 
@@ -40,10 +41,12 @@ MAX_MAD = 4.0
 
 
 def hub_node(script: str) -> str:
-    """The hub node's console script (beside this interpreter, or on PATH); skip without it."""
+    """The hub node's console script (beside this interpreter, or on PATH); skip without it or
+    without its package (dora-echo's is dora_echo), which the script imports to run."""
     found = find_script(script)
-    if found is None:
-        pytest.skip(f"hub node {script} is not installed: `make install` installs it (examples/hub-nodes.txt)")
+    why = "its console script is not found" if found is None else missing(script.replace("-", "_"))
+    if why is not None:
+        pytest.skip(f"hub node {script}: {why}: `make install` installs it (examples/hub-nodes.txt)")
     return found
 
 
@@ -65,10 +68,9 @@ def node_of(flow: dict, node_id: str) -> dict:
 
 
 def decode_jpeg_file(path: Path) -> torch.Tensor:
-    """A JPEG file as a (3, H, W) uint8 RGB tensor."""
-    from torchcodec.decoders import decode_jpeg
-
-    return decode_jpeg(path, mode="RGB")
+    """A JPEG file as a (3, H, W) uint8 RGB tensor, decoded by TorchCodec (the reference: the
+    test skips without it)."""
+    return import_or_skip("torchcodec.decoders").decode_jpeg(path, mode="RGB")
 
 
 def assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 from tensor_codec_nodes.common.pattern import render
-from tensor_codec_nodes.rerun_sink import sdk
 from tests.support.dora import run_dataflow, script_node
+from tests.support.optional import needs
 from tests.support.rerun import read_recording
 from tests.support.waiting import wait_until
 
-HAS_RERUN = sdk.missing() is None
-needs_rerun = pytest.mark.skipif(not HAS_RERUN, reason="rerun-sdk is not installed (the optional extra `rerun`)")
+needs_rerun = needs("rerun")  # rerun-sdk, the optional extra `rerun`
 
 
 # --------------------------------------------------------------------------- in dora dataflows

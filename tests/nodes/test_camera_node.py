@@ -7,7 +7,6 @@ import types
 import numpy as np
 import pytest
 import torch
-from torchcodec.encoders import JpegEncoder, PngEncoder
 from torchvision import tv_tensors
 
 from tensor_codec_nodes.camera_source import sources
@@ -18,6 +17,8 @@ from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, read_index, render
 from tensor_codec_nodes.common.runtime import Pacer
 from tests.support.fakes import FakeNode
+from tests.support.jpeg import reference_encode
+from tests.support.optional import import_or_skip
 
 CPU = torch.device("cpu")
 
@@ -81,10 +82,15 @@ def test_endless_camera_never_finishes():
     assert not camera.finished
 
 
+def write_png(image: torch.Tensor, path) -> None:
+    """A PNG written by TorchCodec, the tests' reference writer (the test skips without it)."""
+    import_or_skip("torchcodec.encoders").PngEncoder(image).to_file(path)
+
+
 def write_images(folder, count, size=(3, 48, 64)):
     folder.mkdir()
     for i in range(count):
-        PngEncoder(torch.full(size, 40 * i, dtype=torch.uint8)).to_file(folder / f"img_{i:02d}.png")
+        write_png(torch.full(size, 40 * i, dtype=torch.uint8), folder / f"img_{i:02d}.png")
     (folder / "notes.txt").write_text("not an image")
 
 
@@ -190,7 +196,7 @@ def test_unreadable_empty_damaged_and_animated_files_are_skipped_each_named(tmp_
     write_images(folder, 1)
     (folder / "a_folder.png").mkdir()  # matches the suffix, cannot be read
     (folder / "b_empty.jpg").write_bytes(b"")
-    jpeg = JpegEncoder(torch.full((3, 48, 64), 90, dtype=torch.uint8)).to_tensor(quality=90).numpy().tobytes()
+    jpeg = reference_encode(torch.full((3, 48, 64), 90, dtype=torch.uint8), quality=90).numpy().tobytes()
     (folder / "c_truncated.jpg").write_bytes(jpeg[: len(jpeg) // 2])
     (folder / "d_text.jpeg").write_bytes(b"hello, not an image")
     image = pytest.importorskip("PIL.Image")
@@ -244,7 +250,7 @@ def jpeg_with_exif_orientation(image: torch.Tensor, orientation: int) -> bytes:
         + b"\x00" * 4
     )
     app1 = b"Exif\x00\x00" + tiff
-    jpeg = JpegEncoder(image).to_tensor(quality=95).numpy().tobytes()
+    jpeg = reference_encode(image, quality=95).numpy().tobytes()
     return jpeg[:2] + b"\xff\xe1" + (len(app1) + 2).to_bytes(2, "big") + app1 + jpeg[2:]
 
 
@@ -258,7 +264,7 @@ def exif_folder(tmp_path):
     folder.mkdir()
     (folder / "a_plain.jpg").write_bytes(jpeg_with_exif_orientation(picture, 1))
     (folder / "b_rotated.jpg").write_bytes(jpeg_with_exif_orientation(picture, 6))
-    PngEncoder(picture).to_file(folder / "c.png")
+    write_png(picture, folder / "c.png")
     return folder
 
 

@@ -29,6 +29,9 @@ from tests.support.jpeg import (
     reference_decode,
     reference_encode,
 )
+from tests.support.optional import needs
+
+needs_torchcodec = needs("torchcodec")  # the tests of what ENGINE=auto does with it, or of its engine
 
 
 def only(*usable):
@@ -104,8 +107,10 @@ def test_an_engine_asked_for_by_name_that_cannot_serve_stops_with_the_setting_na
         choose_decoder("pil", "cpu")
 
 
+@needs_torchcodec
 def test_the_real_probe_here():
-    """TorchCodec is a dependency: it imports here, and auto takes it on the CPU."""
+    """TorchCodec is a dependency (with a fallback): where it is installed the probe finds it, and
+    auto takes it on the CPU."""
     assert jpeg_engines.unavailable("torchcodec", "cpu") is None
     assert choose_encoder("auto", "auto", "cpu").name == "torchcodec"
 
@@ -212,6 +217,7 @@ def test_every_decode_engine_applies_exif_orientation_and_the_node_accepts_the_t
     assert frame.shape == (3, 80, 48) and decoder.stats.bad == 0
 
 
+@needs_torchcodec
 def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor():
     """Frames from 4 Mpx on go through a memfd (no GIL taken mid-encode), smaller ones through
     to_tensor: the same JPEG either way, and the memory files are closed with the engine."""
@@ -234,6 +240,7 @@ def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor(
     )
 
 
+@needs_torchcodec
 def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
     import logging
 

@@ -298,37 +298,44 @@ def test_auto_mode_without_metadata_follows_the_jpeg():
     assert image.shape[0] == 1
 
 
-def _corruptions():
-    data, meta = encoded(3)
-    raw = data.clone()
+def _bit_flipped(raw, meta):
     flipped = raw.clone()
     flipped[len(flipped) // 2] ^= 0x40
+    return flipped, meta
+
+
+def _bomb(raw, meta):
+    """The header claims 60000x60000 pixels."""
     huge = bytearray(raw.numpy().tobytes())
     sof = huge.index(b"\xff\xc0")
     huge[sof + 5 : sof + 9] = struct.pack(">HH", 60000, 60000)
-    return [
-        ("truncated", raw[: len(raw) // 2].clone(), meta, "end-of-image marker"),
-        (
-            "not a jpeg",
-            torch.frombuffer(bytearray(b"\x89PNG" + bytes(100)), dtype=torch.uint8),
-            meta,
-            "start-of-image marker",
-        ),
-        (
-            "empty",
-            torch.empty(0, dtype=torch.uint8),
-            meta,
-            "expected at least 4 bytes (start- and end-of-image markers), got no bytes",
-        ),
-        ("bit flip", flipped, meta, "crc32"),
-        ("bomb", torch.frombuffer(huge, dtype=torch.uint8), {P.ENCODING: "jpeg"}, "MAX_PIXELS"),
-        ("wrong size", raw, {**meta, P.WIDTH: 640}, "metadata.width: says 640, the JPEG header 320"),
-        ("not jpeg encoding", raw, {**meta, P.ENCODING: "png"}, "metadata.encoding: expected 'jpeg'"),
-    ]
+    return torch.frombuffer(huge, dtype=torch.uint8), {P.ENCODING: "jpeg"}
 
 
-@pytest.mark.parametrize("name, data, meta, reason", _corruptions(), ids=[c[0] for c in _corruptions()])
-def test_corrupt_jpegs_are_counted_and_skipped(name, data, meta, reason, caplog):
+# (name, (good JPEG, its metadata) -> (corrupt data, metadata), the reason logged). The good JPEG
+# is made when the test runs, not at collection: it is TorchCodec's, and the test skips without it.
+CORRUPTIONS = [
+    ("truncated", lambda raw, meta: (raw[: len(raw) // 2].clone(), meta), "end-of-image marker"),
+    (
+        "not a jpeg",
+        lambda raw, meta: (torch.frombuffer(bytearray(b"\x89PNG" + bytes(100)), dtype=torch.uint8), meta),
+        "start-of-image marker",
+    ),
+    (
+        "empty",
+        lambda raw, meta: (torch.empty(0, dtype=torch.uint8), meta),
+        "expected at least 4 bytes (start- and end-of-image markers), got no bytes",
+    ),
+    ("bit flip", _bit_flipped, "crc32"),
+    ("bomb", _bomb, "MAX_PIXELS"),
+    ("wrong size", lambda raw, meta: (raw, {**meta, P.WIDTH: 640}), "metadata.width: says 640, the JPEG header 320"),
+    ("not jpeg encoding", lambda raw, meta: (raw, {**meta, P.ENCODING: "png"}), "metadata.encoding: expected 'jpeg'"),
+]
+
+
+@pytest.mark.parametrize("corrupt, reason", [c[1:] for c in CORRUPTIONS], ids=[c[0] for c in CORRUPTIONS])
+def test_corrupt_jpegs_are_counted_and_skipped(corrupt, reason, caplog):
+    data, meta = corrupt(*encoded(3))
     good0, good1 = jpeg_event(*encoded(0)), jpeg_event(*encoded(1))
     decoder = cpu_decoder(max_pixels=4096 * 4096)
     frames = decode_all(decoder, [good0, jpeg_event(data, {**meta, P.FRAME: 77}), good1])

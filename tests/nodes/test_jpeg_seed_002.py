@@ -76,8 +76,8 @@ def test_4k_frames_encoded_in_a_loop_of_200(device_type, engine_name):
     device = device_of(device_type)
     src = sources(8)
     producer = Producer(device, src)
+    verifier = Verifier()  # first: it skips without TorchCodec, before an engine is started
     engine = encoder_engine(engine_name, device, workers=2)
-    verifier = Verifier()
     try:
         futures = []
         for n in range(200):
@@ -96,8 +96,8 @@ def test_4k_frames_encoded_in_a_loop_of_200(device_type, engine_name):
 def test_4k_frames_from_4_threads_while_heavy_work_runs(device_type, engine_name):
     device = device_of(device_type)
     src = sources(4)
+    verifier = Verifier()  # first: it skips without TorchCodec, before an engine is started
     engine = encoder_engine(engine_name, device, workers=4)
-    verifier = Verifier()
     stop = threading.Event()
     errors: list[str] = []
 

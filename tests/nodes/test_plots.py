@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.optional import import_or_skip
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
@@ -283,7 +285,7 @@ def draw(results: Path, out: Path, capsys) -> tuple[int, str, str]:
 
 @pytest.mark.slow  # draws every plot
 def test_every_benchmark_is_drawn_as_a_sane_png(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     rc, out, err = draw(write_samples(tmp_path / "results"), tmp_path / "img", capsys)
     assert rc == 0, err
     assert {p.name for p in (tmp_path / "img").iterdir()} == EXPECTED_PNGS
@@ -295,7 +297,7 @@ def test_every_benchmark_is_drawn_as_a_sane_png(tmp_path, capsys):
 
 
 def test_a_figure_names_the_machine_the_date_and_the_baseline(tmp_path):
-    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib = import_or_skip("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -308,7 +310,7 @@ def test_a_figure_names_the_machine_the_date_and_the_baseline(tmp_path):
 
 
 def test_missing_and_skipped_benchmarks_are_listed_not_errors(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     samples = {  # a machine without CUDA: cuda_ipc not run, host_staging skipped, no CUDA JPEG rows
         "small_message": SAMPLES["small_message"],
         "host_staging": envelope("host_staging", "plain copy_", skipped="no CUDA device on this machine"),
@@ -323,7 +325,7 @@ def test_missing_and_skipped_benchmarks_are_listed_not_errors(tmp_path, capsys):
 
 
 def test_a_malformed_file_is_named_with_its_field_and_the_others_are_drawn(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     bad = json.loads(json.dumps(SAMPLES["padding_check"]))
     bad["rows"][1]["ratio"] = "fast"
     no_cpus = dict(SAMPLES["camera_fps"], machine={**MACHINE, "cpus": None})
@@ -347,7 +349,7 @@ def test_a_malformed_file_is_named_with_its_field_and_the_others_are_drawn(tmp_p
 
 
 def test_a_missing_envelope_field_is_named(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     data = {k: v for k, v in SAMPLES["small_message"].items() if k != "baseline"}
     results = write_samples(tmp_path / "results", {"small_message": data})
     rc, _, err = draw(results, tmp_path / "img", capsys)
@@ -366,7 +368,7 @@ def test_without_matplotlib_it_says_how_to_install_it(tmp_path, capsys, monkeypa
 def test_real_benchmarks_write_results_the_plotter_draws(tmp_path, capsys):
     """small_message and decode_scaling, with a handful of calls each (the figures mean nothing
     here), run as scripts in one interpreter (torch is imported once: the test stays fast)."""
-    pytest.importorskip("matplotlib")
+    import_or_skip("matplotlib")
     results = tmp_path / "results"
     runs = [
         (BENCH / "small_message.py", ["--batch", "5", "--batches", "1", "--json", str(results / "small_message.json")]),

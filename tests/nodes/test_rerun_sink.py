@@ -24,11 +24,11 @@ from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.rerun_sink import sdk
 from tensor_codec_nodes.rerun_sink.config import load_config
 from tests.support.jpeg import reference_encode
+from tests.support.optional import needs
 from tests.support.paths import ROOT
 from tests.support.rerun import read_recording
 
-HAS_RERUN = sdk.missing() is None
-needs_rerun = pytest.mark.skipif(not HAS_RERUN, reason="rerun-sdk is not installed (the optional extra `rerun`)")
+needs_rerun = needs("rerun")  # rerun-sdk, the optional extra `rerun`
 CAPTURE_NS = 1_763_900_000_123_456_789
 
 

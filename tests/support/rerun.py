@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
+
+from tests.support.optional import import_or_skip
 
 PROPERTIES = "/__properties"  # rerun's own entity: the recording's start time
 
@@ -33,7 +34,7 @@ class Entity:
 def read_recording(path: Path | str) -> dict[str, Entity]:
     """Every entity of the .rrd at `path` (the rows of all its chunks, in the file's order; a
     column a chunk does not have is None on its rows), without rerun's own properties."""
-    rerun_chunk = pytest.importorskip("rerun.chunk")
+    rerun_chunk = import_or_skip("rerun.chunk")  # rerun-sdk: an optional extra
     entities: dict[str, Entity] = {}
     for chunk in rerun_chunk.RrdReader(str(path)).stream():
         if chunk.entity_path == PROPERTIES:
