@@ -14,16 +14,15 @@ a producer whose WINDOW does not fit that queue refuses to start.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import subprocess
 import sys
 
 import pytest
 import yaml
 
 from tests.support.dora import ROOT, run_flow_file, tail
+from tests.support.load import cpu_hog
 
 pytestmark = pytest.mark.dora
 
@@ -175,20 +174,6 @@ def test_producers_whose_consumer_dies_exit_non_zero_and_say_how_many_were_not_a
     # The receiver handled (and acknowledged) at most 30 messages of the 300 before it died.
     assert n_sender <= 200 and n_camera <= 100 and n_sender + n_camera >= 300 - 30
     assert "ack closed: that receiver went away" in log and "ack_receiver closed: that consumer went away" in log
-
-
-@contextlib.contextmanager
-def cpu_hog(processes: int = 2):
-    """`processes` busy loops (`python -c "while True: pass"`) for the length of the block: a
-    loaded host, where a slow consumer falls further behind and resends pile up."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait(timeout=30)
 
 
 OVERFILL_COUNT = 100  # the sender's messages in the overfill test
