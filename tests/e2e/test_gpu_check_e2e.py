@@ -5,11 +5,15 @@ tests/nodes/test_gpu_check.py."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+from importlib.metadata import version as metadata_version
 from pathlib import Path
 
 import pytest
@@ -18,27 +22,41 @@ import torch
 from tests.support.dora import dora_env
 from tests.support.gpu_check import cpu_context
 from tests.support.paths import ROOT
-from tools.gpu_check import parts
+from tools.gpu_check import engines, groups, parts
 from tools.gpu_check.report import PASS, SKIPPED
 
 CLI = [sys.executable, "-m", "tools.gpu_check"]
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 
 
-def gpu_tests_collected_here(session: pytest.Session) -> int:
-    """The gpu tests of the suite: counted in this session when it collected every test file
-    unfiltered (`make test`: a second collection would cost some 15 s), else collected again."""
+def collected_here(session: pytest.Session, markexpr: str, has) -> list[str]:
+    """The ids of the suite's tests that `markexpr` selects: from this session when it collected
+    every test file unfiltered (`make test`: a second collection would cost some 15 s; `has(item)`
+    says whether the expression holds for an item), else collected again."""
     config = session.config
     files = {Path(item.path) for item in session.items}
     if not config.option.markexpr and not config.option.keyword and set((ROOT / "tests").rglob("test_*.py")) <= files:
-        return sum(1 for item in session.items if item.get_closest_marker("gpu"))
+        return [item.nodeid for item in session.items if has(item)]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-m", markexpr, "--collect-only", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    return int(re.search(r"(\d+)/\d+ tests collected", proc.stdout).group(1))
+    assert re.search(r"\d+/\d+ tests collected", proc.stdout), proc.stdout[-3000:] + proc.stderr[-2000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def gpu_tests_collected_here(session: pytest.Session) -> int:
+    return len(collected_here(session, "gpu", lambda item: item.get_closest_marker("gpu")))
+
+
+def imports(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except (ImportError, OSError):  # OSError: a native library that does not load
+        return False
+    return True
 
 
 @no_cuda
@@ -72,6 +90,47 @@ def test_without_cuda_it_says_so_checks_the_cpu_side_and_exits_0(tmp_path, reque
         and "no CUDA device" in markdown
         and "| gpu tests | skipped |" in markdown
     )
+    # The optional engines: what is installed here, none run (no CUDA), and why.
+    engines_ = {row["engine"]: row for row in report["engines"]}
+    assert list(engines_) == [engine.name for engine in engines.ENGINES]
+    assert all(row["ran"] == "no" and row["why"].startswith("no CUDA device") for row in engines_.values())
+    assert "## Optional engines" in markdown and "| torchcodec | the JPEG nodes' default engine" in markdown
+    has_xdist = importlib.util.find_spec("xdist") is not None
+    assert (engines_["pytest-xdist"]["installed"] != "missing") == has_xdist
+    assert engines.workers(None, engines.cpu_count(), has_xdist).note in engines_["pytest-xdist"]["why"]
+    torchcodec_missing = not imports("torchcodec.encoders") or not imports("torchcodec.decoders")
+    assert (engines_["torchcodec"]["installed"] == metadata_version("torchcodec")) or torchcodec_missing
+    assert bool(report["warnings"]) == bool(torchcodec_missing), report["warnings"]
+
+
+def test_every_gpu_test_that_runs_a_dataflow_is_under_tests_e2e(request):
+    """What the check's xdist scheduler (tools/gpu_check/groups.py) goes by: it sees test ids only."""
+    dataflows = collected_here(
+        request.session, "gpu and e2e", lambda item: item.get_closest_marker("gpu") and item.get_closest_marker("e2e")
+    )
+    assert dataflows and all(groups.scope_of(test) == groups.DATAFLOW for test in dataflows), dataflows
+
+
+def test_without_torchcodec_the_environment_part_says_it_is_missing(tmp_path, monkeypatch):
+    """TorchCodec is expected: where it does not import, the environment part's summary and the
+    report's first lines say so (the check goes on)."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Blocker:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torchcodec':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked)', name=name)\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")])))
+    part, _, info = parts.environment(cpu_context(tmp_path))
+    assert part.status == PASS and part.summary.endswith("; torchcodec MISSING (expected)"), part
+    assert "No module named 'torchcodec" in info["optional"]["torchcodec"]["unavailable"]
+    assert info["jpeg encoder auto"].startswith("engine=torchvision")  # ENGINE=auto fell back
+    [warning] = engines.missing_expected(info["optional"])
+    assert engines.EXPECTED_FROM in warning and "(blocked)" in warning
 
 
 @pytest.mark.dora

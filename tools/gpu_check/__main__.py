@@ -2,13 +2,16 @@
 
     python -m tools.gpu_check [--out out/gpu-check] [--budget 450]
 
-Runs, in order: an environment report (versions, device, driver, allocator settings), every
-gpu-marked test (junit XML), the default pipeline with every node on CUDA, the two-machine
-pipeline with CUDA tensors, and the GPU benchmarks (CUDA IPC, pinned staging, JPEG), each within
-what is left of the time budget. Writes report.md, report.json, gpu-tests.xml and gpu-check.log
+Runs, in order: an environment report (versions, device, driver, allocator settings, the
+optional engines), every gpu-marked test (junit XML; on pytest-xdist workers where the
+interpreter has it), the default pipeline with every node on CUDA, the two-machine pipeline with
+CUDA tensors, and the GPU benchmarks (CUDA IPC, pinned staging, JPEG), each within what is left
+of the time budget, less what the parts after it need. Writes report.md, report.json (with the
+table of the optional engines: installed, ran or not, and why), gpu-tests.xml and gpu-check.log
 into --out (nothing else: a GPU host hands back only a few files). Exits 1 when a part fails,
 130 when interrupted (the report then says how far it got). Without CUDA it says so in one line,
-checks what the CPU can, marks the GPU parts skipped and exits 0.
+checks what the CPU can, marks the GPU parts skipped and exits 0. TorchCodec is expected (the
+GPU hosts get it from ../shared/gpu/wheels.sh): where it is missing the report says so first.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import time
 import traceback
 from pathlib import Path
 
-from . import parts
+from . import engines, parts
 from .report import FAIL, Part, Report
 from .runner import Context
 
-DEFAULT_BUDGET_S = 420  # first-run.sh gives `make gpu-check` 500 s, the install included
+# ../shared/gpu/first-run.sh gives the check 300 s (GPU_CHECK_BUDGET) of a ~5-minute device call,
+# after an install of ~40 s; `make gpu-check` the same.
+DEFAULT_BUDGET_S = 300
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +85,10 @@ def run_all(ctx: Context, report: Report) -> None:
             ),
             {},
         )
-    report.environment = info
+    report.environment = ctx.environment = info
     report.cuda = ctx.cuda = bool(info.get("cuda"))
+    report.warnings = engines.missing_expected(info.get("optional") or {}) if info else []
+    _engines(ctx, report)
     report.add(part)
     _say(part)
     if not ctx.cuda:
@@ -90,13 +97,22 @@ def run_all(ctx: Context, report: Report) -> None:
             "checking what the CPU can",
             flush=True,
         )
-    for step in parts.PARTS:
+    for warning in report.warnings:
+        print(f"gpu-check: warning: {warning}", flush=True)
+    for i, step in enumerate(parts.PARTS):
+        # With CUDA each part leaves the parts after it their floors (the gpu tests could take it all).
+        ctx.reserve = sum(later.floor for later in parts.PARTS[i + 1 :]) if ctx.cuda else 0.0
         if ctx.remaining() < 10:
             part, goals = Part(step.title, FAIL, 0.0, f"not run: the {report.budget_s:.0f} s budget was spent"), []
         else:
             part, goals = guarded(step, ctx)
+        _engines(ctx, report)
         report.add(part, goals)
         _say(part)
+
+
+def _engines(ctx: Context, report: Report) -> None:
+    report.engines = engines.table(ctx.environment.get("optional") or {}, ctx.cuda, ctx.cases, ctx.workers)
 
 
 def guarded(step, ctx: Context) -> tuple[Part, list]:

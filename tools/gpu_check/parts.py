@@ -6,22 +6,29 @@ say there is no GPU); such parts are `skipped` unless that much already fails.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from . import flows
+from . import engines, flows
+from .engines import Case
 from .report import FAIL, PASS, SKIPPED, Goal, Part
 from .runner import ROOT, Context
 
 ENVIRONMENT = r"""
-import ctypes, json, os, platform, sys
+import ctypes, importlib, json, os, platform, sys
 from importlib import metadata
 def version(name):
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+def imports(module):
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # ImportError, or OSError from a native library that does not load
+        return f"{module} does not import ({type(e).__name__}: {str(e).partition(chr(10))[0]})"
 import torch, torchvision, pyarrow, tensor_codec  # tensor_codec checks the supported releases
 info = {
     "python": platform.python_version(), "executable": sys.executable,
@@ -32,13 +39,24 @@ info = {
     "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
     "cuda": torch.cuda.is_available(),
 }
+kind = "cuda" if info["cuda"] else "cpu"
+# The optional engines (tools/gpu_check/engines.py): each one's version (None: not installed) and
+# why it cannot be used here (None: it can).
+optional = {
+    "torchcodec": [version("torchcodec")], "nvimgcodec": [version("nvidia-nvimgcodec-cu13")],
+    "torchvision": [torchvision.__version__], "rerun": [version("rerun-sdk"), imports("rerun")],
+    "xdist": [version("pytest-xdist"), imports("xdist")],
+}
 try:  # which JPEG engines the nodes can use here, and what ENGINE=auto takes
     from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder, unavailable
-    kind = "cuda" if info["cuda"] else "cpu"
-    info["jpeg engines"] = "; ".join(f"{name}: {unavailable(name, kind) or 'usable'}" for name in ENGINES)
+    for name in ENGINES:
+        optional[name].append(unavailable(name, kind))
     info["jpeg encoder auto"] = choose_encoder("auto", "auto", kind).describe()
 except Exception as e:
-    info["jpeg engines"] = f"{type(e).__name__}: {e}"
+    info["jpeg encoder auto"] = f"{type(e).__name__}: {e}"
+    for name in ("torchcodec", "nvimgcodec", "torchvision"):
+        optional[name].append(f"the JPEG engines do not load ({type(e).__name__}: {e})")
+info["optional"] = {key: {"version": found[0], "unavailable": found[1]} for key, found in optional.items()}
 if info["cuda"]:
     p = torch.cuda.get_device_properties(0)
     info.update(device=torch.cuda.get_device_name(0), device_count=torch.cuda.device_count(),
@@ -86,14 +104,31 @@ def environment(ctx: Context) -> tuple[Part, list[Goal], dict]:
             info["driver"] = smi.output.strip().splitlines()[0]
     status = PASS if dora else FAIL
     summary = info.get("device", "no CUDA device") + ("" if dora else "; the dora CLI is missing")
+    for engine in engines.expected_but_missing(info.get("optional") or {}):  # said here too, not only in the table
+        summary += f"; {engine.name} MISSING (expected)"
     return Part("environment", status, ran.seconds, summary), [], info
 
 
 def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
-    """Every gpu-marked test, junit XML in OUT_DIR. Without CUDA: that they are all collected."""
+    """Every gpu-marked test, junit XML in OUT_DIR, on xdist workers where the interpreter has
+    pytest-xdist (engines.workers). Without CUDA: that they are all collected."""
+    xdist = (ctx.environment.get("optional") or {}).get("xdist") or {}
+    have_xdist = bool(xdist.get("version")) and not xdist.get("unavailable")
+    ctx.workers = engines.workers(os.environ.get("PYTEST_ADDOPTS"), engines.cpu_count(), have_xdist)
     if not ctx.cuda:
         ran = ctx.run(
-            [ctx.python, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
+            [
+                ctx.python,
+                "-m",
+                "pytest",
+                "-m",
+                "gpu",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *ctx.test_paths,
+            ],
             timeout=ctx.limit(120),
         )
         match = re.search(r"(\d+)/\d+ tests collected", ran.output) or re.search(r"(\d+) tests? collected", ran.output)
@@ -109,6 +144,7 @@ def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
             ctx.python,
             "-m",
             "pytest",
+            *ctx.workers.args,
             "-m",
             "gpu",
             "-q",
@@ -117,15 +153,19 @@ def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
             "no:cacheprovider",
             "--durations=15",
             f"--junitxml={junit}",
+            *ctx.test_paths,
         ],
         timeout=ctx.limit(300),
     )
-    counts, failed, race = read_junit(junit)
+    ctx.cases = read_cases(junit)
+    counts, failed, race = tally(ctx.cases)
     summary = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    summary += f" ({ctx.workers.count} xdist workers)" if ctx.workers.count > 0 else ""
     if ran.timed_out:
         summary += f"; cut short after {ran.seconds:.0f} s"
     ok = ran.returncode == 0 and counts["failed"] == 0 and counts["passed"] > 0
     figures = {**counts, "failed tests": failed[:20]} if failed else dict(counts)
+    figures["workers"] = ctx.workers.note
     race_goal = Goal(
         f"{RACE_TRIALS}/{RACE_TRIALS} CUDA IPC race trials without a stale value",
         f"{RACE_TRIALS}/{RACE_TRIALS}",
@@ -138,30 +178,45 @@ def gpu_tests(ctx: Context) -> tuple[Part, list[Goal]]:
     return Part(GPU_TESTS, PASS if ok else FAIL, ran.seconds, summary, figures, "" if ok else ran.tail(60)), [race_goal]
 
 
-def read_junit(path: Path) -> tuple[dict, list[str], bool | None]:
+def read_cases(path: Path) -> list[Case]:
+    """The tests of a junit XML file (none where it is missing or unreadable). xdist's `@group`
+    suffix (--dist loadgroup) is taken off their names."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    cases = []
+    for case in root.iter("testcase"):
+        name = case.get("name", "")
+        if name.rfind("@") > name.rfind("]"):
+            name = name[: name.rfind("@")]
+        outcome, message = "passed", ""
+        for tag, said in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
+            found = case.find(tag)
+            if found is not None:
+                outcome, message = said, (found.get("message") or "").partition("\n")[0]
+                break
+        cases.append(Case(case.get("classname", ""), name, outcome, message))
+    return cases
+
+
+def tally(cases: list[Case]) -> tuple[dict, list[str], bool | None]:
     """-> (counts, names of failed tests, whether the race test passed (None: it did not run))."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failed: list[str] = []
     race = None
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return counts, failed, race
-    for case in root.iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if case.find("failure") is not None or case.find("error") is not None:
-            counts["failed"] += 1
-            failed.append(name)
-            outcome = False
-        elif case.find("skipped") is not None:
-            counts["skipped"] += 1
-            outcome = None
-        else:
-            counts["passed"] += 1
-            outcome = True
-        if case.get("name") == RACE_TEST:
-            race = outcome
+    for case in cases:
+        counts[case.outcome] += 1
+        if case.outcome == "failed":
+            failed.append(f"{case.module}::{case.name}")
+        if case.name == RACE_TEST:
+            race = {"passed": True, "failed": False}.get(case.outcome)
     return counts, failed, race
+
+
+def read_junit(path: Path) -> tuple[dict, list[str], bool | None]:
+    """-> (counts, names of failed tests, whether the race test passed (None: it did not run))."""
+    return tally(read_cases(path))
 
 
 def pipeline(ctx: Context) -> tuple[Part, list[Goal]]:
@@ -249,8 +304,9 @@ def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
     return Part(CLUSTER, PASS if ok else FAIL, ran.seconds, summary, figures, "" if ok else ran.tail(60)), []
 
 
-def benchmark(name: str, script: str, args: list[str], cap_s: float):
-    """A part running bench/<script> with --json; its goals come from the script itself."""
+def benchmark(name: str, script: str, args: list[str], cap_s: float, floor_s: float):
+    """A part running bench/<script> with --json; its goals come from the script itself. It may
+    take up to `cap_s`; the parts before it leave it `floor_s` of the budget."""
 
     def part(ctx: Context) -> tuple[Part, list[Goal]]:
         if not ctx.cuda:  # that it starts (imports, options): what there is to check without a GPU
@@ -285,7 +341,7 @@ def benchmark(name: str, script: str, args: list[str], cap_s: float):
         met = sum(1 for g in goals if g.met)
         return Part(name, PASS, ran.seconds, f"{met} of {len(goals)} goals met", figures), goals
 
-    part.title = name
+    part.title, part.floor = name, floor_s
     return part
 
 
@@ -307,12 +363,15 @@ def last_json(output: str):
 
 
 gpu_tests.title, pipeline.title, cluster.title = GPU_TESTS, PIPELINE, CLUSTER
+# What each part is left of the budget by the parts before it (run_all's reserve), in seconds: on a
+# 16-core H100 host the pipeline took 19 s, the whole check 210 s with the gpu tests on 6 workers.
+gpu_tests.floor, pipeline.floor, cluster.floor = 60, 25, 30
 
 PARTS = [
     gpu_tests,
     pipeline,
     cluster,
-    benchmark("bench: CUDA IPC", "cuda_ipc.py", ["--reps", "12", "--warmup", "3"], 90),
-    benchmark("bench: pinned staging", "host_staging.py", ["--reps", "6"], 45),
-    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 150),
+    benchmark("bench: CUDA IPC", "cuda_ipc.py", ["--reps", "12", "--warmup", "3"], 90, 20),
+    benchmark("bench: pinned staging", "host_staging.py", ["--reps", "6"], 45, 10),
+    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 150, 25),
 ]

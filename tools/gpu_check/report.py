@@ -43,6 +43,8 @@ class Report:
         self.cuda: bool | None = None
         self.parts: list[Part] = []
         self.goals: list[Goal] = []
+        self.engines: list[dict] = []  # engines.table: the optional engines, installed, ran, why
+        self.warnings: list[str] = []  # what is missing that the check expects (engines.missing_expected)
 
     @property
     def ok(self) -> bool:
@@ -71,7 +73,9 @@ class Report:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "seconds": round(time.time() - self.started, 1),
             "budget_s": self.budget_s,
+            "warnings": self.warnings,
             "environment": self.environment,
+            "engines": self.engines,
             "parts": [asdict(p) for p in self.parts],
             "goals": [asdict(g) for g in self.goals],
         }
@@ -83,6 +87,7 @@ class Report:
             "",
             data["device"],
             "",
+            *(f"**Warning: {_cell(w)}**\n" for w in self.warnings),
             f"Started {data['started']}, {data['seconds']:.0f} s of a {self.budget_s:.0f} s budget.",
             "",
             "| part | result | seconds | summary |",
@@ -96,9 +101,16 @@ class Report:
             for g in self.goals:
                 met = "not measured" if g.met is None else ("met" if g.met else "**not met**")
                 lines.append(f"| {_cell(g.name)} | {g.target} {g.unit} | {_cell(_measured(g))} | {met} |")
+        if self.engines:
+            lines += ["", "## Optional engines", "", "| engine | for | installed | ran | why |"]
+            lines += ["| --- | --- | --- | --- | --- |"]
+            lines += [
+                f"| {e['engine']} | {_cell(e['purpose'])} | {_cell(e['installed'])} | {e['ran']} | {_cell(e['why'])} |"
+                for e in self.engines
+            ]
         if self.environment:
             lines += ["", "## Environment", ""]
-            lines += [f"- {key}: {value}" for key, value in self.environment.items()]
+            lines += [f"- {key}: {value}" for key, value in self.environment.items() if key != "optional"]
         for p in self.parts:
             if p.figures or p.tail:
                 lines += ["", f"## {p.name}", ""]

@@ -42,13 +42,20 @@ class Context:
         # Where the pipeline parts put every node. Only the tests say "cpu": they run the GPU
         # parts of the check itself on a machine without one.
         self.device = "cuda"
+        self.environment: dict = {}  # what the environment part found (its "optional" engines too)
+        self.workers = None  # engines.Workers: how the gpu tests are spread (decided by that part)
+        self.cases: list | None = None  # the gpu tests' results (engines.Case); None: not run
+        self.test_paths: list[str] = []  # what pytest runs of the gpu tests; only tests name a suite of their own
+        self.reserve = 0.0  # seconds of the budget the part running leaves to the parts after it
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
     def limit(self, cap_s: float) -> float:
-        """The time a part may take: its cap, or what is left of the budget."""
-        return max(0.0, min(cap_s, self.remaining()))
+        """The time a part may take: its cap, or what is left of the budget less what the
+        parts after it are to be left (but never less than half of what is left)."""
+        left = self.remaining()
+        return max(0.0, min(cap_s, max(left - self.reserve, left / 2)))
 
     def dora(self) -> str | None:
         beside = self.bindir / "dora"
