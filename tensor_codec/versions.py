@@ -23,7 +23,8 @@ __all__ = ["MINIMUM", "release", "problems", "require"]
 MINIMUM: dict[str, tuple[int, ...]] = {
     "torch": (2, 11),
     "torchvision": (0, 26),
-    "pyarrow": (15,),
+    # 16: pyarrow 15's wheels need numpy < 2, and the project needs numpy >= 2 (pyproject.toml).
+    "pyarrow": (16,),
 }
 
 

@@ -56,7 +56,7 @@ def test_pyproject_declares_the_floors_the_code_checks():
             {"torchvision": "0.25.0+cu128"},
             ["torchvision: expected torchvision >= 0.26, found torchvision 0.25.0+cu128"],
         ),
-        ({"pyarrow": "14.0.2"}, ["pyarrow: expected pyarrow >= 15, found pyarrow 14.0.2"]),
+        ({"pyarrow": "15.0.2"}, ["pyarrow: expected pyarrow >= 16, found pyarrow 15.0.2"]),
         ({"torch": None}, ["torch: expected torch >= 2.11, found none installed"]),
         ({"torch": "unknown"}, ["torch: expected torch >= 2.11, found torch unknown"]),
         ({"numpy": "1.0"}, []),  # not one of the checked packages
