@@ -371,7 +371,7 @@ class AckWindow:
         return self.tx - self.acked_tx[acker]
 
     def _full_queues(self) -> list[str]:
-        return [a for a in self.ackers if self.tx - self.acked_tx[a] >= self.capacity[a]]
+        return [a for a in self.ackers if self.queued(a) >= self.capacity[a]]
 
     def _settle(self, now: float) -> None:
         for acker, heard in self.heard.items():
