@@ -7,11 +7,13 @@ methods (tests/support/ipc_fake_backend.py) can drive the whole protocol on a ma
 Facts this rests on (torch 2.14, see docs/cuda-ipc-design.md):
 
 * ``UntypedStorage._share_cuda_()`` names the caching-allocator *segment* holding a storage (the
-  cudaMalloc block) and the storage's byte offset inside it; it also takes a slot in torch's
-  shared ref counter, which we hand back at once (`_release_ipc_counter_cuda`): our ledger, not
-  torch's counter, decides when the memory may be reused.
+  cudaMalloc block) and the storage's byte offset inside it; it also makes an interprocess event
+  and takes a slot in torch's shared ref counter (which we hand back at once,
+  `_release_ipc_counter_cuda`: our ledger, not torch's counter, decides when the memory may be
+  reused). It costs a few hundred microseconds: the pool (pool.py) calls it once per buffer.
 * ``UntypedStorage._new_shared_cuda(...)`` opens such a segment in another process (cudaIpc-
-  OpenMemHandle, slow: milliseconds) and returns a storage at base + offset.
+  OpenMemHandle, slow: milliseconds) and returns a storage at base + offset. So does opening an
+  interprocess event handle: receivers cache both, per producer.
 * A ``__cuda_array_interface__`` object given to ``torch.as_tensor`` becomes a tensor whose storage
   holds a reference to that object and drops it when the storage dies: the receiver's signal that
   every view of a message is gone, without polling and without a host sync.
@@ -66,6 +68,11 @@ class _MessageMemory:
 
 
 class CudaBackend:
+    """Every device operation of the transport. The pools (pool.py, receiving.py) call the set-up
+    operations (`allocate`, `export`, `new_event`, `open_segment`, `open_event`, `new_marker`)
+    once per buffer, event or marker; per message there remain `record`, `wait`, `message_view`
+    and `record_marker`. The CPU stand-in counts each call, and tests hold the transport to that."""
+
     name = "cuda"
 
     # ---- identity
@@ -78,37 +85,57 @@ class CudaBackend:
     def visible_gpus(self) -> list[str]:
         return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
 
-    # ---- producer
+    def current_index(self) -> int:
+        return torch.cuda.current_device()
+
+    def current_stream(self, index: int) -> Any:
+        return torch.cuda.current_stream(index)
+
+    # ---- producer: set-up, once per pooled buffer
     def device_index_of(self, t: torch.Tensor) -> int | None:
         """The GPU a leaf lives on, None for a CPU leaf (copied up into the message)."""
         return t.device.index if t.device.type == "cuda" else None
 
-    def stage(self, nbytes: int, index: int) -> torch.Tensor:
-        """A fresh buffer for one message, allocated on the current stream (the stream that will
-        write it, so the caching allocator orders its reuse after that stream's work)."""
+    def allocate(self, nbytes: int, index: int) -> torch.Tensor:
+        """A message buffer, allocated on the current stream (the one that first writes it)."""
         return torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
 
-    def share(self, staging: torch.Tensor) -> tuple[bytes, int]:
-        """-> (torch's handle of the segment holding `staging`, the byte offset of `staging` in it)."""
-        storage = staging.untyped_storage()
+    def export(self, buffer: torch.Tensor) -> tuple[bytes, int]:
+        """-> (torch's handle of the segment holding `buffer`, the byte offset of `buffer` in it)."""
+        storage = buffer.untyped_storage()
         _device, handle, _size, offset, counter_handle, counter_offset, _event, _sync = storage._share_cuda_()
-        # Give torch's per-share counter back now, so a freed staging block returns to the caching
-        # allocator at once instead of waiting in torch's limbo for ipc_collect().
+        # torch's share also takes a slot in its interprocess ref counter; give it back now: our
+        # ledger decides when the memory may be reused, and a buffer the pool retires returns to
+        # the caching allocator at once instead of waiting in torch's limbo for ipc_collect().
         torch.UntypedStorage._release_ipc_counter_cuda(counter_handle, counter_offset)
-        return bytes(handle), int(offset) + staging.storage_offset()
+        return bytes(handle), int(offset) + buffer.storage_offset()
 
-    def record_ready(self, index: int) -> tuple[Any, bytes]:
-        """A fresh interprocess event recorded on the current stream, after the copies that wrote
-        the message. -> (the event, kept alive by the producer until every receiver is done; its
-        64-byte handle)."""
+    def new_event(self, index: int) -> tuple[Any, bytes]:
+        """An interprocess event on GPU `index` and its 64-byte handle (exported once)."""
         with torch.cuda.device(index):
             event = torch.cuda.Event(interprocess=True)
-            event.record(torch.cuda.current_stream(index))
-            return event, bytes(event.ipc_handle())
+            return event, bytes(event.ipc_handle())  # ipc_handle() creates the event on this device
 
-    # ---- receiver
+    def retire(self, buffer: torch.Tensor, stream: Any) -> None:
+        """The pool lets go of `buffer`, last written on `stream`: the caching allocator must not
+        hand it out before that stream's work on it is done."""
+        if stream is not None:
+            buffer.record_stream(stream)  # a no-op for the stream it was allocated on
+
+    # ---- per message, both sides
+    def record(self, event: Any, index: int) -> Any:
+        """Record `event` on the current stream (after the copies that wrote a message); -> that stream."""
+        stream = torch.cuda.current_stream(index)
+        event.record(stream)
+        return stream
+
+    def wait(self, event: Any, index: int) -> None:
+        """The current stream waits (on the GPU, no host sync) for `event`."""
+        torch.cuda.current_stream(index).wait_event(event)
+
+    # ---- receiver: set-up, once per producer segment, event and marker
     def open_segment(self, handle: bytes, index: int, offset: int, size: int) -> Segment:
-        """Open a producer's segment (slow; the transport caches the result)."""
+        """Open a producer's segment (slow: the receiver caches the result)."""
         with torch.cuda.device(index):
             # The storage's deleter (when the cache lets go of it) syncs this process's current
             # stream and decrements a ref counter we do not use: a counter file that does not
@@ -120,11 +147,17 @@ class CudaBackend:
             found = _allocation_range(start)
         return Segment(storage, start - offset, None if found is None else found[0] + found[1])
 
-    def wait_ready(self, event_handle: bytes, index: int) -> None:
-        """The current stream waits (on the GPU) for the producer's event."""
-        with torch.cuda.device(index):
-            event = torch.cuda.Event.from_ipc_handle(index, event_handle)
-            torch.cuda.current_stream(index).wait_event(event)
+    def open_event(self, handle: bytes, index: int) -> Any:
+        """A producer's interprocess event, opened from its handle (the receiver caches it)."""
+        return torch.cuda.Event.from_ipc_handle(index, handle)
+
+    def new_marker(self, index: int) -> Any:
+        """A plain event (no timing) whose ``query()`` tells when this process's GPU work queued
+        before its last `record_marker` has finished (the receiver pools them)."""
+        return torch.cuda.Event()
+
+    def record_marker(self, marker: Any, index: int) -> None:
+        marker.record(torch.cuda.current_stream(index))
 
     def message_view(self, segment: Segment, offset: int, size: int, index: int) -> tuple[torch.Tensor, Any]:
         """A uint8 tensor over ``[offset, offset + size)`` of `segment`, and the object whose
@@ -133,17 +166,6 @@ class CudaBackend:
         with torch.cuda.device(index):
             view = torch.as_tensor(memory, device=torch.device("cuda", index))
         return view, memory
-
-    def done_marker(self, index: int) -> Any:
-        """An event on the current stream; its ``query()`` turns True once this process's work
-        queued so far (its last use of a message) has finished."""
-        with torch.cuda.device(index):
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(index))
-            return event
-
-    def current_index(self) -> int:
-        return torch.cuda.current_device()
 
 
 @functools.lru_cache(maxsize=1)

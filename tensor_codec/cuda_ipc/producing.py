@@ -1,11 +1,11 @@
 """A sending process's side of CUDA IPC: what it has in flight, per output, and when it may reuse it.
 
-Every message gets its own staging buffer on the sending GPU (so writing a tensor in place after
-`send` never changes what receivers read, failure mode 5), shared with receivers through a slot of
-this process's ledger. The staging buffer and the producer's event are the slot's token: they stay
-alive until every receiver released the slot (or died, or passed it: dora dropped it on the way;
-see progress.py), then the buffer goes back to torch's caching allocator. Receivers release only after
-their own GPU work on it completed, so reuse needs no further fence.
+Every message is copied into a message buffer of its own on the sending GPU (so writing a tensor
+in place after `send` never changes what receivers read, failure mode 5), shared with receivers
+through a slot of this process's ledger. The buffer (pool.py: exported once, with its event) is
+the slot's token: it stays in use until every receiver released the slot (or died, or passed it:
+dora dropped it on the way; see progress.py), then `recycle` gets it back (the pool). Receivers
+release only after their own GPU work on it completed, so reuse needs no further fence.
 
 Each output has a cap on bytes in flight (`configure_output`); past it `send` waits or drops by
 the output's policy (inflight.py) and says so.
@@ -17,6 +17,7 @@ import atexit
 import logging
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import UsageError
@@ -61,8 +62,15 @@ class _Output:
 class ProducerBook:
     """The sending process's bookkeeping: its ledger, per output what is in flight and the cap."""
 
-    def __init__(self, *, slots: int = 1024, claim_timeout_s: float = CLAIM_TIMEOUT_S):
+    def __init__(
+        self,
+        *,
+        slots: int = 1024,
+        claim_timeout_s: float = CLAIM_TIMEOUT_S,
+        recycle: Callable[[Any], None] = lambda token: None,
+    ):
         self._slots = slots
+        self._recycle = recycle
         self._claim_timeout_s = claim_timeout_s
         self._ledger: Ledger | None = None
         self.outputs: dict[str, _Output] = {}
@@ -125,8 +133,10 @@ class ProducerBook:
     def abandon(self, ref: SlotRef) -> None:
         """The message never left (its send failed): free its slot and memory now."""
         with self.lock:
-            if self.ledger.abandon(ref) is not None:
+            token = self.ledger.abandon(ref)
+            if token is not None:
                 self._forget(ref.slot)
+                self._recycle(token)
 
     def collect(self) -> int:
         """Free every finished slot's memory; -> how many."""
@@ -136,10 +146,8 @@ class ProducerBook:
             finished = self._ledger.collect()
             for f in finished:
                 self._forget(f.slot)
-            # Tokens (staging buffers, events) die here, after their slots are marked free.
-            count = len(finished)
-            del finished
-            return count
+                self._recycle(f.token)  # after its slot is marked free: no receiver can claim it now
+            return len(finished)
 
     def _forget(self, slot: int) -> None:
         entry = self.slot_output.pop(slot, None)

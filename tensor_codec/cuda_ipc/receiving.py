@@ -5,14 +5,16 @@ Per message (after the transport validated every field):
 1. `claim` the message's ledger slot (refused if the producer already reclaimed it, or has exited),
    before any CUDA work: a process's first message initialises CUDA (seconds on a loaded host),
    and a claimed message is one its producer holds for as long as it takes;
-2. find the producer's segment in the bounded handle cache (opened once: milliseconds);
+2. find the producer's segment and event in the bounded handle caches (each opened once:
+   milliseconds; the producer reuses its buffers and their events, pool.py);
 3. make the current stream wait on the producer's event (on the GPU, no host sync);
 4. view ``[offset, offset + size)`` of the segment, nothing outside it.
 
 Release: the view's storage holds one object per message; when the last view of the message dies
-(tc.release, a scope's end, or the user dropping everything), a marker event is recorded on the
-current stream, and once it has completed (this process's last use of the memory is finished on
-the GPU) the ledger slot is released. Completions are checked at every decode and by one small
+(tc.release, a scope's end, or the user dropping everything), a marker event (from a pool of
+this process's own) is recorded on the current stream, and once it has completed (this process's
+last use of the memory is finished on the GPU) the ledger slot is released and the marker goes
+back to its pool. Completions are checked at every decode and by one small
 thread while any are pending, so a quiet receiver still gives memory back within milliseconds.
 """
 
@@ -36,17 +38,21 @@ __all__ = ["Receiver"]
 log = logging.getLogger("tensor_codec")
 
 MAX_LEDGERS = 64  # producers followed at once
+MAX_SEGMENTS = 256  # opened producer segments kept (a producer's pool holds a few per output)
+MAX_EVENTS = 1024  # opened producer events kept (one per pooled buffer)
 POLL_S = 0.001
 
 
 class Receiver:
-    def __init__(self, backend: Any, *, max_segments: int = 64):
+    def __init__(self, backend: Any, *, max_segments: int = MAX_SEGMENTS, max_events: int = MAX_EVENTS):
         self.backend = backend
         self.segments = HandleCache(backend.open_segment, max_entries=max_segments, pid_alive=pid_alive)
+        self.events = HandleCache(backend.open_event, max_entries=max_events, pid_alive=pid_alive)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
-        self.pending: list[tuple[Any, LedgerView, SlotRef]] = []
+        self.pending: list[tuple[Any, int, LedgerView, SlotRef]] = []  # (marker, GPU, ledger, slot)
+        self.idle_markers: dict[int, list[Any]] = {}  # per GPU: markers whose last record completed
         self.wakeup = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
         self.claimed = 0
@@ -70,6 +76,7 @@ class Receiver:
 
     def _forget_producer(self, ledger: str) -> None:
         self.segments.forget(ledger)
+        self.events.forget(ledger)
         with self.lock:
             view = self.ledgers.pop(ledger, None)
         if view is not None:
@@ -105,7 +112,8 @@ class Receiver:
                     f"tc.ipc.offset: expected the message inside the producer's segment of "
                     f"{segment.end - segment.base} bytes, got bytes {fields.offset}..{fields.offset + fields.size}"
                 )
-            self.backend.wait_ready(fields.event, index)
+            event = self.events.get(producer.ledger, producer.pid if comparable else None, fields.event, index)
+            self.backend.wait(event, index)
             view, memory = self.backend.message_view(segment, fields.offset, fields.size, index)
         except DecodeError:
             ledger.release(ref)
@@ -129,14 +137,22 @@ class Receiver:
             if sys.is_finalizing():
                 ledger.release(ref)  # exiting: no more GPU work of this process will run
                 return
-            marker = self.backend.done_marker(index)
+            marker = self._take_marker(index)
+            self.backend.record_marker(marker, index)
         except Exception as e:  # never raise out of a deleter
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
         with self.lock:
-            self.pending.append((marker, ledger, ref))
+            self.pending.append((marker, index, ledger, ref))
             self._ensure_thread()
             self.wakeup.notify()
+
+    def _take_marker(self, index: int) -> Any:
+        with self.lock:
+            idle = self.idle_markers.get(index)
+            if idle:
+                return idle.pop()
+        return self.backend.new_marker(index)
 
     def poll(self) -> int:
         """Release every pending message whose completion marker has fired; -> how many."""
@@ -153,7 +169,10 @@ class Receiver:
                 (ready if done else waiting).append(entry)
             self.pending = waiting
             self.releasing += len(ready)
-        for _, ledger, ref in ready:
+            for marker, index, _, _ in ready:
+                if marker is not None:
+                    self.idle_markers.setdefault(index, []).append(marker)
+        for _, _, ledger, ref in ready:
             try:
                 ledger.release(ref)
             except Exception as e:
@@ -191,4 +210,6 @@ class Receiver:
             "segments_open": len(self.segments),
             "segment_cache_hits": self.segments.hits,
             "segment_cache_misses": self.segments.misses,
+            "events_open": len(self.events),
+            "event_cache_misses": self.events.misses,
         }

@@ -1,13 +1,13 @@
 """CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
 
 Sending (docs/wire-format.md, "CUDA IPC transport"): the message is laid out like a host message
-(leaves in depth-first order, each at its offset, here aligned to 256 bytes) in a fresh staging
-buffer on the sender's GPU, written on the current stream: dense layouts keep their strides,
-broadcast dims travel once, anything else is compacted, CPU leaves (a PackedSequence's
-batch_sizes) are copied up. Then an interprocess event is recorded on that stream after the last
-write, the buffer's segment is shared, and a ledger slot keeps it alive until every receiver is
-done. The Arrow value is empty; the metadata carries the handle, the buffer's offset inside the
-segment, its size, the event and the slot.
+(leaves in depth-first order, each at its offset, here aligned to 256 bytes) in a message buffer
+on the sender's GPU (pool.py: exported once, reused), written on the current stream: dense layouts
+keep their strides, broadcast dims travel once, anything else is compacted, CPU leaves (a
+PackedSequence's batch_sizes) are copied up. Then the buffer's interprocess event is recorded on
+that stream after the last write, and a ledger slot keeps the buffer in use until every receiver
+is done. The Arrow value is empty; the metadata carries the segment's handle, the buffer's offset
+inside it, the message's size, the event's handle and the slot.
 
 Receiving: every field is validated first (fields.py), then the producer's identity (same
 machine, not this process, a GPU this process can see, by UUID), then the ledger claim; only then
@@ -37,6 +37,7 @@ from ..transports.names import CUDA_IPC
 from ..wire import ReceivedLeaf, header_metadata
 from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
 from .identity import host_identity, pid_namespace
+from .pool import BufferPool
 from .producing import OutputSettings, ProducerBook
 from .receiving import Receiver
 
@@ -46,11 +47,12 @@ ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granular
 
 
 class _State:
-    """One per process: the device backend, the producer's and the receiver's bookkeeping."""
+    """One per process: the device backend, the producer's buffers and bookkeeping, the receiver's."""
 
     def __init__(self, backend: Any):
         self.backend = backend
-        self.producer = ProducerBook()
+        self.pool = BufferPool(backend)
+        self.producer = ProducerBook(recycle=self.pool.give_back)
         self.receiver = Receiver(backend)
         self.index_of_uuid: dict[str, int | None] = {}
         self.uuid_of_index: dict[int, str] = {}
@@ -107,11 +109,12 @@ class CudaIpcTransport:
         )
 
     def stats(self) -> dict:
-        """Counters of this process: per output sent (``outputs``), and as a receiver (``receiver``)."""
+        """Counters of this process: per output sent (``outputs``), its message buffers (``pool``),
+        and as a receiver (``receiver``)."""
         state = _get_state()
         state.producer.collect()
         state.receiver.poll()
-        return {"outputs": state.producer.stats(), "receiver": state.receiver.stats()}
+        return {"outputs": state.producer.stats(), "pool": state.pool.stats(), "receiver": state.receiver.stats()}
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every message this process sent was released by its receivers (or
@@ -175,26 +178,31 @@ class CudaIpcTransport:
         return entry
 
     def lay_out(self, plan: Plan, output: Output) -> Outgoing | None:
-        """Copy the message into a fresh shared buffer on its GPU and publish it in a ledger slot;
-        the Arrow value stays empty. None when the output's policy dropped it."""
+        """Copy the message into a pooled message buffer on its GPU, record the buffer's event and
+        publish it in a ledger slot; the Arrow value stays empty. None when the output's policy
+        dropped it. In steady state nothing is allocated, exported or created here."""
         state = _get_state()
         index = self._device_of(plan, state.backend.device_index_of)
         codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
         if not state.producer.admit(output.name, total):
             return None
-        backend = state.backend
-        staging = backend.stage(max(total, 1), index)
-        dest = Destination(staging.data_ptr(), lambda: staging, host=False)
-        end = 0
-        for leaf, start in zip(plan.leaves, offsets):
-            if start > end:
-                staging[end:start].zero_()  # padding: deterministic, no stale bytes
-            write_leaf(leaf, dest, start)
-            end = start + leaf.nbytes
-        handle, offset = backend.share(staging)
-        event, event_handle = backend.record_ready(index)
-        ref = state.producer.publish(output.name, output.receivers(), total, (staging, event))
-        fields = IpcFields(handle, offset, total, event_handle, ref.slot, ref.generation)
+        buffer = state.pool.take(total, index)
+        try:
+            state.pool.ordered_before_write(buffer)
+            memory = buffer.tensor
+            dest = Destination(memory.data_ptr(), lambda: memory, host=False)
+            end = 0
+            for leaf, start in zip(plan.leaves, offsets):
+                if start > end:
+                    memory[end:start].zero_()  # padding: deterministic, no stale bytes
+                write_leaf(leaf, dest, start)
+                end = start + leaf.nbytes
+            buffer.stream = state.backend.record(buffer.event, index)
+            ref = state.producer.publish(output.name, output.receivers(), total, buffer)
+        except BaseException:
+            state.pool.give_back(buffer)  # nothing was published: no receiver can know it
+            raise
+        fields = IpcFields(buffer.handle, buffer.offset, total, buffer.event_handle, ref.slot, ref.generation)
         metadata = dict(codec_metadata)
         metadata.update(ipc_metadata(fields))
         return Outgoing(plan, metadata, 0, offsets, ref, in_value=False)

@@ -1,0 +1,122 @@
+"""A sending process's message buffers: GPU memory exported once and reused, so a steady stream of
+messages allocates, exports and creates nothing (issue 30).
+
+Each `MessageBuffer` is a block of one GPU's memory with its own interprocess event, both exported
+once when the buffer is made (`_share_cuda_` and an event handle cost hundreds of microseconds;
+receivers cache what they opened by handle, so a reused buffer is a cache hit for them too).
+A message takes a buffer of its size class, is copied into it, records the buffer's event after
+the last write, and travels in a ledger slot; the buffer comes back here only when the ledger
+says every receiver released the message (or passed it, or died), so a reused buffer is written,
+and its event re-recorded, only after every receiver's GPU work on the previous message is done.
+
+Size classes: 4 KiB, then four per doubling (a message wastes at most a quarter of its buffer),
+so the same shapes reuse the same buffers however their sizes mix. Idle buffers are kept up to
+`max_idle_bytes` per process (the default: one output's default cap on bytes in flight); past
+it a returned buffer goes back to torch's caching allocator.
+
+The one ordering hazard left is a buffer last written on another stream whose message nobody
+read (lost on the way): before writing it again the current stream waits for its event
+(`ordered_before_write`); on one stream, the usual case, stream order already guarantees it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MessageBuffer", "BufferPool", "size_class", "MIN_CLASS_BYTES", "DEFAULT_MAX_IDLE_BYTES"]
+
+MIN_CLASS_BYTES = 4096
+DEFAULT_MAX_IDLE_BYTES = 1 << 30
+
+
+def size_class(nbytes: int) -> int:
+    """The buffer size a message of `nbytes` takes: 4 KiB, or `nbytes` rounded up to a quarter of
+    the power of two below it (4 KiB, 5, 6, 7, 8, 10, 12, 14, 16 KiB, ...)."""
+    if nbytes <= MIN_CLASS_BYTES:
+        return MIN_CLASS_BYTES
+    step = (1 << (nbytes.bit_length() - 1)) >> 2
+    return -(-nbytes // step) * step
+
+
+@dataclass(eq=False)
+class MessageBuffer:
+    """GPU memory for one message at a time, exported once: its segment handle and offset, and
+    an interprocess event (with its handle) recorded after each message's last write."""
+
+    tensor: Any  # uint8, `capacity` bytes
+    capacity: int
+    index: int  # the GPU
+    handle: bytes
+    offset: int  # of the buffer inside the segment `handle` names
+    event: Any
+    event_handle: bytes
+    stream: Any = None  # where the last message was written (None: never written)
+
+
+class BufferPool:
+    """Idle message buffers of this process, per (GPU, size class)."""
+
+    def __init__(self, backend: Any, *, max_idle_bytes: int = DEFAULT_MAX_IDLE_BYTES):
+        self.backend = backend
+        self.max_idle_bytes = max_idle_bytes
+        self.idle: dict[tuple[int, int], list[MessageBuffer]] = {}
+        self.idle_bytes = 0
+        self.lock = threading.Lock()
+        self.made = 0
+        self.reused = 0
+        self.retired = 0
+
+    def take(self, nbytes: int, index: int) -> MessageBuffer:
+        """A buffer of at least `nbytes` on GPU `index`: an idle one, or a new one exported now."""
+        capacity = size_class(nbytes)
+        with self.lock:
+            free = self.idle.get((index, capacity))
+            if free:
+                self.idle_bytes -= capacity
+                self.reused += 1
+                return free.pop()
+        backend = self.backend
+        tensor = backend.allocate(capacity, index)
+        handle, offset = backend.export(tensor)
+        event, event_handle = backend.new_event(index)
+        with self.lock:
+            self.made += 1
+        return MessageBuffer(tensor, capacity, index, handle, offset, event, event_handle)
+
+    def ordered_before_write(self, buffer: MessageBuffer) -> None:
+        """Make the current stream's coming writes into `buffer` follow its last message's writes."""
+        if buffer.stream is not None and buffer.stream != self.backend.current_stream(buffer.index):
+            self.backend.wait(buffer.event, buffer.index)
+
+    def give_back(self, buffer: MessageBuffer) -> None:
+        """Every receiver is done with the buffer's message: keep it for the next (or retire it)."""
+        with self.lock:
+            if self.idle_bytes + buffer.capacity <= self.max_idle_bytes:
+                self.idle.setdefault((buffer.index, buffer.capacity), []).append(buffer)
+                self.idle_bytes += buffer.capacity
+                return
+            self.retired += 1
+        self.backend.retire(buffer.tensor, buffer.stream)
+
+    def trim(self) -> int:
+        """Retire every idle buffer (their memory goes back to torch's caching allocator); -> how many."""
+        with self.lock:
+            idle = [b for free in self.idle.values() for b in free]
+            self.idle.clear()
+            self.idle_bytes = 0
+            self.retired += len(idle)
+        for buffer in idle:
+            self.backend.retire(buffer.tensor, buffer.stream)
+        return len(idle)
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {
+                "buffers_made": self.made,
+                "buffers_reused": self.reused,
+                "buffers_retired": self.retired,
+                "idle_buffers": sum(len(free) for free in self.idle.values()),
+                "idle_bytes": self.idle_bytes,
+            }
