@@ -16,8 +16,8 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
