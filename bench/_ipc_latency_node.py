@@ -3,7 +3,11 @@ receiver acks each). Latency = receiver's `monotonic_ns` once the tensor is usab
 (stream synchronized) minus the sender's just before it started preparing the message.
 
 Codec overhead: the sender times `tc.send` minus the time inside dora's `send_output`; the
-receiver times `tc.receive` (claim, cached segment, event wait queued, views)."""
+receiver times `tc.receive` (claim, cached segment and event, stream wait queued, views).
+
+With STAND_IN_DIR set (bench/cuda_ipc.py --stand-in, the CPU smoke test) both nodes use the CPU
+stand-in backend of the tests (tests/support/ipc_fake_backend.py, segments in that directory) and
+CPU tensors: the same code paths, no GPU, figures that mean nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +23,26 @@ from dora import Node
 import tensor_codec as tc
 
 KB = 1 << 10
+STAND_IN_DIR = os.environ.get("STAND_IN_DIR")
+
+
+def gpu() -> torch.device:
+    """The device the tensors live on: cuda:0, or the CPU under the stand-in backend."""
+    if not STAND_IN_DIR:
+        return torch.device("cuda", 0)
+    from tensor_codec import plan
+    from tensor_codec.cuda_ipc import transport
+    from tests.support.ipc_fake_backend import FakeBackend
+
+    backend = FakeBackend(directory=STAND_IN_DIR)
+    transport.use_backend(backend)
+    plan.on_gpu = lambda t: backend.device_index_of(t) is not None  # its "GPU" memory is CPU memory
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
 
 
 class TimedNode:
@@ -38,6 +62,9 @@ class TimedNode:
     def __getattr__(self, name):
         return getattr(self._node, name)
 
+    def __iter__(self):  # special methods are looked up on the type: __getattr__ never gives them
+        return iter(self._node)
+
 
 def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict) -> int:
     metadata["t0"] = time.monotonic_ns()
@@ -46,14 +73,14 @@ def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict) 
         start = time.perf_counter_ns()
         tc.send(node, "out", tensor, metadata, transport="cuda-ipc")
         return time.perf_counter_ns() - start - node.in_dora_ns
-    tc.send(node._node, "out", tensor.cpu(), metadata)  # today's way: through the host
+    tc.send(node._node, "out", tensor.cpu(), metadata, transport="host")  # today's way: through the host
     return 0
 
 
 def run_sender() -> None:
     plan = json.loads(os.environ["PLAN"])
     node = TimedNode(Node())
-    device = torch.device("cuda", 0)
+    device = gpu()
     tensors = {size: torch.randn(size * KB // 4, device=device) for size in plan["sizes_kb"]}
     queue = []
     for size in plan["sizes_kb"]:
@@ -86,7 +113,7 @@ def run_sender() -> None:
 
 def run_receiver() -> None:
     node = Node()
-    device = torch.device("cuda", 0)
+    device = gpu()
     results = []
     for event in node:
         if event["type"] != "INPUT":
@@ -98,9 +125,9 @@ def run_receiver() -> None:
             start = time.perf_counter_ns()
             tensor = tc.receive(event)
             decode_ns = time.perf_counter_ns() - start
-            if tensor.device.type != "cuda":
+            if tensor.device != device:
                 tensor = tensor.to(device)
-            torch.cuda.current_stream(device).synchronize()
+            synchronize(device)
             t1 = time.monotonic_ns()
             if not metadata["warmup"]:
                 results.append(

@@ -1,13 +1,18 @@
 """CUDA IPC end to end through a real dora dataflow (issue 4), against today's way of moving a GPU
 tensor between processes: `.cpu()` -> dora (tensor_codec's host transport) -> `.cuda()`.
 
-Goals, each printed as a ratio measured in this run:
-* latency flat in size: 64 MB within 1.5x of 4 KB (p50);
+Goals (issue 30), each printed as a ratio measured in this run:
+* latency flat in size: 64 MB within 1.2x of 4 KB (p50);
 * 64 MB at least 30x faster than the `.cpu()` -> dora -> `.cuda()` path (p50);
-* codec overhead per message, dora excluded, under 100 us once handles are cached
-  (p50 of the sender's `tc.send` minus dora's `send_output`, plus the receiver's `tc.receive`).
+* codec overhead per message, dora excluded, under 50 us in steady state (pooled buffers and
+  events, opened once: p50 of the sender's `tc.send` minus dora's `send_output`, plus the
+  receiver's `tc.receive`).
+It also prints the sizes at which host bytes were faster (where `transport="auto"` should take
+them for a same-machine consumer).
 
-Needs a CUDA device; without one it says so and measures nothing.
+Needs a CUDA device; without one it says so and measures nothing. ``--stand-in`` runs the same
+dataflow and code paths on the CPU stand-in backend of the tests (the CPU smoke test): its
+figures are not GPU figures and its goals are not judged.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
 BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
 
 
-def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[dict]]:
+def run(sizes_kb: list[int], reps: int, warmup: int, *, stand_in: bool = False) -> tuple[list[dict], list[dict]]:
     with tempfile.TemporaryDirectory(prefix="tc-bench-ipc-") as tmp:
         tmp = Path(tmp)
+        stand_in_env = {"STAND_IN_DIR": str(tmp)} if stand_in else {}
         results, sender_results = tmp / "results.json", tmp / "sender.json"
         plan = {"sizes_kb": sizes_kb, "reps": reps, "warmup": warmup, "contenders": CONTENDERS}
 
@@ -53,13 +59,13 @@ def run(sizes_kb: list[int], reps: int, warmup: int) -> tuple[list[dict], list[d
                     shared_memory_pool_size="256MB",
                     inputs={"tick": "dora/timer/millis/100", "ack": "receiver/ack"},
                     outputs=["out", "done"],
-                    env={"PLAN": json.dumps(plan), "SENDER_RESULTS": str(sender_results)},
+                    env={"PLAN": json.dumps(plan), "SENDER_RESULTS": str(sender_results), **stand_in_env},
                 ),
                 node(
                     "receiver",
                     inputs={"data": {"source": "sender/out", "queue_size": 4}, "done": "sender/done"},
                     outputs=["ack"],
-                    env={"RESULTS": str(results)},
+                    env={"RESULTS": str(results), **stand_in_env},
                 ),
             ]
         }
@@ -72,7 +78,8 @@ def p50(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
+def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: bool = True) -> dict:
+    """Prints the table and the goals; `judged=False` (the stand-in) leaves every goal unjudged."""
     print("CUDA IPC through dora, p50 latency in ms until the tensor is usable on the receiver's GPU")
     print(f"{'size':>9s}  {'cuda-ipc':>10s}  {'.cpu()->dora->.cuda()':>22s}  {'speed-up':>9s}")
     lat = {}
@@ -82,16 +89,17 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
         ipc, host = lat[("cuda-ipc", size)], lat[("cpu+host+cuda", size)]
         print(f"{size:>7d}KB  {ipc:10.3f}  {host:22.3f}  {host / ipc:8.1f}x")
     small, big = min(sizes_kb), max(sizes_kb)
+    host_faster = [s for s in sizes_kb if lat[("cpu+host+cuda", s)] < lat[("cuda-ipc", s)]]
     flat = lat[("cuda-ipc", big)] / lat[("cuda-ipc", small)]
     speedup = lat[("cpu+host+cuda", big)] / lat[("cuda-ipc", big)]
     send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3
     recv_us = p50(r["receive_codec_ns"] for r in rows if r["contender"] == "cuda-ipc" and r["size_kb"] == small) / 1e3
     goals = [
         goal(
-            f"CUDA IPC latency flat in size: {big // 1024} MB p50 within 1.5x of {small} KB",
+            f"CUDA IPC latency flat in size: {big // 1024} MB p50 within 1.2x of {small} KB",
             flat,
             "<=",
-            1.5,
+            1.2,
             "x",
             f"ratio {flat:.2f}",
         ),
@@ -104,17 +112,27 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
             f"{speedup:.1f}x",
         ),
         goal(
-            "codec overhead per CUDA IPC message under 100 us (dora excluded)",
+            "codec overhead per CUDA IPC message under 50 us (dora excluded)",
             send_us + recv_us,
             "<",
-            100,
+            50,
             "us",
             f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us",
         ),
     ]
     print()
-    print_goals(goals)
+    if host_faster:
+        print(f"host bytes were faster at {', '.join(f'{s} KB' for s in host_faster)}")
+    else:
+        print("CUDA IPC was faster at every size measured")
+    if judged:
+        print_goals(goals)
+    else:
+        for g in goals:
+            g["met"] = None
+        print("  goals not judged: the CPU stand-in backend's figures are not GPU figures")
     return {
+        "host_faster_kb": host_faster,
         "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()},
         "flat_ratio": flat,
         "speedup": speedup,
@@ -128,11 +146,21 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int]) -> dict:
 
 def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes-kb", default="4,1024,16384,65536")
+    parser.add_argument("--sizes-kb", default="4,64,256,1024,16384,65536")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="run on the tests' CPU stand-in backend (no GPU; a smoke test of this script, figures meaningless)",
+    )
     add_json_option(parser, "cuda_ipc")
     args = parser.parse_args(argv)
+    if args.stand_in:
+        sizes = [int(s) for s in args.sizes_kb.split(",")]
+        rows, codec = run(sizes, args.reps, args.warmup, stand_in=True)
+        print("(CPU stand-in backend)")
+        return save("cuda_ipc", BASELINE + " (CPU stand-in run)", report(rows, codec, sizes, judged=False), args.json)
     if not torch.cuda.is_available():
         print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
         skipped("cuda_ipc", BASELINE, "no CUDA device on this machine", args.json)

@@ -10,10 +10,10 @@
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding at 1080p and 4K: every engine (CPU, and CUDA when present) and the
                        encoder node's path, against PIL (issue 5)
-    cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 4; GPU only)
+    cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 30; GPU only)
     cross_daemon.py    two daemons (machines A, B): cross-daemon vs same-daemon latency and throughput,
                        1 to 64 MB, on loopback and on the host's address (issue 6; about 2.5 min)
-    host_staging.py    GPU<->host copies through pinned chunks vs plain copy_ (issue 6; GPU only)
+    host_staging.py    GPU<->shared-memory copies: plain copy_ vs a driver-registered region (issue 30; GPU only)
     camera_fps.py      the synthetic camera at 1920x1080, 60 fps into the receiver: fps, drops, p50/p99
                        latency against the same frames sent as a flat pa.array (about 95 s)
 

@@ -249,10 +249,9 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
 
 
 def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """GPU leaf -> host bytes: one copy off the GPU (staged through pinned memory where that
-    pays, see staging.py); a non-dense leaf is compacted on the GPU first, where it is cheap."""
-    from .cuda_ipc import staging
-
+    """GPU leaf -> host bytes: one plain copy off the GPU (staging it through pinned buffers of
+    our own measured slower at every size, bench/host_staging.py); a non-dense leaf is compacted
+    on the GPU first, where it is cheap."""
     src = leaf.source
     if leaf.raw_span:
         dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
@@ -261,7 +260,7 @@ def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
     else:
         dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
         dense.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
-    staging.device_to_host(dense, dest.tensor()[start : start + leaf.nbytes])
+    dest.tensor()[start : start + leaf.nbytes].copy_(dense)
 
 
 def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> None:

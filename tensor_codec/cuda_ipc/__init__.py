@@ -13,9 +13,8 @@ A newcomer's map (docs/cuda-ipc-design.md has the design):
 * inflight.py    the per-output cap and its wait / drop policy;
 * receiving.py   the receiving process's bookkeeping (claims, releases, opened segments);
 * handle_cache.py  opened segments, reused while their producer lives;
-* backend.py     the only code that touches the CUDA runtime (tests swap in a CPU stand-in);
-* staging.py     pinned host memory for host <-> device copies (the host transport's device
-                 restores and GPU sends use it too).
+* pool.py        the sending process's message buffers and their events, exported once, reused;
+* backend.py     the only code that touches the CUDA runtime (tests swap in a CPU stand-in).
 
 Importing this package never initialises CUDA.
 """

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..cuda_ipc import staging
 from ..errors import DecodeError
 from ..layout import Destination, write_leaf
 from ..plan import Plan
@@ -135,7 +134,7 @@ class HostTransport:
             # exact strides (broadcast dims included) survive, and nothing borrows dora's memory.
             on_device = torch.empty(total, dtype=torch.uint8, device=device)
             if total:
-                staging.host_to_device(base, on_device)  # through pinned memory where that pays
+                on_device.copy_(base)  # one plain copy (bench/host_staging.py: staging did not pay)
             base, borrowed = on_device, None
         return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
 

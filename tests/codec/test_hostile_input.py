@@ -419,14 +419,6 @@ def test_usage_errors_keep_the_builtin_bases_callers_catch():
         tc.register_namedtuple(int)
 
 
-def test_a_bad_staging_threshold_is_a_usage_error_naming_the_variable(monkeypatch):
-    from tensor_codec.cuda_ipc import staging
-
-    monkeypatch.setenv("TC_STAGING_MIN_BYTES", "plenty")
-    with pytest.raises(tc.UsageError, match="TC_STAGING_MIN_BYTES"):
-        staging.staging_threshold()
-
-
 def test_a_full_ledger_is_a_codec_error():
     from tensor_codec.cuda_ipc.ledger import Ledger, LedgerError
 

@@ -77,7 +77,7 @@ def test_without_cuda_it_says_so_checks_the_cpu_side_and_exits_0(tmp_path, reque
         "pipeline on CUDA": SKIPPED,
         "two machines on CUDA": SKIPPED,
         "bench: CUDA IPC": SKIPPED,
-        "bench: pinned staging": SKIPPED,
+        "bench: host copies": SKIPPED,
         "bench: JPEG": SKIPPED,
     }
     gpu_tests = next(p for p in report["parts"] if p["name"] == "gpu tests")

@@ -5,7 +5,7 @@
 Runs, in order: an environment report (versions, device, driver, allocator settings, the
 optional engines), every gpu-marked test (junit XML; on pytest-xdist workers where the
 interpreter has it), the default pipeline with every node on CUDA, the two-machine pipeline with
-CUDA tensors, and the GPU benchmarks (CUDA IPC, pinned staging, JPEG), each within what is left
+CUDA tensors, and the GPU benchmarks (CUDA IPC, host copies, JPEG), each within what is left
 of the time budget, less what the parts after it need. Writes report.md, report.json (with the
 table of the optional engines: installed, ran or not, and why), gpu-tests.xml and gpu-check.log
 into --out (nothing else: a GPU host hands back only a few files). Exits 1 when a part fails,
