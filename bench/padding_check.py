@@ -2,7 +2,8 @@
 leaves leave gaps (odd sizes, so every leaf but the first is preceded by padding), with the
 check, against the same decode with the check switched off, measured in the same run.
 
-    python bench/padding_check.py [--json PATH]   (default out/bench/padding_check.json)
+    python bench/padding_check.py [--rounds 5] [--batch-leaves 2000]
+                                  [--json PATH (default out/bench/padding_check.json)]
 """
 
 from __future__ import annotations
@@ -34,21 +35,36 @@ CASES = [  # (leaves, bytes per leaf)
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds with and without the check, the fastest counts (default 5)",
+    )
+    parser.add_argument(
+        "--batch-leaves",
+        type=int,
+        default=2000,
+        help="leaves decoded per timed batch: a message of k leaves is decoded N // k times, at least once "
+        "(default 2000)",
+    )
     add_json_option(parser, "padding_check")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.batch_leaves < 1:
+        parser.error("--rounds and --batch-leaves: expected at least 1")
     original = host.Padding.check
     rows = []
     print(f"{'message':34s} {'with check':>12s} {'without':>12s} {'ratio':>6s}")
     for count, size in CASES:
         value, metadata = tc.encode([torch.ones(size, dtype=torch.uint8) for _ in range(count)])
-        batch = max(1, 2000 // count)
+        batch = max(1, args.batch_leaves // count)
 
         def decode():
             tc.decode(value, metadata, copy=True)
 
         # Interleaved rounds, the fastest of each kept: drift on a shared machine hits both alike.
         with_check, without = [], []
-        for _ in range(5):
+        for _ in range(args.rounds):
             with_check.append(per_call_seconds(decode, batch=batch, batches=5, warmup=1))
             host.Padding.check = lambda *a: None  # the baseline: everything else the same
             try:
