@@ -3,7 +3,7 @@ engine of the encoder node that can run here (ENGINE=torchcodec, torchvision, nv
 the CPU and, when CUDA is present, on the GPU), side by side with PIL's encoder in one run.
 
     python bench/jpeg_fps.py [--frames 48] [--sizes 1080p,4k] [--engines torchcodec,...]
-                             [--device cpu|cuda|all] [--json PATH (default out/bench/jpeg_fps.json)]
+                             [--device cpu|cuda|all] [--rounds 7] [--json PATH (default out/bench/jpeg_fps.json)]
 
 Each engine is measured twice:
   * engine alone: `submit` batches keeping every worker busy, frames made beforehand;
@@ -20,7 +20,7 @@ PIL gets its most favourable input: an (H, W, C) uint8 array made beforehand, on
 engines run BATCH 4 with one worker per core; on CUDA each engine's node path is first swept over
 BATCH x WORKERS and its best setting is the one measured (and the one its engine-alone row uses).
 Subsampling is each engine's `auto` (4:2:0 on the CPU and for nvImageCodec; TorchCodec's and
-torchvision's nvJPEG write 4:4:4 only). The contenders take turns over ROUNDS rounds, each round
+torchvision's nvJPEG write 4:4:4 only). The contenders take turns over --rounds rounds, each round
 starting one contender further on; the median counts. Ratios > 1 mean faster than PIL. Goals:
 TorchCodec's CPU node path at least as fast as torchvision's (each size; the median of the
 rounds' ratios, as the two are measured in the same round); on CUDA, the best engine's node path
@@ -65,9 +65,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 
-SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840)}
+# qvga is not in the default run: a size for smoke tests (tests/bench), where every path runs in moments.
+SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840), "qvga": (240, 320)}
 QUALITY = 90
-ROUNDS = 7  # each contender runs ROUNDS times, interleaved with the others; the median counts
+ROUNDS = 7  # each contender runs --rounds times (default ROUNDS), interleaved with the others; the median counts
 CPU_BATCH = 4  # the node's default BATCH
 GPU_BATCHES = (1, 8, 32)
 GPU_WORKERS = (1, 2, 4)
@@ -460,6 +461,9 @@ def main(argv=()):
         default="all",
         help="where engines run (all: the CPU, and CUDA when present)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"interleaved rounds, the median counts (default {ROUNDS})"
+    )
     add_json_option(parser, "jpeg_fps")
     args = parser.parse_args(list(argv))
     args.sizes = [s for s in args.sizes.split(",") if s]
@@ -472,6 +476,8 @@ def main(argv=()):
             parser.error(f"--engines: expected some of {', '.join(ENGINES)}, got {e!r}")
     if args.frames < 1:
         parser.error("--frames: expected at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds: expected at least 1")
     has_cuda = torch.cuda.is_available()
     if args.device == "cuda" and not has_cuda:
         parser.error("--device cuda: CUDA is not available on this machine")
@@ -481,8 +487,8 @@ def main(argv=()):
     began = time.monotonic()
     bench = Bench(args, cuda)
     print(
-        f"JPEG encoding at quality {QUALITY}: frames per second (median of {ROUNDS} interleaved rounds), ratio against "
-        "PIL"
+        f"JPEG encoding at quality {QUALITY}: frames per second (median of {args.rounds} interleaved rounds), "
+        "ratio against PIL"
     )
     print(
         f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
@@ -560,7 +566,7 @@ def main(argv=()):
                     results[c.label] = []
                 except Exception as e:
                     failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
-            for r in range(ROUNDS):
+            for r in range(args.rounds):
                 results[PIL_LABEL].append(pil_fps(bench.hwc, args.frames))
                 for c in (
                     rows[r % len(rows) :] + rows[: r % len(rows)] if rows else []
@@ -692,7 +698,7 @@ def main(argv=()):
         "gpu_node_input": None
         if cuda is None
         else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
-        "rounds": ROUNDS,
+        "rounds": args.rounds,
         "rows": table,
         "goals": goals,
     }
