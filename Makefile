@@ -59,7 +59,8 @@ run-cluster: install
 	$(BIN)/python -m tensor_codec_nodes.local_cluster dataflow-cluster.yml \
 		--report out/cluster-report-A.json --report out/cluster-report-B.json
 
-# Everything (what CI runs): tests/{codec,ipc,nodes} then tests/e2e (real dora dataflows, installs).
+# Everything (what CI runs): tests/{codec,ipc,nodes,bench} then tests/e2e (real dora dataflows, installs);
+# tests/bench runs every bench script at tiny sizes (smoke tests: a script that no longer runs fails).
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -83,15 +84,17 @@ test-floor: install-floor
 	@status=0; \
 	echo "make test-floor: the fast tier"; \
 	PATH='$(FLOOR_PATH)' $(FLOOR_BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes \
+		tests/bench \
 		$(PYTEST_ARGS) || status=1; \
 	echo "make test-floor: $(FLOOR_E2E)"; \
 	PATH='$(FLOOR_PATH)' $(FLOOR_BIN)/python -m pytest -q $(FLOOR_E2E) $(PYTEST_ARGS) || status=1; \
 	exit $$status
 
-# The three tiers without a dora dataflow, the dora CLI or an install, and without the tests
-# marked slow (soaks, fresh interpreters): under a minute, for while editing.
+# The three tiers and the benchmarks' smoke tests without a dora dataflow, the dora CLI or an
+# install, and without the tests marked slow (soaks, fresh interpreters): under a minute, for
+# while editing.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes tests/bench $(PYTEST_ARGS)
 
 # Lint, format and types (what CI runs before the tests): ruff check and ruff format --check over
 # the tree, mypy over the public API (pyproject.toml's [tool.ruff] and [tool.mypy]); all three run,
