@@ -66,9 +66,17 @@ def ipc_flush(timeout_s: float = 10.0) -> bool:
 
 
 def ipc_stats() -> dict:
-    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits)
-    and as a receiver (claims, releases, opened segments, cache hits)."""
+    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits),
+    its message buffers (made, reused, idle) and as a receiver (claims, releases, opened
+    segments and events, cache hits)."""
     return _cuda_ipc().stats()
+
+
+def ipc_trim() -> int:
+    """Give this process's idle CUDA IPC message buffers back to torch's caching allocator; ->
+    how many. Sending keeps released buffers for the next messages (exported once, so a steady
+    stream allocates nothing): call this when a burst is over and the memory is wanted elsewhere."""
+    return _cuda_ipc().trim()
 
 
 from .pinning import pin_memory
@@ -100,6 +108,7 @@ __all__ = [
     "ipc_configure",
     "ipc_stats",
     "ipc_flush",
+    "ipc_trim",
     "SharedViewWriteError",
     "ReleasedError",
     "UsageError",

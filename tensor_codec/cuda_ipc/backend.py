@@ -116,11 +116,12 @@ class CudaBackend:
             event = torch.cuda.Event(interprocess=True)
             return event, bytes(event.ipc_handle())  # ipc_handle() creates the event on this device
 
-    def retire(self, buffer: torch.Tensor, stream: Any) -> None:
-        """The pool lets go of `buffer`, last written on `stream`: the caching allocator must not
-        hand it out before that stream's work on it is done."""
-        if stream is not None:
-            buffer.record_stream(stream)  # a no-op for the stream it was allocated on
+    def retire(self, buffer: torch.Tensor, event: Any) -> None:
+        """The pool lets go of `buffer`, whose last write `event` follows (rare: past the pool's
+        idle bound, or a trim). The caching allocator cannot order an exported block's reuse by
+        stream (record_stream skips blocks whose deleter torch's share replaced), so the host
+        waits for that write here; every receiver was done with the buffer already."""
+        event.synchronize()  # returns at once for an event never recorded
 
     # ---- per message, both sides
     def record(self, event: Any, index: int) -> Any:

@@ -17,6 +17,8 @@ it a returned buffer goes back to torch's caching allocator.
 The one ordering hazard left is a buffer last written on another stream whose message nobody
 read (lost on the way): before writing it again the current stream waits for its event
 (`ordered_before_write`); on one stream, the usual case, stream order already guarantees it.
+A retired buffer (past the idle bound, or `trim`) waits on the host for its last write first:
+torch's caching allocator cannot order the reuse of an exported block by stream.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class BufferPool:
                 self.idle_bytes += buffer.capacity
                 return
             self.retired += 1
-        self.backend.retire(buffer.tensor, buffer.stream)
+        self.backend.retire(buffer.tensor, buffer.event)
 
     def trim(self) -> int:
         """Retire every idle buffer (their memory goes back to torch's caching allocator); -> how many."""
@@ -108,7 +110,7 @@ class BufferPool:
             self.idle_bytes = 0
             self.retired += len(idle)
         for buffer in idle:
-            self.backend.retire(buffer.tensor, buffer.stream)
+            self.backend.retire(buffer.tensor, buffer.event)
         return len(idle)
 
     def stats(self) -> dict:

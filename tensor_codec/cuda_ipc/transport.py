@@ -116,6 +116,14 @@ class CudaIpcTransport:
         state.receiver.poll()
         return {"outputs": state.producer.stats(), "pool": state.pool.stats(), "receiver": state.receiver.stats()}
 
+    def trim(self) -> int:
+        """Retire every idle message buffer (pool.py); -> how many."""
+        state = _state
+        if state is None:
+            return 0
+        state.producer.collect()
+        return state.pool.trim()
+
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every message this process sent was released by its receivers (or
         reclaimed); -> False if some were still in flight after `timeout_s`. Call it before a

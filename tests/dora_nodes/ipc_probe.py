@@ -87,6 +87,9 @@ def produce(node):
     start = time.monotonic()
     report["flushed"] = tc.ipc_flush(60)
     report["flush_s"] = time.monotonic() - start
+    # Released buffers wait in the pool for the next messages; trimming gives them back to torch.
+    report["idle_after_flush"] = tc.ipc_stats()["pool"]["idle_bytes"]
+    report["trimmed"] = tc.ipc_trim()
     report["allocated_after"] = torch.cuda.memory_allocated(device) - baseline
     report["stats"] = tc.ipc_stats()["outputs"].get("data", {})
     write(report)

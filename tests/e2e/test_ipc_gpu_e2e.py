@@ -77,7 +77,8 @@ def test_a_receiver_that_dies_gives_the_producer_its_memory_back(dora_cli, tmp_p
     assert consumer is not None and consumer["received"] == 4  # written just before SIGKILL
     assert producer["allocated_while_held"] >= 4 * (16 << 20)
     assert producer["flushed"], producer
-    assert producer["allocated_after"] <= 0, producer
+    assert producer["idle_after_flush"] >= 4 * (16 << 20), producer  # back in the pool, reusable
+    assert producer["trimmed"] >= 4 and producer["allocated_after"] <= 0, producer
 
 
 def test_suite_sender_to_receiver_over_cuda_ipc(dora_cli, tmp_path):

@@ -168,7 +168,7 @@ class FakeBackend:
         event = FakeEvent(os.urandom(64))
         return event, event.handle
 
-    def retire(self, buffer, stream):
+    def retire(self, buffer, event):
         self.ops["retire"] += 1
 
     def record(self, event, index):
