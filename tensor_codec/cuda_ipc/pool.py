@@ -12,7 +12,9 @@ and its event re-recorded, only after every receiver's GPU work on the previous 
 Size classes: 4 KiB, then four per doubling (a message wastes at most a quarter of its buffer),
 so the same shapes reuse the same buffers however their sizes mix. Idle buffers are kept up to
 `max_idle_bytes` per process (the default: one output's default cap on bytes in flight); past
-it a returned buffer goes back to torch's caching allocator.
+it a returned buffer goes back to torch's caching allocator, as `tc.ipc_trim()` sends them all.
+An output's cap on bytes in flight (inflight.py) counts message bytes: the buffers holding them
+are up to a quarter bigger, and the idle ones come on top.
 
 The one ordering hazard left is a buffer last written on another stream whose message nobody
 read (lost on the way): before writing it again the current stream waits for its event
