@@ -256,7 +256,6 @@ SAMPLES = {
     "host_staging": envelope(
         "host_staging",
         "plain copy_",
-        threshold_kb=1024,
         rows=[{"kb": kb, "d2h_ratio": r, "h2d_ratio": r * 1.1} for kb, r in ((256, 0.8), (1024, 1.1), (65536, 2.0))],
     ),
 }
