@@ -247,15 +247,19 @@ class Ledger:
         return progress.known() < expected and now - published >= timeout
 
     def abandon(self, ref: SlotRef) -> object | None:
-        """Take back a slot whose message never left (its send failed); -> its token."""
+        """Take back a slot whose message never left (its send failed); -> its token. A slot some
+        receiver claimed after all (dora delivered before the send raised) is left to `collect`;
+        -> None."""
         entry = self.live.get(ref.slot)
         if entry is None or entry[0] != ref.generation:
             return None
-        del self.live[ref.slot]
         start = _slot_offset(ref.slot)
         with self.file.locked(start, SLOT_BYTES):
             gen, _, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
+            if claims:
+                return None
             SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, expected, claims, published, 0)
+        del self.live[ref.slot]
         return entry[1]
 
     def bytes_live(self) -> int:

@@ -12,7 +12,8 @@ and its event re-recorded, only after every receiver's GPU work on the previous 
 Size classes: 4 KiB, then four per doubling (a message wastes at most a quarter of its buffer),
 so the same shapes reuse the same buffers however their sizes mix. Idle buffers are kept up to
 `max_idle_bytes` per process (the default: one output's default cap on bytes in flight); past
-it a returned buffer goes back to torch's caching allocator, as `tc.ipc_trim()` sends them all.
+it the buffers idle longest go back to torch's caching allocator, as `tc.ipc_trim()` sends them
+all (their events stay, for the next new buffers).
 An output's cap on bytes in flight (inflight.py) counts message bytes: the buffers holding them
 are up to a quarter bigger, and the idle ones come on top.
 
@@ -25,6 +26,7 @@ torch's caching allocator cannot order the reuse of an exported block by stream.
 
 from __future__ import annotations
 
+import collections
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -60,17 +62,23 @@ class MessageBuffer:
 
 
 class BufferPool:
-    """Idle message buffers of this process, per (GPU, size class)."""
+    """Idle message buffers of this process, per (GPU, size class), and the interprocess events
+    of retired buffers, kept for the next new buffer: an exported event is never destroyed while
+    the producer lives (receivers cache opened events by handle; CUDA leaves the use of one whose
+    exporter destroyed it undefined), and a new buffer with an old event is a cache hit for them."""
 
     def __init__(self, backend: Any, *, max_idle_bytes: int = DEFAULT_MAX_IDLE_BYTES):
         self.backend = backend
         self.max_idle_bytes = max_idle_bytes
-        self.idle: dict[tuple[int, int], list[MessageBuffer]] = {}
+        self.idle: dict[tuple[int, int], list[MessageBuffer]] = {}  # per class, the warmest last
+        self.by_age: collections.OrderedDict[int, MessageBuffer] = collections.OrderedDict()  # oldest first
         self.idle_bytes = 0
+        self.spare_events: dict[int, list[tuple[Any, bytes]]] = {}  # per GPU
         self.lock = threading.Lock()
         self.made = 0
         self.reused = 0
         self.retired = 0
+        self.events_made = 0
 
     def take(self, nbytes: int, index: int) -> MessageBuffer:
         """A buffer of at least `nbytes` on GPU `index`: an idle one, or a new one exported now."""
@@ -78,16 +86,23 @@ class BufferPool:
         with self.lock:
             free = self.idle.get((index, capacity))
             if free:
+                buffer = free.pop()
+                del self.by_age[id(buffer)]
                 self.idle_bytes -= capacity
                 self.reused += 1
-                return free.pop()
+                return buffer
+            spare = self.spare_events.get(index)
+            event_and_handle = spare.pop() if spare else None
         backend = self.backend
         tensor = backend.allocate(capacity, index)
         handle, offset = backend.export(tensor)
-        event, event_handle = backend.new_event(index)
+        if event_and_handle is None:
+            event_and_handle = backend.new_event(index)
+            with self.lock:
+                self.events_made += 1
         with self.lock:
             self.made += 1
-        return MessageBuffer(tensor, capacity, index, handle, offset, event, event_handle)
+        return MessageBuffer(tensor, capacity, index, handle, offset, *event_and_handle)
 
     def ordered_before_write(self, buffer: MessageBuffer) -> None:
         """Make the current stream's coming writes into `buffer` follow its last message's writes."""
@@ -95,25 +110,37 @@ class BufferPool:
             self.backend.wait(buffer.event, buffer.index)
 
     def give_back(self, buffer: MessageBuffer) -> None:
-        """Every receiver is done with the buffer's message: keep it for the next (or retire it)."""
+        """Every receiver is done with the buffer's message: keep it for the next. Past the idle
+        bound the buffers idle longest are retired (not this one: a stream that changed sizes
+        keeps its new buffers and lets the old sizes go)."""
         with self.lock:
-            if self.idle_bytes + buffer.capacity <= self.max_idle_bytes:
-                self.idle.setdefault((buffer.index, buffer.capacity), []).append(buffer)
-                self.idle_bytes += buffer.capacity
-                return
-            self.retired += 1
-        self.backend.retire(buffer.tensor, buffer.event)
+            self.idle.setdefault((buffer.index, buffer.capacity), []).append(buffer)
+            self.by_age[id(buffer)] = buffer
+            self.idle_bytes += buffer.capacity
+            evicted = []
+            while self.idle_bytes > self.max_idle_bytes and len(self.by_age) > 1:
+                _, oldest = self.by_age.popitem(last=False)
+                self.idle[(oldest.index, oldest.capacity)].remove(oldest)
+                self.idle_bytes -= oldest.capacity
+                evicted.append(oldest)
+        self._retire(evicted)
 
     def trim(self) -> int:
         """Retire every idle buffer (their memory goes back to torch's caching allocator); -> how many."""
         with self.lock:
-            idle = [b for free in self.idle.values() for b in free]
+            idle = list(self.by_age.values())
             self.idle.clear()
+            self.by_age.clear()
             self.idle_bytes = 0
-            self.retired += len(idle)
-        for buffer in idle:
-            self.backend.retire(buffer.tensor, buffer.event)
+        self._retire(idle)
         return len(idle)
+
+    def _retire(self, buffers: list[MessageBuffer]) -> None:
+        for buffer in buffers:
+            self.backend.retire(buffer.tensor, buffer.event)  # waits for its last write
+            with self.lock:
+                self.retired += 1
+                self.spare_events.setdefault(buffer.index, []).append((buffer.event, buffer.event_handle))
 
     def stats(self) -> dict:
         with self.lock:
@@ -121,6 +148,7 @@ class BufferPool:
                 "buffers_made": self.made,
                 "buffers_reused": self.reused,
                 "buffers_retired": self.retired,
+                "events_made": self.events_made,
                 "idle_buffers": sum(len(free) for free in self.idle.values()),
                 "idle_bytes": self.idle_bytes,
             }

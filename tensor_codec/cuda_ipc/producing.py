@@ -136,7 +136,8 @@ class ProducerBook:
             token = self.ledger.abandon(ref)
             if token is not None:
                 self._forget(ref.slot)
-                self._recycle(token)
+        if token is not None:
+            self._recycle_all([token])
 
     def collect(self) -> int:
         """Free every finished slot's memory; -> how many."""
@@ -146,8 +147,17 @@ class ProducerBook:
             finished = self._ledger.collect()
             for f in finished:
                 self._forget(f.slot)
-                self._recycle(f.token)  # after its slot is marked free: no receiver can claim it now
-            return len(finished)
+        # After their slots are marked free (no receiver can claim them now), and outside the
+        # lock: recycling may wait on the host for a retired buffer's last write.
+        self._recycle_all([f.token for f in finished])
+        return len(finished)
+
+    def _recycle_all(self, tokens: list) -> None:
+        for token in tokens:
+            try:
+                self._recycle(token)
+            except Exception as e:  # one buffer's trouble must not keep the others from the pool
+                log.warning("cuda-ipc: could not recycle a message buffer: %s: %s", type(e).__name__, e)
 
     def _forget(self, slot: int) -> None:
         entry = self.slot_output.pop(slot, None)

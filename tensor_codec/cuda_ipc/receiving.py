@@ -159,15 +159,18 @@ class Receiver:
         with self.lock:
             if not self.pending:
                 return 0
+            # Take the list: a finalizer running on this thread inside the loop (the lock is
+            # re-entrant) appends to a new one, which must not be lost.
+            entries, self.pending = self.pending, []
             ready, waiting = [], []
-            for entry in self.pending:
+            for entry in entries:
                 marker = entry[0]
                 try:
                     done = marker is None or marker.query()
                 except Exception:
                     done = True  # the context is gone: nothing of ours still runs on it
                 (ready if done else waiting).append(entry)
-            self.pending = waiting
+            self.pending.extend(waiting)
             self.releasing += len(ready)
             for marker, index, _, _ in ready:
                 if marker is not None:

@@ -208,7 +208,13 @@ class CudaIpcTransport:
             buffer.stream = state.backend.record(buffer.event, index)
             ref = state.producer.publish(output.name, output.receivers(), total, buffer)
         except BaseException:
-            state.pool.give_back(buffer)  # nothing was published: no receiver can know it
+            # Nothing was published: no receiver can know it. Writes may be queued on this
+            # stream: the event follows them, so the buffer's next use orders after them.
+            try:
+                buffer.stream = state.backend.record(buffer.event, index)
+            except Exception:
+                pass  # the device is failing: the pool's next use of the buffer will say so
+            state.pool.give_back(buffer)
             raise
         fields = IpcFields(buffer.handle, buffer.offset, total, buffer.event_handle, ref.slot, ref.generation)
         metadata = dict(codec_metadata)

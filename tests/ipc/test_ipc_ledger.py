@@ -315,3 +315,19 @@ def test_a_slow_receiver_in_another_process_under_load_loses_nothing():
         assert sorted(collected) == list(range(30))
     finally:
         ledger.close()
+
+
+def test_a_failed_send_whose_message_was_claimed_after_all_is_left_to_collect(tmp_path):
+    """dora may deliver a message and still raise from send_output (an interrupt): a receiver that
+    claimed it keeps it, and the buffer returns only when it is released."""
+    ledger = Ledger(4, claim_timeout_s=10.0)
+    try:
+        ref = ledger.publish(1, 100, "buffer", "out")
+        view = LedgerView(ledger.name)
+        view.claim(ref)
+        assert ledger.abandon(ref) is None and ref.slot in ledger.live
+        view.release(ref)
+        assert [f.token for f in ledger.collect()] == ["buffer"]
+        view.close()
+    finally:
+        ledger.close()

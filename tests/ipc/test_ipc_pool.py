@@ -105,3 +105,28 @@ def test_ipc_trim_gives_idle_buffers_back(fake):
     assert tc.ipc_stats()["pool"]["idle_buffers"] == 1
     assert tc.ipc_trim() == 1 and fake.ops["retire"] == 1
     assert tc.ipc_stats()["pool"]["idle_buffers"] == 0
+
+
+def test_a_stream_that_changes_sizes_past_the_idle_bound_settles_without_set_up(backend):
+    """The buffers idle longest are retired, not the one coming back: after a change of size the
+    new size's buffers stay, and a retired buffer's event serves the next new buffer (an
+    exported event is never destroyed while the producer lives)."""
+    pool = BufferPool(backend, max_idle_bytes=3 * 4096)
+    old = [pool.take(100, 0) for _ in range(3)]
+    for b in old:
+        pool.give_back(b)
+    old_events = {b.event_handle for b in old}
+    first = pool.take(5000, 0)  # the new size: no spare event yet, a new one
+    pool.give_back(first)  # past the bound: the two oldest old buffers go, their events stay
+    assert backend.ops["new_event"] == 4 and backend.ops["retire"] == 2
+    again, second = pool.take(5000, 0), pool.take(5000, 0)
+    assert again is first and second.event_handle in old_events and backend.ops["new_event"] == 4
+    pool.give_back(again)
+    pool.give_back(second)  # the last old buffer goes
+    assert backend.ops["retire"] == 3 and pool.stats()["idle_buffers"] == 2
+    before = backend.setup_ops()
+    for _ in range(100):  # two in flight at a time, as before
+        pair = pool.take(5000, 0), pool.take(5000, 0)
+        for b in pair:
+            pool.give_back(b)
+    assert backend.setup_ops() == before and backend.ops["retire"] == 3

@@ -9,9 +9,11 @@ processes, one of which is killed (SIGKILL) in the middle of a message."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
+import select
 import subprocess
 import sys
 import time
@@ -62,10 +64,15 @@ def test_one_receiver_steady_state_opens_and_creates_nothing(fake):
     def send_one(seq: int, size: int) -> None:
         value, metadata = tc.encode(_message(seq, size), transport="cuda-ipc")
         got = tc.decode(value, metadata)
-        assert got.numel() == size and int(got[0]) == seq % 251 and int(got[-1]) == seq % 251
-        held.append(got)
+        # The receiver waited on this message's own event, and reads this message's bytes.
+        assert fake.events_waited[-1] == base64.b64decode(metadata["tc.ipc.event"])
+        assert got.numel() == size and bool((got == seq % 251).all())
+        held.append((seq, got))
         if len(held) > HELD:
-            held.popleft()  # the oldest message's last view dies: its release begins
+            oldest, view = held.popleft()
+            # Still intact after three later messages: no buffer in use was handed out again.
+            assert bool((view == oldest % 251).all()), f"message {oldest} was overwritten while held"
+            del view  # its last view dies: its release begins
             _settle()
 
     seq = 0
@@ -109,8 +116,10 @@ class _ReceiverProcess:
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
 
-    def reply(self) -> dict:
+    def reply(self, timeout_s: float = 60.0) -> dict:
         assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        assert ready, f"the receiver said nothing for {timeout_s} s"
         line = self.proc.stdout.readline()
         assert line, f"the receiver exited (status {self.proc.poll()})"
         return json.loads(line)

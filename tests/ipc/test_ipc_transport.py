@@ -440,3 +440,29 @@ def test_tvtensor_image_over_the_stand_in(fake):
     img = tv_tensors.Image(torch.randint(0, 255, (3, 8, 8), dtype=torch.uint8))
     got, _, _ = roundtrip(img)
     assert type(got) is tv_tensors.Image and torch.equal(got, img)
+
+
+def test_a_release_queued_while_the_receiver_polls_is_not_lost(tmp_path):
+    """A message's last view can die, and its finalizer queue a release, on the very thread that
+    is polling (the receiver's lock is re-entrant): that release must still happen."""
+    from tensor_codec.cuda_ipc.ledger import SlotRef
+    from tensor_codec.cuda_ipc.receiving import Receiver
+    from tests.support.ipc_fake_backend import FakeBackend
+
+    released = []
+
+    class Ledger:
+        def release(self, ref):
+            released.append(ref.slot)
+
+    receiver = Receiver(FakeBackend(directory=str(tmp_path)))
+    ledger = Ledger()
+
+    class MarkerWhoseQueryFinalizesAnother:
+        def query(self):
+            receiver._on_last_view_gone(ledger, SlotRef("tc-1-000000000000", 2, 1), 0)
+            return True
+
+    receiver.pending.append((MarkerWhoseQueryFinalizesAnother(), 0, ledger, SlotRef("tc-1-000000000000", 1, 1)))
+    receiver.poll()
+    wait_until(lambda: (receiver.poll(), sorted(released))[1] == [1, 2], describe="both releases")
