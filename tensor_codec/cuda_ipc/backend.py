@@ -124,11 +124,9 @@ class CudaBackend:
         event.synchronize()  # returns at once for an event never recorded
 
     # ---- per message, both sides
-    def record(self, event: Any, index: int) -> Any:
-        """Record `event` on the current stream (after the copies that wrote a message); -> that stream."""
-        stream = torch.cuda.current_stream(index)
+    def record(self, event: Any, stream: Any) -> None:
+        """Record `event` on `stream` (after the copies that wrote a message on it)."""
         event.record(stream)
-        return stream
 
     def wait(self, event: Any, index: int) -> None:
         """The current stream waits (on the GPU, no host sync) for `event`."""

@@ -96,17 +96,17 @@ class BufferPool:
         backend = self.backend
         tensor = backend.allocate(capacity, index)
         handle, offset = backend.export(tensor)
+        made_event = event_and_handle is None
         if event_and_handle is None:
             event_and_handle = backend.new_event(index)
-            with self.lock:
-                self.events_made += 1
         with self.lock:
             self.made += 1
+            self.events_made += made_event
         return MessageBuffer(tensor, capacity, index, handle, offset, *event_and_handle)
 
-    def ordered_before_write(self, buffer: MessageBuffer) -> None:
-        """Make the current stream's coming writes into `buffer` follow its last message's writes."""
-        if buffer.stream is not None and buffer.stream != self.backend.current_stream(buffer.index):
+    def ordered_before_write(self, buffer: MessageBuffer, stream: Any) -> None:
+        """Make the coming writes into `buffer` on `stream` (the current one) follow its last message's."""
+        if buffer.stream is not None and buffer.stream != stream:
             self.backend.wait(buffer.event, buffer.index)
 
     def give_back(self, buffer: MessageBuffer) -> None:

@@ -196,7 +196,8 @@ class CudaIpcTransport:
             return None
         buffer = state.pool.take(total, index)
         try:
-            state.pool.ordered_before_write(buffer)
+            stream = state.backend.current_stream(index)
+            state.pool.ordered_before_write(buffer, stream)
             memory = buffer.tensor
             dest = Destination(memory.data_ptr(), lambda: memory, host=False)
             end = 0
@@ -205,13 +206,16 @@ class CudaIpcTransport:
                     memory[end:start].zero_()  # padding: deterministic, no stale bytes
                 write_leaf(leaf, dest, start)
                 end = start + leaf.nbytes
-            buffer.stream = state.backend.record(buffer.event, index)
+            state.backend.record(buffer.event, stream)
+            buffer.stream = stream
             ref = state.producer.publish(output.name, output.receivers(), total, buffer)
         except BaseException:
             # Nothing was published: no receiver can know it. Writes may be queued on this
             # stream: the event follows them, so the buffer's next use orders after them.
             try:
-                buffer.stream = state.backend.record(buffer.event, index)
+                stream = state.backend.current_stream(index)
+                state.backend.record(buffer.event, stream)
+                buffer.stream = stream
             except Exception:
                 pass  # the device is failing: the pool's next use of the buffer will say so
             state.pool.give_back(buffer)

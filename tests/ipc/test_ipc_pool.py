@@ -72,12 +72,13 @@ def test_idle_buffers_past_the_bound_go_back_to_the_allocator(backend):
 def test_a_buffer_last_written_on_another_stream_is_waited_for_before_it_is_written_again(backend):
     pool = BufferPool(backend)
     buffer = pool.take(100, 0)
-    pool.ordered_before_write(buffer)  # never written: nothing to wait for
-    buffer.stream = backend.record(buffer.event, 0)
-    pool.ordered_before_write(buffer)  # same stream: stream order suffices
+    pool.ordered_before_write(buffer, backend.stream)  # never written: nothing to wait for
+    backend.record(buffer.event, backend.stream)
+    buffer.stream = backend.stream
+    pool.ordered_before_write(buffer, backend.stream)  # same stream: stream order suffices
     assert backend.ops["wait"] == 0
     backend.stream = FakeStream("side")
-    pool.ordered_before_write(buffer)
+    pool.ordered_before_write(buffer, backend.stream)
     assert backend.ops["wait"] == 1 and backend.events_waited == [buffer.event_handle]
 
 

@@ -171,11 +171,10 @@ class FakeBackend:
     def retire(self, buffer, event):
         self.ops["retire"] += 1
 
-    def record(self, event, index):
+    def record(self, event, stream):
         self.ops["record"] += 1
         event.records += 1
         self.events_recorded.append(event.handle)
-        return self.stream
 
     def wait(self, event, index):
         self.ops["wait"] += 1
