@@ -53,6 +53,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Before anything newer is needed, so this line can print (make may run it with an older python3).
@@ -336,6 +337,30 @@ def run(cmd: list, *, capture: bool = False, check: bool = True) -> subprocess.C
     return proc
 
 
+# A download from the registry can be cut off midway (seen in CI: torch's 530 MB wheel stopped at
+# 88 MB through all six of pip's own resume attempts); a fresh attempt opens a new connection.
+NETWORK_ATTEMPTS = 3
+NETWORK_BACKOFF_S = (15, 60)
+
+
+def run_downloading(cmd: list) -> subprocess.CompletedProcess:
+    """run(cmd) for a pip step that downloads: tried again, twice at most, when it fails online.
+    Offline (PIP_NO_INDEX=1) a failure is never the network's, so it is final at once."""
+    attempts = 1 if pip_offline() else NETWORK_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        proc = run(cmd, check=attempt == attempts)
+        if proc.returncode == 0:
+            return proc
+        wait = NETWORK_BACKOFF_S[min(attempt, len(NETWORK_BACKOFF_S)) - 1]
+        print(
+            f"install: that step exited with {proc.returncode} (attempt {attempt} of {attempts}); a download "
+            f"may have been cut off, trying again in {wait} s",
+            flush=True,
+        )
+        time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
 def probe_interpreter(python: str) -> dict:
     """What `python` (a path) has; -E: PYTHONPATH is the caller's, not the environment's."""
     if not os.access(python, os.X_OK):
@@ -395,9 +420,9 @@ def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
     if not venv_python(venv).exists():
         run([python, "-m", "venv", venv])
     if not pip_offline():
-        run([venv_python(venv), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+        run_downloading([venv_python(venv), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
     ensure_build_backend(venv, wheels)
-    run(
+    run_downloading(
         [
             venv_python(venv),
             "-m",

@@ -588,3 +588,28 @@ def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, na
             new,
             wanted[1],
         ]  # a new pin is unmet: installed again
+
+
+# ------------------------------------------------------------------------- interrupted downloads
+@pytest.mark.parametrize(
+    "offline, failures, calls, ok", [(False, 2, 3, True), (False, 3, 3, False), (True, 1, 1, False)]
+)
+def test_a_download_cut_off_is_tried_again_online_and_never_offline(monkeypatch, offline, failures, calls, ok):
+    monkeypatch.setenv("PIP_NO_INDEX", "1" if offline else "0")
+    monkeypatch.setattr(installer.time, "sleep", lambda s: None)
+    seen = []
+
+    def fake_run(cmd, *, capture=False, check=True):
+        seen.append(cmd)
+        code = 1 if len(seen) <= failures else 0
+        if check and code:
+            raise installer.InstallError(f"`{cmd}` exited with {code}")
+        return subprocess.CompletedProcess(cmd, code)
+
+    monkeypatch.setattr(installer, "run", fake_run)
+    if ok:
+        assert installer.run_downloading(["pip", "install", "torch"]).returncode == 0
+    else:
+        with pytest.raises(installer.InstallError, match="exited with 1"):
+            installer.run_downloading(["pip", "install", "torch"])
+    assert len(seen) == calls
