@@ -89,7 +89,11 @@ class CameraSource(NodeLogic):
             reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [OUTPUT], self.log)
         )
         self.outbox = Outbox(
-            window, lambda obj, metadata: send_frame(node, self.camera, obj, metadata), self.log, time.monotonic
+            window,
+            lambda obj, metadata: send_frame(node, self.camera, obj, metadata),
+            self.log,
+            time.monotonic,
+            self.refusals,
         )
         self.node = node
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""

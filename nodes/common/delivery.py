@@ -40,6 +40,12 @@ Consumers acknowledge a message when they have taken it (the receiver once it ha
 JPEG encoder and decoder when they start work on it, so the window of the next link bounds how
 many they take: see `Relay`). Acks travel as empty messages whose metadata is the acknowledged
 `seq` and `stream`, and the `tx` of the copy taken.
+
+Acks are hostile input like any other: one that is malformed (`malformed_ack`: a seq that is not
+an int >= 0, a stream that is not a short string, a tx that is not an int) is refused, counted and
+logged rate-limited (hostile.Refusals); one that names nothing in flight (a late duplicate, or
+forged) is counted (`stray_acks`) and costs two dictionary lookups. Per-stream state (the
+sequences a consumer has taken, a relay's streams) is bounded: hostile.BoundedStreams.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from typing import Any
 import pyarrow as pa
 
 from . import protocol as P
+from .hostile import BoundedStreams, Refusals
 from .loop import CannotStart
 from .manifest import Port
 from .settings import Setting
@@ -82,6 +89,8 @@ __all__ = [
     "STOP_GRACE_S",
     "EMPTY",
     "not_acknowledged_line",
+    "malformed_ack",
+    "MAX_STREAM_CHARS",
 ]
 
 STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of what it sent
@@ -90,6 +99,7 @@ STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of wh
 DEFAULT_CAPACITY = 10
 PROBE_MIN_S = 1.0  # a consumer silent this long (at least retry_s) with its queue counted full is probed
 EMPTY = pa.array([], type=pa.uint8())
+MAX_STREAM_CHARS = 64  # stream ids are 16 hex characters (protocol.new_stream_id); a longer one is not ours
 
 
 def ack_settings(what: str = "message") -> tuple[Setting, ...]:
@@ -251,13 +261,44 @@ def ackers_of(inputs: Iterable[str]) -> list[str]:
     return sorted(i for i in inputs if i.startswith(P.ACK_INPUT))
 
 
+def _stream_of(metadata: dict) -> str | None:
+    """A message's `stream` ("" when absent), or None when it is not a short string."""
+    stream = metadata.get(P.STREAM, "")
+    return stream if isinstance(stream, str) and len(stream) <= MAX_STREAM_CHARS else None
+
+
+def malformed_ack(metadata: Any) -> str | None:
+    """Why an ack's metadata is not one this project's consumers send (field, expected, got), or
+    None when it is well formed (it may still name nothing in flight)."""
+    if not isinstance(metadata, dict):
+        return f"metadata: expected a mapping, got {type(metadata).__name__}"
+    seq = metadata.get(P.SEQ)
+    if type(seq) is not int or seq < 0:
+        return f"metadata.{P.SEQ}: expected an integer >= 0, got {_shown(seq)}"
+    if _stream_of(metadata) is None:
+        stream = _shown(metadata.get(P.STREAM))
+        return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {stream}"
+    tx = metadata.get(P.TX)
+    if tx is not None and (type(tx) is not int or tx < 0):
+        return f"metadata.{P.TX}: expected an integer >= 0 (or absent), got {_shown(tx)}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A hostile value, shown short: its type and the start of its repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
 def ack_for(metadata: dict) -> dict | None:
     """The ack to send for a message (its seq and stream, and the `tx` of this copy when it
-    carries a usable one: an int, 0 or more), or None if its sender wants none."""
+    carries a usable one: an int, 0 or more), or None if its sender wants none (or numbered it
+    in a way no ack could name: a seq that is not an int >= 0, a stream that is not a short string)."""
     seq = metadata.get(P.SEQ)
-    if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int:
+    stream = _stream_of(metadata)
+    if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int or seq < 0 or stream is None:
         return None
-    ack = {P.SEQ: seq, P.STREAM: str(metadata.get(P.STREAM, ""))}
+    ack = {P.SEQ: seq, P.STREAM: stream}
     tx = metadata.get(P.TX)
     if type(tx) is int and tx >= 0:
         ack[P.TX] = tx
@@ -282,12 +323,12 @@ class SinkIntake:
 
     def __init__(self, send_ack: Callable[[dict], None] | None):
         self.send_ack = send_ack
-        self.seen: dict[str, SeqTracker] = {}
+        self.seen: BoundedStreams[SeqTracker] = BoundedStreams(SeqTracker)
         self.duplicates = 0
 
     def is_new(self, metadata: dict) -> bool:
         ack = ack_for(metadata)
-        if ack is not None and self.seen.setdefault(ack[P.STREAM], SeqTracker()).see(ack[P.SEQ]) == "duplicate":
+        if ack is not None and self.seen.state(ack[P.STREAM]).see(ack[P.SEQ]) == "duplicate":
             self.duplicates += 1
             return False
         return True
@@ -341,6 +382,7 @@ class AckWindow:
         self.waiting_for: dict[Hashable, set[str]] = {}  # key -> ackers that have not acknowledged it
         self.retransmits = 0
         self.delivered = 0
+        self.stray_acks = 0  # acks of nothing in flight: late duplicates (after a resend), or forged
         self.lost: list = []
         # The consumers' queues: transmissions numbered 1, 2, ... (`tx`: the last one given).
         if capacity is None or isinstance(capacity, int):
@@ -473,7 +515,8 @@ class AckWindow:
                 self.probe_s[acker] = self.probe_base_s
         waiting = self.waiting_for.get(key)
         if waiting is None:
-            return False  # unknown, or already delivered: a late duplicate
+            self.stray_acks += 1  # unknown, or already delivered: a late duplicate
+            return False
         waiting.discard(acker)
         if waiting:
             return False
@@ -558,14 +601,20 @@ class Outbox:
     resent. `send(obj, metadata)` does the actual dora send (and may raise)."""
 
     def __init__(
-        self, window: AckWindow, send: Callable[[Any, dict], None], log: logging.Logger, clock: Callable[[], float]
+        self,
+        window: AckWindow,
+        send: Callable[[Any, dict], None],
+        log: logging.Logger,
+        clock: Callable[[], float],
+        refusals: Refusals | None = None,
     ):
         self.window = window
         self._send = send
         self.log = log
         self.clock = clock
+        self.refusals = refusals if refusals is not None else Refusals(log)
         self.kept: dict[tuple[str, int], _Kept] = {}
-        self.streams: set[str] = set()
+        self.streams: BoundedStreams[int] = BoundedStreams(int)  # the streams this output numbers messages on
         self.sent = 0
         self.failed = 0
         self._held = False  # messages wait for their first transmission: new ones queue behind
@@ -585,7 +634,7 @@ class Outbox:
         key = (str(metadata.get(P.STREAM, "")), metadata.get(P.SEQ))
         if self.reliable:
             metadata[P.WANTS_ACK] = True
-            self.streams.add(key[0])
+            self.streams.state(key[0])
             now = self.clock()
             if self._held or not self.window.may_transmit():
                 self.window.track(key, now)  # due at once: the first transmission when there is room
@@ -611,11 +660,17 @@ class Outbox:
         if event.get("type") != "INPUT" or event.get("id") not in self.window.ackers:
             return False
         metadata = event.get("metadata") or {}
-        seq, stream = metadata.get(P.SEQ), metadata.get(P.STREAM)
-        if type(seq) is int and stream in self.streams:
-            key = (stream, seq)
-            if self.window.ack(key, event["id"], metadata.get(P.TX)):
-                self.kept.pop(key, None)
+        why = malformed_ack(metadata)
+        if why is not None:
+            self.refusals.refuse(f"{event['id']}: malformed ack", why)
+            return True
+        stream = metadata.get(P.STREAM, "")
+        if stream not in self.streams:
+            self.window.stray_acks += 1  # a stream this output never numbered
+            return True
+        key = (stream, metadata[P.SEQ])
+        if self.window.ack(key, event["id"], metadata.get(P.TX)):
+            self.kept.pop(key, None)
         return True
 
     def resend_due(self) -> None:
@@ -658,9 +713,10 @@ class Outbox:
             return f"{self.sent} sent"
         held = f", {self.window.held} held for room in a queue" if self.window.held else ""
         probes = f", {self.window.probes} probes of a silent consumer" if self.window.probes else ""
+        stray = f", {self.window.stray_acks} acks of nothing in flight" if self.window.stray_acks else ""
         return (
             f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, "
-            f"{len(self.window.lost)} given up{held}{probes}"
+            f"{len(self.window.lost)} given up{held}{probes}{stray}"
         )
 
     def end_report(self, what: str = "messages", planned: int = 0) -> int:
@@ -716,12 +772,12 @@ class Relay:
         self.max_backlog = max_backlog
         self.backlog: deque[dict] = deque()
         self.waiting: dict[tuple[str, int], dict] = {}  # (stream, seq) of backlog messages -> their metadata
-        self.seen: dict[str, SeqTracker] = {}
+        self.seen: BoundedStreams[SeqTracker] = BoundedStreams(SeqTracker)  # upstream stream -> seqs taken
         self.closed: set[str] = set()
         self.gone: list[str] = []  # ack inputs that closed: that consumer is gone
         self.duplicates = 0
         self.dropped = 0
-        self._streams: dict[str, str] = {}
+        self._streams: BoundedStreams[str] = BoundedStreams(P.new_stream_id)  # upstream stream -> this hop's
         self._own_seq = 0
 
     # -- events -----------------------------------------------------------------------------
@@ -767,22 +823,26 @@ class Relay:
                 self._acknowledge(metadata)
                 return
             self.waiting[key] = metadata
-        elif len(self.backlog) >= self.max_backlog:
+        if len(self.backlog) >= self.max_backlog:
+            # A sender with acks keeps at most its window here; one without cannot be slowed down;
+            # one that ignores its window is hostile. The oldest goes (a sender with acks resends it).
             dropped = self.backlog.popleft()
+            dropped_metadata = dropped.get("metadata") or {}
+            old = self._key(dropped_metadata)
+            if old is not None:
+                self.waiting.pop(old, None)
             self.dropped += 1
-            self.log.error(
-                "dropped message %s: %d waiting and its sender takes no acks",
-                P.label(dropped.get("metadata") or {}),
-                len(self.backlog),
+            self.outbox.refusals.refuse(
+                f"{str(event.get('id'))[:64]}: backlog full",
+                f"dropped message {P.label(dropped_metadata)[:40]}: {len(self.backlog)} waiting (at most "
+                f"{self.max_backlog}) and its sender {'ignores its window' if old is not None else 'takes no acks'}",
             )
         self.backlog.append(event)
 
     @staticmethod
     def _key(metadata: dict) -> tuple[str, int] | None:
-        seq = metadata.get(P.SEQ)
-        if metadata.get(P.WANTS_ACK) is not True or type(seq) is not int or seq < 0:
-            return None
-        return (str(metadata.get(P.STREAM, "")), seq)
+        ack = ack_for(metadata)  # one rule for what can be acknowledged
+        return None if ack is None else (ack[P.STREAM], ack[P.SEQ])
 
     def _acknowledge(self, metadata: dict) -> None:
         ack = ack_for(metadata)
@@ -807,7 +867,7 @@ class Relay:
             key = self._key(metadata)
             if key is not None:
                 self.waiting.pop(key, None)
-                self.seen.setdefault(key[0], SeqTracker()).see(key[1])
+                self.seen.state(key[0]).see(key[1])
             self._acknowledge(metadata)
             taken.append(event)
         return taken
@@ -820,14 +880,10 @@ class Relay:
             metadata.pop(key, None)
         seq = metadata.get(P.SEQ)
         upstream = metadata.get(P.STREAM)
-        if type(seq) is int and seq >= 0 and isinstance(upstream, str):
-            stream = self._streams.get(upstream)
-            if stream is None:
-                stream = self._streams[upstream] = P.new_stream_id()
+        if type(seq) is int and seq >= 0 and isinstance(upstream, str) and len(upstream) <= MAX_STREAM_CHARS:
+            stream = self._streams.state(upstream)
         else:
-            stream = self._streams.get("")
-            if stream is None:
-                stream = self._streams[""] = P.new_stream_id()
+            stream = self._streams.state("")
             metadata[P.SEQ] = self._own_seq
             metadata[P.COUNT] = 0
             self._own_seq += 1
@@ -878,12 +934,14 @@ def relayed_output(
     send: Callable[[Any, dict], Any],
     config: Any,
     log: logging.Logger,
+    refusals: Refusals | None = None,
 ) -> tuple[AckWindow, Outbox, Relay]:
     """The acknowledged delivery of a node that turns each message of `data_input` into one
     message of `output` (`send(payload, metadata)`): windowed when the output's consumers
     acknowledge (`ackers`, its `ack*` inputs; `config`'s window settings, sized to the consumers'
     queues: `sized_window`, which raises CannotStart when WINDOW does not fit them), with an `ack`
-    output that acknowledges what it takes to its own sender. -> (window, outbox, relay)."""
+    output that acknowledges what it takes to its own sender; inputs refused are counted in
+    `refusals` (the node's: NodeLogic.refusals). -> (window, outbox, relay)."""
     window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [output], log))
-    outbox = Outbox(window, send, log, time.monotonic)
+    outbox = Outbox(window, send, log, time.monotonic, refusals)
     return window, outbox, Relay({data_input}, outbox, ack_sender(node), log)

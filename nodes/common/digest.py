@@ -19,7 +19,7 @@ import torch
 from tensor_codec.layout import values_of
 from tensor_codec.walk import DICT, LIST, NAMEDTUPLE, PACKED, fold
 
-__all__ = ["content_digest"]
+__all__ = ["content_digest", "logical_bytes"]
 
 _TV_ATTRIBUTES = ("format", "canvas_size", "clamping_mode")
 
@@ -67,6 +67,18 @@ def content_digest(obj: Any) -> str:
 
     fold(obj, on_tensor, on_scalar, on_container, on_enter)
     return f"crc32:{state[0]:08x}"
+
+
+def logical_bytes(obj: Any) -> int:
+    """What content_digest reads of `obj`: its tensors' logical bytes (numel x item size, broadcast
+    repeats included), found from shapes alone."""
+    total = [0]
+
+    def on_tensor(x: torch.Tensor, kind: Any, path: tuple) -> None:
+        total[0] += x.numel() * x.element_size()
+
+    fold(obj, on_tensor)
+    return total[0]
 
 
 def _tensor(t: torch.Tensor, feed) -> None:

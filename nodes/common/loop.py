@@ -29,6 +29,10 @@ The loop, one round at a time:
   (default: noted); STOP -> `on_stop()` (default: nothing: the stream runs out, as dora delivers
   STOP before inputs still queued); ERROR -> logged (the first MAX_ERRORS_LOGGED), counted, the
   loop goes on. No reference to an event outlives its dispatch (its buffer goes back to dora).
+  Every input is hostile: an exception out of a node's handling of one event is a refused input
+  (`NodeLogic.refusals`: counted, logged rate-limited), never the end of the node. At most
+  MAX_EVENTS_PER_ROUND events are read before `work()` runs: a sender flooding one input (forged
+  acks, 437,882 of them in one campaign) must not starve the node's own work.
 - `work()`.
 - `finished()` (the node is done although events may still come: everything sent was
   acknowledged, a consumer went away): what is already queued is dispatched first (dora hands
@@ -46,6 +50,7 @@ import os
 import time
 from typing import Any
 
+from .hostile import Refusals
 from .settings import SettingError
 
 __all__ = [
@@ -66,6 +71,12 @@ EXIT_BAD_CONFIG = 2  # never ran: a bad setting, a source or engine that cannot 
 
 NAP_S = 0.002  # waits up to this long sleep instead of waiting in dora (see the module's docstring)
 MAX_ERRORS_LOGGED = 20  # dora's ERROR events logged one by one; the rest only counted
+# Events read in one round before `work()`: enough to take a burst in one go, few enough that a
+# flood of one input (each event costs dora's conversion, tens of microseconds) leaves the node's
+# own work most of its time. `_dispatch_queued` (before ending) reads at most QUEUED_BOUND: a
+# sender that never stops must not keep a finished node from ending.
+MAX_EVENTS_PER_ROUND = 16
+QUEUED_BOUND = 4096
 
 
 class CannotStart(Exception):
@@ -90,6 +101,7 @@ class NodeLogic:
         self.config = config
         self.device = device
         self.log = log
+        self.refusals = Refusals(log)  # inputs refused (see hostile.py); summarised when the node ends
 
     def start(self, node: Any) -> None:
         """Joined: set up what needs the dora node (its outputs, its ack inputs)."""
@@ -175,12 +187,14 @@ class EventLoop:
         if not self.logic.more_events():
             return
         event = self._first(self.logic.wait())
+        read = 0
         while event is not None:
             if is_timeout(event):
                 return
             self._dispatch(event)
             event = None
-            if self.over or not self.logic.more_events():
+            read += 1
+            if self.over or read >= MAX_EVENTS_PER_ROUND or not self.logic.more_events():
                 return
             event = self.node.try_recv()
 
@@ -195,7 +209,10 @@ class EventLoop:
         return event
 
     def _dispatch_queued(self) -> None:
-        while (event := self.node.try_recv()) is not None:
+        for _ in range(QUEUED_BOUND):
+            event = self.node.try_recv()
+            if event is None:
+                return
             if not is_timeout(event):
                 self._dispatch(event)
             event = None
@@ -203,7 +220,10 @@ class EventLoop:
     def _dispatch(self, event: dict) -> None:
         kind = event.get("type")
         if kind == "INPUT":
-            self.logic.on_input(event)
+            try:
+                self.logic.on_input(event)
+            except Exception as e:  # one hostile input must not end the node: refused, counted
+                self.logic.refusals.refuse(f"{str(event.get('id'))[:64]}: {type(e).__name__}", str(e))
         elif kind == "INPUT_CLOSED":
             self.closed.add(event.get("id"))
             self.log.debug("input %s closed", event.get("id"))
@@ -253,7 +273,10 @@ def run(logic_class: type[NodeLogic]) -> int:
         logic.close()
     if logic.SENDS_WITH_TC:
         finish_sharing(log)
-    return logic.finish()
+    status = logic.finish()
+    if logic.refusals.total:
+        log.warning("%s", logic.refusals.summary())
+    return status
 
 
 def console_main(spec: Any, package: str) -> int:

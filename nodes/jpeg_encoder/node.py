@@ -69,6 +69,7 @@ class JpegEncoderNode(NodeLogic):
             lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata),
             config,
             self.log,
+            self.refusals,
         )
         self.got_input = False  # a good frame taken since the last collect
         self.over = False

@@ -23,6 +23,15 @@ SETTINGS = (
         ("full", "index", "none"),
     ),
     Setting(
+        "VERIFY_MAX_BYTES",
+        "int",
+        "1073741824",
+        "Checksums cover a message's logical bytes (a broadcast tensor's every repeat, at about 3.5 GB/s): a message "
+        "logically bigger than this (1 GiB) is restored and counted, not checksummed (unverified, saying why), so a "
+        "few bytes on the wire cannot cost seconds of verification.",
+        minimum=1,
+    ),
+    Setting(
         "JPEG_MIN_PSNR",
         "float",
         "35",

@@ -27,7 +27,14 @@ class TensorReceiver(NodeLogic):
 
     def start(self, node) -> None:
         lossy = LossyBounds(self.config.jpeg_min_psnr, self.config.jpeg_max_mad)
-        self.receiver = Receiver(self.device, self.config.verify, inputs=declared_inputs(node), lossy=lossy)
+        self.receiver = Receiver(
+            self.device,
+            self.config.verify,
+            inputs=declared_inputs(node),
+            lossy=lossy,
+            verify_max_bytes=self.config.verify_max_bytes,
+            refusals=self.refusals,
+        )
         self.send_ack = ack_sender(node)
         self.last_progress = time.monotonic()
 

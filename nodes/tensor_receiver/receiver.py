@@ -12,11 +12,12 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.delivery import ack_for  # noqa: F401  (the receiver's acks: one rule, delivery.py's)
+from ..common.delivery import MAX_STREAM_CHARS, ack_for  # noqa: F401  (ack_for: the receiver's acks, one rule)
 from ..common.device import synchronize
+from ..common.hostile import BoundedStreams, Refusals
 from ..common.images import is_plain_image, restore_plain_image
 from ..common.stats import Latencies, SeqTracker, keep_failure
-from .verify import LossyBounds, Mismatch, verify
+from .verify import DEFAULT_MAX_BYTES, LossyBounds, Mismatch, verify
 
 log = logging.getLogger("tensor-receiver")
 
@@ -26,6 +27,70 @@ MAX_REASONS = 8  # distinct reasons for unverified messages kept per input
 COMPRESSED = frozenset(
     {"jpeg", "jpg", "jpe", "png", "webp", "bmp", "avif"}
 )  # dora image encodings of files, not pixels
+
+# What a report figure may be made of: metadata outside these ranges makes a bad message, never a
+# statistic (one message with seq 2**63 - 1 once reported "missing 9223372036854775807").
+MAX_SEQ = 2**53  # seq and count: a million messages a second for 285 years
+MAX_SEQ_GAP = 1 << 20  # an open-ended stream's seq: at most this far past the highest seen
+MAX_AGE_NS = 3600 * 10**9  # sent_ns / capture_ns: at most an hour before this machine's clock...
+MAX_AHEAD_NS = 5 * 10**9  # ... and at most 5 s after it (another machine's clock may run ahead a little)
+
+
+@dataclass
+class StreamState:
+    """What a receiver keeps of one sender's stream."""
+
+    tracker: SeqTracker = field(default_factory=SeqTracker)
+    count: int | None = None  # the total its first message announced (0 = open-ended)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def _int_in(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def metadata_problem(metadata: dict, arrival_ns: int) -> str | None:
+    """Why the numbering and timing metadata of a message cannot be counted (field, expected,
+    got), or None. Absent keys are fine: a plain dora node's messages carry none."""
+    seq, count = metadata.get(P.SEQ), metadata.get(P.COUNT)
+    if seq is not None and not _int_in(seq, 0, MAX_SEQ):
+        return f"metadata.{P.SEQ}: expected an integer from 0 to 2**53, got {_shown(seq)}"
+    if count is not None and not _int_in(count, 0, MAX_SEQ):
+        return f"metadata.{P.COUNT}: expected an integer from 0 to 2**53, got {_shown(count)}"
+    stream = metadata.get(P.STREAM, "")
+    if not isinstance(stream, str) or len(stream) > MAX_STREAM_CHARS:
+        return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {_shown(stream)}"
+    for key in (P.SENT_NS, P.CAPTURE_NS):
+        value = metadata.get(key)
+        if value is not None and not _int_in(value, arrival_ns - MAX_AGE_NS, arrival_ns + MAX_AHEAD_NS):
+            return (
+                f"metadata.{key}: expected nanoseconds since the epoch within an hour before and 5 s after this "
+                f"machine's clock ({arrival_ns}), got {_shown(value)}"
+            )
+    return None
+
+
+def sequence_problem(state: StreamState | None, seq: int, count: int | None) -> str | None:
+    """Why `seq` (and `count`) cannot belong to the stream whose state is `state` (None: its
+    first message), or None."""
+    if state is not None and state.count is not None and count is not None and count != state.count:
+        return f"metadata.{P.COUNT}: expected {state.count}, as this stream's earlier messages said, got {count}"
+    total = count if count is not None else (state.count if state is not None else None)
+    if total:
+        if seq >= total:
+            return f"metadata.{P.SEQ}: expected below the stream's count {total}, got {seq}"
+        return None
+    highest = state.tracker.max_seen if state is not None else -1
+    if seq > highest + MAX_SEQ_GAP:
+        return (
+            f"metadata.{P.SEQ}: expected at most {highest + MAX_SEQ_GAP} on an open-ended stream (2**20 past the "
+            f"highest seen, {highest}), got {seq}"
+        )
+    return None
 
 
 @dataclass
@@ -37,8 +102,8 @@ class InputStats:
     rejected: int = 0  # deliberately corrupted messages, refused as they must be
     duplicates: int = 0
     out_of_order: int = 0
-    trackers: dict[str, SeqTracker] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)  # stream -> announced total (0 = open)
+    # Per stream, the least recently used forgotten past hostile.MAX_STREAMS (counted in the report).
+    streams: BoundedStreams[StreamState] = field(default_factory=lambda: BoundedStreams(StreamState))
     latency: Latencies = field(default_factory=Latencies)  # from the last hop's sent_ns
     age: Latencies = field(default_factory=Latencies)  # from capture_ns: through every node on the way
     first_ns: int | None = None
@@ -49,13 +114,14 @@ class InputStats:
 
     @property
     def missing(self) -> int:
-        return sum(t.missing(self.counts.get(s, 0)) for s, t in self.trackers.items())
+        return sum(s.tracker.missing(s.count or 0) for s in self.streams.values())
 
     @property
     def expected(self) -> int | None:
-        if not self.counts or not all(self.counts.values()):
+        counts = [s.count for s in self.streams.values()]
+        if not counts or not all(counts):
             return None
-        return sum(self.counts.values())
+        return sum(counts)  # type: ignore[arg-type]
 
     @property
     def fps(self) -> float | None:
@@ -80,6 +146,7 @@ class InputStats:
             "failures": list(self.failures),
             "unverified_because": dict(self.why_unverified),
             "transports": dict(self.transports),
+            "streams_forgotten": self.streams.forgotten,
         }
 
 
@@ -94,10 +161,14 @@ class Receiver:
         clock_ns=time.time_ns,
         inputs=(),
         lossy: LossyBounds = _DEFAULT_LOSSY,
+        verify_max_bytes: int = DEFAULT_MAX_BYTES,
+        refusals: Refusals | None = None,
     ):
         self.device = device
         self.verify_mode = verify_mode
         self.lossy = lossy
+        self.verify_max_bytes = verify_max_bytes
+        self.refusals = refusals if refusals is not None else Refusals(log)  # bad messages, logged rate-limited
         self.clock_ns = clock_ns
         self.inputs: dict[str, InputStats] = {name: InputStats() for name in sorted(inputs)}
 
@@ -107,20 +178,25 @@ class Receiver:
         metadata = event.get("metadata") or {}
         stats = self.inputs.setdefault(name, InputStats())
         arrival = self.clock_ns()
-        seq, stream = metadata.get(P.SEQ), str(metadata.get(P.STREAM, ""))
-        if type(seq) is int and seq >= 0:
-            seen = stats.trackers.setdefault(stream, SeqTracker()).see(seq)
+        seq, count, stream = metadata.get(P.SEQ), metadata.get(P.COUNT), metadata.get(P.STREAM, "")
+        problem = metadata_problem(metadata, arrival)
+        if problem is None and seq is not None:
+            problem = sequence_problem(stats.streams.get(stream), seq, count)
+        if problem is None and seq is not None:
+            state = stats.streams.state(stream)
+            seen = state.tracker.see(seq)
             if seen == "duplicate":
                 stats.duplicates += 1
                 return "duplicate"
             stats.out_of_order += seen == "late"
-            count = metadata.get(P.COUNT)
-            if type(count) is int and count >= 0:
-                stats.counts[stream] = count
+            if state.count is None and count is not None:
+                state.count = count
         stats.received += 1
         if stats.first_ns is None:
             stats.first_ns = arrival
         stats.last_ns = arrival
+        if problem is not None:
+            return self._bad(name, stats, metadata, problem)
         rejecting = metadata.get(P.EXPECT) == "reject"
         try:
             with tc.scope():
@@ -136,7 +212,7 @@ class Receiver:
                         stats.age.add((now - captured) / 1e6)
                 if rejecting:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
-                why_not = verify(obj, metadata, self.verify_mode, self.lossy)
+                why_not = verify(obj, metadata, self.verify_mode, self.lossy, self.verify_max_bytes)
                 del obj
         except tc.CodecError as e:
             if rejecting:
@@ -180,7 +256,7 @@ class Receiver:
         stats.bad += 1
         what = f"seq {metadata.get(P.SEQ)} ({metadata.get(P.CASE) or metadata.get(P.FRAME, '?')}): {reason}"
         keep_failure(stats.failures, what)
-        log.error("%s: bad message %s", name, what[:2000])
+        self.refusals.refuse(f"{name[:64]}: bad message", what)
         return "bad"
 
     # -- reports -----------------------------------------------------------------------------

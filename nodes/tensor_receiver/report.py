@@ -73,6 +73,11 @@ def summary_table(report: dict) -> str:
     for name, s in report["inputs"].items():
         out += [f"  {name}: {f}" for f in s["failures"][:10]]
         out += [f"  {name}: {n} unverified: {why}" for why, n in s.get("unverified_because", {}).items()]
+        if s.get("streams_forgotten"):
+            out.append(
+                f"  {name}: {s['streams_forgotten']} streams forgotten (the least recently used, past the "
+                "streams kept per input): their missing messages are not counted"
+            )
     if not rows:
         out.append("  no messages received")
     return "\n".join(out)

@@ -10,7 +10,7 @@ import torch
 from torchvision import tv_tensors
 
 from ..common import protocol as P
-from ..common.digest import content_digest
+from ..common.digest import content_digest, logical_bytes
 from ..common.images import CHANNELS
 from ..common.pattern import PATTERN_NAME, read_index, render, same_pixels
 from ..common.quality import compare
@@ -28,6 +28,9 @@ class LossyBounds:
     max_mad: float = 3.0
 
 
+DEFAULT_MAX_BYTES = 1 << 30  # the receiver's VERIFY_MAX_BYTES
+
+
 def frame_format(metadata: dict) -> str | None:
     """The pixel format a frame message declares: dora's `encoding` on flat image bytes, or
     `pixel_format` on a tensor_codec frame; None for messages that are not frames."""
@@ -38,14 +41,24 @@ def frame_format(metadata: dict) -> str | None:
     return None
 
 
-def verify(obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds()) -> str | None:
+def verify(
+    obj: Any, metadata: dict, mode: str, lossy: LossyBounds = LossyBounds(), max_bytes: int = DEFAULT_MAX_BYTES
+) -> str | None:
     """Raise Mismatch if `obj` is not what `metadata` promises; -> None when its content was
-    verified, else why it could not be (it decoded, but nothing proves it is what was sent)."""
+    verified, else why it could not be (it decoded, but nothing proves it is what was sent). A
+    checksum costs the message's logical bytes: past `max_bytes` it is not computed (the cost of
+    verifying must follow what travelled, not what a broadcast shape claims)."""
     if mode == "none":
         return "VERIFY=none"
     checked = False
     expected = metadata.get(P.CHECKSUM)
     if expected is not None:
+        size = logical_bytes(obj)
+        if size > max_bytes:
+            return (
+                f"checksum not computed: {size} logical bytes, more than VERIFY_MAX_BYTES={max_bytes} (broadcast "
+                "repeats count)"
+            )
         got = content_digest(obj)
         if got != expected:
             raise Mismatch(f"checksum: expected {expected}, got {got}")

@@ -9,7 +9,8 @@ import time
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, ackers_of, not_acknowledged_line, sized_window
+from ..common.delivery import STOP_GRACE_S, ackers_of, malformed_ack, not_acknowledged_line, sized_window
+from ..common.hostile import Refusals
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs, declared_outputs
 from ..common.settings import SettingError
@@ -44,6 +45,7 @@ def send(
         log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
         sender.failures_in_a_row += 1
+        sender.not_sent += 1
         return sender.failures_in_a_row < MAX_FAILURES_IN_A_ROW
     sender.failures_in_a_row = 0
     return True
@@ -107,7 +109,7 @@ class TensorSenderNode(NodeLogic):
         return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # waiting for the rate or for acks
 
     def on_input(self, event: dict) -> None:
-        take_ack(event, self.sender, self.delivery)
+        take_ack(event, self.sender, self.delivery, self.refusals)
 
     def on_input_closed(self, input_id: str) -> None:
         if ack_input_closed(input_id, self.delivery):
@@ -152,26 +154,46 @@ class TensorSenderNode(NodeLogic):
                     f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in "
                     f"flight, {out.get('waits', 0)} waits"
                 )
-        d = self.delivery
-        held = f", {d.held} held for room in a consumer's queue" if d.held else ""
-        probes = f", {d.probes} probes of a silent consumer" if d.probes else ""
-        print(
-            f"tensor sender: {d.next_seq} messages sent, {d.retransmits} retransmitted, {len(d.lost)} lost{held}"
-            f"{probes}{ipc}",
-            flush=True,
-        )
+        print(f"tensor sender: {summary_line(self.delivery, self.sender, undelivered)}{ipc}", flush=True)
         # With acks, a run that did not deliver everything fails (dora then reports the node failed).
         broken = self.sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW
         return EXIT_FAILED if broken or undelivered else EXIT_OK
 
 
-def take_ack(event: dict, sender: TensorSender, delivery: Delivery) -> None:
-    """An INPUT event: an ack of this run's stream is applied; anything else is not the sender's."""
-    if event["id"] in delivery.ackers:
-        metadata = event.get("metadata") or {}
-        seq = metadata.get(P.SEQ)
-        if metadata.get(P.STREAM) == sender.stream and type(seq) is int:
-            delivery.ack(seq, event["id"], metadata.get(P.TX))
+def summary_line(delivery: Delivery, sender: TensorSender, undelivered: int) -> str:
+    """What the sender did, each message counted once: sent (and could not be sent); with acks,
+    acknowledged and not acknowledged (`undelivered`: end_report's figure, whatever the reason)."""
+    d = delivery
+    parts = [f"{d.next_seq - sender.not_sent} messages sent"]
+    if sender.not_sent:
+        parts.append(f"{sender.not_sent} could not be sent")
+    if d.reliable:
+        parts += [f"{d.delivered} acknowledged", f"{undelivered} not acknowledged", f"{d.retransmits} retransmitted"]
+        if d.held:
+            parts.append(f"{d.held} held for room in a consumer's queue")
+        if d.probes:
+            parts.append(f"{d.probes} probes of a silent consumer")
+        if d.stray_acks:
+            parts.append(f"{d.stray_acks} acks of nothing in flight")
+    return ", ".join(parts)
+
+
+def take_ack(event: dict, sender: TensorSender, delivery: Delivery, refusals: Refusals | None = None) -> None:
+    """An INPUT event on an ack input: applied when it acknowledges a message of this run's
+    stream; counted (`stray_acks`) when it names nothing in flight; refused (counted, logged
+    rate-limited) when malformed. Anything else is not the sender's."""
+    if event["id"] not in delivery.ackers:
+        return
+    metadata = event.get("metadata") or {}
+    why = malformed_ack(metadata)
+    if why is not None:
+        if refusals is not None:
+            refusals.refuse(f"{event['id']}: malformed ack", why)
+        return
+    if metadata.get(P.STREAM, "") != sender.stream:
+        delivery.stray_acks += 1
+        return
+    delivery.ack(metadata[P.SEQ], event["id"], metadata.get(P.TX))
 
 
 def ack_input_closed(input_id: str, delivery: Delivery) -> bool:
