@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["Refusals", "BoundedStreams", "MAX_STREAMS", "FIRST_LOGGED", "LOG_EVERY_S"]
+__all__ = ["Refusals", "BoundedStreams", "RateLimitedErrors", "MAX_STREAMS", "FIRST_LOGGED", "LOG_EVERY_S"]
 
 FIRST_LOGGED = 10  # refusals of one kind logged one by one; after that, one line per LOG_EVERY_S
 LOG_EVERY_S = 5.0
@@ -32,6 +32,7 @@ MAX_REASON = 300  # characters of a reason in the log
 MAX_STREAMS = 256
 
 V = TypeVar("V")
+PACED = {"paced": True}  # a log record's `extra`: its logger paces it already (RateLimitedErrors lets it by)
 
 
 class Refusals:
@@ -57,7 +58,7 @@ class Refusals:
         reason = reason[:MAX_REASON]
         if n <= FIRST_LOGGED:
             more = " (later ones are summarised)" if n == FIRST_LOGGED else ""
-            self.log.error("refused %s: %s%s", kind, reason, more)
+            self.log.error("refused %s: %s%s", kind, reason, more, extra=PACED)
             if n == FIRST_LOGGED:
                 self._quiet[kind] = (self.clock(), 0, reason)
             return
@@ -65,14 +66,21 @@ class Refusals:
         now = self.clock()
         if now - last >= LOG_EVERY_S:
             self.log.error(
-                "refused %d more %s in %.0f s (%d in all), the last: %s", unlogged + 1, kind, now - last, n, reason
+                "refused %d more %s in %.0f s (%d in all), the last: %s",
+                unlogged + 1,
+                kind,
+                now - last,
+                n,
+                reason,
+                extra=PACED,
             )
             self._quiet[kind] = (now, 0, reason)
         else:
             self._quiet[kind] = (last, unlogged + 1, reason)
 
     def summary(self) -> str:
-        """ "refused 12 inputs: ack: malformed 10, jpeg: bad JPEG 2" ("" when none)."""
+        """The line a node logs at its end ("" when nothing was refused), e.g.
+        "refused 12 inputs: ack: malformed ack 10, jpeg: bad JPEG 2"."""
         if not self.counts:
             return ""
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.counts.items()))
@@ -130,3 +138,39 @@ class BoundedStreams(Generic[V]):
 
     def values(self):
         return self._items.values()
+
+
+class RateLimitedErrors(logging.Filter):
+    """A filter for a node's log handler: error lines logged per bad message ("bad JPEG skipped:
+    ...", "bad frame skipped: ...") pass one by one for the first FIRST_LOGGED of each call site
+    (logger and message template), then one per LOG_EVERY_S, saying how many like it were not
+    shown. What a node counts is unchanged: its summary still has every bad message. Records
+    marked `extra=PACED` (Refusals paces its own) and lines below ERROR always pass."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.clock = clock
+        self._sites: dict[tuple[str, str], list] = {}  # (logger, template) -> [seen, last shown, hidden since]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or getattr(record, "paced", False):
+            return True
+        key = (record.name, str(record.msg))
+        site = self._sites.get(key)
+        if site is None:
+            if len(self._sites) >= 4 * MAX_KINDS:
+                return True  # templates are the code's, few: this bound is never reached
+            site = self._sites[key] = [0, 0.0, 0]
+        site[0] += 1
+        now = self.clock()
+        if site[0] <= FIRST_LOGGED:
+            site[1] = now
+            return True
+        if now - site[1] < LOG_EVERY_S:
+            site[2] += 1
+            return False
+        hidden, site[1], site[2] = site[2], now, 0
+        if hidden:
+            record.msg = f"{record.getMessage()} ({hidden} more like this in the last {LOG_EVERY_S:.0f} s not shown)"
+            record.args = None
+        return True

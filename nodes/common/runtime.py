@@ -11,8 +11,15 @@ __all__ = ["setup_logging", "declared_inputs", "declared_outputs", "settle_heap"
 
 
 def setup_logging(name: str) -> logging.Logger:
-    """Lines on stderr prefixed with the node's name; dora collects them into its logs."""
+    """Lines on stderr prefixed with the node's name; dora collects them into its logs. Error
+    lines logged per bad message are paced (hostile.RateLimitedErrors): a flood of bad input must
+    not become a flood of log lines."""
+    from .hostile import RateLimitedErrors
+
     logging.basicConfig(level=logging.INFO, format=f"{name}: %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RateLimitedErrors) for f in handler.filters):
+            handler.addFilter(RateLimitedErrors())
     return logging.getLogger(name)
 
 

@@ -13,7 +13,7 @@ import tensor_codec as tc
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import AckWindow, Outbox, Relay, SinkIntake, malformed_ack
 from tensor_codec_nodes.common.digest import content_digest
-from tensor_codec_nodes.common.hostile import FIRST_LOGGED, MAX_STREAMS, BoundedStreams, Refusals
+from tensor_codec_nodes.common.hostile import FIRST_LOGGED, MAX_STREAMS, BoundedStreams, RateLimitedErrors, Refusals
 from tensor_codec_nodes.common.loop import MAX_EVENTS_PER_ROUND, QUEUED_BOUND, EventLoop, NodeLogic
 from tensor_codec_nodes.tensor_receiver import verify as verify_module
 from tensor_codec_nodes.tensor_receiver.receiver import MAX_SEQ_GAP, Receiver
@@ -285,3 +285,20 @@ def test_the_sender_summary_counts_each_message_once():
     delivery.ack(2, "ack", None)
     line = summary_line(delivery, sender, len(delivery.undelivered()))
     assert line.startswith("2 messages sent, 2 could not be sent, 1 acknowledged, 3 not acknowledged"), line
+
+
+def test_error_lines_logged_per_bad_message_are_paced_and_say_how_many_were_not_shown():
+    clock = Clock()
+    pacing = RateLimitedErrors(clock)
+    records = []
+    for i in range(1000):
+        clock.now = i * 0.01  # 10 s in all
+        record = logging.LogRecord("jpeg-decoder", logging.ERROR, __file__, 1, "bad JPEG skipped: %s", (i,), None)
+        if pacing.filter(record):
+            records.append(record.getMessage())
+    assert FIRST_LOGGED < len(records) <= FIRST_LOGGED + 2, records
+    assert "more like this in the last 5 s not shown" in records[-1]
+    info = logging.LogRecord("x", logging.INFO, __file__, 1, "fine %s", (1,), None)
+    paced = logging.LogRecord("x", logging.ERROR, __file__, 1, "refused %s", (1,), None)
+    paced.paced = True
+    assert all(pacing.filter(info) for _ in range(100)) and all(pacing.filter(paced) for _ in range(100))
