@@ -16,10 +16,13 @@ def setup_logging(name: str) -> logging.Logger:
     not become a flood of log lines."""
     from .hostile import RateLimitedErrors
 
-    logging.basicConfig(level=logging.INFO, format=f"{name}: %(levelname)s %(message)s")
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RateLimitedErrors) for f in handler.filters):
-            handler.addFilter(RateLimitedErrors())
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig: a process that set up its own logging keeps it
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"{name}: %(levelname)s %(message)s"))
+        handler.addFilter(RateLimitedErrors())
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
     return logging.getLogger(name)
 
 

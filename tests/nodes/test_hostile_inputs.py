@@ -5,6 +5,8 @@ node going on. Each test here failed before its fix (the campaign's figures in t
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -302,3 +304,15 @@ def test_error_lines_logged_per_bad_message_are_paced_and_say_how_many_were_not_
     paced = logging.LogRecord("x", logging.ERROR, __file__, 1, "refused %s", (1,), None)
     paced.paced = True
     assert all(pacing.filter(info) for _ in range(100)) and all(pacing.filter(paced) for _ in range(100))
+
+
+def test_a_node_process_paces_its_error_lines():
+    """In a node's own process (no logging set up before): 500 bad-message lines in a burst show as 10."""
+    code = (
+        "from tensor_codec_nodes.common.runtime import setup_logging\n"
+        "log = setup_logging('tc-test')\n"
+        "for i in range(500): log.error('bad frame skipped: %s', i)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if "bad frame skipped" in line]
+    assert proc.returncode == 0 and len(lines) == FIRST_LOGGED, proc.stderr[-2000:]
