@@ -1,5 +1,11 @@
-"""The JPEG decoder's per-message logic, without dora: check each JPEG (header, size, crc),
-decode a batch, and describe the frames."""
+"""The JPEG decoder's per-message logic, without dora: check each JPEG (header, bounds, size,
+crc), decode a batch, and describe the frames.
+
+Every bound is checked before an engine sees the JPEG, so what a hostile one costs is the check
+(a few milliseconds a megabyte), not the decode: its pixels (MAX_PIXELS), scans (MAX_SCANS),
+scans x pixels (MAX_SCAN_PIXELS), marker segments (MAX_SEGMENTS), and the decoded frame's bytes
+against what the node's output can carry (`max_frame_bytes`: tc.max_send_bytes; a frame that
+could never be sent is memory and time spent for nothing)."""
 
 from __future__ import annotations
 
@@ -13,8 +19,9 @@ import tensor_codec as tc
 
 from ..common import protocol as P
 from ..common.images import encoding_for
-from ..common.jpeg_header import JpegError, check_jpeg_message
+from ..common.jpeg_header import MAX_SCAN_PIXELS, MAX_SCANS, MAX_SEGMENTS, JpegError, check_jpeg_message
 from ..common.stats import keep_failure
+from .config import OUTPUT
 from .engines import JpegDecodeEngine
 
 log = logging.getLogger("jpeg-decoder")
@@ -53,13 +60,51 @@ class _Checked:
     width: int
 
 
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
 class JpegDecoder:
-    def __init__(self, engine: JpegDecodeEngine, mode: str = "auto", max_pixels: int = 64 * 2**20):
+    """`max_frame_bytes`: the most a decoded frame (channels x height x width bytes) may take,
+    what the output can carry (None: unbounded); the other bounds are read_header's."""
+
+    def __init__(
+        self,
+        engine: JpegDecodeEngine,
+        mode: str = "auto",
+        max_pixels: int = 64 * 2**20,
+        *,
+        max_scans: int = MAX_SCANS,
+        max_segments: int = MAX_SEGMENTS,
+        max_scan_pixels: int = MAX_SCAN_PIXELS,
+        max_frame_bytes: int | None = None,
+    ):
         self.engine = engine
         self.device = engine.device
         self.mode = mode
         self.max_pixels = max_pixels
+        self.bounds = {
+            "max_pixels": max_pixels,
+            "max_scans": max_scans,
+            "max_segments": max_segments,
+            "max_scan_pixels": max_scan_pixels,
+        }
+        self.max_frame_bytes = max_frame_bytes
         self.stats = DecoderStats()
+
+    def limits(self) -> str:
+        """What this decoder refuses before decoding, for the log at start: the frame bound as the
+        pixels it leaves in RGB and grey (the smaller of it and MAX_PIXELS: what really applies)."""
+        parts = [f"MAX_PIXELS={self.max_pixels}"]
+        if self.max_frame_bytes is not None:
+            rgb = min(self.max_pixels, self.max_frame_bytes // 3)
+            grey = min(self.max_pixels, self.max_frame_bytes)
+            parts.append(
+                f"frames up to {_mib(self.max_frame_bytes)} (what output `{OUTPUT}` can carry): at most {rgb} px "
+                f"in RGB, {grey} px grey"
+            )
+        parts += [f"{name.upper()}={value}" for name, value in self.bounds.items() if name != "max_pixels"]
+        return "limits: " + ", ".join(parts)
 
     def check(self, event: dict) -> _Checked | None:
         """One JPEG message, checked before decoding; a bad one is logged, counted, None."""
@@ -68,12 +113,25 @@ class JpegDecoder:
         try:
             # A copy the decoder owns: the message's buffer goes back to dora at once.
             jpeg = tc.plain_bytes(event.get("value")).clone()
-            info = check_jpeg_message(jpeg, metadata, max_pixels=self.max_pixels)
+            info = check_jpeg_message(jpeg, metadata, **self.bounds)
             channels = self._channels(metadata, info.components)
+            self._check_frame_bytes(channels, info.height, info.width)
         except (JpegError, tc.CodecError) as e:
             self._bad(metadata, f"{type(e).__name__}: {e}")
             return None
         return _Checked(jpeg, channels, metadata, info.height, info.width)
+
+    def _check_frame_bytes(self, channels: int, height: int, width: int) -> None:
+        """Refuse a frame the output could never carry, before memory is taken for it: its bytes as
+        a codec message's payload holds them (padded to 64)."""
+        nbytes = -(-channels * height * width // 64) * 64
+        if self.max_frame_bytes is not None and nbytes > self.max_frame_bytes:
+            raise JpegError(
+                f"decoded frame {width}x{height}x{channels} = {_mib(nbytes)}, expected at most "
+                f"{_mib(self.max_frame_bytes)}: what output `{OUTPUT}` can carry (tc.max_send_bytes, from dora's "
+                "routes; where this node's shared_memory_pool_size is what limits it, a larger one in the dataflow "
+                "YAML raises it)"
+            )
 
     def _channels(self, metadata: dict, components: int) -> int:
         if self.mode == "rgb":
