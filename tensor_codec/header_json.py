@@ -16,14 +16,18 @@ costs one pass over at most `header_bytes` of text, never the parse of what it d
 The cheap bound (the same count over the whole text, string literals included) decides almost
 every header; only one near a limit has its string literals taken out first (still C-speed).
 
-Strict JSON, as serde and other strict readers take it: no NaN/Infinity tokens and no object
+Strict JSON, as serde and other strict readers take it: no NaN/Infinity tokens, no object
 with the same member name twice (Python's json keeps the last one silently, so a Rust or C++
-reader could see another message than this one).
+reader could see another message than this one), and no string holding a lone surrogate: JSON
+text may escape one (``"\\ud800"``), Python's json turns it into a str no UTF-8 can carry, and
+the encoder refuses to send one (`lone_surrogate`), so a receiver refuses it too, naming the
+field. An escaped pair that forms one character (``"\\ud83d\\ude00"``) is that character.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +37,17 @@ from .errors import DecodeError, EncodeError
 from .limits import Limits
 from .walk import MAX_DEPTH
 
-__all__ = ["HeaderCost", "MAX_NESTING", "measure", "nesting", "check_received", "check_outgoing", "parse"]
+__all__ = [
+    "HeaderCost",
+    "MAX_NESTING",
+    "measure",
+    "nesting",
+    "check_received",
+    "check_outgoing",
+    "parse",
+    "lone_surrogate",
+    "describe_surrogate",
+]
 
 # The encoder's deepest header nests 3 JSON levels per structure level (a dict node, its items
 # list, a [key, node] pair) plus the header object and a leaf's attributes: 3 * MAX_DEPTH + 3.
@@ -46,6 +60,22 @@ class HeaderCost:
     bytes: int
     items: int
     string_bytes: int
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, a pair is one character: any of these is lone
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate of `text` (a code point UTF-8 cannot carry), or None."""
+    if text.isascii():  # O(1) in CPython: the common case costs nothing
+        return None
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
+
+
+def describe_surrogate(text: str, surrogate: str) -> str:
+    """``a lone surrogate U+D800 in 'ab\\ud800'``: for error messages (`text` shortened)."""
+    return f"a lone surrogate U+{ord(surrogate):04X} in {text!r:.80}"
 
 
 def _utf8_bytes(text: str) -> int:
@@ -160,8 +190,37 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_
 def parse(text: str) -> Any:
     """Strict JSON -> Python objects; DecodeError naming the problem."""
     try:
-        return _DECODER.decode(text)
+        header = _DECODER.decode(text)
     except DecodeError:
         raise
     except (ValueError, RecursionError) as e:
         raise DecodeError(f"tc.header: expected valid JSON, got a parse error: {str(e)[:200]}") from None
+    # Only an escape makes a surrogate in ASCII text (raw ones were refused as not UTF-8): a
+    # header without "\\ud" is not searched. A one-character test first: memchr, ~15 ns, where
+    # looking for "\\ud" costs ~130 ns per header (the encoder writes no backslash in most).
+    if "\\" in text and ("\\ud" in text or "\\uD" in text):
+        _refuse_surrogates(header)
+    return header
+
+
+def _refuse_surrogates(header: Any) -> None:
+    """DecodeError naming the first field of `header` whose text holds a lone surrogate."""
+    todo: list[tuple[Any, str]] = [(header, "tc.header")]
+    while todo:
+        value, where = todo.pop()
+        if type(value) is str:
+            found = lone_surrogate(value)
+            if found:
+                raise DecodeError(f"{where}: expected UTF-8 text, got {describe_surrogate(value, found)}")
+        elif type(value) is list:
+            todo.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(value))))
+        elif type(value) is dict:
+            for name in value:
+                found = lone_surrogate(name)
+                if found:
+                    raise DecodeError(f"{where}: expected UTF-8 member names, got {describe_surrogate(name, found)}")
+            todo.extend((item, _member(where, name)) for name, item in reversed(list(value.items())))
+
+
+def _member(where: str, name: str) -> str:
+    return f"{where}.{name}" if name.isidentifier() else f"{where}[{name!r:.40}]"

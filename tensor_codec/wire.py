@@ -27,8 +27,9 @@ from typing import Any
 
 from . import header_json, limits
 from .dtypes import WireDType, by_name
-from .errors import DecodeError, Where
+from .errors import DecodeError, EncodeError, Where, format_path
 from .layout import MAX_DIM, MAX_RANK, check_leaf_layout
+from .walk import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
 __all__ = [
     "VERSION",
@@ -74,8 +75,71 @@ def header_metadata(
     if extra:
         header.update(extra)
     text = _JSON.encode(header)
+    if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
+        _refuse_surrogates(text, tree)
     header_json.check_outgoing(text, limits.current())
     return {KEY_VERSION: VERSION, KEY_TRANSPORT: transport, KEY_HEADER: text}
+
+
+def _refuse_surrogates(text: str, tree: Any) -> None:
+    """EncodeError naming where in the object a string holds a lone surrogate, if one does: no
+    UTF-8 text (dora's metadata, a Rust or C++ receiver) can carry one."""
+    if header_json.lone_surrogate(text) is None:
+        return
+    problem = _surrogate_in(tree, ())
+    raise EncodeError(problem or "header: expected text UTF-8 can carry, got a lone surrogate")
+
+
+def _bad_text(what: str, path: tuple, value: str) -> str | None:
+    found = header_json.lone_surrogate(value)
+    if found is None:
+        return None
+    got = header_json.describe_surrogate(value, found)
+    return f"{what} at `{format_path(path)}`: expected text UTF-8 can carry, got {got}"
+
+
+def _surrogate_in(node: Any, path: tuple) -> str | None:
+    """Where in a tree (as tree.flatten writes it) a string holds a lone surrogate, in words, with
+    the object's own path; None if nowhere."""
+    if type(node) is str:
+        return _bad_text("string", path, node)
+    if type(node) is not dict:
+        return None
+    tag = node.get("t")
+    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text
+        for name, value in node.items():
+            for text in _strings(value):
+                found = _bad_text(f"attribute `{name}` of the tensor", path, text)
+                if found:
+                    return found
+        return None
+    children: list[tuple[Any, Any]] = []
+    if tag == DICT:
+        for key, item in node["items"]:
+            if type(key) is str and (found := _bad_text("dict key", path, key)):
+                return found
+            children.append((key, item))
+    elif tag == LIST or tag == TUPLE:
+        children = list(enumerate(node["items"]))
+    elif tag == NAMEDTUPLE:
+        for text in [node["name"], *node["fields"]]:
+            if found := _bad_text("namedtuple name or field", path, text):
+                return found
+        children = list(zip(node["fields"], node["items"]))
+    elif tag == PACKED:
+        children = [(field, node[field]) for field in PACKED_FIELDS]
+    for part, item in children:
+        if found := _surrogate_in(item, path + (part,)):
+            return found
+    return None
+
+
+def _strings(value: Any) -> list[str]:
+    if type(value) is str:
+        return [value]
+    if type(value) is list:
+        return [text for item in value for text in _strings(item)]
+    return []
 
 
 # --------------------------------------------------------------------------------------------
