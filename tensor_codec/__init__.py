@@ -6,6 +6,7 @@
     tc.send(node, "output_id", obj, metadata)   # encode straight into dora's send buffer
     obj = tc.receive(event)                     # decode a dora INPUT event
     tc.send_plain(node, "image", hwc_tensor)    # flat bytes for non-codec consumers
+    tc.max_send_bytes(node, "output_id")        # the most payload bytes one message there can carry
     tc.send(node, "out", cuda_obj)              # transport="auto": CUDA IPC to consumers on this
                                                 # machine, host bytes to others (see routing.py)
     obj = tc.receive(event, device="cuda")      # restored onto this process's GPU, whatever the path
@@ -20,7 +21,7 @@ from . import versions as _versions
 _versions.require()  # a preinstalled torch (container, GPU host) is not checked by pip: say what is wrong
 
 from .codec import decode, encode
-from .dora_adapter import receive, send, send_plain, transport_for
+from .dora_adapter import max_send_bytes, receive, send, send_plain, transport_for
 from .errors import (
     CodecError,
     DecodeError,
@@ -93,6 +94,7 @@ __all__ = [
     "receive",
     "transport_for",
     "send_plain",
+    "max_send_bytes",
     "plain_bytes",
     "scope",
     "release",

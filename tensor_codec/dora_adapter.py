@@ -8,19 +8,30 @@ and reads what dora hands a node. What lives here:
   ``DORA_NODE_CONFIG``), its machine (``DORA_MACHINE_ID``), and the dataflow descriptor, read
   into an `OutputRoute` per output (`route_of`; the rule that picks a transport from it is
   routing.py's);
-* what a dora route can carry: the shared-memory pool (``shared_memory_pool_size``, else
-  ``DORA_NODE_SHM_POOL_SIZE``, else 8 MiB) and the daemon path's 64 MiB limit, checked before
-  sending (`check_route`), dora's own size errors translated (`size_error`);
+* what a dora route can carry (`max_send_bytes`, `send_limit`): dora's limits, measured on
+  dora-rs 1.1.0 and checked before anything is written (`check_route`), dora's own size errors
+  translated (`size_error`);
 * sending: `send` (a codec message, written straight into ``send_output_raw``'s buffer),
   `send_plain` (flat bytes for nodes that do not speak the codec), `transport_for`;
 * receiving: `receive` (an INPUT event).
 
-dora 1.1 publishes an output through the node's shared-memory pool when the message fits in it.
-A bigger message falls back to the daemon path, which is slow (measured: 16 MB took ~95 ms
-instead of ~2 ms) and refuses messages whose encoded size passes 64 MiB; the encoding adds 1/8,
-so payloads over about 59.6 MiB fail there with "exceeding the 67108864-byte daemon transport
-limit". `check_route` raises `MessageTooLargeError` for those before anything is written and
-warns once per output for the slow case; both name ``shared_memory_pool_size`` and the size.
+dora 1.1's limits (docs/transports.md, "dora's limits", has the measurements). A message of n
+payload bytes travels as a UInt8 Arrow IPC stream of ``ipc_stream_bytes(n)`` bytes: dora writes a
+validity bitmap (n/8 bytes) and 328 bytes of framing around the payload. Then:
+
+* **the cap**: no stream over 256 MiB, on any route ("UInt8 payload too large"): a payload of at
+  most 238,608,896 bytes; no setting raises it;
+* **the pool**: a message whose stream, plus 1,208 bytes of chunk header, fits the free room of
+  the node's shared-memory pool (``shared_memory_pool_size``, else ``DORA_NODE_SHM_POOL_SIZE``,
+  else 8 MiB; one pool for all the node's outputs) is published through it, fast;
+* **the daemon path**: anything else goes through the daemon, slowly (16 MB took ~95 ms instead
+  of ~2 ms), and only if the whole request, stream plus metadata, is at most 64 MiB ("exceeding
+  the 67108864-byte daemon transport limit"): a payload of at most about 59.6 MB (56.9 MiB).
+  That is every message too big for the pool or meeting it full (receivers hold the messages
+  they got, dora queues up to queue_size more per input), and every message of an output dora
+  pins there whatever its pool: one with a consumer input declaring ``queue_policy:
+  backpressure``, or consumers on other machines that only its daemons' relay reaches (the
+  daemon says so in ``DORA_NODE_CONFIG``'s ``output_routing``).
 
 Placement (`route_of`): dora hands every node the whole dataflow (`node.dataflow_descriptor()`):
 each node's inputs and its ``deploy: {machine: ...}``. A daemon started with ``--machine-id X``
@@ -31,20 +42,24 @@ process tree on one machine).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
+import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installed unless types-PyYAML is)
 
 from . import routing
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError
+from .header_json import describe_surrogate, lone_surrogate
 from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
@@ -64,12 +79,27 @@ __all__ = [
     "route_from_descriptor",
     "expected_receivers",
     "pool_size",
+    "max_send_bytes",
+    "send_limit",
+    "SendLimit",
+    "Pin",
+    "pin",
+    "output_routing",
+    "ipc_stream_bytes",
+    "payload_within",
+    "pool_payload",
+    "daemon_payload",
     "check_route",
     "suggested_pool",
     "size_error",
     "DORA_IMAGE_KEYS",
     "DEFAULT_POOL_BYTES",
+    "IPC_STREAM_MAX",
+    "DAEMON_LIMIT_BYTES",
+    "CAP_PAYLOAD",
     "DAEMON_PATH_MAX_PAYLOAD",
+    "SHM_CHUNK_OVERHEAD",
+    "METADATA_RESERVE",
 ]
 
 log = logging.getLogger("tensor_codec")
@@ -78,10 +108,7 @@ log = logging.getLogger("tensor_codec")
 # message carrying them as such an image, so tc.send refuses them (tc.send_plain is for that).
 DORA_IMAGE_KEYS = ("encoding", "width", "height")
 
-DEFAULT_POOL_BYTES = 8 << 20
-DAEMON_LIMIT_BYTES = 64 << 20
-# Encoded size on the daemon path is 9/8 of the payload plus framing; keep 64 KiB of margin.
-DAEMON_PATH_MAX_PAYLOAD = DAEMON_LIMIT_BYTES * 8 // 9 - (64 << 10)
+DEFAULT_POOL_BYTES = 8 << 20  # dora's shared-memory pool when neither the YAML nor the environment sets one
 
 _EMPTY = pa.array([], type=pa.uint8())
 
@@ -201,8 +228,9 @@ def route_of(node: Any, output_id: str) -> OutputRoute:
 
 
 def forget_routes() -> None:
-    """Drop the cached routes (tests: node ids come back once their nodes are gone)."""
+    """Drop the cached routes and pins (tests: node ids come back once their nodes are gone)."""
     _routes.clear()
+    _pins.clear()
 
 
 def expected_receivers(node: Any, output_id: str) -> int:
@@ -211,18 +239,222 @@ def expected_receivers(node: Any, output_id: str) -> int:
     return min(max(len(route_of(node, output_id).consumers), 1), routing.MAX_IPC_CONSUMERS)
 
 
-# ---------------------------------------------------------------------------- route limits
+# ---------------------------------------------------------------------------- dora's limits
+#
+# Measured on dora-rs 1.1.0 in real dataflows (docs/transports.md, "dora's limits"), read off
+# its source (apis/rust/node: arrow_utils/ipc_encode.rs, node/mod.rs) where it says why.
 
-# Warn once per (node, output, pool). Keyed by id: dora's Node supports neither weak references
-# nor attributes, and holding the node would keep it (and its outputs) alive past its user's last
-# reference. A reused id can at worst skip a duplicate warning.
-_warned: set[tuple[int, str, int]] = set()
+IPC_STREAM_MAX = 256 << 20  # dora's MAX_IPC_BYTES: the Arrow IPC stream of one message, any route
+DAEMON_LIMIT_BYTES = 64 << 20  # dora's MAX_MESSAGE_BYTES: one request to the daemon, metadata included
+_IPC_FRAMING = 328  # schema and record-batch blocks and end marker of a UInt8 stream (measured)
+# What a daemon request adds besides the stream and the metadata's own bytes: measured between 57
+# and 120 bytes (a 67,108,744-byte stream went, 67,108,808 did not); a KiB of margin.
+_DAEMON_FRAMING = 1 << 10
+# Pool bytes a message takes beyond its stream: with 1,208 bytes to spare a message went through
+# the pool and with 1,144 it did not, in pools of 70, 100 and 200 MB alike.
+SHM_CHUNK_OVERHEAD = 1208
+# Metadata bytes `max_send_bytes` assumes a message carries (a codec header of a few tensors is
+# a few hundred bytes): a message with more (thousands of tensors) can carry a little less.
+METADATA_RESERVE = 16 << 10
+# Below this, and fitting the pool of an output dora does not pin, no limit is near: check_route
+# returns at once (the daemon path carries it with up to 28 MiB of metadata).
+_SURELY_CARRIED = 32 << 20
+# A pinned output's messages from this size on are worth a warning: the daemon path is slow.
+_SLOW_WARN_BYTES = 1 << 20
+# Pool bytes a message needs beyond n + n/8, at most: padding (2 x 63 + 1), framing, chunk header.
+_POOL_SLACK = 127 + _IPC_FRAMING + SHM_CHUNK_OVERHEAD
+
+
+def _round64(n: int) -> int:
+    return (n + 63) & ~63
+
+
+def ipc_stream_bytes(nbytes: int) -> int:
+    """Bytes of the UInt8 Arrow IPC stream dora 1.1 makes of a payload of `nbytes` (dora's
+    `uint8_layout`): a validity bitmap of nbytes/8 and the payload, each padded to 64 bytes, and
+    328 bytes of framing. What the pool, the daemon path and the cap count."""
+    return _round64((nbytes + 7) >> 3) + _round64(nbytes) + _IPC_FRAMING
+
+
+@functools.lru_cache(maxsize=256)
+def payload_within(stream_budget: int) -> int:
+    """The largest payload whose stream (`ipc_stream_bytes`) is at most `stream_budget` bytes
+    (0 when none is)."""
+    if stream_budget < ipc_stream_bytes(0):
+        return 0
+    n = (stream_budget - _IPC_FRAMING) * 8 // 9  # ipc_stream_bytes(n + 1) > stream_budget
+    lo, hi = max(n - 256, 0), n + 1  # padding costs at most 126 bytes: the bound lies in between
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ipc_stream_bytes(mid) <= stream_budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+CAP_PAYLOAD = payload_within(IPC_STREAM_MAX)  # 238,608,896 bytes: measured, and what dora's rule gives
+
+
+def daemon_payload(metadata_bytes: int = METADATA_RESERVE) -> int:
+    """The largest payload dora's daemon path carries with `metadata_bytes` of metadata."""
+    return payload_within(DAEMON_LIMIT_BYTES - _DAEMON_FRAMING - metadata_bytes)
+
+
+# The most the daemon path carries for a message with METADATA_RESERVE of metadata (59,636,480
+# bytes: about 59.6 MB, 56.9 MiB).
+DAEMON_PATH_MAX_PAYLOAD = daemon_payload()
+
+
+def _fits_pool(nbytes: int, pool: int, messages: int = 1) -> bool:
+    return messages * (ipc_stream_bytes(nbytes) + SHM_CHUNK_OVERHEAD) <= pool
+
+
+def pool_payload(pool: int) -> int:
+    """The largest payload a pool of `pool` bytes holds (alone in it)."""
+    return payload_within(pool - SHM_CHUNK_OVERHEAD)
+
+
+def _metadata_bytes(metadata: dict | None) -> int:
+    """What a message's metadata adds to a daemon request, over-estimated: its keys' and values'
+    bytes, 32 more per entry (dora's encoding adds a few)."""
+    if not metadata:
+        return 0
+    return sum(_value_bytes(key) + _value_bytes(value) + 32 for key, value in metadata.items())
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, (list, tuple)):
+        return 8 + sum(_value_bytes(v) for v in value)
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    return 16
+
+
+# ---------------------------------------------------------------------------- why an output is on the daemon path
+
+_NODE_CONFIGS: dict[str, dict | None] = {}
+
+
+# libyaml's loader where PyYAML was built with it: a config carries the whole dataflow.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _IgnoreTags(_SafeLoader):
+    """YAML as the daemon writes DORA_NODE_CONFIG: tags such as ``!Tcp`` read as plain values."""
+
+
+_IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def output_routing(text: str | None = None) -> dict | None:
+    """The daemon's routing of this node's outputs, from ``DORA_NODE_CONFIG`` (dora 1.1 writes
+    ``output_routing: {<output>: {daemon_only: bool, required_ackers: [...]}}`` there): output id
+    -> its entry; None where the config gives none (not started by a daemon, an older dora)."""
+    if text is None:
+        text = os.environ.get("DORA_NODE_CONFIG")
+    if not text:
+        return None
+    if text not in _NODE_CONFIGS:
+        _NODE_CONFIGS.clear()  # one config per process: the cache holds the latest only
+        _NODE_CONFIGS[text] = _read_output_routing(text)
+    return _NODE_CONFIGS[text]
+
+
+def _read_output_routing(text: str) -> dict | None:
+    try:
+        config = yaml.load(text, Loader=_IgnoreTags)  # a SafeLoader that ignores tags
+    except yaml.YAMLError as e:
+        log.debug("DORA_NODE_CONFIG is not YAML: %s", e)
+        return None
+    routing_ = config.get("output_routing") if isinstance(config, dict) else None
+    return routing_ if isinstance(routing_, dict) else None
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Why dora keeps an output on its daemon path whatever the pool, and what lifts that.
+    `cure` has ``{limit}`` where the daemon path's limit goes."""
+
+    why: str
+    cure: str
+
+
+def _inputs(consumers: list) -> str:
+    return ", ".join(f"{c.node}/{c.input}" for c in consumers)
+
+
+def _pin_of(route: OutputRoute, daemon_only: Any) -> Pin | None:
+    """The pin of an output: what the daemon decided (`daemon_only`: True, False, or None when it
+    did not say), explained by the consumers the dataflow gives it."""
+    if daemon_only is False:
+        return None
+    backpressure = [c for c in route.consumers if c.queue_policy == routing.BACKPRESSURE]
+    if backpressure:  # measured: dora 1.1 pins such an output even with a 1 GB pool
+        return Pin(
+            f"its consumer input {_inputs(backpressure)} declares `queue_policy: backpressure`, which dora 1.1 "
+            "serves on its daemon path only (the output never uses the shared-memory pool)",
+            f"remove `queue_policy: backpressure` from {_inputs(backpressure)} (dora's default queue policy "
+            "lets the pool carry the output), or send at most {limit} per message",
+        )
+    if daemon_only is not True:
+        return None  # the daemon did not say, and the descriptor proves nothing
+    remote = route.remote()
+    if remote:
+        names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
+        return Pin(
+            f"it has consumers on other machines ({names}) and dora relays it through its daemons: the nodes "
+            "cannot connect directly (daemons on loopback, or no routable address), or a remote input declares "
+            "`input_timeout`",
+            "start the daemons with a routable `dora daemon --zenoh-listen <IP>` so that the nodes connect directly "
+            "(then the pool carries the output), send to those consumers on an output of their own with smaller "
+            "messages, or send at most {limit} per message",
+        )
+    return Pin(
+        "dora's daemon keeps it there (its output_routing says daemon_only: a consumer that only its daemons' "
+        "relay reaches, such as a dynamic node)",
+        "send at most {limit} per message",
+    )
+
+
+_pins: dict[tuple[int, str], Pin | None] = {}
+_UNSEEN = Pin("", "")  # what _pins.get gives for an output not looked at yet
+
+
+def pin(node: Any, output_id: str) -> Pin | None:
+    """Why dora keeps this output on its daemon path whatever the pool (None: it does not),
+    read once per node and output: the daemon's routing does not change while a node runs."""
+    key = (id(node), output_id)
+    if key in _pins:
+        return _pins[key]
+    try:
+        routing_ = output_routing() or {}
+        entry = routing_.get(output_id)
+        daemon_only = entry.get("daemon_only") if isinstance(entry, dict) else None
+        found = _pin_of(route_of(node, output_id), daemon_only)
+    except Exception as e:  # advice: never let it stop a send dora would make
+        log.debug("output '%s': its routing could not be read: %s", output_id, e)
+        found = None
+    if len(_pins) < 4096:
+        _pins[key] = found
+    return found
+
+
+# ---------------------------------------------------------------------------- the limit of one output
+
+# Warn once per (node, output, pool, kind). Keyed by id: dora's Node supports neither weak
+# references nor attributes, and holding the node would keep it (and its outputs) alive past its
+# user's last reference. A reused id can at worst skip a duplicate warning.
+_warned: set[tuple[int, str, int, str]] = set()
 
 
 def pool_size(node: Any) -> tuple[int, str]:
     """-> (bytes, where the value comes from) for this node's shared-memory pool.
 
-    Read on every call, not cached: `node.node_config()` costs about a microsecond.
+    Read on every call, not cached: `node.node_config()` costs about a microsecond. dora reads
+    ``64MB`` in the YAML as 64 MiB (and refuses ``64MiB``).
     """
     pool = node_config(node).get("shared_memory_pool_size")
     if isinstance(pool, int):
@@ -233,10 +465,13 @@ def pool_size(node: Any) -> tuple[int, str]:
     return DEFAULT_POOL_BYTES, "dora's default"
 
 
-def suggested_pool(nbytes: int) -> str:
-    """A pool setting that holds two such messages in flight, as YAML text (power-of-two MB)."""
+def suggested_pool(nbytes: int, messages: int = 2) -> str:
+    """A pool setting that holds `messages` such messages at once (two by default: the one a
+    receiver still holds and the next), as YAML text: a power of two in MB, which dora reads as
+    MiB."""
+    need = messages * (ipc_stream_bytes(nbytes) + SHM_CHUNK_OVERHEAD)
     mb = 1
-    while mb << 20 < 2 * nbytes:
+    while mb << 20 < need:
         mb *= 2
     return f"{mb}MB"
 
@@ -249,34 +484,239 @@ def _this_node() -> str:
     return node_id() or "<this node>"
 
 
-def check_route(node: Any, output_id: str, nbytes: int) -> None:
-    """Raise `MessageTooLargeError` if no dora route carries `nbytes`; warn once if only the slow
-    daemon path does."""
+def _set_pool(nbytes: int, messages: int = 2) -> str:
+    setting = suggested_pool(nbytes, messages)
+    return f"set `shared_memory_pool_size: {setting}` on node '{_this_node()}' in the dataflow YAML"
+
+
+@dataclass(frozen=True)
+class SendLimit:
+    """The most payload bytes one message on an output can carry (`max_bytes`), which of dora's
+    limits sets it (`kind`: "cap", "pool" or "daemon"), that limit in words, and the output's
+    pin (None: messages that fit the pool take it)."""
+
+    max_bytes: int
+    kind: str
+    limit: str
+    pool: int
+    pool_source: str
+    pin: Pin | None
+
+
+def send_limit(node: Any, output_id: str, metadata_bytes: int = METADATA_RESERVE) -> SendLimit:
+    """The one rule: what dora 1.1 carries on this output of this node, for a message with
+    `metadata_bytes` of metadata; `limit` says why a bigger message cannot go. `max_send_bytes`
+    and `check_route` both read it."""
     pool, source = pool_size(node)
-    if nbytes <= pool:
-        return
-    advice = (
-        f"set `shared_memory_pool_size: {suggested_pool(nbytes)}` (at least {_mib(nbytes)}) on node "
-        f"'{_this_node()}' in the dataflow YAML"
-    )
-    if nbytes > DAEMON_PATH_MAX_PAYLOAD:
-        raise MessageTooLargeError(
-            f"output '{output_id}': message of {_mib(nbytes)} does not fit this node's "
-            f"shared_memory_pool_size of {_mib(pool)} (from {source}), and dora's fallback path is "
-            f"limited to {_mib(DAEMON_PATH_MAX_PAYLOAD)}: {advice}"
+    daemon = daemon_payload(metadata_bytes)
+    daemon_words = f"its daemon path, which carries at most {_mib(daemon)} per message (64 MiB with the metadata)"
+    pinned = pin(node, output_id)
+    if pinned is not None:
+        why = f"dora sends this output on {daemon_words}, whatever the pool: {pinned.why}"
+        return SendLimit(daemon, "daemon", why, pool, source, pinned)
+    fits = pool_payload(pool)
+    if fits >= CAP_PAYLOAD:
+        why = (
+            "dora caps one message at an Arrow IPC stream of 256 MiB (the payload and 1/8 more for the validity "
+            f"bitmap it writes): at most {_mib(CAP_PAYLOAD)} of payload, whatever the pool"
         )
-    key = (id(node), output_id, pool)
+        return SendLimit(CAP_PAYLOAD, "cap", why, pool, source, None)
+    why = (
+        f"it does not fit this node's shared_memory_pool_size of {_mib(pool)} (from {source}; it holds at most "
+        f"{_mib(fits)} of payload, with dora's 1/8 validity bitmap), so dora would send it on {daemon_words}"
+    )
+    return SendLimit(max(fits, daemon), "pool" if fits >= daemon else "daemon", why, pool, source, None)
+
+
+def max_send_bytes(node: Any, output_id: str, *, metadata_bytes: int = METADATA_RESERVE) -> int:
+    """The most payload bytes `tc.send` (or `tc.send_plain`) can carry in one message on
+    `output_id` of `node`, given dora 1.1's routes: the 256 MiB cap, the node's shared-memory
+    pool, and the daemon path's 64 MiB for outputs dora keeps there (a consumer declaring
+    ``queue_policy: backpressure``, consumers on other machines reached through the daemons'
+    relay). A bigger message is refused by `tc.send` with `MessageTooLargeError` before anything
+    is written; one within it goes through while the pool has room for it (receivers that hold
+    many messages fill it: see docs/transports.md).
+
+    The payload of a codec message is its tensors' bytes, each padded to 64 bytes (what
+    ``tc.encode(obj)[0]`` holds); `metadata_bytes` is what its metadata may take (the default
+    covers the header of a few hundred tensors)."""
+    return send_limit(node, output_id, metadata_bytes).max_bytes
+
+
+def _cure(limit: SendLimit, nbytes: int) -> str:
+    """What lets a message of `nbytes` through `limit`, in words."""
+    if limit.pin is not None:
+        return "To carry it, " + limit.pin.cure.format(limit=_mib(limit.max_bytes))
+    if limit.kind == "cap" or nbytes > CAP_PAYLOAD:
+        return "No dora setting raises this cap: send the data in parts (several messages, or several outputs)"
+    return f"To carry it, {_set_pool(nbytes)} (two such messages at once), or send at most {_mib(limit.max_bytes)}"
+
+
+def check_route(node: Any, output_id: str, nbytes: int, metadata: dict | None = None) -> None:
+    """Raise `MessageTooLargeError` if dora cannot carry a message of `nbytes` payload bytes with
+    `metadata` on this output, naming the limit it would hit and what lifts it; warn once when
+    dora would carry it on its slow daemon path, or only while its pool is otherwise empty."""
+    pool, _ = pool_size(node)
+    # The common case, in a few hundred nanoseconds past pool_size: a message well within the
+    # pool (its stream is at most n + n/8 + 455 bytes) on an output already known not pinned.
+    if (
+        nbytes <= _SURELY_CARRIED
+        and nbytes + (nbytes >> 3) + _POOL_SLACK <= pool
+        and _pins.get((id(node), output_id), _UNSEEN) is None
+    ):
+        return
+    limit = send_limit(node, output_id, _metadata_bytes(metadata))
+    if nbytes > limit.max_bytes:
+        raise MessageTooLargeError(
+            f"output '{output_id}': dora cannot carry a message of {_mib(nbytes)}: {limit.limit}. "
+            + _cure(limit, nbytes)
+        )
+    _warn_slow(node, output_id, nbytes, limit)
+
+
+def _warn_once(node: Any, output_id: str, pool: int, kind: str, message: str, *args: Any) -> None:
+    key = (id(node), output_id, pool, kind)
     if key not in _warned and len(_warned) < 4096:
         _warned.add(key)
-        log.warning(
+        log.warning(message, *args)
+
+
+def _warn_slow(node: Any, output_id: str, nbytes: int, limit: SendLimit) -> None:
+    """A message dora carries: say once if it goes the slow way, or fits only an empty pool."""
+    pool = limit.pool
+    if limit.pin is not None:
+        if nbytes >= _SLOW_WARN_BYTES:
+            _warn_once(
+                node, output_id, pool, "pinned",
+                "output '%s': messages of %s take dora's slow daemon path: %s",
+                output_id, _mib(nbytes), limit.pin.why,
+            )  # fmt: skip
+        return
+    if not _fits_pool(nbytes, pool):
+        _warn_once(
+            node, output_id, pool, "slow",
             "output '%s': message of %s does not fit this node's shared_memory_pool_size of %s (from %s) "
             "and takes dora's slow fallback path; %s",
-            output_id,
-            _mib(nbytes),
-            _mib(pool),
-            source,
-            advice,
+            output_id, _mib(nbytes), _mib(pool), limit.pool_source, _set_pool(nbytes),
+        )  # fmt: skip
+    elif nbytes > daemon_payload(0) and not _fits_pool(nbytes, pool, 2):
+        _warn_once(
+            node, output_id, pool, "alone",
+            "output '%s': a message of %s fits this node's shared_memory_pool_size of %s (from %s) only alone: "
+            "while a receiver still holds the previous one (a `for event in node` loop does until the next "
+            "event), dora sends the next on its daemon path, which refuses messages over %s; %s",
+            output_id, _mib(nbytes), _mib(pool), limit.pool_source, _mib(daemon_payload(0)), _set_pool(nbytes),
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- dora's own errors
+
+# What dora 1.1 says when a message is over one of its limits (the first two: the cap; then the
+# daemon path's, from the node and from its TCP framing).
+_CAP_WORDS = ("payload too large", "Arrow IPC fallback encode")
+_DAEMON_WORDS = ("daemon transport limit", "exceeding the", "exceeds maximum")
+
+
+_EYRE_CAUSE = re.compile(r"^\d+: ")  # eyre numbers the causes of a chain
+
+
+def _dora_words(error: BaseException) -> str:
+    """dora's own sentence from its error, without eyre's "Location:" and stack backtrace."""
+    text = str(error).split("\n\nLocation:", 1)[0].split("\n\nStack backtrace:", 1)[0]
+    lines = [_EYRE_CAUSE.sub("", line.strip()) for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):  # the innermost cause names the limit
+        if any(w in line for w in _CAP_WORDS + _DAEMON_WORDS):
+            return line[:600]
+    return " ".join(lines)[:600]
+
+
+def _limit_hit(text: str, nbytes: int, metadata_bytes: int) -> str | None:
+    """Which of dora's limits its error `text` is about: "cap", "daemon" or None (not a size error)."""
+    if any(w in text for w in _CAP_WORDS) and ipc_stream_bytes(nbytes) > IPC_STREAM_MAX:
+        return "cap"
+    if "payload too large" in text:
+        return "cap"
+    if any(w in text for w in _DAEMON_WORDS):
+        return "daemon"
+    # dora's TCP framing refuses a request just over 64 MiB with no more than this to say.
+    if "internal error" in text and ipc_stream_bytes(nbytes) + metadata_bytes > DAEMON_LIMIT_BYTES - (1 << 20):
+        return "daemon"
+    return None
+
+
+def size_error(
+    node: Any, output_id: str, nbytes: int, error: RuntimeError, metadata: dict | None = None
+) -> MessageTooLargeError | None:
+    """dora's own size error (should our estimate ever be off, or the pool be full) as a
+    MessageTooLargeError naming the limit hit and what lifts it; None for any other error (the
+    caller re-raises it as it is)."""
+    meta = _metadata_bytes(metadata)
+    hit = _limit_hit(str(error), nbytes, meta)
+    if hit is None:
+        return None
+    said = _dora_words(error)
+    head = f"output '{output_id}': dora refused a message of {_mib(nbytes)}"
+    if hit == "cap":
+        return MessageTooLargeError(
+            f"{head}: it is over dora's cap on one message, an Arrow IPC stream of 256 MiB (at most "
+            f"{_mib(CAP_PAYLOAD)} of payload), whatever the pool: no dora setting raises it; send the data in "
+            f"parts (several messages, or several outputs). dora said: {said}"
         )
+    return MessageTooLargeError(
+        f"{head} on its daemon path: {_daemon_cause(node, output_id, nbytes, meta)} dora said: {said}"
+    )
+
+
+def _daemon_cause(node: Any, output_id: str, nbytes: int, metadata_bytes: int) -> str:
+    """Why a message went on the daemon path, and what lets it through, in words."""
+    limit = send_limit(node, output_id, metadata_bytes)
+    carried = _mib(daemon_payload(metadata_bytes))
+    if limit.pin is not None:
+        return f"this output goes there whatever its pool: {limit.pin.why}; {limit.pin.cure.format(limit=carried)}."
+    remote = _remote_consumers(node, output_id)
+    if remote:  # the daemon's routing was not given to say so (an older dora): the descriptor does
+        names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
+        return (
+            f"the output has consumers on other machines ({names}) and dora relays it through its daemons, which "
+            f"carry at most {carried} per message. dora relays when the nodes cannot connect directly (daemons on "
+            f"loopback, or no routable address: see `dora daemon --zenoh-listen`); otherwise send smaller messages."
+        )
+    pool = limit.pool
+    if not _fits_pool(nbytes, pool):
+        return (
+            f"it does not fit this node's shared_memory_pool_size of {_mib(pool)} (from {limit.pool_source}), and "
+            f"the daemon path carries at most {carried} per message: {_set_pool(nbytes)} (two such messages at once)."
+        )
+    in_flight = _messages_in_flight(node, output_id)
+    if _fits_pool(nbytes, pool, in_flight):
+        advice = (
+            "Make room in the pool (receivers that drop messages sooner, a smaller queue_size, fewer big messages "
+            "on the node's other outputs) or raise it"
+        )
+    else:
+        advice = (
+            f"To carry it, {_set_pool(nbytes, in_flight)} ({in_flight} such messages: the one being sent, and per "
+            "consumer input one its receiver holds and its queue_size queued)"
+        )
+    return (
+        f"the message fits this node's shared_memory_pool_size of {_mib(pool)} (from {limit.pool_source}) alone, "
+        "but the pool (one for all the node's outputs) had no room for it: a message stays in it while a receiver "
+        f"holds it or dora queues it for one, and dora then sends on its daemon path, which carries at most "
+        f"{carried}. {advice}, or send at most {carried} per message (a full pool then costs time, not the "
+        "message). (dora also keeps an output there when its startup handshake with a consumer did not complete.)"
+    )
+
+
+def _messages_in_flight(node: Any, output_id: str) -> int:
+    """How many messages of this output the pool may hold at once: the one being sent, and per
+    consumer input one its receiver holds and as many as its queue holds."""
+    try:
+        consumers = route_of(node, output_id).consumers
+    except Exception:
+        consumers = ()
+    if not consumers:
+        return 2
+    return 1 + sum(c.capacity + 1 for c in consumers)
 
 
 def _remote_consumers(node: Any, output_id: str) -> list:
@@ -284,30 +724,6 @@ def _remote_consumers(node: Any, output_id: str) -> list:
         return route_of(node, output_id).remote()
     except Exception:  # advice only: never let it hide dora's own error
         return []
-
-
-def size_error(node: Any, output_id: str, nbytes: int, error: RuntimeError) -> MessageTooLargeError | None:
-    """dora's own size error (should our estimate ever be off) as a MessageTooLargeError that
-    says what to change; None for any other error (the caller re-raises it as it is)."""
-    if "transport limit" not in str(error) and "exceeding" not in str(error):
-        return None
-    remote = _remote_consumers(node, output_id)
-    if remote:
-        # A bigger pool does not help here: dora relays this output through its daemons.
-        names = ", ".join(f"{c.node} on machine {c.machine!r}" for c in remote)
-        return MessageTooLargeError(
-            f"output '{output_id}': dora refused a message of {_mib(nbytes)}: the output has consumers on "
-            f"other machines ({names}) and dora relays it through its daemons, which carry at most "
-            f"{_mib(DAEMON_PATH_MAX_PAYLOAD)} per message. dora relays when the nodes cannot connect "
-            f"directly (daemons on loopback, or no routable address: see `dora daemon --zenoh-listen`); "
-            f"otherwise send smaller messages. dora said: {error}"
-        )
-    pool, source = pool_size(node)
-    return MessageTooLargeError(
-        f"output '{output_id}': dora refused a message of {_mib(nbytes)} (pool "
-        f"{_mib(pool)} from {source}); set `shared_memory_pool_size: {suggested_pool(nbytes)}` "
-        f"on node '{_this_node()}' in the dataflow YAML. dora said: {error}"
-    )
 
 
 def _write_and_send(
@@ -341,6 +757,10 @@ def _check_user_metadata(metadata: Any) -> None:
         raise EncodeError(
             f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}"
         )
+    for key, value in metadata.items():
+        ascii_value = type(value) in _NO_TEXT or (type(value) is str and value.isascii())
+        if not (ascii_value and type(key) is str and key.isascii()):
+            _refuse_surrogates(key, value)  # only non-ASCII text (or text in a list) can hold one
     image_keys = [k for k in DORA_IMAGE_KEYS if k in metadata]
     if image_keys:
         raise EncodeError(
@@ -350,11 +770,26 @@ def _check_user_metadata(metadata: Any) -> None:
         )
 
 
+_NO_TEXT = frozenset({int, float, bool, type(None)})
+
+
+def _refuse_surrogates(key: Any, value: Any) -> None:
+    """dora carries metadata as UTF-8 text (Rust strings): a lone surrogate cannot go."""
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    for text, what in [(key, "key"), *((v, "value") for v in values)]:
+        found = lone_surrogate(text) if isinstance(text, str) else None
+        if found:
+            raise EncodeError(
+                f"metadata[{key!r:.80}]: expected a {what} UTF-8 can carry, got {describe_surrogate(text, found)}"
+            )
+
+
 def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
     """Encode `obj` and send it on `output_id` of a dora node, writing tensors straight into
     dora's send buffer (one pass per tensor). `metadata` holds the caller's own keys; keys starting
-    with ``tc.`` are reserved. Raises `MessageTooLargeError` (naming ``shared_memory_pool_size``)
-    before writing anything if no dora route can carry the message.
+    with ``tc.`` are reserved. Raises `MessageTooLargeError` (naming the limit of dora's it is over,
+    and what lifts it) before writing anything if no dora route can carry the message
+    (`max_send_bytes` says how much can go).
 
     ``transport="auto"`` (default): CUDA IPC when the message holds CUDA tensors and every
     consumer of the output runs on this machine, host bytes otherwise (tensor_codec/routing.py
@@ -378,17 +813,19 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     merged.update(outgoing.metadata)
     nbytes = outgoing.nbytes
     try:
-        check_route(node, output_id, nbytes)
+        check_route(node, output_id, nbytes, merged)
         if outgoing.in_value:
             _write_and_send(node, output_id, nbytes, merged, lambda dest: chosen.write(outgoing, dest))
         else:
             node.send_output(output_id, _EMPTY, merged)
     except RuntimeError as e:
         chosen.abandon(outgoing)  # never left: what the layout holds (a CUDA IPC slot) is freed now
-        translated = size_error(node, output_id, nbytes, e)
+        translated = size_error(node, output_id, nbytes, e, merged)
         if translated is None:
             raise
-        raise translated from e
+        # dora's words are in the message; its error (eyre's location and a Rust stack
+        # backtrace) is not chained: it would print below ours and bury it.
+        raise translated from None
     except BaseException:
         chosen.abandon(outgoing)
         raise
@@ -415,7 +852,7 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
         )
     plain = values_of(tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor), ())
     nbytes = plain.numel() * plain.element_size()
-    check_route(node, output_id, nbytes)
+    check_route(node, output_id, nbytes, metadata)
 
     def write(dest: Destination) -> None:
         with warnings.catch_warnings():
@@ -426,10 +863,10 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
     try:
         _write_and_send(node, output_id, nbytes, dict(metadata or {}), write)
     except RuntimeError as e:
-        translated = size_error(node, output_id, nbytes, e)
+        translated = size_error(node, output_id, nbytes, e, metadata)
         if translated is None:
             raise
-        raise translated from e
+        raise translated from None  # dora's words are in the message (see `send`)
 
 
 # ---------------------------------------------------------------------------- receiving

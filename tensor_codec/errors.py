@@ -37,9 +37,11 @@ class DecodeError(CodecError, ValueError):
 
 
 class MessageTooLargeError(CodecError, ValueError):
-    """The message does not fit any route dora can carry for this node.
+    """The message is over a limit of dora's on every route it can take from this node.
 
-    The text names ``shared_memory_pool_size`` and the size needed.
+    The text names the limit hit (dora's 256 MiB cap, the node's ``shared_memory_pool_size``,
+    the daemon path's 64 MiB) and what lifts it: a pool setting only where a pool would carry
+    it. `tensor_codec.max_send_bytes` says how much goes.
     """
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -331,6 +332,75 @@ def test_the_receivers_checksum_does_not_densify_a_broadcast_tensor():
 )
 def test_duplicate_member_names_are_refused(header):
     refused(*host_message(header, b"\x01"), "twice")
+
+
+# A lone surrogate (U+D800..U+DFFF alone) is a str Python holds but no UTF-8 text carries (dora's
+# metadata, a Rust or C++ receiver). JSON may escape one: "\ud800" as six characters of text.
+@pytest.mark.parametrize(
+    "tree, field",
+    [
+        ('{"t":"dict","items":[["a","\\ud800"]]}', "tc.header.tree.items[0][1]"),
+        ('{"t":"dict","items":[["\\udc00",1]]}', "tc.header.tree.items[0][0]"),
+        ('{"t":"list","items":["ok","x\\ud83d"]}', "tc.header.tree.items[1]"),  # a high one, unpaired
+        ('{"t":"list","items":["\\ude00\\ud83d"]}', "tc.header.tree.items[0]"),  # a pair the wrong way round
+    ],
+    ids=["value", "dict-key", "unpaired-high", "reversed-pair"],
+)
+def test_an_escaped_lone_surrogate_is_refused_naming_its_field(tree, field):
+    text = refused(*host_message(f'{{"leaves":[],"tree":{tree}}}'), field, "lone surrogate")
+    assert text.startswith(field + ":"), text
+
+
+def test_an_escaped_lone_surrogate_in_a_member_name_is_refused():
+    refused(*host_message('{"leaves":[],"tree":{"t":"dict","items":[],"\\udfff":1}}'), "tc.header.tree", "U+DFFF")
+
+
+@pytest.mark.parametrize(
+    "escaped, text",
+    [("\\ud83d\\ude00", "\U0001f600"), ("\\uD83D\\uDE00", "\U0001f600"), ("\\\\ud800", "\\ud800"), ("\\u00e9", "é")],
+    ids=["pair", "pair-upper-case", "escaped-backslash", "bmp"],
+)
+def test_escapes_that_make_characters_still_decode(escaped, text):
+    received.forget_all()
+    value, metadata = host_message(f'{{"leaves":[],"tree":{{"t":"dict","items":[["k","{escaped}"]]}}}}')
+    assert tc.decode(value, metadata) == {"k": text}
+
+
+@pytest.mark.parametrize(
+    "obj, where",
+    [
+        ({"a": "\ud800"}, "string at `$.a`"),
+        ({"\udc00": 1}, "dict key at `$`"),
+        ({"boxes": [("label", "x\udfff")]}, "string at `$.boxes[0][1]`"),
+        ({7: {"deep": ["\ud83d"]}}, "string at `$[7].deep[0]`"),
+    ],
+    ids=["value", "dict-key", "nested", "under-an-int-key"],
+)
+def test_encoding_a_lone_surrogate_is_an_encode_error_naming_its_path(obj, where):
+    with pytest.raises(tc.EncodeError) as info:
+        tc.encode(obj)
+    assert str(info.value).startswith(where + ": expected text UTF-8 can carry"), str(info.value)
+    assert "lone surrogate" in str(info.value)
+
+
+def test_a_string_with_a_character_outside_the_bmp_still_encodes():
+    value, metadata = tc.encode({"emoji": "\U0001f600", "é": "ü"})
+    assert tc.decode(value, metadata) == {"emoji": "\U0001f600", "é": "ü"}
+
+
+@pytest.mark.parametrize(
+    "metadata, fragment",
+    [({"label": "\ud800"}, "metadata['label']: expected a value"), ({"\udc00": 1}, "expected a key"),
+     ({"names": ["a", "b\udfff"]}, "metadata['names']: expected a value")],
+    ids=["value", "key", "in-a-list"],
+)  # fmt: skip
+def test_send_refuses_a_lone_surrogate_in_its_metadata_before_dora_sees_it(metadata, fragment):
+    from tests.support.fakes import FakeNode
+
+    node = FakeNode()
+    with pytest.raises(tc.EncodeError, match=re.escape(fragment)):
+        tc.send(node, "out", torch.zeros(2), metadata)
+    assert node.sent == []
 
 
 def test_non_zero_padding_between_any_two_leaves_is_refused():
