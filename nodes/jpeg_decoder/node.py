@@ -21,6 +21,21 @@ from .engines import make_decode_engine
 from .spec import SPEC
 
 
+def frame_bound(node, device: torch.device) -> int | None:
+    """The most bytes a decoded frame may take: what the output can carry (tc.max_send_bytes), so
+    a frame that could never be sent is refused before it is decoded (issue 31); None where frames
+    go by CUDA IPC, whose message carries a handle while the frame stays in this process's GPU
+    memory (MAX_PIXELS bounds it there)."""
+    if device.type == "cuda" and _transport(node, device) == "cuda-ipc":
+        return None
+    return tc.max_send_bytes(node, OUTPUT)
+
+
+def _transport(node, device: torch.device) -> str:
+    """The transport tc.send picks for a frame on `device` (the consumers' placement decides)."""
+    return tc.transport_for(node, OUTPUT, torch.empty(0, dtype=torch.uint8, device=device))[0]
+
+
 class JpegDecoderNode(NodeLogic):
     """Without acks: runs until the input is over (dora delivers STOP before inputs still queued)
     and the JPEGs taken are decoded. With acks: until the jpeg input closed and every frame sent
@@ -42,7 +57,15 @@ class JpegDecoderNode(NodeLogic):
         if started is None:
             raise CannotStart()  # start_engine said why
         choice, engine = started
-        self.decoder = JpegDecoder(engine, config.mode, config.max_pixels)
+        self.decoder = JpegDecoder(
+            engine,
+            config.mode,
+            config.max_pixels,
+            max_scans=config.max_scans,
+            max_segments=config.max_segments,
+            max_scan_pixels=config.max_scan_pixels,
+            max_frame_bytes=frame_bound(node, device),
+        )
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
         ackers = ackers_of(declared_inputs(node))
@@ -59,6 +82,7 @@ class JpegDecoderNode(NodeLogic):
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
         self.log.info("%s on %s, mode %s, batch %d%s", choice.describe(), device, config.mode, config.batch, acked)
+        self.log.info("%s", self.decoder.limits())
 
     def _can_decode(self) -> bool:
         return bool(self.relay.backlog) and self.relay.room() > 0

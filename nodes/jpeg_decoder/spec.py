@@ -10,8 +10,10 @@ SPEC = NodeSpec(
         "Decodes JPEG messages to tv_tensors.Image frames sent through tensor_codec, with TorchCodec, nvImageCodec or "
         "torchvision (ENGINE) on CUDA (the node's stream is drained before each decode, so no block still in use is "
         "written) or the CPU; EXIF orientation is applied by every engine. Every JPEG is "
-        "checked first: markers, header size against MAX_PIXELS, metadata width/height and jpeg_crc32; a bad or "
-        "corrupt one is logged, counted and skipped."
+        "checked before any engine sees it: markers, its pixels (MAX_PIXELS), scans (MAX_SCANS), scans x pixels "
+        "(MAX_SCAN_PIXELS), marker segments (MAX_SEGMENTS), the decoded frame's bytes against what `image` can "
+        "carry, metadata width/height and jpeg_crc32; a bad, corrupt or too costly one is logged with the bound that "
+        "refused it, counted and skipped."
     ),
     inputs=(
         Port(

@@ -310,3 +310,32 @@ def test_data_after_the_end_of_image_marker_is_not_walked():
     data = pil_jpeg()
     assert read_header(data + bytes(40)).scans == 1
     assert read_header(data + pil_jpeg(56, 64)).width == 128
+
+
+# -- the node: what its output carries ------------------------------------------------------------
+
+
+def test_the_node_bounds_frames_by_what_image_carries(monkeypatch):
+    import tensor_codec as tc
+    from tensor_codec_nodes.jpeg_decoder import node as decoder_node
+    from tests.support.fakes import FakeNode
+
+    fake = FakeNode(node_id="jpeg-decoder", inputs=["jpeg"], outputs=["image"], pool=8 * MIB)
+    carried = tc.max_send_bytes(fake, "image")
+    assert decoder_node.frame_bound(fake, torch.device("cpu")) == carried < 64 * MIB
+    # Frames sent by CUDA IPC stay in GPU memory: the message carries a handle, not the frame.
+    monkeypatch.setattr(decoder_node, "_transport", lambda node, device: "cuda-ipc")
+    assert decoder_node.frame_bound(fake, torch.device("cuda")) is None
+    monkeypatch.setattr(decoder_node, "_transport", lambda node, device: "host")
+    assert decoder_node.frame_bound(fake, torch.device("cuda")) == carried
+
+
+def test_the_settings_defaults_are_the_header_checks_bounds():
+    from tensor_codec_nodes.jpeg_decoder.config import load_config
+
+    config = load_config({})
+    assert (config.max_scans, config.max_segments, config.max_scan_pixels) == (
+        MAX_SCANS,
+        MAX_SEGMENTS,
+        MAX_SCAN_PIXELS,
+    )
