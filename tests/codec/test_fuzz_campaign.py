@@ -143,3 +143,18 @@ def test_encoding_round_trips_what_json_lacks(value):
     text = encoding.dumps({"v": value})
     back = encoding.loads(text)["v"]
     assert encoding.dumps({"v": back}) == text and type(back) is type(value)
+
+
+def test_the_oracle_refuses_a_decoded_lone_surrogate_anywhere():
+    """What tc.decode returns must be what tc.encode takes: a lone surrogate (which a JSON escape
+    can spell) in a key, a value or a namedtuple's name is a finding."""
+    from collections import namedtuple
+
+    from tools.fuzz.execute import Mismatch, _check_strings
+
+    _check_strings({"k": ["v", ("t", "\U0001f600")]})  # a character outside the BMP is text
+    point = namedtuple("P", "a")
+    point.__name__ = "P\ud800"  # namedtuple() itself refuses such a name; a decoder could still make one
+    for bad in ({"\ud800": 1}, {"k": ["\udfff"]}, point(1)):
+        with pytest.raises(Mismatch, match="lone surrogate"):
+            _check_strings(bad)

@@ -12,7 +12,9 @@ After a successful decode every tensor is *touched* so lazy faults show up here 
   span is computed from its own storage offset, sizes and strides, never by densifying it (a
   broadcast tensor of 2^31 elements costs nothing);
 * every byte of that span is read (summed), and the first, last and one random element are
-  compared byte for byte with what the header says the Arrow value holds there (`Mismatch`).
+  compared byte for byte with what the header says the Arrow value holds there (`Mismatch`);
+* every string in the result (dict keys and values, namedtuple type names) is UTF-8 text that
+  `tc.encode` would take: no lone surrogate (`Mismatch`).
 
 Then, as the call asks, ``tc.keep`` copies the result (only when its logical size is at most
 `KEEP_MAX_BYTES`: keep densifies tensors that are not zero-copy views) and ``tc.release`` (or
@@ -103,6 +105,27 @@ def _tensors(obj: Any, out: list, depth: int = 0) -> list:
         for v in obj:
             _tensors(v, out, depth + 1)
     return out
+
+
+def _check_strings(obj: Any, depth: int = 0) -> None:
+    """Every string a decode returns (dict keys, values, namedtuple type names) is one `tc.encode`
+    would take: UTF-8 text, no lone surrogate (which a JSON escape can spell)."""
+    if depth > 1000:
+        raise Mismatch("decoded object nested deeper than 1000 levels")
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Mismatch(f"decoded string {obj[:40]!r} is not UTF-8 text (a lone surrogate)") from None
+    elif type(obj) is dict:
+        for k, v in obj.items():
+            _check_strings(k, depth + 1)
+            _check_strings(v, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        if hasattr(type(obj), "_fields"):
+            _check_strings(type(obj).__name__, depth + 1)
+        for v in obj:
+            _check_strings(v, depth + 1)
 
 
 def _value_bytes(value: Any) -> bytes | None:
@@ -203,6 +226,7 @@ def run_case(case: dict, index: int = 0) -> Outcome:
             obj = _decode(call, value, metadata)
             stage = "touch"
             _touch(obj, metadata, value, rng)
+            _check_strings(obj)
             if call["keep"]:
                 stage = "keep"
                 _keep(obj)
