@@ -13,8 +13,8 @@ After a successful decode every tensor is *touched* so lazy faults show up here 
   broadcast tensor of 2^31 elements costs nothing);
 * every byte of that span is read (summed), and the first, last and one random element are
   compared byte for byte with what the header says the Arrow value holds there (`Mismatch`);
-* every string in the result (dict keys and values, namedtuple type names) is UTF-8 text that
-  `tc.encode` would take: no lone surrogate (`Mismatch`).
+* every string in the result (dict keys and values) is UTF-8 text that `tc.encode` would take:
+  no lone surrogate (`Mismatch`).
 
 Then, as the call asks, ``tc.keep`` copies the result (only when its logical size is at most
 `KEEP_MAX_BYTES`: keep densifies tensors that are not zero-copy views) and ``tc.release`` (or
@@ -108,8 +108,9 @@ def _tensors(obj: Any, out: list, depth: int = 0) -> list:
 
 
 def _check_strings(obj: Any, depth: int = 0) -> None:
-    """Every string a decode returns (dict keys, values, namedtuple type names) is one `tc.encode`
-    would take: UTF-8 text, no lone surrogate (which a JSON escape can spell)."""
+    """Every string a decode returns (dict keys and values) is one `tc.encode` would take: UTF-8
+    text, no lone surrogate (which a JSON escape can spell). Type names cannot hold one: Python
+    refuses it."""
     if depth > 1000:
         raise Mismatch("decoded object nested deeper than 1000 levels")
     if isinstance(obj, str):
@@ -122,8 +123,6 @@ def _check_strings(obj: Any, depth: int = 0) -> None:
             _check_strings(k, depth + 1)
             _check_strings(v, depth + 1)
     elif isinstance(obj, (list, tuple)):
-        if hasattr(type(obj), "_fields"):
-            _check_strings(type(obj).__name__, depth + 1)
         for v in obj:
             _check_strings(v, depth + 1)
 
