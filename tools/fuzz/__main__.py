@@ -3,6 +3,7 @@
     python -m tools.fuzz [--cases N] [--seed S] [--start I] [--workers W] [--timeout S]
                          [--batch B] [--max-reproducers M] [--out DIR] [--json] [--quiet]
     python -m tools.fuzz --replay FILE [--json]
+    python -m tools.fuzz --nodes [...]    the node-level mode: python -m tools.fuzz_nodes --help
 
 Runs cases start .. start+N-1 of run `seed` in worker processes and prints a table of outcomes
 (by outcome, by mutator, by seed message family). A crash, hang or any exception other than
@@ -66,6 +67,11 @@ def replay(path: Path, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--nodes" in argv:  # the node-level mode (tools/fuzz_nodes): its own options
+        from tools.fuzz_nodes.__main__ import main as nodes_main
+
+        return nodes_main([a for a in argv if a != "--nodes"])
     parser = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=DEFAULT_CASES, help="cases to run (default %(default)s)")
     parser.add_argument(

@@ -1,0 +1,119 @@
+"""What the nodes said they counted, read from their logs and the receiver's report: the figures
+the runner holds against what the hostile node sent. Each parser names the line it reads, and
+returns None when the node did not write it (a node that died says nothing: that is a finding,
+not a zero)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+__all__ = [
+    "refusals",
+    "stray_acks",
+    "sender_summary",
+    "camera_summary",
+    "decoder_summary",
+    "receiver_report",
+    "has_traceback",
+    "dora_drops",
+]
+
+# loop.run: "<node>: WARNING refused N inputs: <kind> n, <kind> n" (hostile.Refusals.summary)
+_REFUSED = re.compile(r"WARNING refused (\d+) inputs: (.*)$", re.MULTILINE)
+_KIND = re.compile(r"(.+?) (\d+)(?:, |$)")
+# tc-tensor-sender's summary line (printed on stdout), and the camera's (logged)
+_SENDER = re.compile(r"tensor sender: (\d+) messages sent(.*)$", re.MULTILINE)
+_CAMERA = re.compile(r"INFO sent (\d+) frames, (\d+) failed(?: \((.*)\))?$", re.MULTILINE)
+_DECODER = re.compile(r"INFO received (\d+), decoded (\d+), bad (\d+)", re.MULTILINE)
+_STRAY = re.compile(r"(\d+) acks of nothing in flight")
+# dora dropping a message: the harness's queues were too small, so counts prove nothing
+_DROPS = re.compile(r"(Discarding event for input|hit hard cap)[^\n]*")
+
+
+def refusals(log: str) -> dict[str, int] | None:
+    """The node's refusal summary: kind -> count ({} when the node refused nothing and so wrote
+    no line; the last line when there are several)."""
+    found = _REFUSED.findall(log)
+    if not found:
+        return {}
+    total, kinds = found[-1]
+    counts = {kind: int(n) for kind, n in _KIND.findall(kinds)}
+    if sum(counts.values()) != int(total):
+        raise ValueError(f"refusal line: expected kinds adding up to {total}, got {counts} from {kinds!r}")
+    return counts
+
+
+def stray_acks(summary: str) -> int:
+    """`N acks of nothing in flight` in a producer's summary (absent: none)."""
+    found = _STRAY.search(summary)
+    return int(found.group(1)) if found else 0
+
+
+def _figures(text: str) -> dict[str, int]:
+    """ "60 acknowledged, 0 not acknowledged, 0 retransmitted" -> {"acknowledged": 60, ...}."""
+    out = {}
+    for part in text.split(","):
+        words = part.strip().split(" ", 1)
+        if len(words) == 2 and words[0].isdigit():
+            out[words[1]] = int(words[0])
+    return out
+
+
+def sender_summary(log: str) -> dict[str, int] | None:
+    """tc-tensor-sender: {"sent", "acknowledged", "not acknowledged", "retransmitted", "stray"}."""
+    found = _SENDER.findall(log)
+    if not found:
+        return None
+    sent, rest = found[-1]
+    figures = _figures(rest)
+    return {
+        "sent": int(sent),
+        "acknowledged": figures.get("acknowledged", 0),
+        "not acknowledged": figures.get("not acknowledged", 0),
+        "retransmitted": figures.get("retransmitted", 0),
+        "stray": stray_acks(rest),
+    }
+
+
+def camera_summary(log: str) -> dict[str, int] | None:
+    """tc-camera-source: {"sent", "failed", "acknowledged", "resent", "given up", "stray"}."""
+    found = _CAMERA.findall(log)
+    if not found:
+        return None
+    sent, failed, delivery = found[-1]
+    figures = _figures(delivery)
+    return {
+        "sent": int(sent),
+        "failed": int(failed),
+        "acknowledged": figures.get("acknowledged", 0),
+        "resent": figures.get("resent", 0),
+        "given up": figures.get("given up", 0),
+        "stray": stray_acks(delivery),
+    }
+
+
+def decoder_summary(log: str) -> dict[str, int] | None:
+    """tc-jpeg-decoder: {"received", "decoded", "bad"}."""
+    found = _DECODER.findall(log)
+    if not found:
+        return None
+    received, decoded, bad = found[-1]
+    return {"received": int(received), "decoded": int(decoded), "bad": int(bad)}
+
+
+def receiver_report(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def has_traceback(log: str) -> bool:
+    return "Traceback (most recent call last)" in log
+
+
+def dora_drops(output: str) -> list[str]:
+    """dora's lines saying it dropped a queued message."""
+    return [m.group(0) for m in _DROPS.finditer(output)]

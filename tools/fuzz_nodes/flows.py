@@ -1,0 +1,166 @@
+"""One dataflow per target: the node under test with real traffic through it, a tc-tensor-receiver
+that verifies that traffic (its JSON report), and the hostile node (node.py) wired to the input
+under test.
+
+Queues: every input that hostile traffic goes through holds all of it (hostile + flood + real
+messages, and a margin), and every input is on `queue_policy: backpressure` (see _queue), so
+dora never drops one: a drop would make the node's count differ from what was sent for a reason
+that is dora's, not the node's (the runner also looks for dora saying it dropped).
+
+Producers resend after RETRY_S=60 and give up after 120 s: a resend would be acknowledged again
+by the receiver, and that ack could be one more of nothing in flight than the hostile node sent
+(the runner fails a run with any resend, saying so).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .dora_run import ROOT, find_script
+
+__all__ = ["FlowParams", "UNDER_TEST", "build", "write_flow", "WINDOW"]
+
+WINDOW = 8  # the producers' WINDOW (their default): hostile acks start past it (schedule.bursts)
+MARGIN = 64
+
+
+@dataclass(frozen=True)
+class FlowParams:
+    seed: int
+    hostile: int  # hostile items
+    flood: int  # flood acks (sender and camera)
+    real: int  # real messages through the node under test
+    workdir: Path
+    miscount: str = ""  # the self-test: a bucket the hostile node over-claims
+
+    @property
+    def report(self) -> Path:
+        return self.workdir / "receiver-report.json"
+
+    @property
+    def result(self) -> Path:
+        return self.workdir / "hostile.json"
+
+
+# target -> (node id under test, its console script, the input the hostile node feeds)
+UNDER_TEST = {
+    "sender": ("sender", "tc-tensor-sender", "ack_hostile"),
+    "camera": ("camera", "tc-camera-source", "ack_hostile"),
+    "receiver": ("receiver", "tc-tensor-receiver", "tensors"),
+    "decoder": ("decoder", "tc-jpeg-decoder", "jpeg"),
+}
+
+_PRODUCER = {"RETRY_S": "60", "ACK_TIMEOUT_S": "120", "WINDOW": str(WINDOW), "DEVICE": "cpu"}
+
+
+def _script(node_id: str, script: str, inputs: dict, outputs: list[str], env: dict) -> dict:
+    return {
+        "id": node_id,
+        "path": find_script(script),
+        "inputs": inputs,
+        "outputs": outputs,
+        "env": {k: str(v) for k, v in env.items()},
+    }
+
+
+def _hostile(target: str, p: FlowParams, inputs: dict, outputs: list[str]) -> dict:
+    env = {
+        "TARGET": target,
+        "SEED": p.seed,
+        "HOSTILE": p.hostile,
+        "FLOOD": p.flood,
+        "REAL": p.real,
+        "WINDOW": WINDOW,
+        "RESULT": p.result,
+        "MISCOUNT": p.miscount,
+        "PYTHONPATH": ROOT,
+    }
+    return {
+        "id": "hostile",
+        "path": sys.executable,
+        "args": "-u -m tools.fuzz_nodes.node",
+        "inputs": inputs,
+        "outputs": outputs,
+        "env": {k: str(v) for k, v in env.items()},
+    }
+
+
+def _receiver(inputs: dict, p: FlowParams) -> dict:
+    env = {"DEVICE": "cpu", "REPORT": p.report, "PROGRESS_S": "0"}
+    return _script("receiver", "tc-tensor-receiver", inputs, ["ack"], env)
+
+
+def _queue(source: str, size: int = MARGIN) -> dict:
+    # backpressure: dora then carries the message on its daemon path, which holds the producer
+    # while the queue is full; its direct path drops messages on a busy link (docs/delivery.md).
+    # Without it, 1 to 10 of 4,000 acks never arrived in a run here, at random, some of them real.
+    return {"source": source, "queue_size": size, "queue_policy": "backpressure"}
+
+
+def _sender(p: FlowParams) -> list[dict]:
+    """The sender's `ack_hostile` input: the hostile node acknowledges every message; the
+    receiver beside it (`ack`) checks each arrived whole."""
+    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    env = {**_PRODUCER, "MODE": "random", "SIZES": "4KB", "COUNT": p.real, "RATE": "0", "SEED": p.seed}
+    inputs = {"ack": _queue("receiver/ack"), "ack_hostile": _queue("hostile/ack", hostile_queue)}
+    return [
+        _script("sender", "tc-tensor-sender", inputs, ["tensors"], env),
+        _receiver({"tensors": _queue("sender/tensors")}, p),
+        _hostile("sender", p, {"data": _queue("sender/tensors")}, ["ack"]),
+    ]
+
+
+def _camera(p: FlowParams) -> list[dict]:
+    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    env = {**_PRODUCER, "WIDTH": "160", "HEIGHT": "120", "FPS": "0", "FRAMES": p.real}
+    inputs = {"ack_receiver": _queue("receiver/ack"), "ack_hostile": _queue("hostile/ack", hostile_queue)}
+    return [
+        _script("camera", "tc-camera-source", inputs, ["image"], env),
+        _receiver({"frames": _queue("camera/image")}, p),
+        _hostile("camera", p, {"data": _queue("camera/image")}, ["ack"]),
+    ]
+
+
+def _receiver_target(p: FlowParams) -> list[dict]:
+    """The receiver's `tensors` input: the hostile node's good and hostile messages; its `real`
+    input: a tc-tensor-sender's, acknowledged, which must all arrive good meanwhile."""
+    data_queue = p.hostile + p.real + MARGIN
+    ack_queue = 2 * p.real + p.hostile + MARGIN  # every ack the receiver sends (both senders' and duplicates')
+    env = {**_PRODUCER, "MODE": "random", "SIZES": "4KB", "COUNT": p.real, "RATE": "0", "SEED": p.seed}
+    return [
+        _hostile("receiver", p, {"ack": _queue("receiver/ack", ack_queue)}, ["tensors"]),
+        _script("real-sender", "tc-tensor-sender", {"ack": _queue("receiver/ack", ack_queue)}, ["tensors"], env),
+        _receiver({"tensors": _queue("hostile/tensors", data_queue), "real": _queue("real-sender/tensors")}, p),
+    ]
+
+
+def _decoder(p: FlowParams) -> list[dict]:
+    """The decoder's `jpeg` input: the hostile node's good and hostile JPEGs; its frames go to a
+    receiver that rebuilds each good one and compares it within JPEG's bounds."""
+    jpeg_queue = p.hostile + p.real + MARGIN
+    inputs = {"jpeg": _queue("hostile/jpeg", jpeg_queue), "ack": _queue("receiver/ack")}
+    return [
+        _hostile("decoder", p, {"ack": _queue("decoder/ack", p.real + MARGIN)}, ["jpeg"]),
+        _script("decoder", "tc-jpeg-decoder", inputs, ["image", "ack"], {**_PRODUCER}),
+        _receiver({"decoded": _queue("decoder/image")}, p),
+    ]
+
+
+_BUILDERS = {"sender": _sender, "camera": _camera, "receiver": _receiver_target, "decoder": _decoder}
+
+
+def build(target: str, p: FlowParams) -> list[dict]:
+    if target not in _BUILDERS:
+        raise ValueError(f"target: expected one of {', '.join(_BUILDERS)}, got {target!r}")
+    return _BUILDERS[target](p)
+
+
+def write_flow(target: str, p: FlowParams) -> Path:
+    """The dataflow file (JSON is YAML) in p.workdir."""
+    p.workdir.mkdir(parents=True, exist_ok=True)
+    flow = p.workdir / "dataflow.yml"
+    flow.write_text(json.dumps({"nodes": build(target, p)}, indent=1))
+    return flow
