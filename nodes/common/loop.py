@@ -274,9 +274,15 @@ def run(logic_class: type[NodeLogic]) -> int:
     if logic.SENDS_WITH_TC:
         finish_sharing(log)
     status = logic.finish()
-    if logic.refusals.total:
-        log.warning("%s", logic.refusals.summary())
+    if logic.refusals.total:  # with what the node's memory peaked at: what the bad inputs cost it at most
+        log.warning("%s; peak RSS %.0f MB", logic.refusals.summary(), _peak_rss_mb())
     return status
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
 def console_main(spec: Any, package: str) -> int:
