@@ -90,7 +90,8 @@ def test_the_runner_fails_when_a_count_does_not_match_what_was_sent(dora_cli, tm
 
 
 def test_the_refusal_line_parser_reads_what_the_nodes_write():
-    """counts.refusals against hostile.Refusals.summary itself (the format both sides depend on)."""
+    """counts.refusals against hostile.Refusals.summary itself and the line loop.run makes of it
+    (the format both sides depend on)."""
     from tensor_codec_nodes.common.hostile import Refusals
     from tools.fuzz_nodes import counts
 
@@ -98,7 +99,8 @@ def test_the_refusal_line_parser_reads_what_the_nodes_write():
     for kind, n in (("ack_hostile: malformed ack", 12), ("tensors: bad message", 3), ("frames: TypeError", 1)):
         for _ in range(n):
             refusals.refuse(kind, "why")
-    line = f"tensor-sender: WARNING {refusals.summary()}"
+    line = f"tensor-sender: WARNING {refusals.summary()}; peak RSS 738 MB"  # as loop.run logs it
+    assert counts.peak_rss_mb(line) == 738
     assert counts.refusals(f"other lines\n{line}\nmore") == {
         "ack_hostile: malformed ack": 12,
         "tensors: bad message": 3,

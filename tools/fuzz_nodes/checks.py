@@ -160,6 +160,7 @@ def check_run(target: str, label: str, run: DoraRun, p: FlowParams) -> TargetRes
             f"{node_id} refused inputs of kinds the hostile node never sent (an exception out of its handling, or "
             f"hostile traffic counted on the wrong input): {stray_kinds}",
         )
+    result.figures["peak_rss_mb"] = counts.peak_rss_mb(log)
     _TARGETS[target](c, run, p, log, buckets, refused or {}, sent)
     return result
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 __all__ = [
     "refusals",
+    "peak_rss_mb",
     "stray_acks",
     "sender_summary",
     "camera_summary",
@@ -20,8 +21,10 @@ __all__ = [
     "dora_drops",
 ]
 
-# loop.run: "<node>: WARNING refused N inputs: <kind> n, <kind> n" (hostile.Refusals.summary)
-_REFUSED = re.compile(r"WARNING refused (\d+) inputs: (.*)$", re.MULTILINE)
+# loop.run: "<node>: WARNING refused N inputs: <kind> n, <kind> n; peak RSS M MB"
+# (hostile.Refusals.summary, then what the node's memory peaked at)
+_REFUSED = re.compile(r"WARNING refused (\d+) inputs: ([^;\n]*)", re.MULTILINE)
+_PEAK_RSS = re.compile(r"WARNING refused \d+ inputs: [^\n]*; peak RSS (\d+(?:\.\d+)?) MB")
 _KIND = re.compile(r"(.+?) (\d+)(?:, |$)")
 # tc-tensor-sender's summary line (printed on stdout), and the camera's (logged)
 _SENDER = re.compile(r"tensor sender: (\d+) messages sent(.*)$", re.MULTILINE)
@@ -43,6 +46,12 @@ def refusals(log: str) -> dict[str, int] | None:
     if sum(counts.values()) != int(total):
         raise ValueError(f"refusal line: expected kinds adding up to {total}, got {counts} from {kinds!r}")
     return counts
+
+
+def peak_rss_mb(log: str) -> float | None:
+    """The peak RSS a node that refused inputs gives beside their count (None: not said)."""
+    found = _PEAK_RSS.findall(log)
+    return float(found[-1]) if found else None
 
 
 def stray_acks(summary: str) -> int:

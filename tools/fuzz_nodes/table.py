@@ -17,6 +17,8 @@ def _target(r: TargetResult) -> list[str]:
         f"{r.label}: {script} `{hostile_input}`, {what}, {p.real} real messages: "
         f"{'PASS' if r.ok else 'FAIL'} in {r.wall_s:.1f} s"
     )
+    if r.figures.get("peak_rss_mb"):
+        head += f", {node_id}'s peak RSS {r.figures['peak_rss_mb']:.0f} MB"
     width = max([len("what")] + [len(row.name) for row in r.rows])
     lines = [head, f"  {'what':<{width}}  {'sent':>7}  {'counted':>7}  verdict"]
     for row in r.rows:
