@@ -1,8 +1,9 @@
 """The node-level fuzzer (tools/fuzz_nodes, `make fuzz-nodes`, docs/fuzzing.md) at a small size:
-hostile acks into tc-tensor-sender and tc-camera-source, hostile messages into tc-tensor-receiver
-and tc-jpeg-decoder, each through a real dora dataflow, each node's counts equal to what the
-hostile node sent. Run as `make` runs it (`python -m tools.fuzz --nodes`, a subprocess), so the
-dispatch, the dataflows and the checks are all under test; the summary JSON says what held.
+hostile acks into tc-tensor-sender, tc-camera-source and the JPEG relays, hostile messages into
+tc-tensor-receiver, tc-jpeg-decoder and tc-jpeg-encoder, each through a real dora dataflow, each
+node's counts equal to what the hostile node sent. Run as `make` runs it (`python -m tools.fuzz
+--nodes`, a subprocess), so the dispatch, the dataflows and the checks are all under test; the
+summary JSON says what held.
 
 The runner must also be able to fail: a hostile node that claims one more than it sent makes a
 count differ, and the run must say MISMATCH and exit 1 (without that, a runner that compared
@@ -56,9 +57,8 @@ def assert_passed(proc, summary: dict, targets: list[str]) -> None:
     for result in summary["results"]:
         assert result["rows"] and all(row["ok"] for row in result["rows"]), explain(summary)
         # the node was really fed: every hostile row carries something, not 0 == 0
-        hostile = [
-            row for row in result["rows"] if row["name"] in ("malformed ack", "bad message (report)", "bad JPEG")
-        ]
+        fed = ("malformed ack", "bad message (report)", "bad JPEG", "bad frame")
+        hostile = [row for row in result["rows"] if row["name"] in fed]
         assert hostile and all(row["sent"] > 0 for row in hostile), explain(summary)
 
 
@@ -72,9 +72,21 @@ def test_hostile_acks_and_messages_into_the_sender_and_the_receiver_are_all_coun
 
 
 @pytest.mark.slow
-def test_hostile_acks_into_the_camera_and_jpegs_into_the_decoder_are_all_counted(dora_cli, tmp_path):
-    proc, summary = fuzz_nodes(tmp_path, "--targets", "camera,decoder", "--seed", "2", *SMALL)
-    assert_passed(proc, summary, ["camera", "decoder"])
+def test_hostile_acks_frames_and_jpegs_into_the_camera_and_the_jpeg_nodes_are_all_counted(dora_cli, tmp_path):
+    targets = ["camera", "decoder", "encoder", "encoder-ack"]
+    proc, summary = fuzz_nodes(tmp_path, "--targets", ",".join(targets), "--seed", "2", *SMALL)
+    assert_passed(proc, summary, targets)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="tc-jpeg-decoder builds its relayed_output without self.refusals (the encoder passes its own): the "
+    "malformed acks it refuses are logged but never in its end summary (counted 0 of those sent)",
+)
+def test_malformed_acks_into_the_jpeg_decoder_are_in_its_summary(dora_cli, tmp_path):
+    proc, summary = fuzz_nodes(tmp_path, "--targets", "decoder-ack", "--seed", "3", *SMALL)
+    assert_passed(proc, summary, ["decoder-ack"])
 
 
 def test_the_runner_fails_when_a_count_does_not_match_what_was_sent(dora_cli, tmp_path):

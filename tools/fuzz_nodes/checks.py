@@ -13,6 +13,7 @@ from . import counts
 from .dora_run import DoraRun
 from .flows import UNDER_TEST, FlowParams
 from .schedule import (
+    BAD_FRAME,
     BAD_JPEG,
     BAD_MESSAGE,
     DUPLICATE,
@@ -30,6 +31,9 @@ BUCKETS = {
     "camera": (MALFORMED_ACK, STRAY_ACK),
     "receiver": (BAD_MESSAGE, UNVERIFIED, DUPLICATE, REJECTED),
     "decoder": (BAD_JPEG,),
+    "encoder": (BAD_FRAME,),
+    "encoder-ack": (MALFORMED_ACK, STRAY_ACK),
+    "decoder-ack": (MALFORMED_ACK, STRAY_ACK),
 }
 
 
@@ -267,6 +271,48 @@ def _decoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
     _receiver_input(c, counts.receiver_report(p.report), "decoded", p.real, "decoded frames delivered")
 
 
+def _encoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
+    summary = counts.encoder_summary(log)
+    note = "" if summary is not None else "no summary line"
+    got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
+    c.row(BAD_FRAME, buckets[BAD_FRAME], got("bad"), note)
+    c.row("frames received (encoder)", p.real + buckets[BAD_FRAME], got("received"), note)
+    c.row("good frames encoded (encoder)", p.real, got("encoded"), note)
+    c.row("frames the encoder failed on", 0, got("failed"), note)
+    _receiver_input(c, counts.receiver_report(p.report), "decoded", p.real, "good frames delivered, decoded")
+
+
+def _relay_ack(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
+    """A JPEG relay's ack input: its output's delivery figures, and its own counts of frames."""
+    relay = UNDER_TEST[c.result.target][0]
+    if relay == "encoder":
+        stats = counts.encoder_summary(log)
+        delivery, made = (stats or {}).get("jpegs"), "encoded"
+    else:
+        stats = counts.decoder_summary(log)
+        delivery, made = (stats or {}).get("frames"), "decoded"
+    _ack_target(c, delivery or None, log, p, buckets, refused)
+    if stats is not None:
+        c.row(f"real frames {made} ({relay})", p.real, stats[made], f"bad {stats['bad']}")
+    if delivery:
+        c.row(f"real frames acknowledged ({relay})", p.real, delivery["acknowledged"])
+        c.check(
+            delivery["resent"] == 0 and delivery["given up"] == 0,
+            "nothing resent or given up",
+            f"{relay}: expected nothing resent (RETRY_S=60) or given up, got {delivery['resent']} resent, "
+            f"{delivery['given up']} given up",
+        )
+    _receiver_input(c, counts.receiver_report(p.report), "decoded", p.real, "real frames delivered")
+
+
 _LATE_REFUSAL = re.compile(r"frame (hostile-\d+): (?:decode|send): ")
 
-_TARGETS = {"sender": _sender, "camera": _camera, "receiver": _receiver, "decoder": _decoder}
+_TARGETS = {
+    "sender": _sender,
+    "camera": _camera,
+    "receiver": _receiver,
+    "decoder": _decoder,
+    "encoder": _encoder,
+    "encoder-ack": _relay_ack,
+    "decoder-ack": _relay_ack,
+}

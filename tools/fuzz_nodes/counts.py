@@ -16,6 +16,7 @@ __all__ = [
     "sender_summary",
     "camera_summary",
     "decoder_summary",
+    "encoder_summary",
     "receiver_report",
     "has_traceback",
     "dora_drops",
@@ -29,7 +30,10 @@ _KIND = re.compile(r"(.+?) (\d+)(?:, |$)")
 # tc-tensor-sender's summary line (printed on stdout), and the camera's (logged)
 _SENDER = re.compile(r"tensor sender: (\d+) messages sent(.*)$", re.MULTILINE)
 _CAMERA = re.compile(r"INFO sent (\d+) frames, (\d+) failed(?: \((.*)\))?$", re.MULTILINE)
-_DECODER = re.compile(r"INFO received (\d+), decoded (\d+), bad (\d+)", re.MULTILINE)
+_DECODER = re.compile(r"INFO received (\d+), decoded (\d+), bad (\d+)(?:; frames (.*))?$", re.MULTILINE)
+_ENCODER = re.compile(
+    r"INFO received (\d+), encoded (\d+), bad (\d+), failed (\d+)[^;\n]*(?:; JPEGs (.*))?$", re.MULTILINE
+)
 _STRAY = re.compile(r"(\d+) acks of nothing in flight")
 # dora dropping a message: the harness's queues were too small, so counts prove nothing
 _DROPS = re.compile(r"(Discarding event for input|hit hard cap)[^\n]*")
@@ -103,13 +107,45 @@ def camera_summary(log: str) -> dict[str, int] | None:
     }
 
 
+def _outbox(text: str) -> dict[str, int]:
+    """delivery.Outbox.summary: "S sent, A acknowledged, R resent, G given up[, ...][, N acks of
+    nothing in flight]" ({} when the output is not acknowledged and the node said nothing)."""
+    if not text:
+        return {}
+    figures = _figures(text)
+    return {
+        "sent": figures.get("sent", 0),
+        "acknowledged": figures.get("acknowledged", 0),
+        "resent": figures.get("resent", 0),
+        "given up": figures.get("given up", 0),
+        "stray": stray_acks(text),
+    }
+
+
 def decoder_summary(log: str) -> dict[str, int] | None:
-    """tc-jpeg-decoder: {"received", "decoded", "bad"}."""
+    """tc-jpeg-decoder: {"received", "decoded", "bad"} and, with acks, its frames' delivery
+    (`_outbox`'s figures under "frames")."""
     found = _DECODER.findall(log)
     if not found:
         return None
-    received, decoded, bad = found[-1]
-    return {"received": int(received), "decoded": int(decoded), "bad": int(bad)}
+    received, decoded, bad, frames = found[-1]
+    return {"received": int(received), "decoded": int(decoded), "bad": int(bad), "frames": _outbox(frames)}
+
+
+def encoder_summary(log: str) -> dict | None:
+    """tc-jpeg-encoder: {"received", "encoded", "bad", "failed"} and, with acks, its JPEGs'
+    delivery (under "jpegs")."""
+    found = _ENCODER.findall(log)
+    if not found:
+        return None
+    received, encoded, bad, failed, jpegs = found[-1]
+    return {
+        "received": int(received),
+        "encoded": int(encoded),
+        "bad": int(bad),
+        "failed": int(failed),
+        "jpegs": _outbox(jpegs),
+    }
 
 
 def receiver_report(path: Path) -> dict | None:

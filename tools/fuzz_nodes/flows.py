@@ -51,6 +51,9 @@ UNDER_TEST = {
     "camera": ("camera", "tc-camera-source", "ack_hostile"),
     "receiver": ("receiver", "tc-tensor-receiver", "tensors"),
     "decoder": ("decoder", "tc-jpeg-decoder", "jpeg"),
+    "encoder": ("encoder", "tc-jpeg-encoder", "frames"),
+    "encoder-ack": ("encoder", "tc-jpeg-encoder", "ack_hostile"),
+    "decoder-ack": ("decoder", "tc-jpeg-decoder", "ack_hostile"),
 }
 
 _PRODUCER = {"RETRY_S": "60", "ACK_TIMEOUT_S": "120", "WINDOW": str(WINDOW), "DEVICE": "cpu"}
@@ -149,7 +152,61 @@ def _decoder(p: FlowParams) -> list[dict]:
     ]
 
 
-_BUILDERS = {"sender": _sender, "camera": _camera, "receiver": _receiver_target, "decoder": _decoder}
+def _encoder(p: FlowParams) -> list[dict]:
+    """The encoder's `frames` input: the hostile node's good and hostile frames; its JPEGs go
+    through a decoder to a receiver that rebuilds each good frame and compares it."""
+    frames_queue = p.hostile + p.real + MARGIN
+    return [
+        _hostile("encoder", p, {"ack": _queue("encoder/ack", p.real + MARGIN)}, ["frames"]),
+        _script(
+            "encoder",
+            "tc-jpeg-encoder",
+            {"frames": _queue("hostile/frames", frames_queue), "ack_decoder": _queue("decoder/ack")},
+            ["jpeg", "ack"],
+            {**_PRODUCER},
+        ),
+        _script(
+            "decoder",
+            "tc-jpeg-decoder",
+            {"jpeg": _queue("encoder/jpeg"), "ack_receiver": _queue("receiver/ack")},
+            ["image", "ack"],
+            {**_PRODUCER},
+        ),
+        _receiver({"decoded": _queue("decoder/image")}, p),
+    ]
+
+
+def _jpeg_chain(p: FlowParams, relay: str) -> list[dict]:
+    """camera -> tc-jpeg-encoder -> tc-jpeg-decoder -> receiver, every link acknowledged; the
+    hostile node is one more consumer of `relay` (encoder or decoder), acknowledging its output on
+    the relay's `ack_hostile` input, hostile acks between."""
+    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    output = {"encoder": "jpeg", "decoder": "image"}[relay]
+    camera_env = {**_PRODUCER, "WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": p.real}
+    inputs = {
+        "encoder": {"frames": _queue("camera/image"), "ack_decoder": _queue("decoder/ack")},
+        "decoder": {"jpeg": _queue("encoder/jpeg"), "ack_receiver": _queue("receiver/ack")},
+    }
+    inputs[relay]["ack_hostile"] = _queue("hostile/ack", hostile_queue)
+    encoder_inputs, decoder_inputs = inputs["encoder"], inputs["decoder"]
+    return [
+        _script("camera", "tc-camera-source", {"ack_encoder": _queue("encoder/ack")}, ["image"], camera_env),
+        _script("encoder", "tc-jpeg-encoder", encoder_inputs, ["jpeg", "ack"], {**_PRODUCER}),
+        _script("decoder", "tc-jpeg-decoder", decoder_inputs, ["image", "ack"], {**_PRODUCER}),
+        _receiver({"decoded": _queue("decoder/image")}, p),
+        _hostile(f"{relay}-ack", p, {"data": _queue(f"{relay}/{output}")}, ["ack"]),
+    ]
+
+
+_BUILDERS = {
+    "sender": _sender,
+    "camera": _camera,
+    "receiver": _receiver_target,
+    "decoder": _decoder,
+    "encoder": _encoder,
+    "encoder-ack": lambda p: _jpeg_chain(p, "encoder"),
+    "decoder-ack": lambda p: _jpeg_chain(p, "decoder"),
+}
 
 
 def build(target: str, p: FlowParams) -> list[dict]:

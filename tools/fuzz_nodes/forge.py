@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 import torch
+from torchvision import tv_tensors
 
 import tensor_codec as tc
 from tensor_codec_nodes.common import protocol as P
@@ -295,3 +296,80 @@ def forge_jpeg(item: Item, frame: int, seed: int) -> tuple[pa.Array, dict]:
     if name == "metadata: jpeg_crc32 a string":
         return _bytes(data), {**sized, P.JPEG_CRC32: str(crc)}
     raise ValueError(f"no JPEG builder for category {name!r}")
+
+
+# -- frames (the encoder) ----------------------------------------------------------------------
+
+
+def good_frame(seq: int, count: int, tx: int) -> tuple[pa.Array, dict]:
+    """Good frame `seq`: the test pattern as tc-camera-source sends it (a tv_tensors.Image through
+    tensor_codec, with its numbering and pattern metadata)."""
+    value, codec = tc.encode(tv_tensors.Image(render(seq, JPEG_HEIGHT, JPEG_WIDTH)))
+    return value, {
+        **codec,
+        P.SEQ: seq,
+        P.COUNT: count,
+        P.STREAM: GOOD_STREAM,
+        P.FRAME: seq,
+        P.CAPTURE_NS: P.now_ns(),
+        P.PATTERN: PATTERN_NAME,
+        P.PATTERN_SIZE: f"{JPEG_WIDTH}x{JPEG_HEIGHT}",
+        P.PIXEL_FORMAT: "rgb8",
+        P.WANTS_ACK: True,
+        P.TX: tx,
+        P.SENT_NS: P.now_ns(),
+    }
+
+
+def forge_frame(item: Item, frame: int, seed: int) -> tuple[pa.Array, dict]:
+    """A hostile frame message sent before good frame `frame`: no seq, its frame label naming it."""
+    rng = _rng(seed, item)
+    label = {P.FRAME: f"hostile-{item.index}", P.CAPTURE_NS: P.now_ns()}
+    pixels = render(frame, JPEG_HEIGHT, JPEG_WIDTH)
+    name = item.category.name
+
+    def codec(obj) -> tuple[pa.Array, dict]:
+        value, metadata = tc.encode(obj)
+        return value, {**metadata, **label}
+
+    def raw(width: int, height: int, encoding: str = "rgb8") -> tuple[pa.Array, dict]:
+        data = pixels.permute(1, 2, 0).contiguous().numpy().tobytes()
+        return _bytes(data), {**label, **P.image_keys(encoding, width, height)}
+
+    if name == "float32 pixels":
+        return codec(tv_tensors.Image(pixels.float() / 255))
+    if name == "bool pixels":
+        return codec(tv_tensors.Image(pixels > 128))
+    if name == "4 channels":
+        return codec(tv_tensors.Image(torch.cat([pixels, pixels[:1]])))
+    if name == "no channel dimension (H, W)":
+        return codec(pixels[0])
+    if name == "a 5-D tensor":
+        return codec(pixels[None, None])
+    if name == "empty (3, 0, 64)":
+        return codec(tv_tensors.Image(torch.zeros(3, 0, 64, dtype=torch.uint8)))
+    if name.startswith("a side over 65500 px"):
+        return codec(tv_tensors.Image(torch.full((1, 1, 1), rng.randrange(256), dtype=torch.uint8).expand(3, 1, 70000)))
+    if name == "a BoundingBoxes, not an Image":
+        boxes = tv_tensors.BoundingBoxes(
+            torch.tensor([[0, 0, 8, 8]], dtype=torch.uint8), format="XYXY", canvas_size=(JPEG_HEIGHT, JPEG_WIDTH)
+        )
+        return codec(boxes)
+    if name == "a dict of tensors":
+        return codec({"frame": tv_tensors.Image(pixels)})
+    if name == "header not JSON":
+        value, metadata = codec(tv_tensors.Image(pixels))
+        return value, {**metadata, "tc.header": "{not json"}
+    if name == "value truncated":
+        value, metadata = codec(tv_tensors.Image(pixels))
+        return value.slice(0, len(value) - 8), metadata
+    if name == "no codec keys":
+        value, metadata = codec(tv_tensors.Image(pixels))
+        return value, {k: v for k, v in metadata.items() if not k.startswith("tc.")}
+    if name == "raw rgb8 bytes, width says twice the bytes":
+        return raw(2 * JPEG_WIDTH, JPEG_HEIGHT)
+    if name == "raw rgb8 bytes, height negative":
+        return raw(JPEG_WIDTH, -JPEG_HEIGHT)
+    if name == "raw encoding yuv420":
+        return raw(JPEG_WIDTH, JPEG_HEIGHT, "yuv420")
+    raise ValueError(f"no frame builder for category {name!r}")

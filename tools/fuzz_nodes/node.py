@@ -4,12 +4,12 @@ it sent, per category and per bucket (schedule.py), for the runner to hold the n
 
 Three ways of taking part, by TARGET:
 
-- sender, camera (`acker`): subscribed to the producer's output as one of its consumers, it
+- sender, camera, encoder-ack, decoder-ack (`acker`): subscribed to the producer's output as one of its consumers, it
   acknowledges every message once (its first copy) on its `ack` output, and before each ack sends
   that message's burst of hostile acks and flood acks. The producer is done only once the last
   message is acknowledged, and dora hands an input's messages over in order, so the producer has
   read every hostile ack before it ends.
-- receiver (`tensors`) and decoder (`jpeg`): it is the producer: good messages (numbered, wanting
+- receiver (`tensors`), decoder (`jpeg`) and encoder (`frames`): it is the producer: good messages (numbered, wanting
   an ack) with hostile ones between them, one good message at a time (the next goes once the
   node acknowledged the last: the node's queue never holds more than one burst, so dora drops
   nothing).
@@ -37,9 +37,7 @@ from tensor_codec_nodes.common.delivery import ack_for
 from tensor_codec_nodes.common.loop import is_timeout
 
 from . import forge
-from .schedule import FLOOD, Item, bursts, flood_span, plan
-
-ACKER_TARGETS = ("sender", "camera")
+from .schedule import ACK_TARGETS, FLOOD, TARGETS, Item, bursts, flood_span, plan
 
 
 @dataclass
@@ -180,11 +178,18 @@ def run_producer(node: Node, s: Settings, record: Record, output: str) -> None:
         for item in per[k]:
             if output == "tensors":
                 value, metadata = forge.forge_tensor(item, k, s.real, s.seed)
-            else:
+            elif output == "jpeg":
                 value, metadata = forge.forge_jpeg(item, k, s.seed)
+            else:
+                value, metadata = forge.forge_frame(item, k, s.seed)
             node.send_output(output, value, metadata)
             record.sent(item)
-        value, metadata = forge.good_tensor(k, s.real) if output == "tensors" else forge.good_jpeg(k, s.real, k + 1)
+        if output == "tensors":
+            value, metadata = forge.good_tensor(k, s.real)
+        elif output == "jpeg":
+            value, metadata = forge.good_jpeg(k, s.real, k + 1)
+        else:
+            value, metadata = forge.good_frame(k, s.real, k + 1)
         node.send_output(output, value, metadata)
         waiter.wait(k)
     record.extra.update({"good": s.real, "other_acks": waiter.others})
@@ -194,14 +199,16 @@ def main() -> int:
     s = Settings.from_env(os.environ)
     record = Record(s)
     node = Node()
-    if s.target in ACKER_TARGETS:
+    if s.target in ACK_TARGETS:
         run_acker(node, s, record)
     elif s.target == "receiver":
         run_producer(node, s, record, "tensors")
     elif s.target == "decoder":
         run_producer(node, s, record, "jpeg")
+    elif s.target == "encoder":
+        run_producer(node, s, record, "frames")
     else:
-        print(f"hostile node: TARGET: expected sender, camera, receiver or decoder, got {s.target!r}", file=sys.stderr)
+        print(f"hostile node: TARGET: expected one of {', '.join(TARGETS)}, got {s.target!r}", file=sys.stderr)
         return 2
     record.write()
     print(f"hostile node: sent {dict(record.buckets)}, {record.categories[FLOOD.name]} of them flood", flush=True)

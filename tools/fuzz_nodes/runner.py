@@ -19,7 +19,15 @@ __all__ = ["Options", "Campaign", "run", "DEFAULT_REAL"]
 
 # Real messages through each target by default: enough for a throughput figure over the flood's
 # span (the sender), a few hundred hostile inputs between them, a few seconds a run on 2 cores.
-DEFAULT_REAL = {"sender": 400, "camera": 200, "receiver": 60, "decoder": 40}
+DEFAULT_REAL = {
+    "sender": 400,
+    "camera": 200,
+    "receiver": 60,
+    "decoder": 40,
+    "encoder": 40,
+    "encoder-ack": 60,
+    "decoder-ack": 60,
+}
 
 
 @dataclass

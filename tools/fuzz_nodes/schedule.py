@@ -17,6 +17,8 @@ __all__ = [
     "Category",
     "Item",
     "TARGETS",
+    "ACK_TARGETS",
+    "FLOOD_TARGETS",
     "CATEGORIES",
     "FLOOD",
     "MALFORMED_ACK",
@@ -26,6 +28,7 @@ __all__ = [
     "DUPLICATE",
     "REJECTED",
     "BAD_JPEG",
+    "BAD_FRAME",
     "plan",
     "bursts",
 ]
@@ -38,6 +41,7 @@ UNVERIFIED = "unverified"  # the receiver's report `unverified`: decoded, conten
 DUPLICATE = "duplicate"  # the receiver's report `duplicates`
 REJECTED = "rejected"  # the receiver's report `rejected`: marked expect=reject and refused
 BAD_JPEG = "bad JPEG"  # the decoder's summary "bad B"
+BAD_FRAME = "bad frame"  # the encoder's summary "bad B"
 
 
 @dataclass(frozen=True)
@@ -134,18 +138,43 @@ DECODER_CATEGORIES = _cats(
     "metadata: jpeg_crc32 a string",
 )
 
+# Frames into the JPEG encoder's frames input (good camera frames, numbered, between them).
+ENCODER_CATEGORIES = _cats(
+    BAD_FRAME,
+    "float32 pixels",
+    "bool pixels",
+    "4 channels",
+    "no channel dimension (H, W)",
+    "a 5-D tensor",
+    "empty (3, 0, 64)",
+    "a side over 65500 px (3 x 1 x 70000, one pixel broadcast)",
+    "a BoundingBoxes, not an Image",
+    "a dict of tensors",
+    "header not JSON",
+    "value truncated",
+    "no codec keys",
+    "raw rgb8 bytes, width says twice the bytes",
+    "raw rgb8 bytes, height negative",
+    "raw encoding yuv420",
+)
+
 CATEGORIES = {
     "sender": ACK_CATEGORIES,
     "camera": ACK_CATEGORIES,
     "receiver": RECEIVER_CATEGORIES,
     "decoder": DECODER_CATEGORIES,
+    "encoder": ENCODER_CATEGORIES,
+    # acks into the JPEG relays' ack inputs (a camera -> encoder -> decoder -> receiver pipeline)
+    "encoder-ack": ACK_CATEGORIES,
+    "decoder-ack": ACK_CATEGORIES,
 }
 TARGETS = tuple(CATEGORIES)
+ACK_TARGETS = ("sender", "camera", "encoder-ack", "decoder-ack")  # the hostile node is an acker
 
 # The flood: well-formed acks of a stream nothing sent, as fast as the hostile node can send,
 # while the middle half of the real messages goes through (ack targets only).
 FLOOD = Category("flood: acks of a stream nothing sent", STRAY_ACK)
-FLOOD_TARGETS = ("sender", "camera")
+FLOOD_TARGETS = ACK_TARGETS
 
 
 def plan(target: str, seed: int, hostile: int, flood: int = 0) -> list[Item]:
