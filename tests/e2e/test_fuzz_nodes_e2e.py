@@ -1,6 +1,6 @@
 """The node-level fuzzer (tools/fuzz_nodes, `make fuzz-nodes`, docs/fuzzing.md) at a small size:
 hostile acks into tc-tensor-sender, tc-camera-source and the JPEG relays, hostile messages into
-tc-tensor-receiver, tc-jpeg-decoder and tc-jpeg-encoder, each through a real dora dataflow, each
+tc-tensor-receiver, tc-jpeg-decoder, tc-jpeg-encoder and tc-jpeg-sink, each through a real dora dataflow, each
 node's counts equal to what the hostile node sent. Run as `make` runs it (`python -m tools.fuzz
 --nodes`, a subprocess), so the dispatch, the dataflows and the checks are all under test; the
 summary JSON says what held.
@@ -73,7 +73,7 @@ def test_hostile_acks_and_messages_into_the_sender_and_the_receiver_are_all_coun
 
 @pytest.mark.slow
 def test_hostile_acks_frames_and_jpegs_into_the_camera_and_the_jpeg_nodes_are_all_counted(dora_cli, tmp_path):
-    targets = ["camera", "decoder", "encoder", "encoder-ack"]
+    targets = ["camera", "decoder", "encoder", "sink", "encoder-ack"]
     proc, summary = fuzz_nodes(tmp_path, "--targets", ",".join(targets), "--seed", "2", *SMALL)
     assert_passed(proc, summary, targets)
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from . import counts
 from .dora_run import DoraRun
-from .flows import UNDER_TEST, FlowParams
+from .flows import SINK_SAVES, UNDER_TEST, FlowParams
 from .schedule import (
+    ACCEPTED_JPEG,
     BAD_FRAME,
     BAD_JPEG,
     BAD_MESSAGE,
@@ -32,6 +33,7 @@ BUCKETS = {
     "receiver": (BAD_MESSAGE, UNVERIFIED, DUPLICATE, REJECTED),
     "decoder": (BAD_JPEG,),
     "encoder": (BAD_FRAME,),
+    "sink": (BAD_JPEG, ACCEPTED_JPEG),
     "encoder-ack": (MALFORMED_ACK, STRAY_ACK),
     "decoder-ack": (MALFORMED_ACK, STRAY_ACK),
 }
@@ -282,6 +284,22 @@ def _encoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
     _receiver_input(c, counts.receiver_report(p.report), "decoded", p.real, "good frames delivered, decoded")
 
 
+def _sink(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
+    summary = counts.sink_summary(log)
+    note = "" if summary is not None else "no summary line"
+    got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
+    c.row(BAD_JPEG, buckets[BAD_JPEG], got("bad"), note)
+    accepted = None if summary is None else summary["received"] - summary["bad"]  # good ones included
+    c.row(
+        f"{ACCEPTED_JPEG}, hostile ones the sink has no reason to refuse",
+        buckets[ACCEPTED_JPEG],
+        None if accepted is None else accepted - p.real,
+        note,
+    )
+    c.row("JPEGs received (sink)", p.real + buckets[BAD_JPEG] + buckets[ACCEPTED_JPEG], got("received"), note)
+    c.row("JPEGs saved (sink, COUNT=3)", min(SINK_SAVES, p.real + buckets[ACCEPTED_JPEG]), got("saved"), note)
+
+
 def _relay_ack(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     """A JPEG relay's ack input: its output's delivery figures, and its own counts of frames."""
     relay = UNDER_TEST[c.result.target][0]
@@ -313,6 +331,7 @@ _TARGETS = {
     "receiver": _receiver,
     "decoder": _decoder,
     "encoder": _encoder,
+    "sink": _sink,
     "encoder-ack": _relay_ack,
     "decoder-ack": _relay_ack,
 }

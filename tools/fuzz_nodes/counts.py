@@ -17,6 +17,7 @@ __all__ = [
     "camera_summary",
     "decoder_summary",
     "encoder_summary",
+    "sink_summary",
     "receiver_report",
     "has_traceback",
     "dora_drops",
@@ -31,6 +32,7 @@ _KIND = re.compile(r"(.+?) (\d+)(?:, |$)")
 _SENDER = re.compile(r"tensor sender: (\d+) messages sent(.*)$", re.MULTILINE)
 _CAMERA = re.compile(r"INFO sent (\d+) frames, (\d+) failed(?: \((.*)\))?$", re.MULTILINE)
 _DECODER = re.compile(r"INFO received (\d+), decoded (\d+), bad (\d+)(?:; frames (.*))?$", re.MULTILINE)
+_SINK = re.compile(r"INFO received (\d+), saved (\d+)(?: to [^,\n]*)?, bad (\d+)", re.MULTILINE)
 _ENCODER = re.compile(
     r"INFO received (\d+), encoded (\d+), bad (\d+), failed (\d+)[^;\n]*(?:; JPEGs (.*))?$", re.MULTILINE
 )
@@ -130,6 +132,15 @@ def decoder_summary(log: str) -> dict[str, int] | None:
         return None
     received, decoded, bad, frames = found[-1]
     return {"received": int(received), "decoded": int(decoded), "bad": int(bad), "frames": _outbox(frames)}
+
+
+def sink_summary(log: str) -> dict[str, int] | None:
+    """tc-jpeg-sink: {"received", "saved", "bad"}."""
+    found = _SINK.findall(log)
+    if not found:
+        return None
+    received, saved, bad = found[-1]
+    return {"received": int(received), "saved": int(saved), "bad": int(bad)}
 
 
 def encoder_summary(log: str) -> dict | None:

@@ -52,6 +52,7 @@ UNDER_TEST = {
     "receiver": ("receiver", "tc-tensor-receiver", "tensors"),
     "decoder": ("decoder", "tc-jpeg-decoder", "jpeg"),
     "encoder": ("encoder", "tc-jpeg-encoder", "frames"),
+    "sink": ("sink", "tc-jpeg-sink", "jpeg"),
     "encoder-ack": ("encoder", "tc-jpeg-encoder", "ack_hostile"),
     "decoder-ack": ("decoder", "tc-jpeg-decoder", "ack_hostile"),
 }
@@ -176,6 +177,19 @@ def _encoder(p: FlowParams) -> list[dict]:
     ]
 
 
+SINK_SAVES = 3  # the JPEG sink's COUNT: the first 3 accepted are written to files
+
+
+def _sink(p: FlowParams) -> list[dict]:
+    """The JPEG sink's `jpeg` input: the hostile node's good and hostile JPEGs, acknowledged."""
+    jpeg_queue = p.hostile + p.real + MARGIN
+    env = {"DIR": p.workdir / "jpeg", "COUNT": SINK_SAVES}
+    return [
+        _hostile("sink", p, {"ack": _queue("sink/ack", p.real + MARGIN)}, ["jpeg"]),
+        _script("sink", "tc-jpeg-sink", {"jpeg": _queue("hostile/jpeg", jpeg_queue)}, ["ack"], env),
+    ]
+
+
 def _jpeg_chain(p: FlowParams, relay: str) -> list[dict]:
     """camera -> tc-jpeg-encoder -> tc-jpeg-decoder -> receiver, every link acknowledged; the
     hostile node is one more consumer of `relay` (encoder or decoder), acknowledging its output on
@@ -204,6 +218,7 @@ _BUILDERS = {
     "receiver": _receiver_target,
     "decoder": _decoder,
     "encoder": _encoder,
+    "sink": _sink,
     "encoder-ack": lambda p: _jpeg_chain(p, "encoder"),
     "decoder-ack": lambda p: _jpeg_chain(p, "decoder"),
 }

@@ -2,17 +2,17 @@
 real traffic through the node under test, hostile inputs between it, and a JSON record of what
 it sent, per category and per bucket (schedule.py), for the runner to hold the node's counts to.
 
-Three ways of taking part, by TARGET:
+Two ways of taking part, by TARGET:
 
-- sender, camera, encoder-ack, decoder-ack (`acker`): subscribed to the producer's output as one of its consumers, it
-  acknowledges every message once (its first copy) on its `ack` output, and before each ack sends
-  that message's burst of hostile acks and flood acks. The producer is done only once the last
+- sender, camera, encoder-ack, decoder-ack (`acker`): subscribed to the producer's output as one
+  of its consumers, it acknowledges every message once (its first copy) on its `ack` output, and
+  before each ack sends that message's burst of hostile acks and flood acks. The producer is done only once the last
   message is acknowledged, and dora hands an input's messages over in order, so the producer has
   read every hostile ack before it ends.
-- receiver (`tensors`), decoder (`jpeg`) and encoder (`frames`): it is the producer: good messages (numbered, wanting
-  an ack) with hostile ones between them, one good message at a time (the next goes once the
-  node acknowledged the last: the node's queue never holds more than one burst, so dora drops
-  nothing).
+- receiver (`tensors`), decoder and sink (`jpeg`), encoder (`frames`): it is the producer: good
+  messages (numbered, wanting an ack) with hostile ones between them, one good message at a time
+  (the next goes once the node acknowledged the last: the node's queue never holds more than one
+  burst, so dora drops nothing).
 
 Settings (env): TARGET, SEED, HOSTILE (hostile items), FLOOD (flood acks), REAL (real messages:
 the producer's count, or the good messages this node sends), WINDOW (the producer's: hostile
@@ -203,7 +203,7 @@ def main() -> int:
         run_acker(node, s, record)
     elif s.target == "receiver":
         run_producer(node, s, record, "tensors")
-    elif s.target == "decoder":
+    elif s.target in ("decoder", "sink"):
         run_producer(node, s, record, "jpeg")
     elif s.target == "encoder":
         run_producer(node, s, record, "frames")

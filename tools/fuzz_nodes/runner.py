@@ -25,6 +25,7 @@ DEFAULT_REAL = {
     "receiver": 60,
     "decoder": 40,
     "encoder": 40,
+    "sink": 40,
     "encoder-ack": 60,
     "decoder-ack": 60,
 }

@@ -29,6 +29,7 @@ __all__ = [
     "REJECTED",
     "BAD_JPEG",
     "BAD_FRAME",
+    "ACCEPTED_JPEG",
     "plan",
     "bursts",
 ]
@@ -42,6 +43,7 @@ DUPLICATE = "duplicate"  # the receiver's report `duplicates`
 REJECTED = "rejected"  # the receiver's report `rejected`: marked expect=reject and refused
 BAD_JPEG = "bad JPEG"  # the decoder's summary "bad B"
 BAD_FRAME = "bad frame"  # the encoder's summary "bad B"
+ACCEPTED_JPEG = "accepted JPEG"  # the JPEG sink's "received R ... bad B": R - B
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,18 @@ DECODER_CATEGORIES = _cats(
     "metadata: jpeg_crc32 a string",
 )
 
+# JPEG messages into the JPEG sink, which checks a JPEG's structure, size fields and crc but never
+# decodes one nor reads `channels`: a header declaring 8192x8192, or channels it cannot have, are
+# saved like any JPEG (the decoder refuses them before decoding).
+SINK_CATEGORIES = tuple(c for c in DECODER_CATEGORIES if not c.name.startswith(("header declaring", "metadata: chan")))
+SINK_CATEGORIES += _cats(
+    ACCEPTED_JPEG,
+    "header declaring 8192x8192 (under 3 kB)",
+    "metadata: channels a string",
+    "metadata: channels a bool",
+    "metadata: channels 2",
+)
+
 # Frames into the JPEG encoder's frames input (good camera frames, numbered, between them).
 ENCODER_CATEGORIES = _cats(
     BAD_FRAME,
@@ -164,6 +178,7 @@ CATEGORIES = {
     "receiver": RECEIVER_CATEGORIES,
     "decoder": DECODER_CATEGORIES,
     "encoder": ENCODER_CATEGORIES,
+    "sink": SINK_CATEGORIES,
     # acks into the JPEG relays' ack inputs (a camera -> encoder -> decoder -> receiver pipeline)
     "encoder-ack": ACK_CATEGORIES,
     "decoder-ack": ACK_CATEGORIES,
