@@ -141,6 +141,18 @@ FUZZ_ARGS ?= --cases 100000
 fuzz: install
 	$(BIN)/python -m tools.fuzz $(FUZZ_ARGS)
 
+# The fuzzer's node-level mode (docs/fuzzing.md, "Node-level fuzzing"): hostile messages and acks
+# into the tc-* nodes (sender, camera, receiver, JPEG encoder, decoder and sink) through real dora
+# dataflows, each node's counts checked against what was sent, and the sender's throughput with
+# and without an ack flood (about a minute on 2 cores). A target of its own, with its own
+# variable: the two modes take different options, and FUZZ_ARGS's default (--cases) is not one of
+# this mode's. `make fuzz FUZZ_ARGS="--nodes ..."` runs the same thing.
+# e.g. make fuzz-nodes FUZZ_NODES_ARGS="--seed 3 --targets sender,decoder --hostile 1000"
+.PHONY: fuzz-nodes
+FUZZ_NODES_ARGS ?=
+fuzz-nodes: install
+	$(BIN)/python -m tools.fuzz --nodes $(FUZZ_NODES_ARGS)
+
 # A wheel of the project in dist/, for installing into another environment (one that has, or may
 # fetch, torch): `pip install dist/dora_tensor_codec-*.whl`. Offline (PIP_NO_INDEX=1) it builds
 # with .venv's setuptools instead of fetching one.

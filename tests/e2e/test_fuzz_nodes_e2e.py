@@ -1,9 +1,9 @@
 """The node-level fuzzer (tools/fuzz_nodes, `make fuzz-nodes`, docs/fuzzing.md) at a small size:
 hostile acks into tc-tensor-sender, tc-camera-source and the JPEG relays, hostile messages into
-tc-tensor-receiver, tc-jpeg-decoder, tc-jpeg-encoder and tc-jpeg-sink, each through a real dora dataflow, each
-node's counts equal to what the hostile node sent. Run as `make` runs it (`python -m tools.fuzz
---nodes`, a subprocess), so the dispatch, the dataflows and the checks are all under test; the
-summary JSON says what held.
+tc-tensor-receiver, tc-jpeg-decoder, tc-jpeg-encoder and tc-jpeg-sink, each through a real dora
+dataflow, each node's counts equal to what the hostile node sent. Run as `make` runs it (`python
+-m tools.fuzz --nodes`, a subprocess), so the dispatch, the dataflows and the checks are all under
+test; the summary JSON says what held.
 
 The runner must also be able to fail: a hostile node that claims one more than it sent makes a
 count differ, and the run must say MISMATCH and exit 1 (without that, a runner that compared

@@ -1,9 +1,9 @@
 """`make fuzz-nodes`: hostile messages and acks into the project's nodes through real dora
 dataflows, each node's counts held to what was sent (docs/fuzzing.md, "Node-level fuzzing").
 
-    python -m tools.fuzz_nodes [--seed S] [--targets sender,camera,receiver,decoder] [--hostile N]
-                               [--flood F] [--real M] [--timeout S] [--no-baseline] [--keep] [--workdir DIR]
-                               [--out DIR] [--json]
+    python -m tools.fuzz_nodes [--seed S] [--targets T,...] [--hostile N] [--flood F] [--real M]
+                               [--timeout S] [--no-baseline] [--keep] [--workdir DIR] [--out DIR]
+                               [--json]
     python -m tools.fuzz --nodes [the same options]
 
 Prints a table per target (sent, counted, verdict) and the sender's throughput with and without
@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from .schedule import TARGETS
+from .runner import DEFAULT_REAL
+from .schedule import ACK_TARGETS, TARGETS
 
 
 def _targets(text: str) -> tuple[str, ...]:
@@ -54,13 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--hostile", type=int, default=200, help="hostile inputs per target (default %(default)s)")
     parser.add_argument(
-        "--flood", type=int, default=4000, help="flood acks into the sender and the camera (default %(default)s)"
+        "--flood",
+        type=int,
+        default=4000,
+        help=f"flood acks into the ack targets, {', '.join(ACK_TARGETS)} (default %(default)s)",
     )
     parser.add_argument(
         "--real",
         type=int,
         default=None,
-        help="real messages through each target (default: sender 400, camera 200, receiver 60, decoder 40)",
+        help="real messages through each target (default: "
+        + ", ".join(f"{target} {n}" for target, n in DEFAULT_REAL.items())
+        + ")",
     )
     parser.add_argument(
         "--timeout",

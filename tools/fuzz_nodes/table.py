@@ -67,7 +67,7 @@ def _throughput(t: dict) -> list[str]:
 def format_campaign(c: Campaign) -> str:
     o = c.options
     flooded = [t for t in o.targets if t in FLOOD_TARGETS]
-    flood = f", {o.flood} flood acks into {' and '.join(flooded)}" if flooded and o.flood else ""
+    flood = f", {o.flood} flood acks into {', '.join(flooded)}" if flooded and o.flood else ""
     lines = [
         f"node-level fuzzing: seed {o.seed}, targets {', '.join(o.targets)}, {o.hostile} hostile inputs per "
         f"target{flood}",
