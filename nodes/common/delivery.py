@@ -934,14 +934,15 @@ def relayed_output(
     send: Callable[[Any, dict], Any],
     config: Any,
     log: logging.Logger,
-    refusals: Refusals | None = None,
+    refusals: Refusals,
 ) -> tuple[AckWindow, Outbox, Relay]:
     """The acknowledged delivery of a node that turns each message of `data_input` into one
     message of `output` (`send(payload, metadata)`): windowed when the output's consumers
     acknowledge (`ackers`, its `ack*` inputs; `config`'s window settings, sized to the consumers'
     queues: `sized_window`, which raises CannotStart when WINDOW does not fit them), with an `ack`
     output that acknowledges what it takes to its own sender; inputs refused are counted in
-    `refusals` (the node's: NodeLogic.refusals). -> (window, outbox, relay)."""
+    `refusals`, the node's own (NodeLogic.refusals: what its end summary reports; a private one
+    kept the decoder's refused acks out of it). -> (window, outbox, relay)."""
     window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [output], log))
     outbox = Outbox(window, send, log, time.monotonic, refusals)
     return window, outbox, Relay({data_input}, outbox, ack_sender(node), log)

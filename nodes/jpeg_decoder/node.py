@@ -77,6 +77,7 @@ class JpegDecoderNode(NodeLogic):
             lambda image, metadata: tc.send(node, OUTPUT, image, metadata),
             config,
             self.log,
+            self.refusals,
         )
         # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None

@@ -79,11 +79,6 @@ def test_hostile_acks_frames_and_jpegs_into_the_camera_and_the_jpeg_nodes_are_al
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="tc-jpeg-decoder builds its relayed_output without self.refusals (the encoder passes its own): the "
-    "malformed acks it refuses are logged but never in its end summary (counted 0 of those sent)",
-)
 def test_malformed_acks_into_the_jpeg_decoder_are_in_its_summary(dora_cli, tmp_path):
     proc, summary = fuzz_nodes(tmp_path, "--targets", "decoder-ack", "--seed", "3", *SMALL)
     assert_passed(proc, summary, ["decoder-ack"])
