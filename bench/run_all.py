@@ -6,6 +6,8 @@
     header_cost.py     the worst headers within the limits, and just past them (goal: each handled
                        in at most 50 ms and 32 MB; issue 14)
     padding_check.py   refusing non-zero padding between leaves vs not checking it (issue 14)
+    refusal_cost.py    refusing each hostile input (JPEGs, tensor messages, acks) vs handling a good one
+                       in the node's own code (goal: the worst under 100 ms; issue 31)
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding at 1080p and 4K: every engine (CPU, and CUDA when present) and the
@@ -51,6 +53,7 @@ def main() -> None:
     import host_staging
     import jpeg_fps
     import padding_check
+    import refusal_cost
     import small_message
     import torch
     from _results import RESULTS_DIR, ROOT
@@ -66,6 +69,8 @@ def main() -> None:
     header_cost.main([])
     print()
     padding_check.main([])
+    print()
+    refusal_cost.main([])
     print()
     dora_latency.main(latency_args)
     print()

@@ -18,10 +18,11 @@ from torchvision import tv_tensors
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.hostile import Refusals
 from ..common.images import encoding_for
 from ..common.jpeg_header import MAX_SCAN_PIXELS, MAX_SCANS, MAX_SEGMENTS, JpegError, check_jpeg_message
 from ..common.stats import keep_failure
-from .config import OUTPUT
+from .config import INPUT, OUTPUT
 from .engines import JpegDecodeEngine
 
 log = logging.getLogger("jpeg-decoder")
@@ -78,6 +79,7 @@ class JpegDecoder:
         max_segments: int = MAX_SEGMENTS,
         max_scan_pixels: int = MAX_SCAN_PIXELS,
         max_frame_bytes: int | None = None,
+        refusals: Refusals | None = None,
     ):
         self.engine = engine
         self.device = engine.device
@@ -91,6 +93,7 @@ class JpegDecoder:
         }
         self.max_frame_bytes = max_frame_bytes
         self.stats = DecoderStats()
+        self.refusals = refusals if refusals is not None else Refusals(log)  # the node's: logged paced, summarised
 
     def limits(self) -> str:
         """What this decoder refuses before decoding, for the log at start: the frame bound as the
@@ -181,4 +184,4 @@ class JpegDecoder:
         self.stats.bad += 1
         what = f"frame {P.label(metadata)}: {reason}"
         keep_failure(self.stats.failures, what)
-        log.error("bad JPEG skipped: %s", what[:2000])
+        self.refusals.refuse(f"{INPUT}: bad JPEG", what)

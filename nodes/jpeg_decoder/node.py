@@ -65,6 +65,7 @@ class JpegDecoderNode(NodeLogic):
             max_segments=config.max_segments,
             max_scan_pixels=config.max_scan_pixels,
             max_frame_bytes=frame_bound(node, device),
+            refusals=self.refusals,
         )
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.

@@ -15,9 +15,11 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.hostile import Refusals
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
 from ..common.jpeg_header import JpegError, read_header
 from ..common.stats import keep_failure
+from .config import INPUT
 from .engines import JpegEngine
 
 log = logging.getLogger("jpeg-encoder")
@@ -72,8 +74,11 @@ class _Job:
 
 
 class JpegEncoder:
-    def __init__(self, engine: JpegEngine, quality: int, batch: int, clock_ns=time.time_ns):
+    def __init__(
+        self, engine: JpegEngine, quality: int, batch: int, clock_ns=time.time_ns, refusals: Refusals | None = None
+    ):
         self.engine = engine
+        self.refusals = refusals if refusals is not None else Refusals(log)  # the node's: logged paced, summarised
         self.quality = quality
         self.batch = batch
         self.clock_ns = clock_ns
@@ -123,7 +128,7 @@ class JpegEncoder:
         self.stats.bad += 1
         what = f"frame {P.label(metadata)}: {reason}"
         self.stats.note(what)
-        log.error("bad frame skipped: %s", what[:2000])
+        self.refusals.refuse(f"{INPUT}: bad frame", what)
 
     @staticmethod
     def _release(obj: Any) -> None:

@@ -57,7 +57,7 @@ class JpegEncoderNode(NodeLogic):
         if started is None:
             raise CannotStart()  # start_engine said why
         choice, engine = started
-        self.encoder = JpegEncoder(engine, config.quality, config.batch)
+        self.encoder = JpegEncoder(engine, config.quality, config.batch, refusals=self.refusals)
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
         # make the output windowed; an `ack` output acknowledges the frames to their sender.
         ackers = ackers_of(declared_inputs(node))

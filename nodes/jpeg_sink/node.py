@@ -16,7 +16,7 @@ class JpegSinkNode(NodeLogic):
     load_config = staticmethod(load_config)
 
     def start(self, node) -> None:
-        self.sink = JpegSink(self.config.dir, self.config.count, self.config.prefix)
+        self.sink = JpegSink(self.config.dir, self.config.count, self.config.prefix, self.refusals)
         self.intake = SinkIntake(ack_sender(node))  # acknowledged delivery: see ../common/delivery.py
 
     def on_input(self, event: dict) -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.hostile import Refusals
 from ..common.jpeg_header import JpegError, check_jpeg_message
+from .config import INPUT
 
 log = logging.getLogger("jpeg-sink")
 
@@ -19,7 +21,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class JpegSink:
-    def __init__(self, directory: str | Path, count: int, prefix: str = "frame"):
+    def __init__(self, directory: str | Path, count: int, prefix: str = "frame", refusals: Refusals | None = None):
+        self.refusals = refusals if refusals is not None else Refusals(log)  # the node's: logged paced, summarised
         self.directory = Path(directory)
         self.count = count
         self.prefix = _SAFE.sub("_", prefix) or "frame"
@@ -35,7 +38,7 @@ class JpegSink:
             check_jpeg_message(data, metadata)
         except (JpegError, tc.CodecError) as e:
             self.bad += 1
-            log.error("bad JPEG skipped (frame %s): %s", P.label(metadata), e)
+            self.refusals.refuse(f"{INPUT}: bad JPEG", f"frame {P.label(metadata)[:40]}: {e}")
             return None
         if self.count and self.saved >= self.count:
             return None

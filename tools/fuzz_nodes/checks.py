@@ -158,7 +158,9 @@ def check_run(target: str, label: str, run: DoraRun, p: FlowParams) -> TargetRes
         c.check(False, "", f"{node_id}: {e}")
         refused = {}
     if refused is not None:
-        expected_kinds = {f"{hostile_input}: malformed ack", f"{hostile_input}: bad message"}
+        expected_kinds = {
+            f"{hostile_input}: {kind}" for kind in ("malformed ack", "bad message", "bad JPEG", "bad frame")
+        }
         stray_kinds = {kind: n for kind, n in refused.items() if kind not in expected_kinds}
         c.check(
             not stray_kinds,
@@ -264,6 +266,7 @@ def _decoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
     note = "" if summary is not None else "no summary line"
     got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
     c.row(BAD_JPEG, buckets[BAD_JPEG], got("bad"), note)
+    c.row(f"{BAD_JPEG} (refusal line)", buckets[BAD_JPEG], refused.get("jpeg: bad JPEG", 0))
     c.row("JPEGs received (decoder)", p.real + buckets[BAD_JPEG], got("received"), note)
     c.row("good JPEGs decoded (decoder)", p.real, got("decoded"), note)
     # Hostile JPEGs are refused by their header, before an engine decodes them: a reason naming the
@@ -278,6 +281,7 @@ def _encoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
     note = "" if summary is not None else "no summary line"
     got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
     c.row(BAD_FRAME, buckets[BAD_FRAME], got("bad"), note)
+    c.row(f"{BAD_FRAME} (refusal line)", buckets[BAD_FRAME], refused.get("frames: bad frame", 0))
     c.row("frames received (encoder)", p.real + buckets[BAD_FRAME], got("received"), note)
     c.row("good frames encoded (encoder)", p.real, got("encoded"), note)
     c.row("frames the encoder failed on", 0, got("failed"), note)
@@ -289,6 +293,7 @@ def _sink(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, ref
     note = "" if summary is not None else "no summary line"
     got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
     c.row(BAD_JPEG, buckets[BAD_JPEG], got("bad"), note)
+    c.row(f"{BAD_JPEG} (refusal line)", buckets[BAD_JPEG], refused.get("jpeg: bad JPEG", 0))
     accepted = None if summary is None else summary["received"] - summary["bad"]  # good ones included
     c.row(
         f"{ACCEPTED_JPEG}, hostile ones the sink has no reason to refuse",
