@@ -78,6 +78,7 @@ __all__ = [
     "route_of",
     "route_from_descriptor",
     "expected_receivers",
+    "input_queue",
     "pool_size",
     "max_send_bytes",
     "send_limit",
@@ -225,6 +226,20 @@ def route_of(node: Any, output_id: str) -> OutputRoute:
         if len(_routes) < 4096:
             _routes[key] = route
     return route
+
+
+def input_queue(node: Any, input_id: str) -> tuple[int | None, str | None]:
+    """-> (queue_size, queue_policy) of this node's own input `input_id`, as the dataflow gives
+    them (None where it does not say, or the descriptor cannot be read: dora's defaults apply)."""
+    try:
+        descriptor = node.dataflow_descriptor()
+    except Exception:
+        return None, None
+    me = node_id(node)
+    for entry in descriptor.get("nodes") or [] if isinstance(descriptor, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == me and isinstance(entry.get("inputs"), dict):
+            return _queue(entry["inputs"].get(input_id))
+    return None, None
 
 
 def forget_routes() -> None:
@@ -557,14 +572,16 @@ def check_route(node: Any, output_id: str, nbytes: int, metadata: dict | None = 
     `metadata` on this output, naming the limit it would hit and what lifts it; warn once when
     dora would carry it on its slow daemon path, or only while its pool is otherwise empty."""
     pool, _ = pool_size(node)
-    # The common case, in a few hundred nanoseconds past pool_size: a message well within the
-    # pool (its stream is at most n + n/8 + 455 bytes) on an output already known not pinned.
-    if (
-        nbytes <= _SURELY_CARRIED
-        and nbytes + (nbytes >> 3) + _POOL_SLACK <= pool
-        and _pins.get((id(node), output_id), _UNSEEN) is None
-    ):
-        return
+    # The common cases, in a few hundred nanoseconds past pool_size, on an output looked at before:
+    # a message well within the pool (its stream is at most n + n/8 + 455 bytes) on one not pinned;
+    # on one pinned to the daemon path, a message below the size worth a warning (the daemon path
+    # carries _SURELY_CARRIED with any header the limits let through).
+    if nbytes <= _SURELY_CARRIED:
+        pinned = _pins.get((id(node), output_id), _UNSEEN)
+        if pinned is None and nbytes + (nbytes >> 3) + _POOL_SLACK <= pool:
+            return
+        if pinned is not None and pinned is not _UNSEEN and nbytes < _SLOW_WARN_BYTES:
+            return
     limit = send_limit(node, output_id, _metadata_bytes(metadata))
     if nbytes > limit.max_bytes:
         raise MessageTooLargeError(

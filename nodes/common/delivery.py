@@ -61,7 +61,7 @@ from typing import Any
 import pyarrow as pa
 
 from . import protocol as P
-from .hostile import BoundedStreams, Refusals
+from .hostile import BoundedStreams, Refusals, shown
 from .loop import CannotStart
 from .manifest import Port
 from .settings import Setting
@@ -99,6 +99,7 @@ STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of wh
 DEFAULT_CAPACITY = 10
 PROBE_MIN_S = 1.0  # a consumer silent this long (at least retry_s) with its queue counted full is probed
 EMPTY = pa.array([], type=pa.uint8())
+MAX_BACKLOG = 256  # messages a relay holds taken from dora and not yet worked on (see Relay)
 MAX_STREAM_CHARS = 64  # stream ids are 16 hex characters (protocol.new_stream_id); a longer one is not ours
 
 
@@ -274,20 +275,14 @@ def malformed_ack(metadata: Any) -> str | None:
         return f"metadata: expected a mapping, got {type(metadata).__name__}"
     seq = metadata.get(P.SEQ)
     if type(seq) is not int or seq < 0:
-        return f"metadata.{P.SEQ}: expected an integer >= 0, got {_shown(seq)}"
+        return f"metadata.{P.SEQ}: expected an integer >= 0, got {shown(seq)}"
     if _stream_of(metadata) is None:
-        stream = _shown(metadata.get(P.STREAM))
+        stream = shown(metadata.get(P.STREAM))
         return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {stream}"
     tx = metadata.get(P.TX)
     if tx is not None and (type(tx) is not int or tx < 0):
-        return f"metadata.{P.TX}: expected an integer >= 0 (or absent), got {_shown(tx)}"
+        return f"metadata.{P.TX}: expected an integer >= 0 (or absent), got {shown(tx)}"
     return None
-
-
-def _shown(value: Any) -> str:
-    """A hostile value, shown short: its type and the start of its repr."""
-    text = repr(value)
-    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
 def ack_for(metadata: dict) -> dict | None:
@@ -503,7 +498,12 @@ class AckWindow:
         """An ack of `key` from `acker`, carrying the `tx` of the copy it took (as the consumer
         echoed it: used only if an int within what was sent; else the message's first
         transmission is what the ack proves gone). -> True when this ack completed the message's
-        delivery."""
+        delivery.
+
+        The `tx` of an ack that names nothing in flight (a late duplicate after a resend) still
+        counts: it is what tells that copies left the consumer's queue, and without it a queue
+        counted full with nothing in flight would never open again. A lying acker can only
+        mislead the count of its own consumer's queue: dora wires each ack input to one node."""
         if acker in self.acked_tx:
             taken = tx if type(tx) is int and 0 <= tx <= self.tx else None
             if taken is None:
@@ -614,7 +614,11 @@ class Outbox:
         self.clock = clock
         self.refusals = refusals if refusals is not None else Refusals(log)
         self.kept: dict[tuple[str, int], _Kept] = {}
-        self.streams: BoundedStreams[int] = BoundedStreams(int)  # the streams this output numbers messages on
+        # The streams this output numbered lately: an ack of one of them with nothing in flight (a
+        # late duplicate) still says copies left the queue; an ack of another stream is not about
+        # this output at all (a consumer acknowledges every producer it takes from on one `ack`
+        # output, so its acks of another producer's stream, with that producer's tx, come here too).
+        self.streams: BoundedStreams[int] = BoundedStreams(int)
         self.sent = 0
         self.failed = 0
         self._held = False  # messages wait for their first transmission: new ones queue behind
@@ -664,11 +668,10 @@ class Outbox:
         if why is not None:
             self.refusals.refuse(f"{event['id']}: malformed ack", why)
             return True
-        stream = metadata.get(P.STREAM, "")
-        if stream not in self.streams:
-            self.window.stray_acks += 1  # a stream this output never numbered
+        key = (metadata.get(P.STREAM, ""), metadata[P.SEQ])
+        if key not in self.window.waiting_for and key[0] not in self.streams:
+            self.window.stray_acks += 1  # not this output's: its tx counts nothing here
             return True
-        key = (stream, metadata[P.SEQ])
         if self.window.ack(key, event["id"], metadata.get(P.TX)):
             self.kept.pop(key, None)
         return True
@@ -754,7 +757,10 @@ class Relay:
     no seq are numbered on a stream of their own.
 
     A message from an upstream that wants no acks (a plain dora node) is taken as it comes:
-    it cannot be slowed down, so past `max_backlog` the oldest waiting is dropped, logged.
+    it cannot be slowed down, so past `max_backlog` the oldest waiting is dropped, counted and
+    logged. So is one past it from an upstream with acks, which keeps at most its window here (at
+    most what this input's queue holds: relayed_output sizes `max_backlog` to that): it is not
+    keeping its window, and it resends what was dropped.
     """
 
     def __init__(
@@ -763,7 +769,7 @@ class Relay:
         outbox: Outbox,
         send_ack: Callable[[dict], None] | None,
         log: logging.Logger,
-        max_backlog: int = 256,
+        max_backlog: int = MAX_BACKLOG,
     ):
         self.data_inputs = frozenset(data_inputs)
         self.outbox = outbox
@@ -943,6 +949,12 @@ def relayed_output(
     output that acknowledges what it takes to its own sender; inputs refused are counted in
     `refusals`, the node's own (NodeLogic.refusals: what its end summary reports; a private one
     kept the decoder's refused acks out of it). -> (window, outbox, relay)."""
+    from tensor_codec.dora_adapter import input_queue
+    from tensor_codec.routing import queue_capacity
+
     window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [output], log))
     outbox = Outbox(window, send, log, time.monotonic, refusals)
-    return window, outbox, Relay({data_input}, outbox, ack_sender(node), log)
+    # An upstream with acks keeps at most its WINDOW here, which must fit this input's queue (it
+    # refuses to start otherwise): past that queue's capacity, it is not keeping its window.
+    backlog = max(MAX_BACKLOG, queue_capacity(*input_queue(node, data_input)))
+    return window, outbox, Relay({data_input}, outbox, ack_sender(node), log, max_backlog=backlog)

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["Refusals", "BoundedStreams", "RateLimitedErrors", "MAX_STREAMS", "FIRST_LOGGED", "LOG_EVERY_S"]
+__all__ = ["Refusals", "BoundedStreams", "RateLimitedErrors", "shown", "MAX_STREAMS", "FIRST_LOGGED", "LOG_EVERY_S"]
 
 FIRST_LOGGED = 10  # refusals of one kind logged one by one; after that, one line per LOG_EVERY_S
 LOG_EVERY_S = 5.0
@@ -32,6 +32,14 @@ MAX_REASON = 300  # characters of a reason in the log
 MAX_STREAMS = 256
 
 V = TypeVar("V")
+
+
+def shown(value: object) -> str:
+    """A hostile value in an error message, short: its type and the start of its repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
 PACED = {"paced": True}  # a log record's `extra`: its logger paces it already (RateLimitedErrors lets it by)
 
 
@@ -43,6 +51,7 @@ class Refusals:
         self.log = log
         self.clock = clock
         self.counts: dict[str, int] = {}
+        self.unexpected = 0  # of them, exceptions out of the node's own code (`raised`): bugs
         self._quiet: dict[str, tuple[float, int, str]] = {}  # kind -> (last line's time, not logged since, last reason)
 
     @property
@@ -77,6 +86,15 @@ class Refusals:
             self._quiet[kind] = (now, 0, reason)
         else:
             self._quiet[kind] = (last, unlogged + 1, reason)
+
+    def raised(self, kind: str, error: BaseException) -> None:
+        """An input whose handling raised `error` in the node's own code: refused like any bad
+        input, and counted as unexpected (the node's exit status says so); the first of each kind
+        is logged with its traceback, for the bug report."""
+        self.unexpected += 1
+        if kind not in self.counts:
+            self.log.error("an input raised in the node's own code (%s)", kind, exc_info=error, extra=PACED)
+        self.refuse(kind, f"{type(error).__name__}: {error}")
 
     def summary(self) -> str:
         """The line a node logs at its end ("" when nothing was refused), e.g.
@@ -151,9 +169,16 @@ class RateLimitedErrors(logging.Filter):
         super().__init__()
         self.clock = clock
         self._sites: dict[tuple[str, str], list] = {}  # (logger, template) -> [seen, last shown, hidden since]
+        self.settled = False  # the run is over: every line passes (the end report is bounded by design)
+
+    def settle(self) -> list[tuple[str, int]]:
+        """The run is over: -> (template, lines not shown since its last line) of each call site
+        that has some, and from now on every line passes."""
+        self.settled = True
+        return [(template, site[2]) for (_, template), site in self._sites.items() if site[2]]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or getattr(record, "paced", False):
+        if self.settled or record.levelno < logging.ERROR or getattr(record, "paced", False):
             return True
         key = (record.name, str(record.msg))
         site = self._sites.get(key)

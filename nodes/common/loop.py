@@ -30,9 +30,12 @@ The loop, one round at a time:
   STOP before inputs still queued); ERROR -> logged (the first MAX_ERRORS_LOGGED), counted, the
   loop goes on. No reference to an event outlives its dispatch (its buffer goes back to dora).
   Every input is hostile: an exception out of a node's handling of one event is a refused input
-  (`NodeLogic.refusals`: counted, logged rate-limited), never the end of the node. At most
-  MAX_EVENTS_PER_ROUND events are read before `work()` runs: a sender flooding one input (forged
-  acks, 437,882 of them in one campaign) must not starve the node's own work.
+  (`NodeLogic.refusals`: counted, logged rate-limited, the first of each kind with its traceback),
+  never the end of the node; but it is a bug of the node (a bad input must be refused by the
+  node's own checks), so the node then exits with EXIT_FAILED. At most MAX_EVENTS_PER_ROUND
+  events are read before `work()` runs: a sender flooding one input (forged acks, 437,882 of
+  them in one campaign) must not starve the node's own work; the next round then reads without
+  waiting.
 - `work()`.
 - `finished()` (the node is done although events may still come: everything sent was
   acknowledged, a consumer went away): what is already queued is dispatched first (dora hands
@@ -73,8 +76,10 @@ NAP_S = 0.002  # waits up to this long sleep instead of waiting in dora (see the
 MAX_ERRORS_LOGGED = 20  # dora's ERROR events logged one by one; the rest only counted
 # Events read in one round before `work()`: enough to take a burst in one go, few enough that a
 # flood of one input (each event costs dora's conversion, tens of microseconds) leaves the node's
-# own work most of its time. `_dispatch_queued` (before ending) reads at most QUEUED_BOUND: a
-# sender that never stops must not keep a finished node from ending.
+# own work most of its time. A node that is `finished()` reads at most QUEUED_BOUND more before
+# it ends: a sender that never stops must not keep it alive. (Once every input closed, what is
+# queued is read to the end: every sender is gone, so it is finite, and dora hands out
+# INPUT_CLOSED before the messages still queued behind it.)
 MAX_EVENTS_PER_ROUND = 16
 QUEUED_BOUND = 4096
 
@@ -162,6 +167,7 @@ class EventLoop:
         self.closed: set[str] = set()
         self.over = False
         self.errors = 0
+        self.cut = False  # the last read stopped at MAX_EVENTS_PER_ROUND: more are queued
 
     def run(self) -> None:
         logic = self.logic
@@ -169,13 +175,13 @@ class EventLoop:
             if not self.over:
                 self._read()
                 if not self.over and self.inputs and self.inputs <= self.closed:
-                    self._dispatch_queued()
+                    self._dispatch_queued(None)
                     self._input_over()
             logic.work()
             if logic.finished():
                 if self.over:
                     break
-                self._dispatch_queued()
+                self._dispatch_queued(QUEUED_BOUND)
                 if logic.finished():
                     break
             elif self.over and not logic.busy():
@@ -186,7 +192,8 @@ class EventLoop:
     def _read(self) -> None:
         if not self.logic.more_events():
             return
-        event = self._first(self.logic.wait())
+        event = self._first(0 if self.cut else self.logic.wait())
+        self.cut = False
         read = 0
         while event is not None:
             if is_timeout(event):
@@ -194,7 +201,10 @@ class EventLoop:
             self._dispatch(event)
             event = None
             read += 1
-            if self.over or read >= MAX_EVENTS_PER_ROUND or not self.logic.more_events():
+            if read >= MAX_EVENTS_PER_ROUND:
+                self.cut = True
+                return
+            if self.over or not self.logic.more_events():
                 return
             event = self.node.try_recv()
 
@@ -208,14 +218,17 @@ class EventLoop:
             self._input_over()
         return event
 
-    def _dispatch_queued(self) -> None:
-        for _ in range(QUEUED_BOUND):
+    def _dispatch_queued(self, bound: int | None) -> None:
+        """Dispatch what is queued, without blocking: all of it, or at most `bound` events."""
+        read = 0
+        while bound is None or read < bound:
             event = self.node.try_recv()
             if event is None:
                 return
             if not is_timeout(event):
                 self._dispatch(event)
             event = None
+            read += 1
 
     def _dispatch(self, event: dict) -> None:
         kind = event.get("type")
@@ -223,7 +236,7 @@ class EventLoop:
             try:
                 self.logic.on_input(event)
             except Exception as e:  # one hostile input must not end the node: refused, counted
-                self.logic.refusals.refuse(f"{str(event.get('id'))[:64]}: {type(e).__name__}", str(e))
+                self.logic.refusals.raised(f"{str(event.get('id'))[:64]}: {type(e).__name__}", e)
         elif kind == "INPUT_CLOSED":
             self.closed.add(event.get("id"))
             self.log.debug("input %s closed", event.get("id"))
@@ -243,7 +256,7 @@ class EventLoop:
 
 def run(logic_class: type[NodeLogic]) -> int:
     """A node's main(): settings, joining, the loop, flushing, the exit status (module docstring)."""
-    from .runtime import finish_sharing, setup_logging
+    from .runtime import finish_sharing, settle_pacing, setup_logging
     from .startup import join_dataflow
 
     spec = logic_class.spec
@@ -273,9 +286,19 @@ def run(logic_class: type[NodeLogic]) -> int:
         logic.close()
     if logic.SENDS_WITH_TC:
         finish_sharing(log)
+    settle_pacing(log)
     status = logic.finish()
-    if logic.refusals.total:  # with what the node's memory peaked at: what the bad inputs cost it at most
-        log.warning("%s; peak RSS %.0f MB", logic.refusals.summary(), _peak_rss_mb())
+    refusals = logic.refusals
+    if refusals.total:  # with what the node's memory peaked at: what the bad inputs cost it at most
+        log.warning("%s; peak RSS %.0f MB", refusals.summary(), _peak_rss_mb())
+    if refusals.unexpected:
+        log.error(
+            "%d inputs raised an exception in the node's own code (a bug: a bad input is to be refused by the "
+            "node's checks; the first traceback of each kind is above): exiting with status %d",
+            refusals.unexpected,
+            EXIT_FAILED,
+        )
+        status = EXIT_FAILED
     return status
 
 

@@ -7,7 +7,16 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["setup_logging", "declared_inputs", "declared_outputs", "settle_heap", "Pacer", "drain", "finish_sharing"]
+__all__ = [
+    "setup_logging",
+    "settle_pacing",
+    "declared_inputs",
+    "declared_outputs",
+    "settle_heap",
+    "Pacer",
+    "drain",
+    "finish_sharing",
+]
 
 
 def setup_logging(name: str) -> logging.Logger:
@@ -24,6 +33,18 @@ def setup_logging(name: str) -> logging.Logger:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
     return logging.getLogger(name)
+
+
+def settle_pacing(log: logging.Logger) -> None:
+    """The run is over: say how many paced error lines were not shown since their last one, and
+    let the end report through whole."""
+    from .hostile import RateLimitedErrors
+
+    for handler in logging.getLogger().handlers:
+        for f in handler.filters:
+            if isinstance(f, RateLimitedErrors):
+                for template, hidden in f.settle():
+                    log.error("%d more lines like %r were not shown (paced)", hidden, template[:80])
 
 
 def settle_heap() -> None:

@@ -91,8 +91,9 @@ class JpegDecoderNode(NodeLogic):
 
     # Nothing to decode: block for the next event (with frames unacknowledged, no longer than the
     # next resend is due). Then what is already queued: up to BATCH without acks (the rest waits
-    # in dora's queue), everything with acks (they must get through; JPEGs wait in the relay's
-    # backlog, which the sender's window bounds).
+    # in dora's queue), with acks everything queued, as the loop reads it (MAX_EVENTS_PER_ROUND
+    # at a time: acks must get through; JPEGs wait in the relay's backlog, which the sender's
+    # window bounds).
     def wait(self) -> float | None:
         if self._can_decode():
             return 0

@@ -86,8 +86,9 @@ class JpegEncoderNode(NodeLogic):
 
     # Idle: block for the next event (with acks outstanding, no longer than the next resend is
     # due). Busy: take only what is already queued. Without acks, read no more than the encoder
-    # has room for (the rest waits in dora's queue); with acks, read everything (acks must get
-    # through), frames waiting in the relay's backlog, which the sender's window bounds.
+    # has room for (the rest waits in dora's queue); with acks, everything queued, as the loop
+    # reads it (MAX_EVENTS_PER_ROUND at a time: acks must get through), frames waiting in the
+    # relay's backlog, which the sender's window bounds.
     def wait(self) -> float | None:
         if self.encoder.busy:
             return 0

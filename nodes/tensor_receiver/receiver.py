@@ -14,7 +14,7 @@ import tensor_codec as tc
 from ..common import protocol as P
 from ..common.delivery import MAX_STREAM_CHARS, ack_for  # noqa: F401  (ack_for: the receiver's acks, one rule)
 from ..common.device import synchronize
-from ..common.hostile import BoundedStreams, Refusals
+from ..common.hostile import BoundedStreams, Refusals, shown
 from ..common.images import is_plain_image, restore_plain_image
 from ..common.stats import Latencies, SeqTracker, keep_failure
 from .verify import DEFAULT_MAX_BYTES, LossyBounds, Mismatch, verify
@@ -31,9 +31,11 @@ COMPRESSED = frozenset(
 # What a report figure may be made of: metadata outside these ranges makes a bad message, never a
 # statistic (one message with seq 2**63 - 1 once reported "missing 9223372036854775807").
 MAX_SEQ = 2**53  # seq and count: a million messages a second for 285 years
-MAX_SEQ_GAP = 1 << 20  # an open-ended stream's seq: at most this far past the highest seen
+MAX_SEQ_GAP = 1 << 20  # an open-ended stream's seq: at most this far past the highest seen (not its first)
 MAX_AGE_NS = 3600 * 10**9  # sent_ns / capture_ns: at most an hour before this machine's clock...
-MAX_AHEAD_NS = 5 * 10**9  # ... and at most 5 s after it (another machine's clock may run ahead a little)
+# ... and at most a minute after it: another machine's clock may run ahead (NTP keeps it within
+# milliseconds; a machine without it drifts seconds a day).
+MAX_AHEAD_NS = 60 * 10**9
 
 
 @dataclass
@@ -44,39 +46,41 @@ class StreamState:
     count: int | None = None  # the total its first message announced (0 = open-ended)
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
-
-
 def _int_in(value: Any, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
 
 
-def metadata_problem(metadata: dict, arrival_ns: int) -> str | None:
-    """Why the numbering and timing metadata of a message cannot be counted (field, expected,
-    got), or None. Absent keys are fine: a plain dora node's messages carry none."""
+def numbering_problem(metadata: dict) -> str | None:
+    """Why a message's numbering (seq, count, stream) cannot be counted (field, expected, got),
+    or None. Absent keys are fine: a plain dora node's messages carry none."""
     seq, count = metadata.get(P.SEQ), metadata.get(P.COUNT)
     if seq is not None and not _int_in(seq, 0, MAX_SEQ):
-        return f"metadata.{P.SEQ}: expected an integer from 0 to 2**53, got {_shown(seq)}"
+        return f"metadata.{P.SEQ}: expected an integer from 0 to 2**53, got {shown(seq)}"
     if count is not None and not _int_in(count, 0, MAX_SEQ):
-        return f"metadata.{P.COUNT}: expected an integer from 0 to 2**53, got {_shown(count)}"
+        return f"metadata.{P.COUNT}: expected an integer from 0 to 2**53, got {shown(count)}"
     stream = metadata.get(P.STREAM, "")
     if not isinstance(stream, str) or len(stream) > MAX_STREAM_CHARS:
-        return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {_shown(stream)}"
+        return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {shown(stream)}"
+    return None
+
+
+def timing_problem(metadata: dict, arrival_ns: int) -> str | None:
+    """Why a message's `sent_ns` or `capture_ns` cannot make a latency (field, expected, got),
+    or None."""
     for key in (P.SENT_NS, P.CAPTURE_NS):
         value = metadata.get(key)
         if value is not None and not _int_in(value, arrival_ns - MAX_AGE_NS, arrival_ns + MAX_AHEAD_NS):
             return (
-                f"metadata.{key}: expected nanoseconds since the epoch within an hour before and 5 s after this "
-                f"machine's clock ({arrival_ns}), got {_shown(value)}"
+                f"metadata.{key}: expected nanoseconds since the epoch within an hour before and a minute after "
+                f"this machine's clock ({arrival_ns}), got {shown(value)}"
             )
     return None
 
 
 def sequence_problem(state: StreamState | None, seq: int, count: int | None) -> str | None:
     """Why `seq` (and `count`) cannot belong to the stream whose state is `state` (None: its
-    first message), or None."""
+    first message, which seeds an open-ended stream wherever it starts: a receiver started late,
+    or one that forgot the stream, picks it up there), or None."""
     if state is not None and state.count is not None and count is not None and count != state.count:
         return f"metadata.{P.COUNT}: expected {state.count}, as this stream's earlier messages said, got {count}"
     total = count if count is not None else (state.count if state is not None else None)
@@ -84,7 +88,9 @@ def sequence_problem(state: StreamState | None, seq: int, count: int | None) -> 
         if seq >= total:
             return f"metadata.{P.SEQ}: expected below the stream's count {total}, got {seq}"
         return None
-    highest = state.tracker.max_seen if state is not None else -1
+    if state is None:
+        return None
+    highest = state.tracker.max_seen
     if seq > highest + MAX_SEQ_GAP:
         return (
             f"metadata.{P.SEQ}: expected at most {highest + MAX_SEQ_GAP} on an open-ended stream (2**20 past the "
@@ -179,7 +185,9 @@ class Receiver:
         stats = self.inputs.setdefault(name, InputStats())
         arrival = self.clock_ns()
         seq, count, stream = metadata.get(P.SEQ), metadata.get(P.COUNT), metadata.get(P.STREAM, "")
-        problem = metadata_problem(metadata, arrival)
+        # Numbering out of range: bad, and not counted against the stream. Timing out of range:
+        # bad, but its (valid) seq is counted, so the message is not also missing.
+        problem = numbering_problem(metadata)
         if problem is None and seq is not None:
             problem = sequence_problem(stats.streams.get(stream), seq, count)
         if problem is None and seq is not None:
@@ -191,6 +199,8 @@ class Receiver:
             stats.out_of_order += seen == "late"
             if state.count is None and count is not None:
                 state.count = count
+        if problem is None:
+            problem = timing_problem(metadata, arrival)
         stats.received += 1
         if stats.first_ns is None:
             stats.first_ns = arrival

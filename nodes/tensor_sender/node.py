@@ -25,10 +25,18 @@ MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the coun
 
 
 def send(
-    node, sender: TensorSender, delivery: Delivery, seq: int, log, transport: str = "auto", outputs=(OUTPUT,)
+    node,
+    sender: TensorSender,
+    delivery: Delivery,
+    seq: int,
+    log,
+    transport: str = "auto",
+    outputs=(OUTPUT,),
+    first: bool = True,
 ) -> bool:
     """Send message `seq` on each output (each is routed on its own: see tensor_codec/routing.py);
-    a message that cannot be sent is logged and counted lost.
+    a message that cannot be sent is logged and counted lost (and, `first`: not a resend, counted
+    as never sent).
     -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
     outgoing = sender.message(seq)
     tx = delivery.tx_of(seq)
@@ -45,7 +53,7 @@ def send(
         log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
         delivery.forget(seq)
         sender.failures_in_a_row += 1
-        sender.not_sent += 1
+        sender.not_sent += first
         return sender.failures_in_a_row < MAX_FAILURES_IN_A_ROW
     sender.failures_in_a_row = 0
     return True
@@ -98,8 +106,8 @@ class TensorSenderNode(NodeLogic):
             config.transport,
         )
 
-    def _send(self, seq: int) -> bool:
-        return send(self.node, self.sender, self.delivery, seq, self.log, self.config.transport, self.outputs)
+    def _send(self, seq: int, first: bool = True) -> bool:
+        return send(self.node, self.sender, self.delivery, seq, self.log, self.config.transport, self.outputs, first)
 
     def wait(self) -> float | None:
         if self.linger_until is not None:
@@ -125,7 +133,7 @@ class TensorSenderNode(NodeLogic):
         if self.gone or self.delivery.finished:
             return
         now = time.monotonic()
-        healthy = all([self._send(seq) for seq in self.delivery.retransmissions(now)])
+        healthy = all([self._send(seq, first=False) for seq in self.delivery.retransmissions(now)])
         if self.linger_until is not None:  # after STOP: resend, nothing new
             return
         if healthy and self.delivery.can_send_new() and self.pacer.wait_time() == 0:

@@ -307,3 +307,16 @@ def test_a_small_message_on_a_free_output_costs_no_routing_work_after_the_first(
     for _ in range(3):
         check_route(node, "out", 4 * MiB)
     assert calls == []
+
+
+def test_a_small_message_on_a_pinned_output_skips_the_rule_once_the_output_was_looked_at(monkeypatch):
+    """The default pipeline's outputs are pinned (backpressure consumers): their small messages
+    must not pay the rule's words and metadata count on every send."""
+    node = backpressured()
+    dora_adapter.forget_routes()
+    dora_adapter.check_route(node, "out", 4096, {"k": "v"})  # looks the pin up once
+    calls = []
+    monkeypatch.setattr(dora_adapter, "send_limit", lambda *a, **k: calls.append(a))
+    for nbytes in (0, 4096, (1 << 20) - 1):
+        dora_adapter.check_route(node, "out", nbytes, {"k": "v"})
+    assert calls == []

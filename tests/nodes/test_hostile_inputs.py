@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import tensor_codec as tc
+from tensor_codec.dora_adapter import input_queue
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.delivery import AckWindow, Outbox, Relay, SinkIntake, malformed_ack
+from tensor_codec_nodes.common.delivery import AckWindow, Outbox, Relay, SinkIntake, malformed_ack, relayed_output
 from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.hostile import FIRST_LOGGED, MAX_STREAMS, BoundedStreams, RateLimitedErrors, Refusals
 from tensor_codec_nodes.common.loop import MAX_EVENTS_PER_ROUND, QUEUED_BOUND, EventLoop, NodeLogic
@@ -192,7 +193,7 @@ def test_a_relay_a_sink_and_a_receiver_keep_at_most_max_streams():
             relay.send("x", dict(event["metadata"]))
         intake.is_new(dict(md))
         receiver.handle({"type": "INPUT", "id": "tensors", "value": value, "metadata": {**codec, **md}})
-    assert len(relay.seen) <= MAX_STREAMS and len(relay._streams) <= MAX_STREAMS and len(box.streams) <= MAX_STREAMS
+    assert len(relay.seen) <= MAX_STREAMS and len(relay._streams) <= MAX_STREAMS
     assert len(intake.seen) <= MAX_STREAMS
     stats = receiver.inputs["tensors"]
     assert len(stats.streams) <= MAX_STREAMS and stats.to_dict()["streams_forgotten"] == n - MAX_STREAMS
@@ -316,3 +317,89 @@ def test_a_node_process_paces_its_error_lines():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     lines = [line for line in proc.stderr.splitlines() if "bad frame skipped" in line]
     assert proc.returncode == 0 and len(lines) == FIRST_LOGGED, proc.stderr[-2000:]
+
+
+def test_a_receiver_started_late_picks_an_open_ended_stream_up_where_it_is():
+    """A camera's endless stream is at seq 2,000,000 after 18 hours at 30 fps: a receiver started
+    then (or one that forgot the stream) counts from there; only a jump from there is refused."""
+    receiver = Receiver(CPU, "full", clock_ns=lambda: NOW_NS, inputs=["tensors"])
+    for seq in (2_000_000, 2_000_001, 2_000_003):
+        assert receiver.handle(event(seq, stream="cam", count=0)) == "good"
+    assert receiver.handle(event(2_000_003 + MAX_SEQ_GAP + 1, stream="cam", count=0)) == "bad"
+    assert receiver.inputs["tensors"].to_dict()["bad"] == 1
+
+
+def test_a_timestamp_out_of_range_is_a_bad_message_but_its_seq_is_counted_once():
+    receiver = Receiver(CPU, "full", clock_ns=lambda: NOW_NS, inputs=["tensors"])
+    assert receiver.handle(event(0, count=3)) == "good"
+    assert receiver.handle(event(1, count=3, sent_ns=NOW_NS + 120 * 10**9)) == "bad"  # two minutes ahead
+    assert receiver.handle(event(2, count=3, sent_ns=NOW_NS + 30 * 10**9)) == "good"  # a clock 30 s ahead: fine
+    stats = receiver.inputs["tensors"].to_dict()
+    assert (stats["received"], stats["bad"], stats["missing"]) == (3, 1, 0)  # bad, not also missing
+
+
+def test_once_every_input_closed_everything_queued_is_dispatched():
+    """dora hands out INPUT_CLOSED before the messages still queued behind it: the loop reads
+    them all then (every sender is gone: finite), however many."""
+    inputs = [{"type": "INPUT_CLOSED", "id": "a"}] + [
+        {"type": "INPUT", "id": "a", "value": None, "metadata": {}} for _ in range(QUEUED_BOUND + 1000)
+    ]
+    node = FakeNode([*inputs, None], inputs=("a",))
+    logic = Flood(rounds=10**9)
+    logic.finished = lambda: False
+    EventLoop(node, logic, log).run()
+    assert logic.events == QUEUED_BOUND + 1000
+
+
+def test_an_exception_out_of_a_nodes_own_code_is_refused_with_its_traceback_and_counted_unexpected(caplog):
+    logic = Flood(rounds=3)
+    with caplog.at_level(logging.ERROR, logger="hostile-test"):
+        EventLoop(EndlessNode(), logic, log).run()
+    assert logic.refusals.unexpected == logic.refusals.counts["ack: TypeError"] > 0
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "unhashable type" in caplog.text  # the first of its kind only
+
+
+def test_at_the_end_of_a_run_the_lines_pacing_hid_are_counted_and_the_end_report_passes_whole():
+    clock = Clock()
+    pacing = RateLimitedErrors(clock)
+
+    def record(i):
+        return logging.LogRecord("tensor-sender", logging.ERROR, __file__, 1, "message %d was lost", (i,), None)
+
+    shown_lines = sum(pacing.filter(record(i)) for i in range(25))
+    assert shown_lines == FIRST_LOGGED
+    assert pacing.settle() == [("message %d was lost", 25 - FIRST_LOGGED)]
+    assert all(pacing.filter(record(i)) for i in range(25))
+
+
+def test_a_relay_holds_what_its_input_queue_holds_from_an_upstream_with_acks():
+    """WINDOW may be as large as the relay's input queue (backpressure: 10 x queue_size): such a
+    sender's messages are not dropped as if it ignored its window."""
+    descriptor = {
+        "nodes": [
+            {"id": "cam", "outputs": ["frames"]},
+            {
+                "id": "enc",
+                "inputs": {"frames": {"source": "cam/frames", "queue_size": 64, "queue_policy": "backpressure"}},
+            },
+        ]
+    }
+    node = FakeNode(node_id="enc", inputs=["frames"], outputs=["jpeg"], descriptor=descriptor)
+    assert input_queue(node, "frames") == (64, "backpressure")
+    assert input_queue(node, "other") == (None, None)
+    _, _, relay = relayed_output(node, [], "frames", "jpeg", lambda *a: None, sender_config({}), log, Refusals(log))
+    assert relay.max_backlog == 640
+
+
+def test_a_message_in_flight_is_acknowledged_however_many_streams_came_after_it():
+    """The streams an output numbers are kept least recently used first: one forgotten while a
+    message of it is still in flight must not make its ack a stray (the message would be resent
+    until given up)."""
+    box, sent = reliable_outbox(window=MAX_STREAMS * 2)
+    box.send("legit", {P.STREAM: "legit", P.SEQ: 0})
+    for i in range(MAX_STREAMS + 10):
+        box.send(i, {P.STREAM: f"other-{i}", P.SEQ: 0})
+    assert "legit" not in box.streams
+    box.on_ack(ack_event({P.SEQ: 0, P.STREAM: "legit", P.TX: sent[0][P.TX]}))
+    assert box.window.delivered == 1 and box.window.stray_acks == 0
