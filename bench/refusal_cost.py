@@ -12,6 +12,7 @@ frames behind a hostile one wait no longer than that.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
@@ -49,6 +50,21 @@ def _median_seconds(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def _quiet(*names: str):
+    """Those loggers silent while measuring, as they were afterwards (the smoke test runs this
+    script in the test session's own process)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def _event(input_id: str, value, metadata: dict) -> dict:
     return {"type": "INPUT", "id": input_id, "value": value, "metadata": dict(metadata)}
 
@@ -84,7 +100,6 @@ def decoder_rows(reps: int) -> list[dict]:
 
 
 def receiver_rows(reps: int) -> list[dict]:
-    logging.getLogger("tensor-receiver").setLevel(logging.CRITICAL)  # refusals are the point here
     receiver = Receiver(CPU, "full", inputs=["tensors"])
     count = 1_000_000
     for seq in range(8):
@@ -108,7 +123,6 @@ def receiver_rows(reps: int) -> list[dict]:
 
 
 def ack_rows(reps: int) -> list[dict]:
-    logging.getLogger("refusal-cost").setLevel(logging.CRITICAL)
     box = Outbox(
         AckWindow(reliable=True, window=64), lambda obj, md: None, logging.getLogger("refusal-cost"), time.monotonic
     )
@@ -166,9 +180,8 @@ def main(argv=None) -> dict:
     )
     add_json_option(parser, "refusal_cost")
     args = parser.parse_args(argv)
-    logging.getLogger("jpeg-decoder").setLevel(logging.CRITICAL)
-
-    rows = decoder_rows(args.reps) + receiver_rows(args.reps) + ack_rows(args.reps)
+    with _quiet("jpeg-decoder", "tensor-receiver", "refusal-cost"):  # refusals are the point here
+        rows = decoder_rows(args.reps) + receiver_rows(args.reps) + ack_rows(args.reps)
     print(f"refusing hostile inputs: the node's own code, median of {args.reps} (baseline: {BASELINE})")
     node = None
     for r in rows:
