@@ -76,7 +76,7 @@ def summary_table(report: dict) -> str:
         if s.get("streams_forgotten"):
             out.append(
                 f"  {name}: {s['streams_forgotten']} streams forgotten (the least recently used, past the "
-                "streams kept per input): their missing messages are not counted"
+                "streams kept per input): `missing` is partial (a stream forgotten and seen again is counted afresh)"
             )
     if not rows:
         out.append("  no messages received")
