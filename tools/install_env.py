@@ -555,11 +555,24 @@ def install_hub_nodes(venv: Path, wheels: str | None, nodes: list[tuple[str, boo
     return missing
 
 
+# What pip says when the network, not the package, failed it.
+_CUT_OFF = ("incomplete-download", "Connection interrupted", "Read timed out", "ConnectionResetError")
+
+
+def cut_off(proc: subprocess.CompletedProcess) -> bool:
+    """Whether a pip step that failed was cut off by the network (worth one more try online)."""
+    return not pip_offline() and any(words in proc.stderr for words in _CUT_OFF)
+
+
 def first_error(proc: subprocess.CompletedProcess) -> str:
-    """The first line of pip's reason for failing."""
+    """The first line of pip's reason for failing: its `ERROR:` (or, for a download, `error:`)
+    line, else the first line that is not a warning (pip warns about every find-links location
+    it skips before it says anything else)."""
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
     errors = (
-        [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
-        or proc.stderr.strip().splitlines()
+        [line for line in lines if line.startswith(("ERROR:", "error:"))]
+        or [line for line in lines if not line.startswith("WARNING:")]
+        or lines
         or ["?"]
     )
     return errors[0][:300]
@@ -578,6 +591,9 @@ def install_optional(venv: Path, wheels: str | None, reqs: list[str]) -> list[st
         if text not in todo:
             continue
         proc = run([*pip, text], capture=True, check=False)
+        if proc.returncode != 0 and cut_off(proc):  # an interrupted download: once more, on a new connection
+            time.sleep(NETWORK_BACKOFF_S[0])
+            proc = run([*pip, text], capture=True, check=False)
         if proc.returncode == 0:
             print(f"install: optional {text} ({optional_purpose(text)}): installed")
         else:

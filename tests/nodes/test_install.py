@@ -613,3 +613,39 @@ def test_a_download_cut_off_is_tried_again_online_and_never_offline(monkeypatch,
         with pytest.raises(installer.InstallError, match="exited with 1"):
             installer.run_downloading(["pip", "install", "torch"])
     assert len(seen) == calls
+
+
+def test_the_reason_an_optional_package_was_not_had_is_pips_error_not_its_warnings():
+    """A fresh install said rerun-sdk was "not to be had here (WARNING: Location ... is ignored)":
+    pip's warnings about skipped find-links come first, its reason last."""
+    stderr = (
+        "WARNING: Location 'file:///opt/pypi/simple/rerun-sdk/' is ignored: it is neither a file nor a directory.\n"
+        "  WARNING: Connection interrupted while downloading.\n"
+        "error: incomplete-download\n"
+        "\n× Download failed after 6 attempts because not enough bytes were received (88.3 MB/170.6 MB)\n"
+    )
+    proc = subprocess.CompletedProcess([], 1, "", stderr)
+    assert installer.first_error(proc) == "error: incomplete-download"
+    only_warnings = subprocess.CompletedProcess([], 1, "", "WARNING: skipped\nno matching distribution\n")
+    assert installer.first_error(only_warnings) == "no matching distribution"
+
+
+def test_an_optional_package_whose_download_was_cut_off_is_tried_once_more(fake_venv, monkeypatch, capsys):
+    monkeypatch.setenv("PIP_NO_INDEX", "0")
+    monkeypatch.setattr(installer.time, "sleep", lambda s: None)
+    monkeypatch.setattr(installer, "unmet", lambda venv, reqs: [(text, kind, None) for text, kind in reqs])
+    monkeypatch.setattr(installer, "write_hub_pins", lambda venv: "pins.txt")
+    calls = []
+
+    def fake_run(cmd, *, capture=False, check=True):
+        calls.append(cmd[-1])
+        if cmd[-1] == "rerun-sdk==0.41.0" and calls.count(cmd[-1]) == 1:
+            return subprocess.CompletedProcess(cmd, 1, "", "error: incomplete-download\n")
+        if cmd[-1] == "never==1":
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for never==1\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(installer, "run", fake_run)
+    missing = installer.install_optional(fake_venv, None, ["rerun-sdk==0.41.0", "never==1"])
+    assert missing == ["never==1"] and calls == ["rerun-sdk==0.41.0", "rerun-sdk==0.41.0", "never==1"]
+    assert "No matching distribution" in capsys.readouterr().out
