@@ -328,6 +328,16 @@ class SinkIntake:
             return False
         return True
 
+    def summary(self) -> str:
+        """ ", N duplicates skipped, M streams forgotten" (what applies; "" when nothing)."""
+        dup = f", {self.duplicates} duplicates skipped" if self.duplicates else ""
+        forgot = (
+            f", {self.seen.forgotten} streams forgotten (their duplicates may be taken again)"
+            if self.seen.forgotten
+            else ""
+        )
+        return dup + forgot
+
     def acknowledge(self, metadata: dict) -> None:
         ack = ack_for(metadata)
         if ack is not None and self.send_ack is not None:
@@ -929,6 +939,17 @@ class Relay:
         """Log what was not delivered; -> the node's exit status (1 if anything was not)."""
         if self.gone:
             self.log.error("%s closed: that consumer went away", ", ".join(self.gone))
+        forgotten = self.seen.forgotten + self._streams.forgotten + self.outbox.streams.forgotten
+        if forgotten:
+            self.log.warning(
+                "forgot %d streams (upstream %d, renumbered %d, own %d: the least recently used past %d each): a "
+                "resend of a message of one may have been taken again, and its frames numbered afresh",
+                forgotten,
+                self.seen.forgotten,
+                self._streams.forgotten,
+                self.outbox.streams.forgotten,
+                self.seen.limit,
+            )
         return self.outbox.end_report()
 
 

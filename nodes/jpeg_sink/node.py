@@ -30,8 +30,7 @@ class JpegSinkNode(NodeLogic):
         self.intake.acknowledge(metadata)
 
     def finish(self) -> int:
-        duplicates = self.intake.duplicates
-        self.log.info("%s%s", self.sink.summary(), f", {duplicates} duplicates skipped" if duplicates else "")
+        self.log.info("%s%s", self.sink.summary(), self.intake.summary())
         return EXIT_OK
 
 

@@ -57,8 +57,7 @@ class RerunSinkNode(NodeLogic):
         self.intake.acknowledge(metadata)
 
     def finish(self) -> int:
-        duplicates = self.intake.duplicates
-        dup = f", {duplicates} duplicates skipped" if duplicates else ""
+        dup = self.intake.summary()
         if self.sink is None:
             self.log.info("took %d messages, recorded none (no rerun-sdk)%s", self.taken, dup)
             return EXIT_OK

@@ -403,3 +403,19 @@ def test_a_message_in_flight_is_acknowledged_however_many_streams_came_after_it(
     assert "legit" not in box.streams
     box.on_ack(ack_event({P.SEQ: 0, P.STREAM: "legit", P.TX: sent[0][P.TX]}))
     assert box.window.delivered == 1 and box.window.stray_acks == 0
+
+
+def test_the_streams_a_relay_or_a_sink_forgot_are_said_at_the_end(caplog):
+    box, sent = reliable_outbox(window=10**6)
+    relay = Relay({"frames"}, box, lambda ack: None, log, max_backlog=10**6)
+    intake = SinkIntake(None)
+    for i in range(MAX_STREAMS + 3):
+        md = {P.SEQ: 0, P.STREAM: f"s{i}", P.WANTS_ACK: True, P.COUNT: 1}
+        relay.on_input({"type": "INPUT", "id": "frames", "value": None, "metadata": dict(md)})
+        for taken in relay.take(1):
+            relay.send("x", dict(taken["metadata"]))
+        intake.is_new(dict(md))
+    assert intake.summary() == ", 3 streams forgotten (their duplicates may be taken again)"
+    with caplog.at_level(logging.WARNING, logger="hostile-test"):
+        relay.end_report()
+    assert "forgot 9 streams (upstream 3, renumbered 3, own 3" in caplog.text
