@@ -53,6 +53,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -343,6 +344,18 @@ NETWORK_ATTEMPTS = 3
 NETWORK_BACKOFF_S = (15, 60)
 
 
+LOW_DISK_BYTES = 1 << 30  # after a failed step: less than this free is the likelier cause
+
+
+def low_disk() -> str | None:
+    """Why a failed pip step was more likely the disk than the network (None: there is room)."""
+    for where in (ROOT, Path(tempfile.gettempdir())):
+        free = shutil.disk_usage(where).free
+        if free < LOW_DISK_BYTES:
+            return f"the disk holding {where} has {free >> 20} MB free (full?): make room, then run it again"
+    return None
+
+
 def run_downloading(cmd: list) -> subprocess.CompletedProcess:
     """run(cmd) for a pip step that downloads: tried again, twice at most, when it fails online.
     Offline (PIP_NO_INDEX=1) a failure is never the network's, so it is final at once."""
@@ -351,6 +364,9 @@ def run_downloading(cmd: list) -> subprocess.CompletedProcess:
         proc = run(cmd, check=attempt == attempts)
         if proc.returncode == 0:
             return proc
+        low = low_disk()
+        if low:  # pip blames the network when the disk is full: say what it is, do not try again
+            raise InstallError(f"`{' '.join(map(str, cmd))}` exited with {proc.returncode}: {low}")
         wait = NETWORK_BACKOFF_S[min(attempt, len(NETWORK_BACKOFF_S)) - 1]
         print(
             f"install: that step exited with {proc.returncode} (attempt {attempt} of {attempts}); a download "
@@ -414,9 +430,31 @@ def ensure_build_backend(venv: Path, wheels: str | None) -> None:
         )
 
 
+# What a fresh .venv takes on disk with torch's CUDA build (measured: 6.0 GB for .venv-floor's
+# torch 2.11, 6.7 GB for .venv's torch 2.14 with the extras). Short of it, pip fails midway with
+# messages that blame the network ("Connection interrupted ... incomplete-download": what a CI
+# run printed when the disk had filled up).
+FRESH_VENV_BYTES = 6 << 30
+
+
+def check_room(venv: Path) -> None:
+    """Refuse, before any download, to build torch into `venv` on a disk without room for it."""
+    if (venv / "bin" / "python").exists() and any(venv.glob("lib/python*/site-packages/torch/__init__.py")):
+        return  # torch is there already: what is left to install is small
+    where = venv if venv.exists() else venv.resolve().parent
+    free = shutil.disk_usage(where).free
+    if free < FRESH_VENV_BYTES:
+        raise InstallError(
+            f"{venv}: a fresh environment with torch's CUDA build takes about {FRESH_VENV_BYTES >> 30} GB, and the "
+            f"disk holding it has {free / (1 << 30):.1f} GB free: make room (old clones, {venv}s of other checkouts, "
+            "pip's cache), or install over an interpreter that has torch (make install PYTHON=...)"
+        )
+
+
 def install_fresh(python: str, venv: Path, wheels: str | None) -> None:
     """A plain venv from `python`, the project with its test extra at constraints.txt's pins, then
     the development tools (install_tools)."""
+    check_room(venv)
     if not venv_python(venv).exists():
         run([python, "-m", "venv", venv])
     if not pip_offline():
@@ -557,11 +595,12 @@ def install_hub_nodes(venv: Path, wheels: str | None, nodes: list[tuple[str, boo
 
 # What pip says when the network, not the package, failed it.
 _CUT_OFF = ("incomplete-download", "Connection interrupted", "Read timed out", "ConnectionResetError")
+_NO_SPACE = "No space left on device"  # not the network's: trying again cannot help
 
 
 def cut_off(proc: subprocess.CompletedProcess) -> bool:
     """Whether a pip step that failed was cut off by the network (worth one more try online)."""
-    return not pip_offline() and any(words in proc.stderr for words in _CUT_OFF)
+    return not pip_offline() and _NO_SPACE not in proc.stderr and any(words in proc.stderr for words in _CUT_OFF)
 
 
 def first_error(proc: subprocess.CompletedProcess) -> str:

@@ -597,6 +597,9 @@ def test_an_edit_of_the_engine_packages_installs_again(tmp_path, monkeypatch, na
 def test_a_download_cut_off_is_tried_again_online_and_never_offline(monkeypatch, offline, failures, calls, ok):
     monkeypatch.setenv("PIP_NO_INDEX", "1" if offline else "0")
     monkeypatch.setattr(installer.time, "sleep", lambda s: None)
+    monkeypatch.setattr(
+        installer.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100 << 30, 1 << 30, 99 << 30)
+    )
     seen = []
 
     def fake_run(cmd, *, capture=False, check=True):
@@ -649,3 +652,26 @@ def test_an_optional_package_whose_download_was_cut_off_is_tried_once_more(fake_
     missing = installer.install_optional(fake_venv, None, ["rerun-sdk==0.41.0", "never==1"])
     assert missing == ["never==1"] and calls == ["rerun-sdk==0.41.0", "rerun-sdk==0.41.0", "never==1"]
     assert "No matching distribution" in capsys.readouterr().out
+
+
+def test_a_fresh_environment_is_refused_before_any_download_on_a_disk_without_room(tmp_path, monkeypatch):
+    """A CI run filled the disk with its second torch: pip said "Connection interrupted ...
+    incomplete-download" three times over. Refused up front now, naming the disk."""
+    monkeypatch.setattr(
+        installer.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100 << 30, 99 << 30, 2 << 30)
+    )
+    monkeypatch.setattr(installer, "run", lambda *a, **k: pytest.fail("nothing may run"))
+    with pytest.raises(installer.InstallError, match=r"takes about 6 GB, and the disk holding it has 2.0 GB free"):
+        installer.install_fresh("python3", tmp_path / ".venv-floor", None)
+
+
+def test_a_failed_download_on_a_full_disk_is_not_tried_again(monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "0")
+    monkeypatch.setattr(
+        installer.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100 << 30, 100 << 30, 150 << 20)
+    )
+    calls = []
+    monkeypatch.setattr(installer, "run", lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(cmd, 1))
+    with pytest.raises(installer.InstallError, match="has 150 MB free"):
+        installer.run_downloading(["pip", "install", "torch"])
+    assert len(calls) == 1
