@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tensor_codec_nodes.local_cluster import descendants  # the one walk of a process tree
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the hostile node imports tools.fuzz_nodes
 
 __all__ = ["ROOT", "DoraRun", "dora_executable", "find_script", "run_flow", "dora_env"]
@@ -87,23 +89,6 @@ class DoraRun:
         return codes
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _node_logs(workdir: Path) -> dict[str, str]:
     logs: dict[str, str] = {}
     for path in sorted(workdir.glob("out/*/log_*.jsonl"), key=lambda p: p.stat().st_mtime):
@@ -143,12 +128,12 @@ def run_flow(flow: Path, timeout: float) -> DoraRun:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = timeout
-        family = _descendants(proc.pid)  # nodes run in process groups of their own
+        family = descendants([proc.pid])  # nodes run in process groups of their own
         proc.send_signal(signal.SIGINT)
         try:
             output, _ = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            family += _descendants(proc.pid)
+            family += descendants([proc.pid])
             proc.kill()
             output, _ = proc.communicate()
         for pid in family:  # what it started and left behind

@@ -202,11 +202,10 @@ def _encoded(index: int) -> bytes:
     return encode_jpeg(render(index, JPEG_HEIGHT, JPEG_WIDTH), quality=90).numpy().tobytes()
 
 
-def good_jpeg(seq: int, count: int, tx: int) -> tuple[pa.Array, dict]:
-    """Good JPEG `seq`: the test pattern's frame `seq`, with the metadata tc-jpeg-encoder sends
-    (what the camera's frame carried, then encoding, size, channels, quality, subsampling, crc)."""
-    data = _encoded(seq)
-    return _bytes(data), {
+def _frame_numbering(seq: int, count: int, tx: int) -> dict:
+    """What every good frame of the run carries, as the camera numbers it: its place in the good
+    stream, the pattern it shows, and its copy's transmission (acknowledged)."""
+    return {
         P.SEQ: seq,
         P.COUNT: count,
         P.STREAM: GOOD_STREAM,
@@ -214,14 +213,23 @@ def good_jpeg(seq: int, count: int, tx: int) -> tuple[pa.Array, dict]:
         P.CAPTURE_NS: P.now_ns(),
         P.PATTERN: PATTERN_NAME,
         P.PATTERN_SIZE: f"{JPEG_WIDTH}x{JPEG_HEIGHT}",
+        P.WANTS_ACK: True,
+        P.TX: tx,
+        P.SENT_NS: P.now_ns(),
+    }
+
+
+def good_jpeg(seq: int, count: int, tx: int) -> tuple[pa.Array, dict]:
+    """Good JPEG `seq`: the test pattern's frame `seq`, with the metadata tc-jpeg-encoder sends
+    (what the camera's frame carried, then encoding, size, channels, quality, subsampling, crc)."""
+    data = _encoded(seq)
+    return _bytes(data), {
+        **_frame_numbering(seq, count, tx),
         **P.image_keys("jpeg", JPEG_WIDTH, JPEG_HEIGHT),
         P.CHANNELS: 3,
         P.QUALITY: 90,
         P.SUBSAMPLING: "420",
         P.JPEG_CRC32: zlib.crc32(data),
-        P.WANTS_ACK: True,
-        P.TX: tx,
-        P.SENT_NS: P.now_ns(),
     }
 
 
@@ -305,20 +313,7 @@ def good_frame(seq: int, count: int, tx: int) -> tuple[pa.Array, dict]:
     """Good frame `seq`: the test pattern as tc-camera-source sends it (a tv_tensors.Image through
     tensor_codec, with its numbering and pattern metadata)."""
     value, codec = tc.encode(tv_tensors.Image(render(seq, JPEG_HEIGHT, JPEG_WIDTH)))
-    return value, {
-        **codec,
-        P.SEQ: seq,
-        P.COUNT: count,
-        P.STREAM: GOOD_STREAM,
-        P.FRAME: seq,
-        P.CAPTURE_NS: P.now_ns(),
-        P.PATTERN: PATTERN_NAME,
-        P.PATTERN_SIZE: f"{JPEG_WIDTH}x{JPEG_HEIGHT}",
-        P.PIXEL_FORMAT: "rgb8",
-        P.WANTS_ACK: True,
-        P.TX: tx,
-        P.SENT_NS: P.now_ns(),
-    }
+    return value, {**codec, **_frame_numbering(seq, count, tx), P.PIXEL_FORMAT: "rgb8"}
 
 
 def forge_frame(item: Item, frame: int, seed: int) -> tuple[pa.Array, dict]:
