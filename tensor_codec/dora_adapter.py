@@ -49,7 +49,7 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +65,11 @@ from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
 from .transports.names import CHOICES as TRANSPORT_CHOICES
+from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 from .wire import RESERVED_PREFIX
+
+if TYPE_CHECKING:
+    from .cuda_ipc.transport import CudaIpcTransport
 
 __all__ = [
     "send",
@@ -809,8 +813,10 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     (`max_send_bytes` says how much can go).
 
     ``transport="auto"`` (default): CUDA IPC when the message holds CUDA tensors and every
-    consumer of the output runs on this machine, host bytes otherwise (tensor_codec/routing.py
-    has the rule; ``TC_TRANSPORT`` in the node's environment forces one). ``"host"``: bytes in
+    consumer of the output runs on this machine, host bytes otherwise; a message under
+    ``TC_IPC_MIN_BYTES`` goes as host bytes that its receivers restore onto the same GPU
+    (tensor_codec/routing.py has the rule; ``TC_TRANSPORT`` in the node's environment forces
+    one). ``"host"``: bytes in
     the dora message. ``"cuda-ipc"``: CUDA tensors go to receivers on this machine without
     touching the host (see `tensor_codec.ipc_configure` for the cap on bytes in flight).
     Returns False when that cap's ``on_full="drop"`` policy dropped the message, else True.
@@ -820,10 +826,20 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     plan = make_plan(obj)
     name, _ = routing.resolve(
-        transport, plan.has_cuda, lambda: route_of(node, output_id), key=id(node), output=output_id
+        transport,
+        plan.has_cuda,
+        lambda: route_of(node, output_id),
+        key=id(node),
+        output=output_id,
+        size=lambda: plan.data_bytes,
     )
+    output = Output(output_id, lambda: expected_receivers(node, output_id))
+    if name == HOST_TO_GPU:
+        # Host bytes on the wire, the GPU in the header: receivers restore onto it.
+        ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))  # it maps GPUs to UUIDs (and the stand-in's)
+        name, output.onto_gpu = HOST, ipc.gpu_of(plan)
     chosen = get_transport(name)
-    outgoing = chosen.lay_out(plan, Output(output_id, lambda: expected_receivers(node, output_id)))
+    outgoing = chosen.lay_out(plan, output)
     if outgoing is None:
         return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)
     merged = dict(metadata) if metadata else {}
@@ -852,8 +868,16 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
     """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
     consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
-    has_cuda = make_plan(obj).has_cuda
-    return routing.resolve("auto", has_cuda, lambda: route_of(node, output_id), key=id(node), output=output_id)
+    plan = make_plan(obj)
+    name, why = routing.resolve(
+        "auto",
+        plan.has_cuda,
+        lambda: route_of(node, output_id),
+        key=id(node),
+        output=output_id,
+        size=lambda: plan.data_bytes,
+    )
+    return (HOST if name == HOST_TO_GPU else name), why
 
 
 def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict | None = None) -> None:

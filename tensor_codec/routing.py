@@ -10,6 +10,12 @@ The rule (`choose`), for ``transport="auto"``:
   (what one ledger slot tracks).
 * Host bytes otherwise: no CUDA tensor, a consumer on another machine, a consumer whose
   placement cannot be known (label-scheduled, dynamic, or no readable descriptor), no consumer.
+* Except that a message CUDA IPC could carry, but whose tensors hold fewer bytes than
+  ``TC_IPC_MIN_BYTES`` (default `IPC_MIN_BYTES`), goes as host bytes **restored onto the same
+  GPU** at the receivers (`HOST_TO_GPU`): below some size a GPU->host->GPU copy through dora
+  costs less than CUDA IPC's fixed per-message work (record, wait, ledger), and the receiver
+  gets what CUDA IPC would have given it, a tensor on that GPU. Where that size lies is
+  measured by bench/cuda_ipc.py on the GPU at hand (it prints the value to set).
 
 One dora message reaches every consumer of an output, so an output with consumers on both
 sides gets host bytes for all of them: the one form every consumer can read. To give the local
@@ -38,10 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import EncodeError
-from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST
+from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST, HOST_TO_GPU
 
 __all__ = [
     "ENV_TRANSPORT",
+    "ENV_IPC_MIN_BYTES",
+    "IPC_MIN_BYTES",
+    "ipc_min_bytes",
     "MAX_IPC_CONSUMERS",
     "DORA_DEFAULT_QUEUE_SIZE",
     "BACKPRESSURE",
@@ -57,6 +66,14 @@ log = logging.getLogger("tensor_codec")
 
 ENV_TRANSPORT = "TC_TRANSPORT"
 MAX_IPC_CONSUMERS = 16  # receivers one CUDA IPC ledger slot tracks
+
+ENV_IPC_MIN_BYTES = "TC_IPC_MIN_BYTES"
+# Messages under this many tensor bytes take host bytes instead of CUDA IPC. 0: CUDA IPC at every
+# size. On the first H100 run (issue 30) host bytes won below ~1 MB, but by 265 us at 4 KB,
+# less than the ~470 us of per-message set-up the pooled buffers and events removed since; no
+# GPU has measured the pooled path yet. bench/cuda_ipc.py measures the crossover and prints the
+# value to set here (or in a node's env: block).
+IPC_MIN_BYTES = 0
 
 
 DORA_DEFAULT_QUEUE_SIZE = 10  # an input's queue_size when the dataflow gives none (dora 1.1)
@@ -146,18 +163,38 @@ NO_CUDA = "no CUDA tensor in the message"
 _announced: set[tuple] = set()
 
 
+def ipc_min_bytes() -> int:
+    """The size under which ``auto`` sends CUDA tensors as host bytes: ``TC_IPC_MIN_BYTES`` from
+    the environment (read at each send, like ``TC_TRANSPORT``), else `IPC_MIN_BYTES`."""
+    text = os.environ.get(ENV_IPC_MIN_BYTES, "").strip()
+    if not text:
+        return IPC_MIN_BYTES
+    value = int(text) if text.isdigit() else -1  # digits only: no sign, no "1e6", no "64KB"
+    if value < 0:
+        raise EncodeError(f"{ENV_IPC_MIN_BYTES}: expected a whole number of bytes (>= 0), got {text!r:.80}")
+    return value
+
+
 def resolve(
-    requested: str, has_cuda: bool, route: Callable[[], OutputRoute], *, key: Any, output: str
+    requested: str,
+    has_cuda: bool,
+    route: Callable[[], OutputRoute],
+    *,
+    key: Any,
+    output: str,
+    size: Callable[[], int] | None = None,
 ) -> tuple[str, str]:
     """-> (transport, why) of one message: `requested` (``auto``/``host``/``cuda-ipc``, explicit in
     the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of `choose` for ``auto``, and host
-    bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``.
-    Choices the code did not name itself are logged once per (`key`, `output`, transport, reason)."""
+    bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``,
+    `size` (the message's tensor bytes) only where ``TC_IPC_MIN_BYTES`` could apply. The
+    transport may be `HOST_TO_GPU` (host bytes on the wire). Choices the code did not name itself
+    are logged once per (`key`, `output`, transport, reason)."""
     name = forced_transport(requested)
     if name == CUDA_IPC and not has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
     elif name == AUTO:
-        name, why = choose(route(), has_cuda)
+        name, why = choose(route(), has_cuda, size)
     elif name != requested:
         return name, f"forced by {ENV_TRANSPORT}={name}"
     else:
@@ -180,8 +217,9 @@ def announce(key: Any, output: str, name: str, why: str) -> None:
         log.info("output '%s': transport %s (%s)", output, name, why)
 
 
-def choose(route: OutputRoute, has_cuda: bool) -> tuple[str, str]:
-    """-> (transport, why) for a message of this output (see the module's rule)."""
+def choose(route: OutputRoute, has_cuda: bool, size: Callable[[], int] | None = None) -> tuple[str, str]:
+    """-> (transport, why) for a message of this output (see the module's rule); `size` gives
+    the message's tensor bytes (None: not known, no size rule)."""
     if not has_cuda:
         return HOST, NO_CUDA
     if route.unknown:
@@ -201,4 +239,14 @@ def choose(route: OutputRoute, has_cuda: bool) -> tuple[str, str]:
         )
     if len(route.consumers) > MAX_IPC_CONSUMERS:
         return HOST, f"{len(route.consumers)} consumers, CUDA IPC tracks at most {MAX_IPC_CONSUMERS}"
-    return CUDA_IPC, f"all {len(route.consumers)} consumer(s) on this machine and the data on a GPU"
+    where = f"all {len(route.consumers)} consumer(s) on this machine and the data on a GPU"
+    floor = ipc_min_bytes()
+    if floor and size is not None:
+        if size() < floor:
+            # The reason names the floor, not the size: it is logged once per reason.
+            return HOST_TO_GPU, (
+                f"{where}, but under {ENV_IPC_MIN_BYTES}={floor} bytes: host bytes, faster than CUDA IPC "
+                "this small, restored onto the same GPU"
+            )
+        return CUDA_IPC, f"{where}, at least {ENV_IPC_MIN_BYTES}={floor} bytes"
+    return CUDA_IPC, where

@@ -67,7 +67,8 @@ SETTINGS = (
         "choice",
         "auto",
         "`auto`: CUDA IPC when DEVICE is a GPU and every consumer of the output runs on this machine (same "
-        "`deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it. `host`: tensor bytes travel in the dora "
+        "`deploy: machine`), else host bytes; `TC_TRANSPORT` overrides it, and a message under `TC_IPC_MIN_BYTES` "
+        "goes as host bytes restored onto the same GPU. `host`: tensor bytes travel in the dora "
         "message. `cuda-ipc`: CUDA payloads stay in GPU memory shared with receivers on this machine (needs DEVICE "
         "on a GPU).",
         ("auto", "host", "cuda-ipc"),

@@ -85,6 +85,10 @@ class CudaBackend:
     def visible_gpus(self) -> list[str]:
         return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
 
+    def torch_device(self, index: int) -> torch.device:
+        """The device tensors of GPU `index` are restored onto (host bytes bound for a GPU)."""
+        return torch.device("cuda", index)
+
     def current_index(self) -> int:
         return torch.cuda.current_device()
 

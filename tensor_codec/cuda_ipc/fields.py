@@ -26,6 +26,7 @@ __all__ = [
     "parse_ipc_fields",
     "ipc_metadata",
     "parse_producer",
+    "check_gpu_uuid",
     "check_same_machine",
     "EVENT_HANDLE_BYTES",
 ]
@@ -141,6 +142,12 @@ def ipc_metadata(fields: IpcFields) -> dict:
     }
 
 
+def check_gpu_uuid(value: Any, where: str) -> None:
+    """A GPU named in a header: what CUDA's UUIDs look like, nothing longer."""
+    if type(value) is not str or not _GPU.match(value):
+        raise DecodeError(f"{where}: expected a GPU UUID like 'GPU-3f2a...', got {value!r:.80}")
+
+
 def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIdentity:
     if type(value) is not dict:
         raise DecodeError(f"{where}: expected an object, got {type(value).__name__}")
@@ -155,8 +162,7 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIde
         raise DecodeError(f"{where}.pidns: expected a pid namespace string, got {pidns!r:.80}")
     if type(pid) is not int or not 0 < pid < 2**31:
         raise DecodeError(f"{where}.pid: expected a process id, got {pid!r:.80}")
-    if type(gpu) is not str or not _GPU.match(gpu):
-        raise DecodeError(f"{where}.gpu: expected a GPU UUID like 'GPU-3f2a...', got {gpu!r:.80}")
+    check_gpu_uuid(gpu, f"{where}.gpu")
     if type(ledger) is not str or not _LEDGER.match(ledger):
         raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r:.80}")
     return ProducerIdentity(host, pidns, pid, gpu, ledger)

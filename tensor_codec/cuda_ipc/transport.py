@@ -165,14 +165,46 @@ class CudaIpcTransport:
             )
         return index
 
+    def _uuid(self, state: _State, index: int) -> str:
+        uuid = state.uuid_of_index.get(index)
+        if uuid is None:
+            uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
+        return uuid
+
+    def gpu_of(self, plan: Plan) -> str:
+        """The UUID of the one GPU a message's tensors are on (the errors of a send: tensors on
+        two GPUs, or none); for host bytes that receivers restore onto that GPU (routing's
+        HOST_TO_GPU)."""
+        state = _get_state()
+        return self._uuid(state, self._device_of(plan, state.backend.device_index_of))
+
+    def device_of_gpu(self, uuid: str, where: str) -> torch.device:
+        """This process's device for a GPU named by UUID in a received header (`where`); a
+        DecodeError if it cannot see that GPU."""
+        state = _get_state()
+        index = self._index_of(state, uuid)
+        if index is None:
+            raise DecodeError(
+                f"{where}: the message's tensors were on {uuid}, which this process cannot see "
+                f"({self._seen(state)}); pass device=... to restore them elsewhere"
+            )
+        return state.backend.torch_device(index)
+
+    def _index_of(self, state: _State, uuid: str) -> int | None:
+        if uuid not in state.index_of_uuid:
+            state.index_of_uuid[uuid] = state.backend.local_index(uuid)
+        return state.index_of_uuid[uuid]
+
+    def _seen(self, state: _State) -> str:
+        seen = state.backend.visible_gpus()
+        return f"it sees {', '.join(seen) if seen else 'no GPU'}"
+
     def _codec_metadata(self, state: _State, plan: Plan, index: int) -> tuple[dict, list[int], int]:
         key = (self.name, index, state.producer.ledger.name)
         memo = plan.memo
         if memo is not None and key in memo:
             return memo[key]
-        uuid = state.uuid_of_index.get(index)
-        if uuid is None:
-            uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
+        uuid = self._uuid(state, index)
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
         producer = ProducerIdentity(host_identity(), pid_namespace(), os.getpid(), uuid, state.producer.ledger.name)
         leaf_fields = [{"offset": o} for o in offsets]
@@ -270,14 +302,11 @@ class CudaIpcTransport:
         return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
 
     def _local_index(self, state: _State, uuid: str) -> int:
-        if uuid not in state.index_of_uuid:
-            state.index_of_uuid[uuid] = state.backend.local_index(uuid)
-        index = state.index_of_uuid[uuid]
+        index = self._index_of(state, uuid)
         if index is None:
-            seen = state.backend.visible_gpus()
             raise DecodeError(
                 f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
-                f"(it sees {', '.join(seen) if seen else 'no GPU'}); send with transport='host' to reach another GPU "
+                f"({self._seen(state)}); send with transport='host' to reach another GPU "
                 f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
             )
         return index

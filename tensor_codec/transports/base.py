@@ -22,11 +22,14 @@ ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted a
 
 @dataclass(slots=True)
 class Output:
-    """Where a message goes: the output's name (in-flight accounting, logs) and how many
-    receivers will read it (asked only by transports that track receivers)."""
+    """Where a message goes: the output's name (in-flight accounting, logs), how many receivers
+    will read it (asked only by transports that track receivers), and `onto_gpu`: the UUID of
+    the GPU host bytes are to be restored onto at the receivers (routing's small-message rule,
+    routing.HOST_TO_GPU), None for tensors restored where the receiver asks."""
 
     name: str
     receivers: Callable[[], int]
+    onto_gpu: str | None = None
 
 
 @dataclass(slots=True)

@@ -10,6 +10,10 @@ send buffer): a dense tensor is one byte copy, a non-contiguous one is compacted
 copy. Receiving views the Arrow
 buffer through DLPack without copying; a message whose buffer is not 64-byte aligned (dora hands
 small messages over at arbitrary addresses) is copied once into aligned memory.
+
+A header may name a GPU by UUID (``gpu``): a sender on this machine sent CUDA tensors as host
+bytes because they were small (routing.py, ``TC_IPC_MIN_BYTES``), and the receiver restores
+them onto that GPU, where CUDA IPC would have put them, unless it asks for a device itself.
 """
 
 from __future__ import annotations
@@ -39,23 +43,28 @@ def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
     return buffer_layout.layout_offsets(nbytes, ALIGNMENT)
 
 
+KEY_GPU = "gpu"  # header: the GPU (UUID) the receiver restores the tensors onto
+
+
 class HostTransport:
     name = HOST
     leaf_keys = frozenset({"offset"})
-    header_keys = frozenset()
+    header_keys = frozenset({KEY_GPU})
 
     def lay_out(self, plan: Plan, output: Output) -> Outgoing:
         """The codec's metadata, leaf offsets and total bytes, memoized with a cached plan (its
         metadata dict is shared with the memo: callers copy it before handing it out)."""
         memo = plan.memo
+        key = HOST if output.onto_gpu is None else (HOST, output.onto_gpu)
         if memo is not None:
-            entry = memo.get(HOST)
+            entry = memo.get(key)
             if entry is not None:
                 return Outgoing(plan, entry[0], entry[2], entry[1])
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
-        metadata = header_metadata(plan.tree, plan.leaves, HOST, [{"offset": o} for o in offsets])
+        extra = None if output.onto_gpu is None else {KEY_GPU: output.onto_gpu}
+        metadata = header_metadata(plan.tree, plan.leaves, HOST, [{"offset": o} for o in offsets], extra)
         if memo is not None:
-            memo[HOST] = (metadata, offsets, total)
+            memo[key] = (metadata, offsets, total)
         return Outgoing(plan, metadata, total, offsets)
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
@@ -72,16 +81,22 @@ class HostTransport:
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
-        can be restored as one tensor with its own strides), after checking every offset is the
-        canonical one. Cached with the header: a stream's messages share it. (Zero-copy leaves
-        stay `leaf_view`s of the storage, not views of a view: a released leaf must not keep
-        the message's buffer alive through a view's base.)"""
+        can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
+        or None), after checking every offset is the canonical one. Cached with the header: a
+        stream's messages share it. (Zero-copy leaves stay `leaf_view`s of the storage, not
+        views of a view: a released leaf must not keep the message's buffer alive through a
+        view's base.)"""
         offsets, total = buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
         if only is not None and (only.nbytes == 0 or only.dtype.is_bool or only.dtype.name == "complex32"):
             only = None
-        return offsets, total, Padding(leaves, offsets), only
+        gpu = header.get(KEY_GPU)
+        if KEY_GPU in header:  # present, then a UUID: ``null`` is no GPU name either
+            from ..cuda_ipc.fields import check_gpu_uuid  # no CUDA: a string check
+
+            check_gpu_uuid(gpu, f"tc.header.{KEY_GPU}")
+        return offsets, total, Padding(leaves, offsets), only, gpu
 
     def materialize(
         self,
@@ -93,8 +108,10 @@ class HostTransport:
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        offsets, total, padding, single = prepared
+        offsets, total, padding, single, gpu = prepared
         _check_value(value, total)
+        if gpu is not None and device is None:
+            device = _gpu_device(gpu)
         if device is not None and device.type != "cpu":
             copy = False  # the host bytes are only read once, by the copy onto the device
         owned = copy or total < SMALL_MESSAGE_BYTES
@@ -137,6 +154,15 @@ class HostTransport:
                 on_device.copy_(base)  # one plain copy (bench/host_staging.py: staging did not pay)
             base, borrowed = on_device, None
         return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
+
+
+def _gpu_device(uuid: str) -> torch.device:
+    """This process's device for the GPU a header names (the CUDA IPC transport keeps that
+    mapping, and the CPU stand-in of the tests replaces it)."""
+    from . import get_transport
+    from .names import CUDA_IPC
+
+    return get_transport(CUDA_IPC).device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
 
 
 _ZEROS = bytes(ALIGNMENT)

@@ -6,5 +6,10 @@ HOST = "host"
 CUDA_IPC = "cuda-ipc"
 AUTO = "auto"
 
+# Not a wire name: host bytes whose receivers restore them onto the GPU the sender's tensors were
+# on, as CUDA IPC would have delivered them (routing.py picks it for messages under
+# TC_IPC_MIN_BYTES; the message says ``host`` with the GPU in its header).
+HOST_TO_GPU = "host-to-gpu"
+
 NAMES = (HOST, CUDA_IPC)  # what a message's ``tc.transport`` may name
 CHOICES = (AUTO, *NAMES)  # what a sender may ask for (auto: routing.py picks one of NAMES)

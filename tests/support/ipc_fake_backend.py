@@ -127,6 +127,9 @@ class FakeBackend:
     def visible_gpus(self):
         return list(self.gpus)
 
+    def torch_device(self, index):
+        return torch.device("cpu")  # its "GPU" memory is CPU memory
+
     def current_index(self):
         return 0
 
