@@ -2,6 +2,11 @@
 receiver acks each). Latency = receiver's `monotonic_ns` once the tensor is usable on its GPU
 (stream synchronized) minus the sender's just before it started preparing the message.
 
+Contenders: ``cuda-ipc`` (transport="cuda-ipc"); ``host-to-gpu``, what ``transport="auto"`` sends
+under TC_IPC_MIN_BYTES (host bytes the receiver restores onto the same GPU; the sender sets the
+floor above every size, so each of its auto sends takes it); ``cpu+host+cuda``, today's way:
+`.cpu()`, host bytes, `.cuda()` at the receiver.
+
 Codec overhead: the sender times `tc.send` minus the time inside dora's `send_output`; the
 receiver times `tc.receive` (claim, cached segment and event, stream wait queued, views).
 
@@ -73,12 +78,16 @@ def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict) 
         start = time.perf_counter_ns()
         tc.send(node, "out", tensor, metadata, transport="cuda-ipc")
         return time.perf_counter_ns() - start - node.in_dora_ns
+    if contender == "host-to-gpu":
+        tc.send(node._node, "out", tensor, metadata)  # auto, under the floor set in run_sender
+        return 0
     tc.send(node._node, "out", tensor.cpu(), metadata, transport="host")  # today's way: through the host
     return 0
 
 
 def run_sender() -> None:
     plan = json.loads(os.environ["PLAN"])
+    os.environ["TC_IPC_MIN_BYTES"] = str(1 << 60)  # every auto send is under it (host-to-gpu)
     node = TimedNode(Node())
     device = gpu()
     tensors = {size: torch.randn(size * KB // 4, device=device) for size in plan["sizes_kb"]}

@@ -7,8 +7,11 @@ Goals (issue 30), each printed as a ratio measured in this run:
 * codec overhead per message, dora excluded, under 50 us in steady state (pooled buffers and
   events, opened once: p50 of the sender's `tc.send` minus dora's `send_output`, plus the
   receiver's `tc.receive`).
-It also prints the sizes at which host bytes were faster (where `transport="auto"` should take
-them for a same-machine consumer).
+Small messages: it also times what `transport="auto"` sends under ``TC_IPC_MIN_BYTES`` (host
+bytes restored onto the same GPU, "host-to-gpu"), prints the sizes at which host bytes were
+faster and the ``TC_IPC_MIN_BYTES`` that follows from them, and judges the goal that auto, at
+the floor in force for this run (``TC_IPC_MIN_BYTES`` of this process, else routing's default),
+is never slower than host bytes (within 5 %, for noise at the crossover).
 
 Needs a CUDA device; without one it says so and measures nothing. ``--stand-in`` runs the same
 dataflow and code paths on the CPU stand-in backend of the tests (the CPU smoke test): its
@@ -33,7 +36,10 @@ from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save, skipped  # noqa: E402
 from dora_latency import run_flow  # noqa: E402
 
-CONTENDERS = ["cuda-ipc", "cpu+host+cuda"]
+from tensor_codec import routing  # noqa: E402
+
+CONTENDERS = ["cuda-ipc", "host-to-gpu", "cpu+host+cuda"]
+NOISE = 1.05  # auto within 5 % of the best host path counts as never slower
 BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
 
 
@@ -78,18 +84,48 @@ def p50(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def recommended_floor(sizes_kb: list[int], ipc: dict[int, float], host: dict[int, float]) -> int | None:
+    """The TC_IPC_MIN_BYTES that these figures ask for: the bytes of the smallest size from which
+    CUDA IPC is at least as fast as host bytes at every larger size measured (0: at every size;
+    None: not even at the largest, so no floor can be read from this run)."""
+    ordered = sorted(sizes_kb)
+    floor = None
+    for size in reversed(ordered):
+        if ipc[size] > host[size]:
+            break
+        floor = size
+    if floor is None:
+        return None
+    return 0 if floor == ordered[0] else floor * 1024
+
+
+def auto_vs_host(sizes_kb: list[int], floor: int, ipc: dict, host: dict) -> tuple[float, int]:
+    """-> (worst ratio of what auto takes at `floor` to the best host path, at which size)."""
+    worst, where = 0.0, sizes_kb[0]
+    for size in sizes_kb:
+        auto = ipc[size] if size * 1024 >= floor else host[size]
+        if auto / host[size] > worst:
+            worst, where = auto / host[size], size
+    return worst, where
+
+
 def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: bool = True) -> dict:
     """Prints the table and the goals; `judged=False` (the stand-in) leaves every goal unjudged."""
     print("CUDA IPC through dora, p50 latency in ms until the tensor is usable on the receiver's GPU")
-    print(f"{'size':>9s}  {'cuda-ipc':>10s}  {'.cpu()->dora->.cuda()':>22s}  {'speed-up':>9s}")
+    print(f"{'size':>9s}  {'cuda-ipc':>10s}  {'host-to-gpu':>12s}  {'.cpu()->dora->.cuda()':>22s}  {'speed-up':>9s}")
     lat = {}
     for size in sizes_kb:
         for c in CONTENDERS:
             lat[(c, size)] = p50(r["latency_ns"] for r in rows if r["contender"] == c and r["size_kb"] == size) / 1e6
-        ipc, host = lat[("cuda-ipc", size)], lat[("cpu+host+cuda", size)]
-        print(f"{size:>7d}KB  {ipc:10.3f}  {host:22.3f}  {host / ipc:8.1f}x")
+        ipc, to_gpu, host = lat[("cuda-ipc", size)], lat[("host-to-gpu", size)], lat[("cpu+host+cuda", size)]
+        print(f"{size:>7d}KB  {ipc:10.3f}  {to_gpu:12.3f}  {host:22.3f}  {host / ipc:8.1f}x")
     small, big = min(sizes_kb), max(sizes_kb)
-    host_faster = [s for s in sizes_kb if lat[("cpu+host+cuda", s)] < lat[("cuda-ipc", s)]]
+    ipc_at = {s: lat[("cuda-ipc", s)] for s in sizes_kb}
+    best_host = {s: min(lat[("host-to-gpu", s)], lat[("cpu+host+cuda", s)]) for s in sizes_kb}
+    host_faster = [s for s in sizes_kb if best_host[s] < ipc_at[s]]
+    floor_now = routing.ipc_min_bytes()
+    floor_wanted = recommended_floor(sizes_kb, ipc_at, best_host)
+    worst, worst_at = auto_vs_host(sizes_kb, floor_now, ipc_at, best_host)
     flat = lat[("cuda-ipc", big)] / lat[("cuda-ipc", small)]
     speedup = lat[("cpu+host+cuda", big)] / lat[("cuda-ipc", big)]
     send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3
@@ -119,12 +155,24 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: 
             "us",
             f"send {send_us:.1f} us + receive {recv_us:.1f} us = {send_us + recv_us:.1f} us",
         ),
+        goal(
+            f"transport='auto' (TC_IPC_MIN_BYTES={floor_now}) never slower than host bytes (within 5 %)",
+            worst,
+            "<=",
+            NOISE,
+            "x",
+            f"worst {worst:.2f}x of the best host path, at {worst_at} KB",
+        ),
     ]
     print()
     if host_faster:
         print(f"host bytes were faster at {', '.join(f'{s} KB' for s in host_faster)}")
     else:
         print("CUDA IPC was faster at every size measured")
+    if floor_wanted is None:
+        print("no TC_IPC_MIN_BYTES follows: host bytes were faster even at the largest size")
+    else:
+        print(f"these figures ask for TC_IPC_MIN_BYTES={floor_wanted} (in force: {floor_now})")
     if judged:
         print_goals(goals)
     else:
@@ -137,6 +185,9 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: 
         "flat_ratio": flat,
         "speedup": speedup,
         "codec_us": send_us + recv_us,
+        "ipc_min_bytes": floor_now,
+        "recommended_ipc_min_bytes": floor_wanted,
+        "auto_vs_host": worst,
         "goals": goals,
         "rows": [
             {"contender": c, "size_kb": s, "p50_ms": v, "baseline": c == "cpu+host+cuda"} for (c, s), v in lat.items()

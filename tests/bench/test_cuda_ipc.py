@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.bench import check_envelope, check_goals, positive, run_script
+from tests.support.bench import check_envelope, check_goals, load_module, positive, run_script
 
 pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
@@ -23,9 +23,35 @@ def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path):
     check_envelope(data, "cuda_ipc")
     assert "stand-in" in data["baseline"]
     rows = {(r["contender"], r["size_kb"]): r["p50_ms"] for r in data["rows"]}
-    assert set(rows) == {(c, s) for c in ("cuda-ipc", "cpu+host+cuda") for s in (4, 16)}
+    assert set(rows) == {(c, s) for c in ("cuda-ipc", "host-to-gpu", "cpu+host+cuda") for s in (4, 16)}
     assert all(positive(v) for v in rows.values()), rows
     assert positive(data["codec_us"]) and positive(data["flat_ratio"]) and positive(data["speedup"])
     assert set(data["host_faster_kb"]) <= {4, 16}
+    assert data["ipc_min_bytes"] == 0 and data["recommended_ipc_min_bytes"] in (None, 0, 16 * 1024)
+    assert positive(data["auto_vs_host"])
     check_goals(data["goals"])
-    assert [g["met"] for g in data["goals"]] == [None, None, None]
+    assert [g["met"] for g in data["goals"]] == [None, None, None, None]
+
+
+@pytest.mark.parametrize(
+    "ipc, host, floor",
+    [
+        ({4: 0.2, 64: 0.2, 1024: 0.3}, {4: 0.3, 64: 0.4, 1024: 0.9}, 0),  # CUDA IPC wins everywhere
+        ({4: 0.3, 64: 0.3, 1024: 0.3}, {4: 0.2, 64: 0.25, 1024: 0.9}, 1024 * 1024),
+        ({4: 0.3, 64: 0.2, 1024: 0.3}, {4: 0.2, 64: 0.25, 1024: 0.9}, 64 * 1024),
+        ({4: 0.2, 64: 0.3, 1024: 0.2}, {4: 0.3, 64: 0.25, 1024: 0.9}, 1024 * 1024),  # a loss above a win
+        ({4: 0.3, 64: 0.3, 1024: 0.9}, {4: 0.2, 64: 0.2, 1024: 0.3}, None),  # host wins at the top
+    ],
+)
+def test_the_floor_the_figures_ask_for(monkeypatch, ipc, host, floor):
+    bench = load_module("cuda_ipc", monkeypatch)
+    sizes = sorted(ipc)
+    assert bench.recommended_floor(sizes, ipc, host) == floor
+    if floor is not None:
+        worst, _ = bench.auto_vs_host(sizes, floor, ipc, host)
+        assert worst <= 1.0  # at the floor the figures ask for, auto takes the faster path everywhere
+
+
+def test_auto_at_a_floor_too_low_is_caught(monkeypatch):
+    worst, at = load_module("cuda_ipc", monkeypatch).auto_vs_host([4, 64], 0, {4: 0.3, 64: 0.2}, {4: 0.2, 64: 0.5})
+    assert (round(worst, 2), at) == (1.5, 4)

@@ -14,6 +14,9 @@ Scenarios:
   producer's bytes in flight must stay under the cap.
 * crash: 4 messages of 16 MiB that the consumer keeps, then it kills itself (SIGKILL); the
   producer must get its memory back.
+* floor: transport="auto" with TC_IPC_MIN_BYTES=4096: the 300 small tensors go as host bytes and
+  must arrive on the GPU bit-exact, then 50 race trials alternating 1 KiB (host bytes) and 4 MiB
+  (CUDA IPC) tensors; the consumer counts which way each came.
 """
 
 import json
@@ -34,6 +37,8 @@ REPORT = os.environ["REPORT"]
 CAP = 32 << 20
 SMALL = 300
 TRIALS = 200
+FLOOR = 4096
+FLOOR_TRIALS = 50
 
 
 def write(report):
@@ -76,6 +81,19 @@ def produce(node):
             peak = max(peak, torch.cuda.memory_allocated(device) - baseline)
         report["cap"] = CAP
         report["peak_allocated_over_baseline"] = peak
+    elif SCENARIO == "floor":
+        os.environ["TC_IPC_MIN_BYTES"] = str(FLOOR)
+        for i, t in enumerate([t.to(device) for t in make_many_small(SMALL)]):
+            tc.send(node, "data", t, {"i": i})
+            report["sent"] += 1
+        under = torch.zeros(256, dtype=torch.int32, device=device)  # 1 KiB
+        over = torch.zeros(1 << 20, dtype=torch.int32, device=device)  # 4 MiB
+        for trial in range(FLOOR_TRIALS):
+            x = under if trial % 2 else over
+            torch.cuda._sleep(20_000_000)
+            x.fill_(trial)
+            tc.send(node, "data", x, {"i": SMALL + trial})
+            report["sent"] += 1
     elif SCENARIO == "crash":
         x = torch.ones(16 << 20, dtype=torch.uint8, device=device)
         baseline = torch.cuda.memory_allocated(device)
@@ -96,8 +114,8 @@ def produce(node):
 
 
 def consume(node):
-    report = {"scenario": SCENARIO, "received": 0, "bad": [], "errors": []}
-    small = make_many_small(SMALL) if SCENARIO == "small" else None
+    report = {"scenario": SCENARIO, "received": 0, "bad": [], "errors": [], "ways": {}}
+    small = make_many_small(SMALL) if SCENARIO in ("small", "floor") else None
     held = []
     started = False
     for event in node:
@@ -117,9 +135,15 @@ def consume(node):
             report["errors"].append(f"{i}: {e}")
             continue
         report["received"] += 1
+        metadata = event["metadata"]
+        way = metadata["tc.transport"] + ("-to-gpu" if '"gpu":' in metadata["tc.header"] else "")
+        report["ways"][way] = report["ways"].get(way, 0) + 1
         if got.device.type != "cuda":
             report["bad"].append(f"{i}: on {got.device}")
-        if SCENARIO == "small":
+        if SCENARIO == "floor" and i >= SMALL:
+            if not bool((got == i - SMALL).all()):
+                report["bad"].append(f"{i}: saw {got.unique()[:5].tolist()}")
+        elif SCENARIO in ("small", "floor"):
             try:
                 assert_identical(got, small[i])
             except AssertionError as e:

@@ -63,6 +63,17 @@ def test_a_long_kernel_before_the_final_write_never_shows_stale_values(dora_cli,
     assert consumer["bad"] == [], consumer["bad"][:5]
 
 
+def test_small_messages_under_the_floor_arrive_on_the_gpu_as_host_bytes(dora_cli, tmp_path):
+    """Issue 30, item 3: TC_IPC_MIN_BYTES=4096 in the producer; what is under it goes as host
+    bytes and is restored onto the same GPU, bit-exact, in order with CUDA IPC messages and after
+    the producer's kernels (the race trials alternate the two ways)."""
+    producer, consumer, _ = run_probe(dora_cli, tmp_path, "floor")
+    assert consumer["received"] == 350, consumer["errors"][:3]
+    assert consumer["bad"] == [] and consumer["errors"] == [], (consumer["bad"][:3], consumer["errors"][:3])
+    assert consumer["ways"] == {"host-to-gpu": 325, "cuda-ipc": 25}, consumer["ways"]
+    assert producer["flushed"] and producer["stats"]["bytes_in_flight"] == 0
+
+
 def test_a_slow_receiver_keeps_the_producer_under_its_cap(dora_cli, tmp_path):
     producer, consumer, _ = run_probe(dora_cli, tmp_path, "slow")
     # An error names a refusal ("message expired": the producer gave it up) rather than a loss.
