@@ -30,6 +30,7 @@ COLORS = {  # one colour per contender, the same on every figure
     "pa.array": "tab:orange",
     "cuda-ipc": "tab:blue",
     "cpu+host+cuda": "tab:orange",
+    "host-to-gpu": "tab:green",
     "PIL": "tab:gray",
     "torchcodec": "tab:blue",
     "torchvision": "tab:orange",
@@ -534,7 +535,7 @@ def plot_cuda_ipc(plt, data):
     )
     ax.set_ylabel("latency, ms")
     ax.legend(fontsize=8)
-    stamp(fig, data, "CUDA IPC through dora against .cpu() -> dora -> .cuda()")
+    stamp(fig, data, "CUDA IPC through dora against host bytes (onto the GPU, and .cpu() -> dora -> .cuda())")
     return {"cuda_ipc.png": fig}
 
 

@@ -13,6 +13,8 @@
     jpeg_fps.py        JPEG encoding at 1080p and 4K: every engine (CPU, and CUDA when present) and the
                        encoder node's path, against PIL (issue 5)
     cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 30; GPU only)
+    ipc_collect.py     a CUDA IPC send's collect of finished messages, 1 to 128 in flight, against
+                       looking at every one in full (issue 30; no GPU needed)
     cross_daemon.py    two daemons (machines A, B): cross-daemon vs same-daemon latency and throughput,
                        1 to 64 MB, on loopback and on the host's address (issue 6; about 2.5 min)
     host_staging.py    GPU<->shared-memory copies: plain copy_ vs a driver-registered region (issue 30; GPU only)
@@ -51,6 +53,7 @@ def main() -> None:
     import dora_latency
     import header_cost
     import host_staging
+    import ipc_collect
     import jpeg_fps
     import padding_check
     import refusal_cost
@@ -77,6 +80,8 @@ def main() -> None:
     jpeg_fps.main([])
     print()
     cuda_ipc.main([])
+    print()
+    ipc_collect.main([])
     print()
     cross_daemon.main([])
     print()

@@ -20,6 +20,15 @@ one slot per message in flight:
 Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
 so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
 
+`collect` runs at every send, so it must not cost a lock, a process check and a progress update
+per message in flight (that made a send O(messages in flight): ~7 us each, 0.2 ms with 32 held).
+It compares each live slot's bytes, read without the lock, with what it saw at its last full
+(locked) look, and looks again only where they changed (a claim, a release), where a newer
+message of the same output changed and this one still lacks claims (progress.py's inference),
+and at most every `SWEEP_NS` at every slot (a receiver that died, a claim timeout: nothing in the
+slot changes for those). An unlocked read that catches a write half-done differs from both
+states, so it only brings the locked look forward.
+
 Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
 
     0   u64  generation      (0 = never used)
@@ -59,6 +68,9 @@ SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, pub
 HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
 SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
 SHM_DIR = "/dev/shm"
+
+SWEEP_NS = 10_000_000  # a full look at every live slot at most this often (dead receivers, timeouts)
+_CLAIMS = struct.Struct("<H")  # the claims field, at offset 14 of a slot
 
 FREE, LIVE = 0, 1
 EMPTY, HOLDING, RELEASED, RELEASED_WITH_EVENT = 0, 1, 2, 3
@@ -145,6 +157,12 @@ def _slot_offset(slot: int) -> int:
     return HEADER_BYTES + slot * SLOT_BYTES
 
 
+def _signature(m: mmap.mmap, start: int) -> bytes:
+    """A slot's head and its claimed holders' entries, as bytes: any claim or release changes them."""
+    claims = min(_CLAIMS.unpack_from(m, start + 14)[0], HOLDERS)
+    return m[start : start + 32 + claims * HOLDER_BYTES]
+
+
 class Ledger:
     """The producer's side: publish slots, collect finished ones. One per producer process."""
 
@@ -162,6 +180,8 @@ class Ledger:
         # slot -> (generation, producer's token, output, publish order)
         self.live: dict[int, tuple[int, object, str, int]] = {}
         self.progress: dict[str, OutputProgress] = {}  # output -> how far its receivers got
+        self.seen: dict[int, bytes] = {}  # live slot -> its bytes at the last full look
+        self.last_sweep_ns = 0
         self.published = 0
         self.next_slot = 0
         self.closed = False
@@ -182,6 +202,7 @@ class Ledger:
                 generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
                 self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
                 SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, time.monotonic_ns(), nbytes)
+                self.seen[slot] = _signature(self.file.map, start)
             self.published += 1
             self.live[slot] = (generation, token, output, self.published)
             if output not in self.progress:
@@ -193,13 +214,28 @@ class Ledger:
         """Free every finished slot; -> what the producer may now let go of (after fencing its
         stream on the receivers' release events)."""
         now = time.monotonic_ns() if now_ns is None else now_ns
+        sweep = now - self.last_sweep_ns >= SWEEP_NS or now < self.last_sweep_ns
+        if sweep:
+            self.last_sweep_ns = now
+        m, seen = self.file.map, self.seen
+        changed: set[str] = set()  # outputs with a slot that changed, newer than the ones to come
         done = []
         # Newest first (`live` is in publish order: a slot is deleted before it is taken again),
         # so what receivers claimed of later messages is known when an earlier one is decided.
         for slot, (generation, token, output, order) in reversed(list(self.live.items())):
+            if not sweep:
+                # _signature, inlined: this loop runs over every message in flight at every send.
+                start = HEADER_BYTES + slot * SLOT_BYTES
+                claims = min(m[start + 14] | m[start + 15] << 8, HOLDERS)
+                if m[start : start + 32 + claims * HOLDER_BYTES] == seen.get(slot):
+                    if output not in changed or claims >= m[start + 12] | m[start + 13] << 8:
+                        continue  # nothing that could finish it has happened
+                else:
+                    changed.add(output)
             events = self._finish_if_done(slot, generation, self.progress[output], order, now)
             if events is not None:
                 del self.live[slot]
+                self.seen.pop(slot, None)
                 done.append(Finished(slot, events, token))
         return done
 
@@ -229,6 +265,7 @@ class Ledger:
                     events.append(bytes(m[at + 16 : at + 16 + EVENT_HANDLE_BYTES]))
             progress.saw(order, claimers, claimed_ns)
             if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
+                self.seen[slot] = _signature(m, start)
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
             return events
@@ -260,6 +297,7 @@ class Ledger:
                 return None
             SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, expected, claims, published, 0)
         del self.live[ref.slot]
+        self.seen.pop(ref.slot, None)
         return entry[1]
 
     def bytes_live(self) -> int:
