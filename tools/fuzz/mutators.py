@@ -683,11 +683,15 @@ def _top_keys(ctx: Ctx) -> bool:
     if type(h.tree) is not dict:
         h.tree = {"leaves": [], "tree": h.tree}
         return True
-    op = rng.randrange(6)
+    op = rng.randrange(7)
     if op == 0:
         h.tree.pop(rng.choice(["leaves", "tree"]), None)
     elif op == 1:
         h.tree["producer"] = {"host": "x", "pidns": "", "pid": 1, "gpu": "GPU-00000000", "ledger": "tc-1-000000000000"}
+    elif op == 6:  # host's optional GPU to restore onto (a GPU this process cannot see, or not a UUID)
+        h.tree["gpu"] = rng.choice(
+            ["GPU-00000000-1111-2222-3333-444444444444", "MIG-0123456789", "GPU-", "", "GPU-" + "0" * 64, 1, None, []]
+        )
     elif op == 2:
         h.tree[rng.choice(["version", "extra", "Leaves", "leaves ", "\u0000"])] = random_scalar(rng)
     elif op == 3:
