@@ -99,13 +99,14 @@ def recommended_floor(sizes_kb: list[int], ipc: dict[int, float], host: dict[int
     return 0 if floor == ordered[0] else floor * 1024
 
 
-def auto_vs_host(sizes_kb: list[int], floor: int, ipc: dict, host: dict) -> tuple[float, int]:
-    """-> (worst ratio of what auto takes at `floor` to the best host path, at which size)."""
+def auto_vs_host(sizes_kb: list[int], floor: int, ipc: dict, to_gpu: dict, best_host: dict) -> tuple[float, int]:
+    """-> (worst ratio of what auto takes at `floor` (CUDA IPC at or over it, host bytes onto the
+    GPU under it) to the best host path measured, at which size)."""
     worst, where = 0.0, sizes_kb[0]
     for size in sizes_kb:
-        auto = ipc[size] if size * 1024 >= floor else host[size]
-        if auto / host[size] > worst:
-            worst, where = auto / host[size], size
+        auto = ipc[size] if size * 1024 >= floor else to_gpu[size]
+        if auto / best_host[size] > worst:
+            worst, where = auto / best_host[size], size
     return worst, where
 
 
@@ -121,11 +122,12 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: 
         print(f"{size:>7d}KB  {ipc:10.3f}  {to_gpu:12.3f}  {host:22.3f}  {host / ipc:8.1f}x")
     small, big = min(sizes_kb), max(sizes_kb)
     ipc_at = {s: lat[("cuda-ipc", s)] for s in sizes_kb}
-    best_host = {s: min(lat[("host-to-gpu", s)], lat[("cpu+host+cuda", s)]) for s in sizes_kb}
+    to_gpu = {s: lat[("host-to-gpu", s)] for s in sizes_kb}  # what auto sends under the floor
+    best_host = {s: min(to_gpu[s], lat[("cpu+host+cuda", s)]) for s in sizes_kb}
     host_faster = [s for s in sizes_kb if best_host[s] < ipc_at[s]]
     floor_now = routing.ipc_min_bytes()
-    floor_wanted = recommended_floor(sizes_kb, ipc_at, best_host)
-    worst, worst_at = auto_vs_host(sizes_kb, floor_now, ipc_at, best_host)
+    floor_wanted = recommended_floor(sizes_kb, ipc_at, to_gpu)  # between the two ways auto can take
+    worst, worst_at = auto_vs_host(sizes_kb, floor_now, ipc_at, to_gpu, best_host)
     flat = lat[("cuda-ipc", big)] / lat[("cuda-ipc", small)]
     speedup = lat[("cpu+host+cuda", big)] / lat[("cuda-ipc", big)]
     send_us = p50(c["send_codec_ns"] for c in codec if c["size_kb"] == small) / 1e3

@@ -169,7 +169,7 @@ def ipc_min_bytes() -> int:
     text = os.environ.get(ENV_IPC_MIN_BYTES, "").strip()
     if not text:
         return IPC_MIN_BYTES
-    value = int(text) if text.isdigit() else -1  # digits only: no sign, no "1e6", no "64KB"
+    value = int(text) if text.isascii() and text.isdigit() else -1  # ASCII digits only: no sign, "1e6", "64KB", "²"
     if value < 0:
         raise EncodeError(f"{ENV_IPC_MIN_BYTES}: expected a whole number of bytes (>= 0), got {text!r:.80}")
     return value

@@ -144,7 +144,7 @@ def ipc_metadata(fields: IpcFields) -> dict:
 
 def check_gpu_uuid(value: Any, where: str) -> None:
     """A GPU named in a header: what CUDA's UUIDs look like, nothing longer."""
-    if type(value) is not str or not _GPU.match(value):
+    if type(value) is not str or not _GPU.fullmatch(value):
         raise DecodeError(f"{where}: expected a GPU UUID like 'GPU-3f2a...', got {value!r:.80}")
 
 
@@ -163,7 +163,7 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIde
     if type(pid) is not int or not 0 < pid < 2**31:
         raise DecodeError(f"{where}.pid: expected a process id, got {pid!r:.80}")
     check_gpu_uuid(gpu, f"{where}.gpu")
-    if type(ledger) is not str or not _LEDGER.match(ledger):
+    if type(ledger) is not str or not _LEDGER.fullmatch(ledger):
         raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r:.80}")
     return ProducerIdentity(host, pidns, pid, gpu, ledger)
 

@@ -26,8 +26,10 @@ It compares each live slot's bytes, read without the lock, with what it saw at i
 (locked) look, and looks again only where they changed (a claim, a release), where a newer
 message of the same output changed and this one still lacks claims (progress.py's inference),
 and at most every `SWEEP_NS` at every slot (a receiver that died, a claim timeout: nothing in the
-slot changes for those). An unlocked read that catches a write half-done differs from both
-states, so it only brings the locked look forward.
+slot changes for those). An unlocked read that catches a write half-done either differs from
+what was seen (the locked look comes now) or still equals it (a claim writes its holder entry,
+outside the old bytes, before the head: the look comes at the next collect); it never decides
+anything by itself.
 
 Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
 

@@ -54,7 +54,7 @@ class _State:
         self.pool = BufferPool(backend)
         self.producer = ProducerBook(recycle=self.pool.give_back)
         self.receiver = Receiver(backend)
-        self.index_of_uuid: dict[str, int | None] = {}
+        self.index_of_uuid: dict[str, int] = {}  # GPUs this process sees, by UUID
         self.uuid_of_index: dict[int, str] = {}
 
 
@@ -191,9 +191,12 @@ class CudaIpcTransport:
         return state.backend.torch_device(index)
 
     def _index_of(self, state: _State, uuid: str) -> int | None:
-        if uuid not in state.index_of_uuid:
-            state.index_of_uuid[uuid] = state.backend.local_index(uuid)
-        return state.index_of_uuid[uuid]
+        index = state.index_of_uuid.get(uuid)
+        if index is None:
+            index = state.backend.local_index(uuid)
+            if index is not None:  # only GPUs this process sees: a few; names from messages are hostile
+                state.index_of_uuid[uuid] = index
+        return index
 
     def _seen(self, state: _State) -> str:
         seen = state.backend.visible_gpus()

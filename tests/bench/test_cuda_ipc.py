@@ -48,10 +48,21 @@ def test_the_floor_the_figures_ask_for(monkeypatch, ipc, host, floor):
     sizes = sorted(ipc)
     assert bench.recommended_floor(sizes, ipc, host) == floor
     if floor is not None:
-        worst, _ = bench.auto_vs_host(sizes, floor, ipc, host)
+        worst, _ = bench.auto_vs_host(sizes, floor, ipc, host, host)
         assert worst <= 1.0  # at the floor the figures ask for, auto takes the faster path everywhere
 
 
 def test_auto_at_a_floor_too_low_is_caught(monkeypatch):
-    worst, at = load_module("cuda_ipc", monkeypatch).auto_vs_host([4, 64], 0, {4: 0.3, 64: 0.2}, {4: 0.2, 64: 0.5})
+    bench = load_module("cuda_ipc", monkeypatch)
+    ipc, to_gpu = {4: 0.3, 64: 0.2}, {4: 0.2, 64: 0.5}
+    worst, at = bench.auto_vs_host([4, 64], 0, ipc, to_gpu, to_gpu)
     assert (round(worst, 2), at) == (1.5, 4)
+
+
+def test_auto_is_credited_with_the_path_it_takes_not_the_best_host_one(monkeypatch):
+    """Under the floor auto sends host bytes onto the GPU; a faster .cpu() path is not its time."""
+    bench = load_module("cuda_ipc", monkeypatch)
+    ipc, to_gpu, cpu_path = {4: 0.3, 64: 0.2}, {4: 0.25, 64: 0.5}, {4: 0.2, 64: 0.5}
+    best = {s: min(to_gpu[s], cpu_path[s]) for s in ipc}
+    worst, at = bench.auto_vs_host([4, 64], 64 * 1024, ipc, to_gpu, best)
+    assert (round(worst, 2), at) == (1.25, 4)

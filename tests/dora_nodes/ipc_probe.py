@@ -136,7 +136,9 @@ def consume(node):
             continue
         report["received"] += 1
         metadata = event["metadata"]
-        way = metadata["tc.transport"] + ("-to-gpu" if '"gpu":' in metadata["tc.header"] else "")
+        way = metadata["tc.transport"]
+        if way == "host" and "gpu" in json.loads(metadata["tc.header"]):  # top level: not producer.gpu
+            way = "host-to-gpu"
         report["ways"][way] = report["ways"].get(way, 0) + 1
         if got.device.type != "cuda":
             report["bad"].append(f"{i}: on {got.device}")

@@ -55,7 +55,8 @@ def test_under_the_floor_host_bytes_restored_onto_the_same_gpu(local_node, fake,
     assert sent[2][KEY_TRANSPORT] == "host" and f'"gpu":"{THE_GPU}"' in header_of(sent)
     # The receiver restores onto the GPU of that UUID (the stand-in's device for it: the CPU).
     got = tc.receive(as_event(sent))
-    assert torch.equal(got, small) and got.device == fake.torch_device(0)
+    assert torch.equal(got, small) and fake.restored_onto == [0]  # the GPU of that UUID
+    assert tc.receive(as_event(sent), device="cpu").device.type == "cpu" and fake.restored_onto == [0]
     assert fake.ops["record"] == 0 and fake.ops["wait"] == 0 and fake.setup_ops() == 0  # no CUDA IPC
 
 
@@ -122,7 +123,7 @@ def test_a_stream_of_small_messages_makes_no_cuda_ipc_operation(local_node, fake
     assert sum(fake.ops.values()) == 0, dict(fake.ops)
 
 
-@pytest.mark.parametrize("text", ["64KB", "-1", "1e6", "lots", " 12 3"])
+@pytest.mark.parametrize("text", ["64KB", "-1", "1e6", "lots", " 12 3", "\u00b2", "\u0661\u0662"])
 def test_a_bad_floor_is_named(local_node, monkeypatch, text):
     monkeypatch.setenv(routing.ENV_IPC_MIN_BYTES, text)
     with pytest.raises(EncodeError, match=r"TC_IPC_MIN_BYTES: expected a whole number of bytes \(>= 0\), got"):
@@ -161,6 +162,12 @@ def _host_message_naming(gpu) -> tuple[pa.Array, dict]:
 def test_a_gpu_this_process_cannot_see_is_named_and_device_is_the_way_out(fake):
     other = "GPU-99999999-1111-2222-3333-444444444444"
     value, metadata = _host_message_naming(other)
+    from tensor_codec.cuda_ipc import transport as cuda_ipc
+
+    for _ in range(3):  # names from messages are hostile: what this process cannot see is not kept
+        with pytest.raises(DecodeError):
+            tc.decode(value, metadata)
+    assert other not in cuda_ipc._get_state().index_of_uuid
     with pytest.raises(DecodeError) as e:
         tc.decode(value, metadata)
     assert str(e.value).startswith(
@@ -170,7 +177,7 @@ def test_a_gpu_this_process_cannot_see_is_named_and_device_is_the_way_out(fake):
     assert tc.decode(value, metadata, device="cpu").tolist() == list(range(6))
 
 
-@pytest.mark.parametrize("gpu", ["nvidia", "GPU-", "GPU-" + "a" * 200, 7, "null"])
+@pytest.mark.parametrize("gpu", ["nvidia", "GPU-", "GPU-" + "a" * 200, "GPU-12345678\\n", 7, "null"])
 def test_a_hostile_gpu_field_is_refused_before_any_data_is_read(fake, gpu):
     value, metadata = _host_message_naming(gpu)
     if gpu == "null":

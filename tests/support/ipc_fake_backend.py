@@ -103,6 +103,7 @@ class FakeBackend:
         self.opened: list[bytes] = []
         self.markers: list[Marker] = []  # one entry per record_marker
         self.markers_done = True
+        self.restored_onto: list[int] = []  # torch_device calls: host bytes restored onto GPU index
 
     def setup_ops(self) -> int:
         """Set-up operations so far (none may happen in steady state)."""
@@ -128,6 +129,7 @@ class FakeBackend:
         return list(self.gpus)
 
     def torch_device(self, index):
+        self.restored_onto.append(index)  # not a device operation: which "GPU" host bytes went to
         return torch.device("cpu")  # its "GPU" memory is CPU memory
 
     def current_index(self):
