@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tensor_codec_nodes.local_cluster import descendants
 from tests.support.paths import DORA_NODES, NODES, ROOT, TESTS  # noqa: F401 (re-exported)
 from tests.support.waiting import wait_until
 
@@ -264,23 +265,6 @@ def flow_nodes(flow: Path) -> list[dict]:
     return list(data.get("nodes") or []) if isinstance(data, dict) else []
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def run_dora(
     args: list[str],
     flow: Path,
@@ -314,12 +298,12 @@ def run_dora(
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = timeout
-        family = _descendants(proc.pid)  # nodes run in process groups of their own
+        family = descendants([proc.pid])  # nodes run in process groups of their own
         proc.send_signal(signal.SIGINT)  # as Ctrl-C: dora stops the dataflow, receivers write reports
         try:
             stdout, stderr = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            family += _descendants(proc.pid)
+            family += descendants([proc.pid])
             proc.kill()
             stdout = stderr = None
         for pid in family:  # whatever it started and left behind
@@ -456,7 +440,7 @@ def private_dora(dora_cli: str, workdir: Path, env: dict | None = None, *, ready
         if started and started[0].poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 subprocess.run([dora_cli, "down"], env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-        family = [pid for popen in started for pid in _descendants(popen.pid)]
+        family = descendants([popen.pid for popen in started])
         for popen in reversed(started):
             _stop_group(popen)
         for pid in family:  # nodes run in process groups of their own
