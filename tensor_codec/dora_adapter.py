@@ -825,14 +825,7 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     plan = make_plan(obj)
-    name, _ = routing.resolve(
-        transport,
-        plan.has_cuda,
-        lambda: route_of(node, output_id),
-        key=id(node),
-        output=output_id,
-        size=lambda: plan.data_bytes,
-    )
+    name, _ = _resolve(node, output_id, plan, transport)
     output = Output(output_id, lambda: expected_receivers(node, output_id))
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
@@ -868,16 +861,20 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
     """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
     consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
-    plan = make_plan(obj)
-    name, why = routing.resolve(
-        "auto",
+    name, why = _resolve(node, output_id, make_plan(obj), "auto")
+    return (HOST if name == HOST_TO_GPU else name), why
+
+
+def _resolve(node: Any, output_id: str, plan: Any, transport: str) -> tuple[str, str]:
+    """routing.resolve for a send of `plan` on a node's output (HOST_TO_GPU included)."""
+    return routing.resolve(
+        transport,
         plan.has_cuda,
         lambda: route_of(node, output_id),
         key=id(node),
         output=output_id,
         size=lambda: plan.data_bytes,
     )
-    return (HOST if name == HOST_TO_GPU else name), why
 
 
 def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict | None = None) -> None:
