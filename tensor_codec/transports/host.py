@@ -29,9 +29,9 @@ from ..errors import DecodeError
 from ..layout import Destination, write_leaf
 from ..plan import Plan
 from ..wire import ReceivedLeaf, header_metadata
-from . import buffer_layout
+from . import buffer_layout, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
-from .names import HOST
+from .names import CUDA_IPC, HOST
 
 ALIGNMENT = 64
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
@@ -159,9 +159,6 @@ class HostTransport:
 def _gpu_device(uuid: str) -> torch.device:
     """This process's device for the GPU a header names (the CUDA IPC transport keeps that
     mapping, and the CPU stand-in of the tests replaces it)."""
-    from . import get_transport
-    from .names import CUDA_IPC
-
     return get_transport(CUDA_IPC).device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
 
 
