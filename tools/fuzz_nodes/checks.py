@@ -244,11 +244,17 @@ def _throughput(c: _Checker, report: dict | None, name: str, sent: dict) -> None
             c.result.figures["flood_acks_per_s"] = round(flood / span["seconds"], 1)
 
 
+def _reader(found: dict | None, missing: str) -> tuple:
+    """-> (key -> the figure found, or None when nothing was found; the note a row gets then)."""
+    if found is None:
+        return (lambda key: None), missing
+    return (lambda key: found[key]), ""
+
+
 def _receiver(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     report = counts.receiver_report(p.report)
     stats = (report or {}).get("inputs", {}).get("tensors")
-    note = "" if stats is not None else "no receiver report"
-    got = (lambda key: stats[key]) if stats is not None else (lambda key: None)
+    got, note = _reader(stats, "no receiver report")
     c.row(f"{BAD_MESSAGE} (report)", buckets[BAD_MESSAGE], got("bad"), note)
     c.row(f"{BAD_MESSAGE} (refusal line)", buckets[BAD_MESSAGE], refused.get("tensors: bad message", 0))
     c.row(UNVERIFIED, buckets[UNVERIFIED], got("unverified"), note)
@@ -263,8 +269,7 @@ def _receiver(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict,
 
 def _decoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     summary = counts.decoder_summary(log)
-    note = "" if summary is not None else "no summary line"
-    got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
+    got, note = _reader(summary, "no summary line")
     c.row(BAD_JPEG, buckets[BAD_JPEG], got("bad"), note)
     c.row(f"{BAD_JPEG} (refusal line)", buckets[BAD_JPEG], refused.get("jpeg: bad JPEG", 0))
     c.row("JPEGs received (decoder)", p.real + buckets[BAD_JPEG], got("received"), note)
@@ -278,8 +283,7 @@ def _decoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
 
 def _encoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     summary = counts.encoder_summary(log)
-    note = "" if summary is not None else "no summary line"
-    got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
+    got, note = _reader(summary, "no summary line")
     c.row(BAD_FRAME, buckets[BAD_FRAME], got("bad"), note)
     c.row(f"{BAD_FRAME} (refusal line)", buckets[BAD_FRAME], refused.get("frames: bad frame", 0))
     c.row("frames received (encoder)", p.real + buckets[BAD_FRAME], got("received"), note)
@@ -290,8 +294,7 @@ def _encoder(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, 
 
 def _sink(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     summary = counts.sink_summary(log)
-    note = "" if summary is not None else "no summary line"
-    got = (lambda key: summary[key]) if summary is not None else (lambda key: None)
+    got, note = _reader(summary, "no summary line")
     c.row(BAD_JPEG, buckets[BAD_JPEG], got("bad"), note)
     c.row(f"{BAD_JPEG} (refusal line)", buckets[BAD_JPEG], refused.get("jpeg: bad JPEG", 0))
     accepted = None if summary is None else summary["received"] - summary["bad"]  # good ones included
