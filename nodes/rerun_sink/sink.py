@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import tensor_codec as tc
+from tensor_codec.errors import some_keys
 
 from ..common import protocol as P
 from ..common.images import CHANNELS
@@ -74,7 +75,7 @@ def message_views(value: Any, metadata: dict) -> tuple[list[View], list[str]]:
         return [plain_image_view(flat, encoding, width, height)], []
     raise CannotShow(
         "metadata: expected a tensor_codec message (tc.version), a dora image (encoding: rgb8, bgr8, mono8 or jpeg) "
-        f"or JPEG bytes, got keys {sorted(metadata)[:8]!r:.200}"
+        f"or JPEG bytes, got keys {some_keys(metadata)}"
     )
 
 
@@ -101,6 +102,9 @@ class RerunSink:
         self.received: Counter[str] = Counter()
         self.shown: Counter[str] = Counter()
         self.bad: Counter[str] = Counter()  # messages not shown at all
+        # Not shown, as their sender said they must not be (metadata expect=reject: the suite's
+        # deliberately corrupted messages): counted apart, never logged as errors.
+        self.refused: Counter[str] = Counter()
         self.partial: Counter[str] = Counter()  # messages with a leaf not shown (the rest was)
         self.entities: set[str] = set()
 
@@ -112,6 +116,10 @@ class RerunSink:
                 found, problems = message_views(value, metadata)
                 self._log(input_id, metadata, found, problems)
         except (tc.CodecError, JpegError, CannotShow) as e:
+            if metadata.get(P.EXPECT) == "reject":
+                self.refused[input_id] += 1
+                log.debug("input %s, message %s: refused as its sender expected: %s", input_id, P.label(metadata), e)
+                return False
             return self._problem(self.bad, input_id, metadata, f"not shown: {e}")
         except Exception as e:  # a case the checks above missed: still one bad message, not a dead node
             return self._problem(self.bad, input_id, metadata, f"not shown ({type(e).__name__}): {str(e)[:300]}")
@@ -133,7 +141,7 @@ class RerunSink:
         for key in (P.FRAME, P.SEQ):
             if type(metadata.get(key)) is int and 0 <= metadata[key] < _INT64:
                 rec.set_time(key, sequence=metadata[key])
-        prefix = self._split(metadata, problems)
+        prefix = self._split(input_id, metadata, problems)
         for view in found:
             path = entity_path(input_id, prefix + view.parts)
             if view.timeline is not None:
@@ -143,7 +151,7 @@ class RerunSink:
                 rec.disable_timeline(view.timeline[0])  # the next leaf is not a video frame
             self.entities.add(path)
 
-    def _split(self, metadata: dict, problems: list[str]) -> tuple[str, ...]:
+    def _split(self, input_id: str, metadata: dict, problems: list[str]) -> tuple[str, ...]:
         """The entity path levels the message's SPLIT_BY value makes ("suite/tv/mask" -> three)."""
         if self.split_by is None or self.split_by not in metadata:
             return ()
@@ -155,6 +163,8 @@ class RerunSink:
             )
             return ()
         parts = tuple(part for part in value.split("/") if part)
+        if len(parts) > 1 and parts[0] == input_id:
+            parts = parts[1:]  # "suite/dtype/x" on input `suite`: /suite/dtype/x, not /suite/suite/dtype/x
         return (
             parts[: _MAX_SPLIT_PARTS - 1] + ("/".join(parts[_MAX_SPLIT_PARTS - 1 :]),)
             if len(parts) > _MAX_SPLIT_PARTS
@@ -173,6 +183,8 @@ class RerunSink:
             line = f"{input_id}: {self.received[input_id]} received, {self.shown[input_id]} shown"
             if self.partial[input_id]:
                 line += f", {self.partial[input_id]} partly"
+            if self.refused[input_id]:
+                line += f", {self.refused[input_id]} refused as expected"
             if self.bad[input_id]:
                 line += f", {self.bad[input_id]} bad"
             parts.append(line)

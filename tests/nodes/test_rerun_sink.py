@@ -253,6 +253,32 @@ def test_a_stream_that_names_its_messages_is_split_unless_told_not_to(tmp_path):
     assert {p: e.rows for p, e in together.items()} == {"/s": 4}
 
 
+@needs_rerun
+def test_a_case_that_starts_with_its_input_id_is_not_split_under_it_twice(tmp_path):
+    messages = [
+        ("suite", *encoded(torch.tensor(1.0), case="suite/dtype/float32")),
+        ("s", *encoded(torch.ones(1), case="s")),
+    ]
+    _, entities = record(tmp_path, messages)
+    assert set(entities) == {"/suite/dtype/float32", "/s/s"}  # a one-part case is the whole name: kept
+
+
+@needs_rerun
+def test_messages_their_sender_expects_refused_are_counted_apart_and_not_logged_as_errors(tmp_path, caplog):
+    value, metadata = encoded(torch.arange(4.0), case="corrupt/truncated", expect="reject")
+    truncated = value.slice(0, len(value) - 1)
+    _, good = encoded(torch.ones(2))
+    with caplog.at_level(logging.INFO, logger="rerun-sink"):
+        sink, _ = record(
+            tmp_path,
+            [("suite", truncated, metadata), ("suite", value.slice(0, len(value) - 1), {**metadata, "expect": None})],
+        )
+    assert (sink.refused["suite"], sink.bad["suite"], sink.shown["suite"]) == (1, 1, 0)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(errors) == 1 and "not shown" in errors[0]  # only the one nobody expected
+    assert sink.summary() == "suite: 2 received, 0 shown, 1 refused as expected, 1 bad"
+
+
 # ------------------------------------------------------------------------- JPEGs, plain images
 @needs_rerun
 def test_jpegs_are_recorded_as_they_came_and_plain_images_without_a_copy(tmp_path):
