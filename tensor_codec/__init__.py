@@ -10,6 +10,8 @@
     tc.send(node, "out", cuda_obj)              # transport="auto": CUDA IPC to consumers on this
                                                 # machine, host bytes to others (see routing.py)
     obj = tc.receive(event, device="cuda")      # restored onto this process's GPU, whatever the path
+    out = tc.stamp(obj, tc.carry(event["metadata"]))  # keys an input's metadata passes on, plus a
+    tc.send(node, "boxes", obj, out)            # checksum and sent_ns: a receiver verifies and times it
 
 See README.md and docs/wire-format.md.
 """
@@ -80,6 +82,7 @@ def ipc_trim() -> int:
     return _cuda_ipc().trim()
 
 
+from .metadata import carry, stamp
 from .pinning import pin_memory
 from .plain import plain_bytes
 from .tree import map_tensors, register_namedtuple
@@ -95,6 +98,8 @@ __all__ = [
     "transport_for",
     "send_plain",
     "max_send_bytes",
+    "stamp",
+    "carry",
     "plain_bytes",
     "scope",
     "release",

@@ -58,7 +58,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installe
 
 from . import routing
 from .codec import decode
-from .errors import DecodeError, EncodeError, MessageTooLargeError
+from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
 from .header_json import describe_surrogate, lone_surrogate
 from .layout import Destination, values_of
 from .plan import make_plan
@@ -776,7 +776,9 @@ def _check_user_metadata(metadata: Any) -> None:
     reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
     if reserved:
         raise EncodeError(
-            f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got {reserved}"
+            f"metadata: keys starting with {RESERVED_PREFIX!r:.80} are reserved for the codec, got "
+            f"{some_keys(reserved)}: forwarding a received message's metadata? tc.carry(event['metadata']) keeps "
+            "what travels on with a new message (not the codec's keys, nor those that described the input)"
         )
     for key, value in metadata.items():
         ascii_value = type(value) in _NO_TEXT or (type(value) is str and value.isascii())
@@ -787,7 +789,8 @@ def _check_user_metadata(metadata: Any) -> None:
         raise EncodeError(
             f"metadata.{image_keys[0]}: dora's image key, which says the value is flat image bytes; a tensor_codec "
             "message is not, and dora-hub image nodes would read its bytes as pixels, scrambled. Send flat bytes "
-            "with tc.send_plain, or name the pixel format under another key (the nodes use `pixel_format`)"
+            "with tc.send_plain, or name the pixel format under another key (the nodes use `pixel_format`); "
+            "forwarding a received message's metadata? tc.carry(event['metadata']) drops these keys"
         )
 
 

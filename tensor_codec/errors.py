@@ -10,6 +10,8 @@ Messages name *where* (a path into the structure, msgspec-style ``$.boxes[2]``, 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CodecError",
     "EncodeError",
@@ -66,6 +68,15 @@ class UsageError(CodecError, ValueError, TypeError):
     """An argument or setting given to the codec is invalid (a ``device=``, an ``ipc_configure``
     value, a ``TC_*`` environment variable, a limit). Both ``except ValueError`` and
     ``except TypeError`` catch it, whichever a caller expects for a bad argument."""
+
+
+def some_keys(keys: Any, shown: int = 8, width: int = 40) -> str:
+    """Keys for an error message: sorted, each cut to `width` characters, at most `shown` of them,
+    then how many more ("['a', 'b', ... (12 more)]"): a hostile dict may hold thousands, and a list
+    cut short without saying so reads as the whole of it."""
+    names = sorted(str(k)[:width] for k in keys)
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return "[" + ", ".join(repr(name) for name in names[:shown]) + more + "]"
 
 
 def format_path(parts: tuple | list) -> str:

@@ -28,7 +28,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from . import walk
-from .errors import DecodeError, UsageError, Where
+from .errors import DecodeError, UsageError, Where, some_keys
 from .kinds import TensorKind, all_kinds, kind_by_tag
 from .walk import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
 from .walk import INT64_MAX as _INT64_MAX
@@ -533,7 +533,7 @@ def _expect_keys(node: dict, allowed: set | frozenset, where: Any, required=None
     required = allowed if required is None else required
     extra = node.keys() - allowed
     if extra:
-        raise DecodeError(f"{where}: expected only keys {sorted(allowed)}, got unexpected {sorted(extra)[:16]}")
+        raise DecodeError(f"{where}: expected only keys {sorted(allowed)}, got unexpected {some_keys(extra, 16)}")
     missing = set(required) - node.keys()
     if missing:
         raise DecodeError(f"{where}: expected keys {sorted(required)}, missing {sorted(missing)}")

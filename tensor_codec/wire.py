@@ -27,7 +27,7 @@ from typing import Any
 
 from . import header_json, limits
 from .dtypes import WireDType, by_name
-from .errors import DecodeError, EncodeError, Where, format_path
+from .errors import DecodeError, EncodeError, Where, format_path, some_keys
 from .layout import MAX_DIM, MAX_RANK, check_leaf_layout
 from .walk import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
@@ -162,8 +162,7 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
     version = metadata.get(KEY_VERSION)
     if version is None:
         raise DecodeError(
-            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys "
-            f"{sorted(map(str, metadata))[:8]}"
+            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys {some_keys(metadata)}"
         )
     if type(version) is not int or version != VERSION:
         raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r:.80}")
@@ -250,7 +249,7 @@ def _leaf_keys_error(entry: Any, allowed: frozenset, where: str):
     raise DecodeError(
         f"{where}: expected keys {sorted(allowed)}, got"
         + (f" missing {sorted(missing)}" if missing else "")
-        + (f" unexpected {[name[:40] for name in sorted(unexpected)[:8]]}" if unexpected else "")
+        + (f" unexpected {some_keys(unexpected)}" if unexpected else "")
     )
 
 

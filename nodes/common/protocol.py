@@ -14,8 +14,8 @@ import uuid
 SEQ = "seq"  # 0, 1, 2, ... per stream
 COUNT = "count"  # messages the stream will send in all; 0 = open-ended
 STREAM = "stream"  # an id unique to one run of one sending node's output
-SENT_NS = "sent_ns"  # wall clock (time.time_ns) just before the send, for latency
-CHECKSUM = "checksum"  # content digest (see digest.py)
+# SENT_NS ("sent_ns": wall clock just before the send, for latency) and CHECKSUM ("checksum": the
+# content digest, tensor_codec/digest.py) are tensor_codec's stamp (tc.stamp), imported above.
 CASE = "case"  # what the payload is, for reports
 EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
 WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output
@@ -55,7 +55,9 @@ ACK_OUTPUT = "ack"
 
 def carried(metadata: dict, dropped: set[str] | frozenset[str]) -> dict:
     """The keys a node passes on from an input message to the message it makes from it: all but
-    tensor_codec's own (`tc.*`) and those in `dropped` (what described the input, not the output)."""
+    tensor_codec's own (`tc.*`) and those in `dropped` (what described the input, not the output).
+    The nodes name what they drop (a decoder keeps a frame's `pattern`: the frame it makes shows it
+    too); a node of anyone's making uses `tc.carry`, which drops every key that describes a message."""
     return {k: v for k, v in metadata.items() if not k.startswith("tc.") and k not in dropped}
 
 

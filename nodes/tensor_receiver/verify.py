@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torchvision import tv_tensors
 
+from tensor_codec.digest import content_digest, logical_bytes
+
 from ..common import protocol as P
-from ..common.digest import content_digest, logical_bytes
 from ..common.images import CHANNELS
 from ..common.pattern import PATTERN_NAME, read_index, render, same_pixels
 from ..common.quality import compare
@@ -29,6 +30,13 @@ class LossyBounds:
 
 
 DEFAULT_MAX_BYTES = 1 << 30  # the receiver's VERIFY_MAX_BYTES
+
+# What most often makes a node's own message fail here: it forwarded the metadata of the message
+# it received (a frame's checksum, pixel_format and pattern) onto something else it made.
+FORWARDED_HINT = (
+    " (if the sender forwarded its input's metadata, those keys describe the input: tc.carry(metadata) drops "
+    "them, tc.stamp(obj, metadata) adds this object's checksum)"
+)
 
 
 def frame_format(metadata: dict) -> str | None:
@@ -61,7 +69,7 @@ def verify(
             )
         got = content_digest(obj)
         if got != expected:
-            raise Mismatch(f"checksum: expected {expected}, got {got}")
+            raise Mismatch(f"checksum: expected {expected!s:.60}, got {got}{FORWARDED_HINT}")
         checked = True
     pixel_format = frame_format(metadata)
     if pixel_format is not None:
@@ -78,8 +86,10 @@ def verify_frame(
     """Check a frame's type, dtype and shape against its metadata, and a synthetic frame's pixels;
     -> None when the content was verified, else why it could not be."""
     if not isinstance(obj, tv_tensors.Image):
+        key = P.ENCODING if P.ENCODING in metadata else P.PIXEL_FORMAT
         raise Mismatch(
-            f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}"
+            f"type: expected torchvision.tv_tensors.Image, got {type(obj).__module__}.{type(obj).__qualname__}: "
+            f"metadata {key}={pixel_format!r} says it is a frame{FORWARDED_HINT}"
         )
     channels = CHANNELS[pixel_format]
     if obj.dim() == 3 and P.ENCODING not in metadata:

@@ -12,9 +12,9 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec.testing import make_suite
 
-from ..common.digest import content_digest
 from ..common.settings import SettingError
 from .config import SenderConfig
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from nodes.common.digest import content_digest
 from tensor_codec import testing, tree, walk
+from tensor_codec.digest import content_digest
 
 P = collections.namedtuple("P", "x y")
 

@@ -5,8 +5,8 @@ import torch
 from dora import Node
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.digest import content_digest
 
 node = Node()
 good = torch.arange(1000, dtype=torch.float32).reshape(10, 100)

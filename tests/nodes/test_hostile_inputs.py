@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec.dora_adapter import input_queue
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import AckWindow, Outbox, Relay, SinkIntake, malformed_ack, relayed_output
-from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.hostile import FIRST_LOGGED, MAX_STREAMS, BoundedStreams, RateLimitedErrors, Refusals
 from tensor_codec_nodes.common.loop import MAX_EVENTS_PER_ROUND, QUEUED_BOUND, EventLoop, NodeLogic
 from tensor_codec_nodes.tensor_receiver import verify as verify_module

@@ -8,9 +8,9 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec.testing import make_suite
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
 from tensor_codec_nodes.common.stats import Latencies, SeqTracker
 from tensor_codec_nodes.tensor_receiver.receiver import Receiver, ack_for

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec.testing import make_suite
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.tensor_sender.config import load_config
 from tensor_codec_nodes.tensor_sender.delivery import Delivery

@@ -18,8 +18,8 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
+from tensor_codec.digest import content_digest
 from tensor_codec_nodes.common import protocol as P
-from tensor_codec_nodes.common.digest import content_digest
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
 
 from .schedule import FLOOD, Item

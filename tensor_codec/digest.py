@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from tensor_codec.layout import values_of
-from tensor_codec.walk import DICT, LIST, NAMEDTUPLE, PACKED, fold
+from .layout import values_of
+from .walk import DICT, LIST, NAMEDTUPLE, PACKED, fold
 
 __all__ = ["content_digest", "logical_bytes"]
 

@@ -1,0 +1,87 @@
+"""The caller's own metadata keys beside the codec's: a stamp that makes a message verifiable and
+timeable, and what a node carries on from a message it received to the one it makes from it.
+
+A receiver (the project's `tc-tensor-receiver`, or anyone's) can check a message only against what
+its metadata promises. `stamp` writes the promise: `checksum`, the content digest (digest.py) that
+the receiver recomputes from what it restored, and `sent_ns`, the wall clock just before the send,
+from which it times the hop. Call it last, right before `tc.send`.
+
+Forwarding a received message's metadata onto a new object is the natural pattern, and wrong as
+it stands: the codec's `tc.*` keys describe the input's bytes (`tc.send` refuses them), and so do
+some of the caller's keys. A frame's `pixel_format` and `pattern` tell a receiver "this is that
+synthetic frame: check its pixels"; on the boxes a detector made from it they make every message
+fail ("type: expected Image, got BoundingBoxes"). `carry` keeps what identifies the message and
+where it came from (`frame`, `seq`, `count`, `stream`, `capture_ns`, the caller's own keys) and
+drops what described the input: the codec's keys, dora's image keys, the stamp, the keys the
+project's nodes use to describe a frame or a JPEG, and the per-link delivery keys (an
+acknowledgement belongs to the hop that asked for it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .digest import content_digest
+from .errors import EncodeError
+from .wire import RESERVED_PREFIX
+
+__all__ = ["CHECKSUM", "SENT_NS", "DESCRIBES_INPUT", "stamp", "carry"]
+
+CHECKSUM = "checksum"  # the content digest of the whole object (digest.py), "crc32:xxxxxxxx"
+SENT_NS = "sent_ns"  # wall clock (time.time_ns) just before the send: the receiver times the hop from it
+
+# Keys that say what one message's content is, or how one link delivers it: true of the message
+# they came with, false of anything made from it. dora's image keys say the value is flat image
+# bytes; the rest are the project's node protocol (nodes/common/protocol.py names each).
+DESCRIBES_INPUT = frozenset(
+    {
+        CHECKSUM,
+        SENT_NS,
+        "encoding",  # dora's image keys
+        "width",
+        "height",
+        "pixel_format",  # a frame's channels, and the synthetic pattern it shows
+        "pattern",
+        "pattern_size",
+        "lossy",  # a frame decoded from a JPEG
+        "quality",  # a JPEG's own facts
+        "channels",
+        "jpeg_crc32",
+        "subsampling",
+        "case",  # what a test payload is, and that it must be refused
+        "expect",
+        "wants_ack",  # per-link delivery: the hop that asked acknowledges
+        "tx",
+    }
+)
+
+
+def stamp(obj: Any, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`metadata` (a copy) with `checksum` (the content digest of `obj`) and `sent_ns` (now) set:
+    a receiver can then verify what it restored and time the hop. Call it right before
+    `tc.send(node, output, obj, tc.stamp(obj, metadata))`; the digest reads every tensor's
+    logical bytes once (CUDA tensors are copied to the host for it: keep it off a hot GPU path).
+    Raises EncodeError for what the codec cannot send."""
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
+    out = dict(metadata or {})
+    out[CHECKSUM] = content_digest(obj)
+    out[SENT_NS] = time.time_ns()
+    return out
+
+
+def carry(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keys of a received message's metadata that travel on with an object made from it: all
+    but the codec's own (`tc.*`) and those that described the input (`DESCRIBES_INPUT`). Pass the
+    result (with `stamp` on top, if the receiver should verify it) to `tc.send`."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
+    return {
+        k: v
+        for k, v in metadata.items()
+        if not (isinstance(k, str) and k.startswith(RESERVED_PREFIX)) and k not in DESCRIBES_INPUT
+    }
