@@ -526,3 +526,17 @@ def test_keep_and_pin_rebuild_tvtensors_of_any_shape_the_decoder_accepts():
         assert obj["b"].canvas_size == (5, 6) and obj["b"].format == tvt.BoundingBoxFormat.XYXY
         assert getattr(obj["b"], "clamping_mode", "hard") == "hard"
         assert type(obj["p"]) is tvt.KeyPoints and obj["p"].shape == () and obj["p"].canvas_size == (7, 8)
+
+
+def test_key_lists_in_errors_say_how_many_they_leave_out():
+    """A list of keys cut short must say so: 8 of 20 keys read as if they were all."""
+    with pytest.raises(tc.DecodeError, match=r"got keys \['k00', 'k01', .*'k07', \.\.\. \(12 more\)\]$"):
+        tc.decode(pa.array([], pa.uint8()), {f"k{i:02d}": i for i in range(20)})
+    value, metadata = tc.encode(torch.zeros(2))
+    header = json.loads(metadata["tc.header"])
+    header["leaves"][0].update({f"x{i:02d}": 0 for i in range(10)})
+    with pytest.raises(tc.DecodeError, match=r"unexpected \['x00', .*'x07', \.\.\. \(2 more\)\]"):
+        tc.decode(value, {**metadata, "tc.header": json.dumps(header)})
+    few = {"a": 1, "b": 2}
+    with pytest.raises(tc.DecodeError, match=r"got keys \['a', 'b'\]$"):
+        tc.decode(pa.array([], pa.uint8()), few)
