@@ -11,6 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 
+from tensor_codec.metadata import CHECKSUM as CHECKSUM  # re-exported: the nodes name every key here
+from tensor_codec.metadata import SENT_NS as SENT_NS
+
 SEQ = "seq"  # 0, 1, 2, ... per stream
 COUNT = "count"  # messages the stream will send in all; 0 = open-ended
 STREAM = "stream"  # an id unique to one run of one sending node's output

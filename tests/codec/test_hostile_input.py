@@ -298,7 +298,7 @@ def test_keep_of_ordinary_tensors_keeps_dense_strides_and_compacts_gaps():
 
 
 def test_the_receivers_checksum_does_not_densify_a_broadcast_tensor():
-    from nodes.common import digest
+    from tensor_codec import digest
 
     x = torch.arange(3.0).expand(1 << 22, 3)  # 48 MiB logical, 12 bytes of data
     assert digest.content_digest(x) == digest.content_digest(x.contiguous())
