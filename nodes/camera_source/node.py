@@ -98,15 +98,17 @@ class CameraSource(NodeLogic):
         self.node = node
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
         self.log.info(
-            "%s %dx%d on %s, %s frames, format %s%s",
-            config.source,
-            config.width,
-            config.height,
-            self.device,
-            config.frames or "endless",
-            config.format,
-            acked,
+            "%s on %s, %s, format %s%s", self.source.describe(), self.device, self.length(), config.format, acked
         )
+
+    def length(self) -> str:
+        """How many frames the node will send, as the start line says it."""
+        config = self.config
+        if config.frames:
+            return f"sends {config.frames} frames"
+        if config.source in ("synthetic", "camera") or config.loop:
+            return "sends frames until stopped (FRAMES=0)"
+        return f"sends every frame of the {'video' if config.source == 'video' else 'folder'}"
 
     # -- reading: with ticks, block (they wake the loop); else nap until the next frame is due
     def wait(self) -> float | None:

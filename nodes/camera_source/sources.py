@@ -30,6 +30,11 @@ class FrameSource(Protocol):
 
     def read(self, index: int) -> torch.Tensor | None: ...
 
+    def describe(self) -> str:
+        """What the source is and what it will give, as the start line says it ("video clip.mp4,
+        640x480, 30 frames"): its own size and length where the settings leave them open."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -44,6 +49,9 @@ class SyntheticSource:
 
     def read(self, index: int) -> torch.Tensor:
         return render(index % 2**32, *self.size, channels=self.channels, device=self.device, hwc=self.hwc)
+
+    def describe(self) -> str:
+        return f"synthetic {self.size[1]}x{self.size[0]}"
 
     def close(self) -> None:
         pass
@@ -89,6 +97,19 @@ class OpenCVSource:
             self.capture.set(cv2.CAP_PROP_FRAME_WIDTH, config.width)
             self.capture.set(cv2.CAP_PROP_FRAME_HEIGHT, config.height)
             self.capture.set(cv2.CAP_PROP_FPS, config.fps or 30)
+
+    def describe(self) -> str:
+        """The size frames leave with (WIDTH/HEIGHT, else what OpenCV reports) and, for a video,
+        its length as its container says (some containers do not: then nothing is claimed)."""
+        cv2, capture, config = self.cv2, self.capture, self.config
+        width = config.width or int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+        height = config.height or int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        size = f"{width}x{height}" if width > 0 and height > 0 else "size unknown"
+        if self.is_camera:
+            return f"camera {config.source_path}, {size}"
+        frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        length = f", {frames} frames{' (looped)' if config.loop else ''}" if frames > 0 else ""
+        return f"video {Path(config.source_path).name}, {size}{length}"
 
     CAMERA_RETRIES = 10  # a camera may fail a read now and then; a file that fails has ended
 
@@ -183,6 +204,12 @@ class ImageFolderSource:
         self.position = 0
         self.skipped = 0
         self.bad: set[Path] = set()
+
+    def describe(self) -> str:
+        size = f"{self.config.width}x{self.config.height}" if self.config.width else "each at its own size"
+        looped = " (looped)" if self.config.loop else ""
+        count = f"{len(self.files)} file{'' if len(self.files) == 1 else 's'}"
+        return f"images in {Path(self.config.source_path).name}, {count}{looped}, {size}"
 
     def read(self, index: int) -> torch.Tensor | None:
         """The next decodable image; a file that does not read or decode is logged, counted, skipped."""

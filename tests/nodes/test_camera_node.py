@@ -150,6 +150,43 @@ def test_video_file_through_opencv(tmp_path):
     assert abs(int(frames[4][2].float().mean()) - 80) < 10
 
 
+def test_the_start_line_says_what_the_source_is_its_size_and_length(tmp_path):
+    """A 640x480, 30-frame clip was announced as `video 0x0 ... endless frames` (the settings'
+    WIDTH/HEIGHT=0 and FRAMES=0, not what they mean)."""
+    from tensor_codec_nodes.camera_source.node import CameraSource
+
+    cv2 = pytest.importorskip("cv2")
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 30, (640, 480))
+    for _ in range(30):
+        writer.write(np.zeros((480, 640, 3), dtype=np.uint8))
+    writer.release()
+
+    def line(env):
+        config = load_config(env)
+        source = open_source(config, CPU)
+        try:
+            return f"{source.describe()}, {CameraSource.length(types.SimpleNamespace(config=config))}"
+        finally:
+            source.close()
+
+    native = {"SOURCE": "video", "SOURCE_PATH": str(path), "WIDTH": "0", "HEIGHT": "0"}
+    assert line(native) == "video clip.avi, 640x480, 30 frames, sends every frame of the video"
+    assert (
+        line({**native, "LOOP": "1"})
+        == "video clip.avi, 640x480, 30 frames (looped), sends frames until stopped (FRAMES=0)"
+    )
+    assert (
+        line({**native, "WIDTH": "320", "HEIGHT": "240", "FRAMES": "10"})
+        == "video clip.avi, 320x240, 30 frames, sends 10 frames"
+    )
+    assert line({}) == "synthetic 640x480, sends frames until stopped (FRAMES=0)"
+    (tmp_path / "pics").mkdir()
+    cv2.imwrite(str(tmp_path / "pics" / "a.png"), np.zeros((4, 4, 3), dtype=np.uint8))
+    images = {"SOURCE": "images", "SOURCE_PATH": str(tmp_path / "pics"), "WIDTH": "0", "HEIGHT": "0"}
+    assert line(images) == "images in pics, 1 file, each at its own size, sends every frame of the folder"
+
+
 def test_pacer_keeps_the_rate_without_drift_or_bursts():
     now = [0.0]
     pacer = Pacer(10, clock=lambda: now[0])
