@@ -36,7 +36,9 @@ its example skip.
 
 The result is recorded in .venv/tc-install.json; a later `make` with the same inputs (pyproject,
 constraints, examples/hub-nodes.txt, this file, the interpreter) does nothing, unless something
-missing could be had now (a wheel folder named, or an index to ask). A later `make` without
+missing could be had now (a wheel folder named, or an index to ask), or .venv drifted from its pins
+(drift: something other than this installer changed a pinned release in .venv, e.g. `uv sync`):
+the pinned releases are then put back and the install runs again. A later `make` without
 PYTHON= keeps the interpreter .venv was made over.
 
     python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
@@ -683,6 +685,115 @@ def verify(venv: Path) -> str:
     return summary
 
 
+# -------------------------------------------------------------------------------------- drift
+def drift_pins(venv: Path, mode: str) -> dict[str, str]:
+    """name -> release that .venv's own packages must be at: in a fresh .venv the constraints
+    file's pins (CONSTRAINTS), in a layered one the builds of the underlying interpreter (PINS: a
+    copy of one of those in .venv's own site-packages hides it)."""
+    path = ROOT / CONSTRAINTS if mode == "fresh" else venv / PINS
+    return {name: text.split("==", 1)[1].strip() for name, text in constraint_pins(path).items()}
+
+
+def _release_key(version: str) -> tuple:
+    """A version as `==` compares it: 2.14 and 2.14.0 alike, case and separators of a suffix ignored."""
+    text = version.strip().lower().removeprefix("v")
+    match = re.fullmatch(r"(\d+(?:\.\d+)*)(.*)", text)
+    if not match:
+        return ((), re.sub(r"[._-]", "", text))
+    release = [int(part) for part in match.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return (tuple(release), re.sub(r"[._-]", "", match.group(2)))
+
+
+def matches_pin(pinned: str, found: str) -> bool:
+    """Whether release `found` meets the pin `name==pinned`, as pip reads it: a local label
+    (2.14.1+cu130) is compared only when the pin names one."""
+    pinned_public, _, pinned_local = pinned.partition("+")
+    found_public, _, found_local = found.partition("+")
+    if _release_key(pinned_public) != _release_key(found_public):
+        return False
+    return not pinned_local or pinned_local.lower() == found_local.lower()
+
+
+def _dist_name(text: str) -> str:
+    """A distribution's name as pip compares names (PEP 503): `PyYAML`, `rerun_sdk` -> `pyyaml`, `rerun-sdk`."""
+    return re.sub(r"[-_.]+", "-", text).lower()
+
+
+def installed_releases(site: Path) -> dict[str, list[str]]:
+    """name -> the releases installed in one site-packages folder, from its `*.dist-info` folders
+    (each's METADATA `Version:`, else its folder name). Plain file reads: importlib.metadata's
+    import alone costs more than a warm `make install` otherwise takes."""
+    found: dict[str, list[str]] = {}
+    for entry in os.scandir(site) if site.is_dir() else []:
+        if not entry.name.endswith(".dist-info") or "-" not in entry.name:
+            continue
+        name, _, version = entry.name.removesuffix(".dist-info").partition("-")
+        try:
+            with open(os.path.join(entry.path, "METADATA"), encoding="utf-8", errors="replace") as meta:
+                for line in meta:
+                    if line.startswith("Version:"):
+                        version = line.split(":", 1)[1].strip()
+                        break
+                    if not line.strip():  # the headers end
+                        break
+        except OSError:
+            pass
+        found.setdefault(_dist_name(name), []).append(version)
+    return found
+
+
+def drift(venv: Path, pinned: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(name, pinned, found) for each package of `pinned` that .venv's own site-packages holds at
+    another release. What an underlying environment provides (layered) is not looked at: it is not
+    .venv's, and this installer never changes it. Read from the packages' metadata on disk, in
+    this process: no interpreter is started (a warm `make install` runs before every target)."""
+    installed: dict[str, list[str]] = {}
+    for site in sorted(venv.glob("lib/python*/site-packages")):
+        for name, releases in installed_releases(site).items():
+            installed.setdefault(name, []).extend(releases)
+    return [
+        (name, version, release)
+        for name, version in pinned.items()
+        for release in installed.get(_dist_name(name), [])
+        if not matches_pin(version, release)
+    ]
+
+
+def drift_message(venv: Path, mode: str, drifted: list[tuple[str, str, str]]) -> str:
+    """One line: what drifted (name, pinned, found) and what is done about it."""
+    source = CONSTRAINTS if mode == "fresh" else f"the interpreter {venv.name} is layered over"
+    what = "; ".join(f"{name} {found} (pinned {pinned})" for name, pinned, found in drifted)
+    fix = (
+        "putting the pinned releases back"
+        if mode == "fresh"
+        else f"removing {venv.name}'s copies (the underlying environment's builds are used)"
+    )
+    return (
+        f"install: {venv.name} drifted from {source}: {what}; changed by something other than make install "
+        f"(uv sync?): {fix}"
+    )
+
+
+def repair_drift(venv: Path, wheels: str | None, mode: str, drifted: list[tuple[str, str, str]]) -> None:
+    """Put the pins back: in a fresh .venv pip installs the pinned releases under the constraints
+    file (from WHEELS= offline; what a pinned torch pins, triton, comes back with it); in a layered
+    one .venv's own copies are uninstalled, so the underlying environment's builds show again
+    (pip removes nothing outside .venv)."""
+    python = venv_python(venv)
+    if mode != "fresh":
+        run([python, "-m", "pip", "uninstall", "--yes", *(name for name, _, _ in drifted)])
+        return
+    wanted = [f"{name}=={pinned}" for name, pinned, _ in drifted]
+    try:
+        run_downloading(
+            [python, "-m", "pip", "install", "--quiet", *pip_options(wheels), "-c", ROOT / CONSTRAINTS, *wanted]
+        )
+    except InstallError as e:
+        raise InstallError(f"{e}\n{wheel_hint(wanted)}") from None
+
+
 # --------------------------------------------------------------------------------------- main
 def inputs_digest() -> str:
     h = hashlib.sha256()
@@ -756,8 +867,13 @@ def main(argv: list[str] | None = None) -> int:
         wanted, named = stamp["python"], stamp["named"]  # keep what .venv was made over
     else:
         wanted, named = which_outside(args.python, venv) or args.python, args.named
+    drifted: list[tuple[str, str, str]] = []
     if up_to_date(stamp, digest, wanted, venv, args.wheels):
-        return 0
+        # The same inputs: what .venv has of its pins can only have changed behind make's back.
+        drifted = drift(venv, drift_pins(venv, stamp["mode"]))
+        if not drifted:
+            return 0
+        print(drift_message(venv, stamp["mode"], drifted), flush=True)
     try:
         probe = probe_interpreter(wanted)
         if args.fresh:  # the releases CONSTRAINTS pins are wanted, whatever torch the interpreter has
@@ -778,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(venv)
         for note in notes:
             print(f"install: {note}")
+        if drifted and venv.exists():  # not made again: the pins first, then the install as usual
+            repair_drift(venv, args.wheels, stamp["mode"], drifted)
         missing: list[str] = []
         if mode == "layered":
             print(f"install: using torch {probe['dists']['torch']} of {probe['executable']} (.venv is layered over it)")
