@@ -57,6 +57,7 @@ class Receiver:
         self.thread: threading.Thread | None = None
         self.claimed = 0
         self.released = 0
+        self.passed = 0  # claimed and released at once, never opened (pass_unread)
         self.releasing = 0  # taken off `pending` by a poll, not yet given back to its ledger
 
     # ---- opening
@@ -129,6 +130,34 @@ class Receiver:
             ) from None
         weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index)
         return view, memory, index
+
+    def pass_unread(self, producer: Any, fields: Any) -> None:
+        """A message this process looks at but will not read (a monitor describes it from its
+        header): claim its ledger slot and release it at once, so its producer, which counts this
+        process among the output's receivers, neither waits for a claim until the claim timeout
+        nor keeps its GPU memory longer. Nothing is opened or mapped, no CUDA call is made, and
+        the release carries no event: this process never used the memory on any stream.
+
+        Raises DecodeError when the slot cannot be claimed (the producer has exited, or had
+        already given the message up)."""
+        self.poll()
+        if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
+            self._forget_producer(producer.ledger)
+            raise DecodeError(
+                f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
+            )
+        ref = fields.slot_ref(producer.ledger)
+        try:
+            ledger = self._ledger(producer.ledger)
+            ledger.claim(ref)
+        except (LedgerError, OSError) as e:  # OSError: a file of that name this process may not open
+            raise DecodeError(f"tc.ipc.slot: {e}") from None
+        try:
+            ledger.release(ref)
+        except LedgerError as e:  # never: a release without an event handle checks nothing more
+            raise DecodeError(f"tc.ipc.slot: {e}") from None
+        with self.lock:
+            self.passed += 1
 
     # ---- releasing
     def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:
@@ -209,6 +238,7 @@ class Receiver:
         return {
             "claimed": self.claimed,
             "released": self.released,
+            "passed_unread": self.passed,
             "pending_release": len(self.pending) + self.releasing,
             "segments_open": len(self.segments),
             "segment_cache_hits": self.segments.hits,

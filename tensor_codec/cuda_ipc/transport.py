@@ -288,13 +288,8 @@ class CudaIpcTransport:
         if not isinstance(value, pa.Array) or len(value) != 0:
             what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
             raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
-        fields = parse_ipc_fields(metadata, total)
-        check_same_machine(producer)
+        fields = _message_fields(metadata, total, producer)
         state = _get_state()
-        if not producer.ledger.startswith(f"tc-{producer.pid}-"):
-            raise DecodeError(
-                f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
-            )
         base, memory, index = state.receiver.open(producer, fields, lambda: self._local_index(state, producer.gpu))
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
@@ -303,6 +298,23 @@ class CudaIpcTransport:
         borrowed = base if memory is not None else None
         del memory  # only the views keep the message now
         return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
+
+    def pass_unread(self, metadata: dict) -> None:
+        """Take part in a CUDA IPC message as one of its receivers without reading it (a monitor):
+        its header and `tc.ipc.*` fields validated as `materialize` validates them, then its ledger
+        slot claimed and released at once (`Receiver.pass_unread`): nothing opened or mapped, no
+        CUDA call, no copy. Without this, a process wired to the output that never claims makes
+        the producer hold each message's GPU memory until the claim timeout. DecodeError for a
+        malformed message or a slot that cannot be claimed."""
+        from .. import received
+        from ..wire import read_metadata
+
+        transport_name, text = read_metadata(metadata)
+        if transport_name != self.name:
+            raise DecodeError(f"tc.transport: expected {self.name!r}, got {transport_name!r:.80}")
+        _, total, producer = received.compile_header(text, transport_name, self).prepared
+        fields = _message_fields(metadata, total, producer)
+        _get_state().receiver.pass_unread(producer, fields)
 
     def _local_index(self, state: _State, uuid: str) -> int:
         index = self._index_of(state, uuid)
@@ -313,3 +325,15 @@ class CudaIpcTransport:
                 f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
             )
         return index
+
+
+def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> IpcFields:
+    """A received message's `tc.ipc.*` fields, once they and its producer's identity pass every
+    check that needs no CUDA: sizes and encodings, the same machine, the producer's own ledger."""
+    fields = parse_ipc_fields(metadata, total)
+    check_same_machine(producer)
+    if not producer.ledger.startswith(f"tc-{producer.pid}-"):
+        raise DecodeError(
+            f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
+        )
+    return fields

@@ -1,0 +1,228 @@
+"""What a tensor_codec message is, from its metadata alone: the object's structure (types, dict
+keys, dtypes, shapes, TVTensor attributes), its transport and the bytes it carries, without
+decoding a tensor or reading a data byte (a monitor, a log line, a debugger).
+
+    d = describe(metadata, value)   # value optional: then it is checked against the header too
+    d.structure  # "{image: Image uint8[3, 480, 640], boxes: BoundingBoxes float32[2, 4] format=XYXY ...}"
+    d.transport, d.leaves, d.nbytes, d.gpu
+
+The metadata is hostile input, validated exactly as `tc.decode` validates it before reading data
+(the same code: wire.read_metadata, then received.compile_header, whose result is cached for
+decode as well): a bad one raises `DecodeError` naming the field, what was expected and what
+came. Nothing is evaluated or unpickled; a namedtuple is described by the name its header
+gives, never imported. Work and text are bounded: the header's cost is bounded by the limits
+(limits.py) before it is parsed, the description shows at most `width` items per container and
+`depth` levels, and the text stops at `max_chars`.
+
+With `value` (the message's Arrow value), what decode checks of the value without reading its
+bytes is checked too: host bytes must be a uint8 array of exactly the header's length, a CUDA
+IPC message an empty array with valid `tc.ipc.*` fields of the header's size. (What only the
+bytes can show, zero padding and bool bytes, is decode's.)
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import received
+from .errors import DecodeError, UsageError
+from .transports import transport_for_message
+from .transports.names import HOST
+from .walk import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .wire import ReceivedLeaf, read_metadata
+
+__all__ = ["Description", "describe", "MAX_CHARS"]
+
+MAX_CHARS = 4000  # the most `max_chars` may ask for
+_MAX_SCALAR = 24  # characters of a string (or other scalar) shown
+_CACHE_ENTRIES = 64  # descriptions of recent headers (a stream repeats its header)
+_CACHE_MAX_TEXT = 64 << 10
+
+
+@dataclass(frozen=True)
+class Description:
+    """A codec message, described. `structure`: the object as text; `transport`: "host" or
+    "cuda-ipc"; `leaves`: its tensors; `nbytes`: the bytes of its message buffer (host: the
+    Arrow value's length; CUDA IPC: the GPU memory it refers to, which never travels); `gpu`: the
+    UUID of the GPU a CUDA IPC message lives on, or the one a host message is to be restored
+    onto (routing's small-message rule), else None."""
+
+    transport: str
+    structure: str
+    leaves: int
+    nbytes: int
+    gpu: str | None = None
+
+    def __str__(self) -> str:
+        return self.structure
+
+
+def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4, max_chars: int = 400) -> Description:
+    """`metadata` (and `value`, when given) of one tensor_codec message -> its `Description`.
+
+    `width`: items shown per container (the rest counted: ``... +12 more``); `depth`: container
+    levels shown (deeper ones counted: ``{...3 items}``); `max_chars`: the most characters of
+    `structure` (cut with ``...``). DecodeError for a malformed or inconsistent message."""
+    _check_bounds(width, depth, max_chars)
+    transport_name, text = read_metadata(metadata)
+    transport = transport_for_message(transport_name)
+    compiled = received.compile_header(text, transport_name, transport)
+    prepared, leaves, header = compiled.prepared, compiled.leaves, compiled.header
+    total = prepared[1]  # every transport's prepared layout: (offsets, total length, ...)
+    if transport_name == HOST:
+        gpu = prepared[4]
+        if value is not None:
+            from .transports.host import _check_value
+
+            _check_value(value, total)
+    else:
+        gpu = prepared[2].gpu
+        if value is not None:
+            _check_ipc(value, metadata, total)
+    key = (transport_name, text, width, depth, max_chars)
+    structure = _cache.get(key)
+    if structure is None:
+        structure = _Writer(leaves, width, depth, max_chars).text(header["tree"])
+        if len(text) <= _CACHE_MAX_TEXT:
+            _remember(key, structure)
+    return Description(transport_name, structure, len(leaves), total, gpu)
+
+
+def _check_bounds(width: Any, depth: Any, max_chars: Any) -> None:
+    for name, v, low, high in (
+        ("width", width, 1, 1024),
+        ("depth", depth, 0, 64),
+        ("max_chars", max_chars, 16, MAX_CHARS),
+    ):
+        if type(v) is not int or not low <= v <= high:
+            raise UsageError(f"describe: {name}: expected an integer {low}..{high}, got {v!r:.80}")
+
+
+def _check_ipc(value: Any, metadata: dict, total: int) -> None:
+    import pyarrow as pa
+
+    from .cuda_ipc.fields import parse_ipc_fields  # no CUDA: field checks
+
+    if not isinstance(value, pa.Array) or len(value) != 0:
+        what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
+        raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
+    parse_ipc_fields(metadata, total)
+
+
+_cache: collections.OrderedDict = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _remember(key: tuple, structure: str) -> None:
+    with _cache_lock:
+        _cache[key] = structure
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+
+
+class _Full(Exception):
+    """The text reached max_chars: the walk stops."""
+
+
+class _Writer:
+    """A validated tree (compile_tree accepted it) as bounded text."""
+
+    def __init__(self, leaves: list[ReceivedLeaf], width: int, depth: int, max_chars: int):
+        self.leaves = leaves
+        self.width = width
+        self.depth = depth
+        self.max_chars = max_chars
+        self.parts: list[str] = []
+        self.length = 0
+
+    def text(self, tree: Any) -> str:
+        try:
+            self.node(tree, 0)
+        except _Full:
+            return "".join(self.parts)[: self.max_chars - 3] + "..."
+        return "".join(self.parts)
+
+    def put(self, s: str) -> None:
+        self.parts.append(s)
+        self.length += len(s)
+        if self.length > self.max_chars:
+            raise _Full
+
+    def node(self, node: Any, level: int) -> None:
+        if type(node) is not dict:
+            self.put(_scalar(node))
+            return
+        tag = node["t"]
+        if "leaf" in node:
+            self.put(self.tensor(node))
+        elif tag == "float":
+            self.put(node["v"])
+        elif tag == DICT:
+            self.items("{", "}", node["items"], level, lambda pair: (_key(pair[0]) + ": ", pair[1]))
+        elif tag == LIST:
+            self.items("[", "]", node["items"], level, lambda item: ("", item))
+        elif tag == TUPLE:
+            self.items("(", ",)" if len(node["items"]) == 1 else ")", node["items"], level, lambda item: ("", item))
+        elif tag == NAMEDTUPLE:
+            name = _short(node["name"].rsplit(".", 1)[-1])
+            pairs = list(zip(node["fields"], node["items"]))
+            self.items(f"{name}(", ")", pairs, level, lambda pair: (pair[0] + "=", pair[1]))
+        elif tag == PACKED:
+            present = [(f, node[f]) for f in PACKED_FIELDS if node[f] is not None]
+            self.items("PackedSequence(", ")", present, level, lambda pair: (pair[0] + "=", pair[1]))
+        else:  # compile_tree accepts no other tag
+            self.put(f"<{_short(str(tag))}>")
+
+    def items(self, opening: str, closing: str, items: list, level: int, split) -> None:
+        if level >= self.depth and items:
+            self.put(f"{opening}...{len(items)} item{'s' if len(items) != 1 else ''}{closing}")
+            return
+        self.put(opening)
+        for i, item in enumerate(items[: self.width]):
+            if i:
+                self.put(", ")
+            label, child = split(item)
+            self.put(label)
+            self.node(child, level + 1)
+        if len(items) > self.width:
+            self.put(f", ... +{len(items) - self.width} more")
+        self.put(closing)
+
+    def tensor(self, node: dict) -> str:
+        leaf = self.leaves[node["leaf"]]
+        kind = node["t"].removeprefix("tv.")
+        text = f"{'Tensor' if kind == 'tensor' else kind} {leaf.dtype.name}[{', '.join(map(str, leaf.shape))}]"
+        if "format" in node:
+            text += f" format={node['format']}"
+        if "canvas_size" in node:
+            h, w = node["canvas_size"]
+            text += f" canvas_size=({h}, {w})"
+        if node.get("clamping_mode") not in (None, "soft"):  # torchvision's default is not shown
+            text += f" clamping_mode={node['clamping_mode']}"
+        if node.get("grad"):
+            text += " requires_grad"
+        return text
+
+
+def _short(text: str) -> str:
+    """A string from the header, shown: at most _MAX_SCALAR characters, control characters escaped."""
+    shown = text[:_MAX_SCALAR]
+    if not shown.isprintable():
+        shown = repr(shown)[1:-1]
+    return shown + ("..." if len(text) > _MAX_SCALAR else "")
+
+
+def _key(key: Any) -> str:
+    if type(key) is str:
+        return _short(key) if key.isidentifier() else repr(_short(key))
+    return str(key)
+
+
+def _scalar(value: Any) -> str:
+    if type(value) is str:
+        return repr(_short(value))
+    text = repr(value)  # None, bool, int (int64), float (finite): short already
+    return text if len(text) <= _MAX_SCALAR else text[:_MAX_SCALAR] + "..."
