@@ -25,6 +25,7 @@ NODE_PACKAGES = (
     "jpeg_decoder",
     "jpeg_sink",
     "rerun_sink",
+    "monitor",
 )
 MANIFEST = "dora-node.yml"
 

@@ -151,6 +151,7 @@ def test_offline_install_over_this_interpreter_then_nodes_run_a_dataflow(layered
         "tc-jpeg-decoder",
         "tc-jpeg-sink",
         "tc-rerun-sink",
+        "tc-monitor",
     ):
         assert (bindir / script).exists(), script
     bad = subprocess.run(

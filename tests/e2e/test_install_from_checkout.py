@@ -21,6 +21,7 @@ SCRIPTS = (
     "tc-jpeg-decoder",
     "tc-jpeg-sink",
     "tc-rerun-sink",
+    "tc-monitor",
 )
 
 
