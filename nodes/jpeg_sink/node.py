@@ -26,7 +26,7 @@ class JpegSinkNode(NodeLogic):
         if self.intake.is_new(metadata):
             path = self.sink.handle(event)
             if path is not None:
-                self.log.info("saved %s", path)
+                self.log.debug("saved %s", path)  # the summary at the end says how many, and where
         self.intake.acknowledge(metadata)
 
     def finish(self) -> int:
