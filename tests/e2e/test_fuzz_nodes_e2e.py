@@ -1,6 +1,6 @@
 """The node-level fuzzer (tools/fuzz_nodes, `make fuzz-nodes`, docs/fuzzing.md) at a small size:
 hostile acks into tc-tensor-sender, tc-camera-source and the JPEG relays, hostile messages into
-tc-tensor-receiver, tc-jpeg-decoder, tc-jpeg-encoder and tc-jpeg-sink, each through a real dora
+tc-tensor-receiver, tc-monitor, tc-jpeg-decoder, tc-jpeg-encoder and tc-jpeg-sink, each through a real dora
 dataflow, each node's counts equal to what the hostile node sent. Run as `make` runs it (`python
 -m tools.fuzz --nodes`, a subprocess), so the dispatch, the dataflows and the checks are all under
 test; the summary JSON says what held.
@@ -57,7 +57,7 @@ def assert_passed(proc, summary: dict, targets: list[str]) -> None:
     for result in summary["results"]:
         assert result["rows"] and all(row["ok"] for row in result["rows"]), explain(summary)
         # the node was really fed: every hostile row carries something, not 0 == 0
-        fed = ("malformed ack", "bad message (report)", "bad JPEG", "bad frame")
+        fed = ("malformed ack", "bad message (report)", "bad message (monitor summary)", "bad JPEG", "bad frame")
         hostile = [row for row in result["rows"] if row["name"] in fed]
         assert hostile and all(row["sent"] > 0 for row in hostile), explain(summary)
 
@@ -69,6 +69,13 @@ def test_hostile_acks_and_messages_into_the_sender_and_the_receiver_are_all_coun
     assert sender["categories"]["flood: acks of a stream nothing sent"] == 200
     stray = next(row for row in sender["rows"] if row["name"] == "ack of nothing in flight")
     assert stray["counted"] > 200, stray  # the flood and the stray categories, each counted once
+
+
+def test_hostile_messages_into_the_monitor_are_all_counted(dora_cli, tmp_path):
+    proc, summary = fuzz_nodes(tmp_path, "--targets", "monitor", "--seed", "3", *SMALL)
+    assert_passed(proc, summary, ["monitor"])
+    described = next(row for row in summary["results"][0]["rows"] if row["name"].startswith("described"))
+    assert described["sent"] > 0, described  # hostile messages it has no reason to refuse, shown as they are
 
 
 @pytest.mark.slow

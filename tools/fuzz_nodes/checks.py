@@ -17,6 +17,7 @@ from .schedule import (
     BAD_FRAME,
     BAD_JPEG,
     BAD_MESSAGE,
+    DESCRIBED,
     DUPLICATE,
     MALFORMED_ACK,
     REJECTED,
@@ -34,6 +35,7 @@ BUCKETS = {
     "decoder": (BAD_JPEG,),
     "encoder": (BAD_FRAME,),
     "sink": (BAD_JPEG, ACCEPTED_JPEG),
+    "monitor": (BAD_MESSAGE, DESCRIBED),
     "encoder-ack": (MALFORMED_ACK, STRAY_ACK),
     "decoder-ack": (MALFORMED_ACK, STRAY_ACK),
 }
@@ -308,6 +310,20 @@ def _sink(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, ref
     c.row("JPEGs saved (sink, COUNT=3)", min(SINK_SAVES, p.real + buckets[ACCEPTED_JPEG]), got("saved"), note)
 
 
+def _monitor(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
+    summary = counts.monitor_summary(log, "tensors")
+    got, note = _reader(summary, "no summary table")
+    c.row(f"{BAD_MESSAGE} (monitor summary)", buckets[BAD_MESSAGE], got("bad"), note)
+    c.row(f"{BAD_MESSAGE} (refusal line)", buckets[BAD_MESSAGE], refused.get("tensors: bad message", 0))
+    described = None if summary is None else summary["messages"] - summary["bad"] - p.real
+    c.row(f"{DESCRIBED}: hostile ones the monitor has no reason to refuse", buckets[DESCRIBED], described, note)
+    received = p.real + buckets[BAD_MESSAGE] + buckets[DESCRIBED]
+    c.row("messages (monitor, every one sent)", received, got("messages"), note)
+    stats = (counts.receiver_report(p.report) or {}).get("inputs", {}).get("tensors")
+    good, why = _reader(stats, "no receiver report")
+    c.row("good messages (receiver `tensors` good, beside the monitor)", p.real, good("good"), why)
+
+
 def _relay_ack(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
     """A JPEG relay's ack input: its output's delivery figures, and its own counts of frames."""
     relay = UNDER_TEST[c.result.target][0]
@@ -340,6 +356,7 @@ _TARGETS = {
     "decoder": _decoder,
     "encoder": _encoder,
     "sink": _sink,
+    "monitor": _monitor,
     "encoder-ack": _relay_ack,
     "decoder-ack": _relay_ack,
 }

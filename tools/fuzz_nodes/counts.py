@@ -18,6 +18,7 @@ __all__ = [
     "decoder_summary",
     "encoder_summary",
     "sink_summary",
+    "monitor_summary",
     "receiver_report",
     "has_traceback",
     "dora_drops",
@@ -157,6 +158,23 @@ def encoder_summary(log: str) -> dict | None:
         "failed": int(failed),
         "jpegs": _outbox(jpegs),
     }
+
+
+# tc-monitor's summary table: "monitor summary: N inputs", the column names, then a row per input
+# beginning "<input> <messages> <bad>"
+_MONITOR = re.compile(r"^monitor summary: \d+ inputs\n[^\n]*\n((?:\S+ +\d+ +\d+ [^\n]*\n?)+)", re.MULTILINE)
+
+
+def monitor_summary(log: str, input_id: str) -> dict[str, int] | None:
+    """tc-monitor: {"messages", "bad"} of one input (its summary table's row)."""
+    found = _MONITOR.findall(log)
+    if not found:
+        return None
+    for row in found[-1].splitlines():
+        cells = row.split()
+        if cells and cells[0] == input_id:
+            return {"messages": int(cells[1]), "bad": int(cells[2])}
+    return None
 
 
 def receiver_report(path: Path) -> dict | None:

@@ -53,6 +53,7 @@ UNDER_TEST = {
     "decoder": ("decoder", "tc-jpeg-decoder", "jpeg"),
     "encoder": ("encoder", "tc-jpeg-encoder", "frames"),
     "sink": ("sink", "tc-jpeg-sink", "jpeg"),
+    "monitor": ("monitor", "tc-monitor", "tensors"),
     "encoder-ack": ("encoder", "tc-jpeg-encoder", "ack_hostile"),
     "decoder-ack": ("decoder", "tc-jpeg-decoder", "ack_hostile"),
 }
@@ -93,7 +94,9 @@ def _hostile(target: str, p: FlowParams, inputs: dict, outputs: list[str]) -> di
 
 
 def _receiver(inputs: dict, p: FlowParams) -> dict:
-    env = {"DEVICE": "cpu", "REPORT": p.report, "PROGRESS_S": "0"}
+    # STRICT=0: hostile messages make the report's `bad` non-zero on purpose; the runner compares
+    # the report's counts with what the hostile node sent (checks.py), and the exit status stays 0.
+    env = {"DEVICE": "cpu", "REPORT": p.report, "PROGRESS_S": "0", "STRICT": "0"}
     return _script("receiver", "tc-tensor-receiver", inputs, ["ack"], env)
 
 
@@ -190,6 +193,20 @@ def _sink(p: FlowParams) -> list[dict]:
     ]
 
 
+def _monitor(p: FlowParams) -> list[dict]:
+    """The monitor's `tensors` input: the hostile node's good and hostile tensor_codec messages
+    (the receiver target's), which a tc-tensor-receiver beside it acknowledges (the monitor never
+    does) and verifies."""
+    data_queue = p.hostile + p.real + MARGIN
+    receiver = _receiver({"tensors": _queue("hostile/tensors", data_queue)}, p)
+    receiver["env"]["STRICT"] = "0"  # it gets hostile messages on purpose: its report says what was wrong
+    return [
+        _hostile("monitor", p, {"ack": _queue("receiver/ack", p.real + p.hostile + MARGIN)}, ["tensors"]),
+        receiver,
+        _script("monitor", "tc-monitor", {"tensors": _queue("hostile/tensors", data_queue)}, [], {"PERIOD_S": "0"}),
+    ]
+
+
 def _jpeg_chain(p: FlowParams, relay: str) -> list[dict]:
     """camera -> tc-jpeg-encoder -> tc-jpeg-decoder -> receiver, every link acknowledged; the
     hostile node is one more consumer of `relay` (encoder or decoder), acknowledging its output on
@@ -219,6 +236,7 @@ _BUILDERS = {
     "decoder": _decoder,
     "encoder": _encoder,
     "sink": _sink,
+    "monitor": _monitor,
     "encoder-ack": lambda p: _jpeg_chain(p, "encoder"),
     "decoder-ack": lambda p: _jpeg_chain(p, "decoder"),
 }

@@ -9,7 +9,7 @@ Two ways of taking part, by TARGET:
   before each ack sends that message's burst of hostile acks and flood acks. The producer is done only once the last
   message is acknowledged, and dora hands an input's messages over in order, so the producer has
   read every hostile ack before it ends.
-- receiver (`tensors`), decoder and sink (`jpeg`), encoder (`frames`): it is the producer: good
+- receiver and monitor (`tensors`), decoder and sink (`jpeg`), encoder (`frames`): it is the producer: good
   messages (numbered, wanting an ack) with hostile ones between them, one good message at a time
   (the next goes once the node acknowledged the last: the node's queue never holds more than one
   burst, so dora drops nothing).
@@ -201,7 +201,7 @@ def main() -> int:
     node = Node()
     if s.target in ACK_TARGETS:
         run_acker(node, s, record)
-    elif s.target == "receiver":
+    elif s.target in ("receiver", "monitor"):
         run_producer(node, s, record, "tensors")
     elif s.target in ("decoder", "sink"):
         run_producer(node, s, record, "jpeg")

@@ -26,6 +26,7 @@ DEFAULT_REAL = {
     "decoder": 40,
     "encoder": 40,
     "sink": 40,
+    "monitor": 60,
     "encoder-ack": 60,
     "decoder-ack": 60,
 }

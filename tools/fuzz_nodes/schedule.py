@@ -30,6 +30,7 @@ __all__ = [
     "BAD_JPEG",
     "BAD_FRAME",
     "ACCEPTED_JPEG",
+    "DESCRIBED",
     "plan",
     "bursts",
 ]
@@ -44,6 +45,7 @@ REJECTED = "rejected"  # the receiver's report `rejected`: marked expect=reject 
 BAD_JPEG = "bad JPEG"  # the decoder's summary "bad B"
 BAD_FRAME = "bad frame"  # the encoder's summary "bad B"
 ACCEPTED_JPEG = "accepted JPEG"  # the JPEG sink's "received R ... bad B": R - B
+DESCRIBED = "described"  # the monitor's summary "messages M, bad B": M - B - the good ones
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,22 @@ ENCODER_CATEGORIES = _cats(
     "raw encoding yuv420",
 )
 
+# The receiver's tensor_codec messages into the monitor, which decodes nothing and reads neither
+# seq, stream nor checksum: it refuses what its header check (tensor_codec.describe, decode's own
+# validation) or the value's length against the header refuses, and describes the rest.
+MONITOR_REFUSES = (
+    "header not JSON",
+    "header with a wrong nbytes",
+    "value truncated",
+    "tc.version 99",
+    "value an Arrow string array",
+    "cuda-ipc transport without handles",
+    "corrupted, marked expect=reject",
+)
+MONITOR_CATEGORIES = tuple(
+    Category(c.name, BAD_MESSAGE if c.name in MONITOR_REFUSES else DESCRIBED) for c in RECEIVER_CATEGORIES
+)
+
 CATEGORIES = {
     "sender": ACK_CATEGORIES,
     "camera": ACK_CATEGORIES,
@@ -179,6 +197,7 @@ CATEGORIES = {
     "decoder": DECODER_CATEGORIES,
     "encoder": ENCODER_CATEGORIES,
     "sink": SINK_CATEGORIES,
+    "monitor": MONITOR_CATEGORIES,
     # acks into the JPEG relays' ack inputs (a camera -> encoder -> decoder -> receiver pipeline)
     "encoder-ack": ACK_CATEGORIES,
     "decoder-ack": ACK_CATEGORIES,
