@@ -86,6 +86,8 @@ def _tensor(t: torch.Tensor, feed) -> None:
     for name in _TV_ATTRIBUTES:
         if hasattr(t, name):
             value = getattr(t, name)
+            if name == "canvas_size":  # torchvision keeps what it was given: torch.Size or a tuple, one size
+                value = tuple(int(v) for v in value)
             attrs.append(f"{name}={getattr(value, 'name', value)!r}")
     dtype = str(t.dtype).removeprefix("torch.")
     feed(f"T:{type(t).__name__}:{dtype}:{tuple(t.shape)}:{t.requires_grad}:{';'.join(attrs)}".encode())

@@ -76,3 +76,13 @@ def test_stamp_adds_the_checksum_the_receiver_recomputes_and_the_send_time():
         tc.stamp(obj, "seq=1")
     with pytest.raises(tc.EncodeError):
         tc.stamp(object())
+
+
+def test_a_stamp_holds_across_the_wire_whatever_type_gave_the_canvas_size():
+    """canvas_size=image.shape[-2:] is a torch.Size; it arrives a tuple. The same size: the same
+    checksum (the README's detector failed every box on this)."""
+    boxes = tv_tensors.BoundingBoxes(torch.zeros(1, 4), format="XYXY", canvas_size=torch.zeros(3, 48, 64).shape[-2:])
+    stamped = tc.stamp(boxes)
+    value, metadata = tc.encode(boxes)
+    restored = tc.decode(value, metadata)
+    assert type(restored.canvas_size) is tuple and content_digest(restored) == stamped[P.CHECKSUM]
