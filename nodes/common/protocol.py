@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
-from tensor_codec.metadata import CHECKSUM as CHECKSUM  # re-exported: the nodes name every key here
-from tensor_codec.metadata import SENT_NS as SENT_NS
+_FROM_TC = ("CHECKSUM", "SENT_NS")  # tensor_codec.metadata's, re-exported: the nodes name every key here
+
+
+def __getattr__(name: str) -> Any:
+    """CHECKSUM and SENT_NS, read from tensor_codec when first asked for: importing it at module
+    level imports torch, and every node's spec (so `--help` and `--version`) imports this module."""
+    if name in _FROM_TC:
+        from tensor_codec import metadata
+
+        return getattr(metadata, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SEQ = "seq"  # 0, 1, 2, ... per stream
 COUNT = "count"  # messages the stream will send in all; 0 = open-ended
