@@ -12,6 +12,7 @@
     obj = tc.receive(event, device="cuda")      # restored onto this process's GPU, whatever the path
     out = tc.stamp(obj, tc.carry(event["metadata"]))  # keys an input's metadata passes on, plus a
     tc.send(node, "boxes", obj, out)            # checksum and sent_ns: a receiver verifies and times it
+    print(tc.describe(event["metadata"]))       # what a message holds, from its header: nothing decoded
 
 See README.md and docs/wire-format.md.
 """
@@ -82,6 +83,7 @@ def ipc_trim() -> int:
     return _cuda_ipc().trim()
 
 
+from .describe import Description, describe
 from .metadata import carry, stamp
 from .pinning import pin_memory
 from .plain import plain_bytes
@@ -100,6 +102,8 @@ __all__ = [
     "max_send_bytes",
     "stamp",
     "carry",
+    "describe",
+    "Description",
     "plain_bytes",
     "scope",
     "release",
