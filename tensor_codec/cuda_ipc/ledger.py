@@ -113,6 +113,8 @@ class _File:
             self.fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:
             raise LedgerError(f"ledger: {name!r} does not exist (its producer has exited?)") from None
+        except OSError as e:  # a name from the network: a directory, another user's file, ...
+            raise LedgerError(f"ledger: {name!r} cannot be opened: {e.strerror or e}") from None
         try:
             if create:
                 os.ftruncate(self.fd, size)
@@ -120,6 +122,11 @@ class _File:
             if actual < HEADER_BYTES:
                 raise LedgerError(f"ledger: {name!r} is {actual} bytes, expected at least {HEADER_BYTES}")
             self.map = mmap.mmap(self.fd, actual)
+        except (OSError, ValueError) as e:  # not a file mmap can map (a device, a pipe)
+            os.close(self.fd)
+            if create:
+                raise
+            raise LedgerError(f"ledger: {name!r} cannot be mapped: {e}") from None
         except BaseException:
             os.close(self.fd)
             raise

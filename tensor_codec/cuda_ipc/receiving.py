@@ -150,7 +150,7 @@ class Receiver:
         try:
             ledger = self._ledger(producer.ledger)
             ledger.claim(ref)
-        except (LedgerError, OSError) as e:  # OSError: a file of that name this process may not open
+        except LedgerError as e:
             raise DecodeError(f"tc.ipc.slot: {e}") from None
         try:
             ledger.release(ref)

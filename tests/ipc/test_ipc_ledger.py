@@ -400,3 +400,20 @@ def test_a_later_claim_still_accounts_for_an_earlier_message_at_once(monkeypatch
         view.close()
     finally:
         led.close()
+
+
+def test_a_ledger_name_that_is_not_a_file_this_process_can_map_is_a_ledger_error(tmp_path):
+    """The name comes from the network: a directory, or a pipe, under it is refused as a
+    LedgerError (the codec's DecodeError), never an OSError that a node counts as its own bug."""
+    names = [f"tc-test-{os.getpid()}-dir", f"tc-test-{os.getpid()}-fifo"]
+    paths = [os.path.join(ledger_module.SHM_DIR, name) for name in names]
+    os.mkdir(paths[0])
+    os.mkfifo(paths[1])
+    try:
+        with pytest.raises(LedgerError, match=r"ledger: 'tc-test-\d+-dir' cannot be opened: Is a directory"):
+            LedgerView(names[0])
+        with pytest.raises(LedgerError, match=r"ledger: 'tc-test-\d+-fifo' is 0 bytes"):
+            LedgerView(names[1])
+    finally:
+        os.rmdir(paths[0])
+        os.unlink(paths[1])
