@@ -16,8 +16,9 @@ NAMED   := $(if $(filter command line environment environment override,$(origin 
 ORIGINAL_PATH := $(PATH)
 export PATH := $(abspath $(BIN)):$(PATH)
 # dora 1.1 resolves a node `path:` that is not a file (our console scripts) with `uv run which`
-# when uv is on PATH (dora-rs-cli installs it); inside this pip-managed project uv would then try
-# to lock and sync the project. UV_NO_PROJECT=1 makes uv look the script up on PATH only.
+# when uv is on PATH (dora-rs-cli installs it). pyproject.toml's `[tool.uv] managed = false` keeps
+# uv from locking and syncing this project; UV_NO_PROJECT=1 also covers dataflows run from inside
+# another Python project (a test's temporary directory under someone's uv project, say).
 export UV_NO_PROJECT := 1
 
 .PHONY: install install-floor run run-cluster test test-fast test-floor check test-gpu gpu-check bench plots fuzz wheel \
