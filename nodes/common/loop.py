@@ -2,17 +2,20 @@
 dataflow, dora's event kinds, ending, flushing CUDA IPC and the exit status, each in one place.
 
 A node is a `NodeLogic` subclass (its node.py): its own logic in hooks, each with a default.
-Its console script (main.py) is `console_main(SPEC, __package__)`: `--help` answered from the
-spec alone, before torch, dora or tensor_codec is imported; else node.py's `main()`, which is
-`run(Logic)`:
+Its console script (main.py) is `console_main(SPEC, __package__)`: `--help` and `--version`
+answered from the spec and the installed packages' metadata alone, before torch, dora or
+tensor_codec is imported; else node.py's `main()`, which is `run(Logic)`:
 
 1. settings: `Logic.load_config(os.environ)`, then DEVICE when the node has it; a bad one is
    logged and the node exits with status 2 (EXIT_BAD_CONFIG) before joining dora.
 2. `Logic(config, device, log)`: what the node prepares before it joins (a source opened,
    payloads made, libraries imported: dora starts the flow once every node has joined, so what
    is slow belongs here). SettingError or CannotStart: logged, status 2.
-3. join the dataflow (`startup.join_dataflow`: not started by dora -> status 2), then
-   `logic.start(node)`: what needs the dora node (outputs, acks, an engine; CannotStart: 2).
+3. join the dataflow (`startup.join_dataflow`: not started by dora -> status 2; first
+   `startup.preflight` on what the daemon handed the process: an env name close to a setting, an
+   input the node does not read or a required one not wired -> status 2 without joining, so dora
+   does not start the dataflow; what only looks wrong is a warning), then `logic.start(node)`:
+   what needs the dora node (outputs, acks, an engine; CannotStart: 2).
 4. the loop, until the node is finished (below).
 5. `logic.close()`; when the node sends with tc.send (`SENDS_WITH_TC`), CUDA IPC is flushed
    (`runtime.finish_sharing`: GPU memory shared with receivers dies with this process); then
@@ -69,8 +72,9 @@ __all__ = [
 ]
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # the run did not do all it should: messages not delivered, sends that kept failing, STRICT
-EXIT_BAD_CONFIG = 2  # never ran: a bad setting, a source or engine that cannot start, not started by dora
+EXIT_FAILED = 1  # the run did not do all it should: messages not delivered, sends that kept failing, a receiver's FAIL
+# never ran: a bad or misspelt setting, a miswired input, a source or engine that cannot start, not started by dora
+EXIT_BAD_CONFIG = 2
 
 NAP_S = 0.002  # waits up to this long sleep instead of waiting in dora (see the module's docstring)
 MAX_ERRORS_LOGGED = 20  # dora's ERROR events logged one by one; the rest only counted
@@ -309,9 +313,9 @@ def _peak_rss_mb() -> float:
 
 
 def console_main(spec: Any, package: str) -> int:
-    """A node's console script: `--help` (and a stray argument) answered from `spec` alone,
-    instantly and without a dora daemon; else the node itself (`package`.node: torch, dora,
-    tensor_codec)."""
+    """A node's console script: `--help`, `--version` (and a stray argument) answered from `spec`
+    and package metadata alone, instantly and without a dora daemon; else the node itself
+    (`package`.node: torch, dora, tensor_codec)."""
     from .startup import answer_command_line
 
     answered = answer_command_line(spec)

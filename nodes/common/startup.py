@@ -1,11 +1,24 @@
-"""What every tc-* node does before it joins a dataflow: answer `--help` from its spec, and warn
-about settings and wiring that look wrong.
+"""What every tc-* node does before it joins a dataflow: answer `--help` and `--version` from its
+spec, and check how the dataflow sets it up (`preflight`).
 
 Each check here catches a mistake that otherwise runs to the end silently: an env name with a
-typo (`WIDHT`) leaves the setting at its default; an input wired under an id the node does not
-read (`image:` instead of `frames:`) delivers messages the node ignores, so it finishes with 0
-frames and exit status 0; an output the node sends on but the dataflow does not declare drops
-everything. The help text and the checks read the same `NodeSpec` the manifest is written from.
+typo (`FRAMEZ`) leaves the setting at its default (FRAMES=0: the camera never ends); an input
+wired under an id the node does not read (`image:` instead of `frames:`) delivers messages the
+node ignores, so it finishes with 0 frames and exit status 0; an output the node sends on but the
+dataflow does not declare drops everything. The help text and the checks read the same `NodeSpec`
+the manifest is written from.
+
+What the checks find is split in two (`Problems`):
+
+- errors: the node refuses to start (the loop exits with status 2, EXIT_BAD_CONFIG): an env name
+  given to the node that is not a setting but close to one (difflib, or a setting's name in
+  another case), an input id the node does not read, a required input not wired. They are
+  checked before the node joins, from what the daemon hands the process (DORA_NODE_CONFIG: the
+  node's wiring and the dataflow's descriptor), so a node that refuses never joins and dora does
+  not start the dataflow: the other nodes fail to join and `dora run` ends at once, naming it.
+- warnings: logged, the node starts (the dataflow may be right in a way this cannot see): an env
+  name that resembles no setting (a library may read it), outputs the node does not send or none
+  declared. Names libraries read (OMP_*, CUDA_*, TC_*, DORA_*, LANG, ...) are never looked at.
 """
 
 from __future__ import annotations
@@ -16,7 +29,9 @@ import os
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
+
+import yaml
 
 from .manifest import NodeSpec, Port
 from .settings import Setting
@@ -24,17 +39,49 @@ from .settings import Setting
 __all__ = [
     "help_text",
     "answer_command_line",
+    "version_text",
     "outside_dora",
+    "Problems",
     "close_setting_names",
+    "env_problems",
     "wiring_problems",
+    "dora_node_config",
     "preflight",
     "join_dataflow",
 ]
 
 WIDTH = 100
-# Environment names the project reads besides the settings tables (tensor_codec's own limits and
-# transport choice, dora's): never "close to a setting" by mistake.
-_OTHER_PREFIXES = ("TC_", "DORA_", "CUDA_", "RUST_", "PYTHON", "UV_")
+# Environment names read by others than the settings tables: the project's own (tensor_codec's
+# limits and transport choice: TC_*), dora's, Python's and uv's, and those of the libraries a node
+# loads (OpenMP, MKL, OpenBLAS, CUDA, NCCL, torch, Hugging Face, the dynamic linker, the locale).
+# Never "close to a setting" by mistake, never warned about: a dataflow sets them on purpose.
+_OTHER_PREFIXES = (
+    "TC_",
+    "DORA_",
+    "CUDA_",
+    "CUBLAS",
+    "CUDNN_",
+    "NCCL_",
+    "NVIDIA_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "HF_",
+    "LD_",
+    "LC_",
+    "LANG",
+    "RUST_",
+    "PYTHON",
+    "UV_",
+)
+_OTHER_NAMES = frozenset({"PATH", "HOME", "USER", "SHELL", "TERM", "TZ", "TMPDIR", "DISPLAY", "PWD"})
+# The libraries `--version` names, after the project itself (distribution names, read from their
+# metadata: importing torch for it would cost seconds).
+PROJECT = "dora-tensor-codec"
+VERSIONED = ("dora-rs", "torch", "torchvision", "pyarrow")
 
 
 # ------------------------------------------------------------------------------------ --help
@@ -78,21 +125,46 @@ def help_text(spec: NodeSpec) -> str:
     out += [
         "",
         f"Run it from a dataflow: `path: {spec.name}` (its directory must be on PATH), then `dora run dataflow.yml`.",
+        f"`{spec.name} --version` prints its version and its libraries'.",
     ]
     return "\n".join(out)
 
 
+def _installed(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_text(spec: NodeSpec) -> str:
+    """`--version`: the node with the project's version, then each library that matters, one a
+    line, from the installed packages' metadata (nothing is imported)."""
+    lines = [f"{spec.name}: {PROJECT} {_installed(PROJECT)}"]
+    lines += [f"{name} {_installed(name)}" for name in VERSIONED]
+    return "\n".join(lines)
+
+
+def _print(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def answer_command_line(spec: NodeSpec, argv: list[str] | None = None) -> int | None:
-    """`--help` / `-h`: print the help, -> 0. Any other argument: say that settings are
-    environment variables, -> 2. No arguments: None (go on)."""
+    """`--help` / `-h`: print the help, -> 0. `--version` / `-V`: the versions, -> 0. Any other
+    argument: say that settings are environment variables, -> 2. No arguments: None (go on)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         return None
     if args[0] in ("-h", "--help"):
-        try:
-            print(help_text(spec), flush=True)
-        except BrokenPipeError:  # `--help | head`: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _print(help_text(spec))
+        return 0
+    if args[0] in ("-V", "--version"):
+        _print(version_text(spec))
         return 0
     print(
         f"{spec.name}: unexpected argument {args[0]!r:.60}: this node takes its settings from environment variables "
@@ -116,18 +188,55 @@ def outside_dora(spec: NodeSpec, env: Mapping[str, str] = os.environ) -> bool:
 
 
 # ------------------------------------------------------------------------------------ checks
-def close_setting_names(spec: NodeSpec, names: Iterable[str]) -> list[tuple[str, str]]:
+class Problems(NamedTuple):
+    """What a check found in how the dataflow sets up a node."""
+
+    errors: list[str]  # the node refuses to start (exit status 2)
+    warnings: list[str]  # logged; the node starts
+
+
+def _for_others(name: str) -> bool:
+    return name in _OTHER_NAMES or name.upper().startswith(_OTHER_PREFIXES)
+
+
+def close_setting_names(spec: NodeSpec, names: Iterable[str], *, any_case: bool = False) -> list[tuple[str, str]]:
     """(name, setting) for each UPPERCASE name that is not a setting of the node but close to one
-    (a typo: WIDHT -> WIDTH). Names the project reads elsewhere (TC_*, DORA_*, ...) are skipped."""
+    (a typo: WIDHT -> WIDTH); `any_case`: any name, compared also in upper case (`frames` ->
+    FRAMES). Names others read (TC_*, DORA_*, OMP_*, ...) are skipped."""
     known = [s.name for s in spec.settings]
     found = []
     for name in sorted(set(names)):
-        if name in known or not name.isupper() or name.startswith(_OTHER_PREFIXES):
+        if name in known or _for_others(name) or not (any_case or name.isupper()):
             continue
         match = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if not match and any_case:
+            match = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
         if match:
             found.append((name, match[0]))
     return found
+
+
+def env_problems(spec: NodeSpec, names: Iterable[str], *, from_dataflow: bool) -> Problems:
+    """The env names given to the node that are not its settings. `from_dataflow`: the names the
+    dataflow's `env:` gives this node (each was meant for someone): one close to a setting, or a
+    setting's name in another case (`frames`), is an error; any other is a warning (a library may
+    read it). Otherwise the names are the process's whole environment (dora did not say which are
+    the dataflow's): only an UPPERCASE typo of a setting is an error."""
+    names = set(names)
+    close = close_setting_names(spec, names, any_case=from_dataflow)
+    help_hint = f"`{spec.name} --help` lists its settings"
+    errors = [
+        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({help_hint})" for name, setting in close
+    ]
+    warnings = []
+    if from_dataflow:
+        accounted = {s.name for s in spec.settings} | {name for name, _ in close}
+        warnings = [
+            f"env {name} is not a setting of {spec.name}: the node ignores it (a library may read it; {help_hint})"
+            for name in sorted(names - accounted)
+            if not _for_others(name)
+        ]
+    return Problems(errors, warnings)
 
 
 def _matches(port: Port, port_id: str) -> bool:
@@ -142,33 +251,46 @@ def _names(ports: Iterable[Port]) -> str:
     return ", ".join(f"`{p.id}`" for p in ports)
 
 
-def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str]) -> list[str]:
-    """What looks wrong in how the dataflow wires this node: inputs it does not read, inputs it
-    needs that are not wired, outputs it does not send, no outputs at all."""
+def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str]) -> Problems:
+    """How the dataflow wires this node. Errors: inputs it does not read, inputs it needs that are
+    not wired. Warnings: outputs it does not send, no outputs at all (dora would drop what it
+    sends; the dataflow may want only the node's side effects)."""
     inputs, outputs = sorted(set(inputs)), sorted(set(outputs))
-    problems = []
+    errors, warnings = [], []
     for port_id in inputs:
         if not any(_matches(p, port_id) for p in spec.inputs):
             guess = difflib.get_close_matches(
                 port_id, [p.id for p in spec.inputs if not p.id.startswith("<")], n=1, cutoff=0.0
             )
             hint = f"; did you mean `{guess[0]}`?" if guess else ""
-            problems.append(
-                f"input `{port_id}` is not one this node reads ({_names(spec.inputs)}): its messages are ignored{hint}"
+            errors.append(
+                f"input `{port_id}` is not one this node reads ({_names(spec.inputs)}): its messages would be "
+                f"ignored{hint}"
             )
     for port in spec.inputs:
         if not port.optional and not port.id.startswith("<") and not any(_matches(port, i) for i in inputs):
-            problems.append(
-                f"input `{port.id}` is not wired: this node gets nothing to work on (wire it as `{port.id}: "
+            errors.append(
+                f"input `{port.id}` is not wired: this node would get nothing to work on (wire it as `{port.id}: "
                 "<node>/<output>`)"
             )
     for port_id in outputs:
         if not any(_matches(p, port_id) for p in spec.outputs):
-            problems.append(f"output `{port_id}` is not one this node sends ({_names(spec.outputs)})")
+            warnings.append(f"output `{port_id}` is not one this node sends ({_names(spec.outputs)})")
     needed = [p for p in spec.outputs if not p.optional]
     if needed and not outputs:
-        problems.append(f"declares no outputs: dora drops what this node sends (add `outputs: [{needed[0].id}]`)")
-    return problems
+        warnings.append(f"declares no outputs: dora drops what this node sends (add `outputs: [{needed[0].id}]`)")
+    return Problems(errors, warnings)
+
+
+def _env_of(descriptor: Any, me: Any) -> list[str] | None:
+    """The env names the descriptor's entry for node `me` gives it, or None when it has none."""
+    if not isinstance(descriptor, dict) or not isinstance(me, str):
+        return None
+    for entry in descriptor.get("nodes") or []:
+        if isinstance(entry, dict) and entry.get("id") == me:
+            env = entry.get("env") or {}
+            return [str(k) for k in env] if isinstance(env, dict) else []
+    return None
 
 
 def _this_nodes_env(node: Any) -> list[str] | None:
@@ -176,50 +298,119 @@ def _this_nodes_env(node: Any) -> list[str] | None:
     from tensor_codec.dora_adapter import node_id as this_node_id
 
     try:
-        descriptor = node.dataflow_descriptor()
-        me = this_node_id(node)
-        for entry in descriptor.get("nodes") or []:
-            if isinstance(entry, dict) and entry.get("id") == me:
-                env = entry.get("env") or {}
-                return [str(k) for k in env] if isinstance(env, dict) else []
+        return _env_of(node.dataflow_descriptor(), this_node_id(node))
     except Exception:  # a test double, or a dora without the descriptor
         return None
-    return None
 
 
-def preflight(node: Any, spec: NodeSpec, log: logging.Logger) -> list[str]:
-    """Warn (once, at start) about env names close to a setting and about the wiring; -> the
-    warnings. Never fails the node: the dataflow may be right in a way this cannot see."""
+class _TaggedLoader(yaml.SafeLoader):
+    """The YAML dora writes: tags such as `!Tcp` (a Rust enum's variant) read as plain values."""
+
+
+def _untagged(loader: Any, suffix: str, node: Any) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+_TaggedLoader.add_multi_constructor("!", _untagged)
+
+
+def dora_node_config(env: Mapping[str, str] = os.environ) -> dict | None:
+    """What the daemon hands the process in DORA_NODE_CONFIG (YAML: `node_id`, `run_config` with
+    the node's inputs and outputs, the `dataflow_descriptor`), read before joining; None when
+    absent or unreadable (then the checks run once joined, on what the node says)."""
+    text = env.get("DORA_NODE_CONFIG")
+    if not text:
+        return None
+    try:
+        config = yaml.load(text, Loader=_TaggedLoader)  # a SafeLoader that reads tags as plain values
+    except yaml.YAMLError:
+        return None
+    return config if isinstance(config, dict) and isinstance(config.get("node_id"), str) else None
+
+
+def _setup_of(source: Any) -> tuple[list[str] | None, Iterable[str] | None, Iterable[str] | None]:
+    """(env names the dataflow gives the node, its input ids, its output ids), None where unknown,
+    from dora's config (a dict, before joining) or the joined node (or a test double)."""
+    if isinstance(source, dict):
+        run_config = source.get("run_config")
+        names = _env_of(source.get("dataflow_descriptor"), source.get("node_id"))
+        if not isinstance(run_config, dict):
+            return names, None, None
+        inputs, outputs = run_config.get("inputs") or {}, run_config.get("outputs") or []
+        return names, [str(i) for i in inputs], [str(o) for o in outputs]
     from .runtime import declared_inputs, declared_outputs
 
-    names = _this_nodes_env(node)
-    warnings = [
-        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({setting} keeps its default or its "
-        "own value)"
-        for name, setting in close_setting_names(spec, os.environ if names is None else names)
-    ]
+    names = _this_nodes_env(source)
     try:
-        config = node.node_config()
+        config = source.node_config()
     except Exception:
         config = None
-    if isinstance(config, dict):  # without it (a test double) nothing is known about the wiring
-        warnings += wiring_problems(spec, declared_inputs(node), declared_outputs(node))
-    for text in warnings:
+    if not isinstance(config, dict):  # a test double: nothing is known about the wiring
+        return names, None, None
+    return names, declared_inputs(source), declared_outputs(source)
+
+
+def preflight(source: Any, spec: NodeSpec, log: logging.Logger) -> Problems:
+    """Check how the dataflow sets this node up (the module's docstring): `source` is what the
+    daemon hands the process (`dora_node_config`, before joining) or the joined node. Each error is
+    logged as one, then that the node does not start; each warning as one. -> what was found."""
+    names, inputs, outputs = _setup_of(source)
+    problems = env_problems(spec, os.environ if names is None else names, from_dataflow=names is not None)
+    if inputs is not None and outputs is not None:  # without them (a test double) nothing is known of the wiring
+        wiring = wiring_problems(spec, inputs, outputs)
+        problems = Problems(problems.errors + wiring.errors, problems.warnings + wiring.warnings)
+    for text in problems.errors:
+        log.error("%s", text)
+    for text in problems.warnings:
         log.warning("%s", text)
-    return warnings
+    if problems.errors:
+        log.error(
+            "%s is not starting (exit status 2): fix the dataflow's entry for this node (`%s --help` lists its "
+            "inputs and settings)",
+            spec.name,
+            spec.name,
+        )
+    return problems
+
+
+def _cause(error: Exception) -> str:
+    """dora's reason, without its stack backtrace: the innermost cause anyhow lists (`Caused by:`,
+    then `0: ...`, `1: ...`), else its first line."""
+    lines = []
+    for line in str(error).splitlines():
+        if line.strip() in ("Location:", "Stack backtrace:"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    causes = [line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].isdigit()]
+    return (causes[-1] if causes else lines[0] if lines else repr(error))[:1000]
 
 
 def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Any | None:
-    """The node's dora `Node`, once joined: its wiring and env checked (`preflight`) and start-up's
-    objects out of the garbage collector's way (`settle_heap`); None when the process was not
-    started by dora (`outside_dora` said so): the node's main then exits with status 2."""
+    """The node's dora `Node`, once joined: its wiring and env checked (`preflight`: before joining,
+    from DORA_NODE_CONFIG; once joined when that could not be read) and start-up's objects out of
+    the garbage collector's way (`settle_heap`). None, and the node's main exits with status 2:
+    not started by dora (`outside_dora` said so), the check found errors, or dora refused the
+    node (another node of the dataflow refused to start: its log says why)."""
     if outside_dora(spec):
+        return None
+    config = dora_node_config()
+    if config is not None and preflight(config, spec, log).errors:
         return None
     from dora import Node
 
     from .runtime import settle_heap
 
-    node = Node()
-    preflight(node, spec, log)
+    try:
+        node = Node()
+    except RuntimeError as e:
+        log.error("could not join the dataflow: %s", _cause(e))
+        return None
+    if config is None and preflight(node, spec, log).errors:
+        return None
     settle_heap()
     return node
