@@ -55,8 +55,10 @@ SETTINGS = (
     Setting(
         "STRICT",
         "bool",
-        "0",
-        "Exit with status 1 if any message was bad or missing (or none came), so a dataflow can serve as a test.",
+        "1",
+        "The receiver's verdict is its exit status: 1 if any message was bad or missing, or none came (so "
+        "`dora run` fails and a dataflow serves as a test). 0: exit 0 whatever came (the report and the summary "
+        "still say what was wrong), for a dataflow that sends bad messages on purpose.",
     ),
     Setting(
         "PROGRESS_S", "float", "1.0", "Seconds between one-line progress reports (at least 0.1); 0 = none.", minimum=0

@@ -272,7 +272,8 @@ def test_splitter_refuses_codec_frames(dora_cli, tmp_path):
             "left": {"source": "splitter/image_0", "queue_size": 64, "queue_policy": "backpressure"},
             "right": {"source": "splitter/image_1", "queue_size": 64, "queue_policy": "backpressure"},
         },
-        "env": {"DEVICE": "cpu", "REPORT": "report.json"},  # not STRICT: left and right must get nothing
+        # STRICT=0: left and right must get nothing, which a strict receiver (the default) fails
+        "env": {"DEVICE": "cpu", "REPORT": "report.json", "STRICT": "0"},
     }
     flow = tmp_path / "codec-into-splitter.yml"
     flow.write_text(yaml.safe_dump({"nodes": [camera, splitter, receiver]}, sort_keys=False))

@@ -350,3 +350,30 @@ def test_the_report_counts_the_transport_of_each_good_message():
     receiver = Receiver(torch.device("cpu"), inputs=("tensors",))
     assert receiver.handle(codec_event(torch.arange(6), 0, count=1)) == "good"
     assert receiver.report()["inputs"]["tensors"]["transports"] == {"host": 1}
+
+
+def test_the_receivers_verdict_is_its_exit_status_by_default():
+    """A receiver that met a bad message (or none at all) exited 0 unless STRICT=1 was set: a
+    dataflow that went wrong passed. Now STRICT defaults to 1, and STRICT=0 opts out."""
+    import logging
+
+    from tensor_codec_nodes.common.loop import EXIT_FAILED, EXIT_OK
+    from tensor_codec_nodes.tensor_receiver.config import load_config
+    from tensor_codec_nodes.tensor_receiver.node import TensorReceiver
+    from tests.support.fakes import FakeNode
+
+    def exit_status(env, events):
+        logic = TensorReceiver(load_config(env), CPU, logging.getLogger("t"))
+        logic.start(FakeNode(inputs=["tensors"]))
+        for event in events:
+            logic.on_input(event)
+        return logic.finish()
+
+    payload = torch.arange(4, dtype=torch.float32)
+    bad = codec_event(payload, 0, count=1)
+    bad["metadata"][P.CHECKSUM] = "crc32:00000000"
+    assert load_config({}).strict is True
+    assert exit_status({}, [bad]) == EXIT_FAILED
+    assert exit_status({}, []) == EXIT_FAILED  # none came
+    assert exit_status({}, [codec_event(payload, 0, count=1)]) == EXIT_OK
+    assert exit_status({"STRICT": "0"}, [bad]) == EXIT_OK
