@@ -90,7 +90,8 @@ def dataflow(contender: str, args: argparse.Namespace, report: Path) -> dict:
         "id": "receiver",
         "path": executable("tc-tensor-receiver"),
         "inputs": {"frames": {"source": "camera/image", "queue_size": args.queue}},
-        "env": {"VERIFY": args.verify, "REPORT": str(report), "DEVICE": "cpu", "PROGRESS_S": "0"},
+        # STRICT=0: frames dora drops are a figure of the benchmark (goal_met reads `missing`), not a failed run
+        "env": {"VERIFY": args.verify, "REPORT": str(report), "DEVICE": "cpu", "PROGRESS_S": "0", "STRICT": "0"},
     }
     receiver["env"].update(args.node_env)
     return {"nodes": [camera, receiver]}
