@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
-
-_FROM_TC = ("CHECKSUM", "SENT_NS")  # tensor_codec.metadata's, re-exported: the nodes name every key here
-
-
-def __getattr__(name: str) -> Any:
-    """CHECKSUM and SENT_NS, read from tensor_codec when first asked for: importing it at module
-    level imports torch, and every node's spec (so `--help` and `--version`) imports this module."""
-    if name in _FROM_TC:
-        from tensor_codec import metadata
-
-        return getattr(metadata, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 SEQ = "seq"  # 0, 1, 2, ... per stream
 COUNT = "count"  # messages the stream will send in all; 0 = open-ended
 STREAM = "stream"  # an id unique to one run of one sending node's output
-# SENT_NS ("sent_ns": wall clock just before the send, for latency) and CHECKSUM ("checksum": the
-# content digest, tensor_codec/digest.py) are tensor_codec's stamp (tc.stamp), imported above.
+# tensor_codec's stamp (tc.stamp, tensor_codec/metadata.py) writes these two; named here too, as
+# literals, because importing tensor_codec imports torch and every node's spec (its --help, its
+# --version) imports this module. tests/codec/test_stamp_and_carry.py holds them equal.
+SENT_NS = "sent_ns"  # wall clock (time.time_ns) just before the send, for latency
+CHECKSUM = "checksum"  # the content digest (tensor_codec/digest.py)
 CASE = "case"  # what the payload is, for reports
 EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
 WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output

@@ -11,7 +11,7 @@ from torchvision import tv_tensors
 
 import tensor_codec as tc
 from tensor_codec.digest import content_digest
-from tensor_codec.metadata import DESCRIBES_INPUT
+from tensor_codec.metadata import CHECKSUM, DESCRIBES_INPUT, SENT_NS
 from tensor_codec_nodes.common import protocol as P
 from tests.support.fakes import FakeNode
 
@@ -60,6 +60,7 @@ def test_the_node_protocols_descriptive_keys_are_the_ones_carry_drops():
     describes = {P.CHECKSUM, P.SENT_NS, *P.IMAGE_KEYS, P.PIXEL_FORMAT, P.PATTERN, P.PATTERN_SIZE, P.LOSSY, P.QUALITY}
     describes |= {P.CHANNELS, P.JPEG_CRC32, P.SUBSAMPLING, P.CASE, P.EXPECT, P.WANTS_ACK, P.TX}
     assert describes == DESCRIBES_INPUT
+    assert (P.CHECKSUM, P.SENT_NS) == (CHECKSUM, SENT_NS)  # the nodes' literals are tc.stamp's keys
     assert not {P.SEQ, P.COUNT, P.STREAM, P.FRAME, P.CAPTURE_NS} & DESCRIBES_INPUT
 
 

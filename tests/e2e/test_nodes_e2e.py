@@ -75,8 +75,8 @@ def check_default_recording(run):
 
     entities = read_recording(recording)
     assert entities["/jpeg"].archetypes == {"EncodedImage"} and entities["/jpeg"].rows == 150
-    assert entities["/suite/suite/tv/boxes_xyxy"].archetypes == {"Boxes2D"}
-    assert entities["/suite/suite/tv/image"].archetypes == {"Image"}
+    assert entities["/suite/tv/boxes_xyxy"].archetypes == {"Boxes2D"}
+    assert entities["/suite/tv/image"].archetypes == {"Image"}
     assert "jpeg: 150 received, 150 shown; suite: 62 received, 57 shown, 5 bad" in run.output
     assert "recording written to out/pipeline.rrd: open it with `rerun out/pipeline.rrd`" in run.output
 
