@@ -57,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # Before anything newer is needed, so this line can print (make may run it with an older python3).
@@ -324,19 +325,57 @@ print(json.dumps(names))
 
 
 def clean_env() -> dict:
-    """The environment for every step: PYTHONPATH would leak into what .venv records."""
+    """The environment for every step: PYTHONPATH would leak into what .venv records. setuptools'
+    "Editable installation." warning (11 lines of advice on folders named like the package, at
+    every editable build of this checkout) is turned off by its message: it is about nothing here."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:Editable installation"]))
     return env
 
 
+# What pip prints about the machine's own pip configuration, not about this install: an index
+# named there (`extra-index-url = file:///opt/pypi/simple`) that has no page for a package pip
+# looks up. A fresh install asks for ~50 packages: ~50 WARNING lines that would bury a real one.
+# Counted and said once instead.
+_INDEX_WITHOUT_PAGE = re.compile(r"^WARNING: Location '(.*?)' is ignored: it is neither a file nor a directory\.$")
+
+
+def _shown(lines: Iterable[str], hidden: dict[str, int]) -> Iterator[str]:
+    """`lines` less pip's index-without-a-page warnings; `hidden` counts them by index."""
+    for line in lines:
+        found = _INDEX_WITHOUT_PAGE.match(line.rstrip("\n"))
+        if found is None:
+            yield line
+        else:
+            index = found.group(1).rstrip("/").rsplit("/", 1)[0]
+            hidden[index] = hidden.get(index, 0) + 1
+
+
 def run(cmd: list, *, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
-    if not capture:
-        print("install: $", " ".join(map(str, cmd)), flush=True)
-    proc = subprocess.run([str(c) for c in cmd], env=clean_env(), text=True, capture_output=capture, cwd=ROOT)
+    args = [str(c) for c in cmd]
+    if capture:
+        proc = subprocess.run(args, env=clean_env(), text=True, capture_output=True, cwd=ROOT)
+    else:
+        print("install: $", " ".join(args), flush=True)
+        hidden: dict[str, int] = {}
+        with subprocess.Popen(
+            args, env=clean_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT
+        ) as child:
+            assert child.stdout is not None
+            for line in _shown(child.stdout, hidden):
+                print(line, end="", flush=True)
+        proc = subprocess.CompletedProcess(args, child.returncode)
+        if hidden:
+            where = ", ".join(sorted(hidden))
+            print(
+                f"install: ({sum(hidden.values())} pip warnings not shown: this machine's pip configuration names "
+                f"package indexes ({where}) without a page for some packages; not about this install)",
+                flush=True,
+            )
     if check and proc.returncode != 0:
         detail = f"\n{proc.stderr.strip()[-3000:]}" if capture and proc.stderr else ""
-        raise InstallError(f"`{' '.join(map(str, cmd))}` exited with {proc.returncode}{detail}")
+        raise InstallError(f"`{' '.join(args)}` exited with {proc.returncode}{detail}")
     return proc
 
 

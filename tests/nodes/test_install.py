@@ -675,3 +675,27 @@ def test_a_failed_download_on_a_full_disk_is_not_tried_again(monkeypatch):
     with pytest.raises(installer.InstallError, match="has 150 MB free"):
         installer.run_downloading(["pip", "install", "torch"])
     assert len(calls) == 1
+
+
+def test_what_pip_says_about_the_machines_own_index_config_is_counted_not_shown(capsys, tmp_path):
+    """A fresh `make run` printed 49 pip WARNING lines about indexes this machine's pip.conf names
+    (`file:///opt/pypi/simple` without a page for a package) and setuptools' 11-line "Editable
+    installation." advice: neither is about the install; a real warning still shows."""
+    ignored = "is ignored: it is neither a file nor a directory."
+    script = (
+        "import sys, warnings\n"
+        f"print(\"WARNING: Location 'file:///opt/pypi/simple/torch/' {ignored}\")\n"
+        f"print(\"WARNING: Location 'file:///opt/pypi/simple/dora-rs/' {ignored}\")\n"
+        "print('WARNING: a real one', file=sys.stderr)\n"
+        "warnings.warn('Editable installation.\\n!!\\n  Please be careful with folders')\n"
+        "warnings.warn('something else')\n"
+    )
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text(script)
+    proc = installer.run([installer.sys.executable, noisy])
+    out = capsys.readouterr().out
+    assert proc.returncode == 0
+    assert "is ignored: it is neither" not in out and "Editable installation" not in out
+    assert "WARNING: a real one" in out and "something else" in out
+    assert "install: (2 pip warnings not shown: this machine's pip configuration names package indexes " in out
+    assert "(file:///opt/pypi/simple)" in out
