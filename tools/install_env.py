@@ -367,10 +367,11 @@ def run(cmd: list, *, capture: bool = False, check: bool = True) -> subprocess.C
                 print(line, end="", flush=True)
         proc = subprocess.CompletedProcess(args, child.returncode)
         if hidden:
-            where = ", ".join(sorted(hidden))
+            where, count = ", ".join(sorted(hidden)), sum(hidden.values())
             print(
-                f"install: ({sum(hidden.values())} pip warnings not shown: this machine's pip configuration names "
-                f"package indexes ({where}) without a page for some packages; not about this install)",
+                f"install: ({count} pip warning{'s' if count != 1 else ''} not shown: this machine's pip "
+                f"configuration names package indexes ({where}) without a page for some packages; not about this "
+                "install)",
                 flush=True,
             )
     if check and proc.returncode != 0:
