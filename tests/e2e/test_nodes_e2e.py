@@ -109,7 +109,11 @@ def test_default_pipeline_with_dora_up_and_start(dora_cli, tmp_path):
     assert run.returncode == 0, run.explain()
     with run.explained():
         assert "tensor receiver: " in run.output  # progress lines reach the attached terminal
-        alarms = [line for line in run.output.splitlines() if ALARM.search(line)]
+        # Without rerun-sdk (.venv-floor) the sink's one warning saying so is about a real problem.
+        from tensor_codec_nodes.rerun_sink import sdk
+
+        real = "rerun-sdk is not installed" if sdk.missing() is not None else None
+        alarms = [line for line in run.output.splitlines() if ALARM.search(line) and not (real and real in line)]
         assert not alarms, "\n".join(alarms[:20])
         closing = run.stdout.splitlines()[-1]
         assert closing.startswith("(hidden: ") and "dora-rs/dora#2742" in closing, closing

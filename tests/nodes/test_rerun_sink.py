@@ -401,9 +401,15 @@ def test_without_rerun_sdk_a_taken_message_is_still_released_and_a_bad_one_logge
 
     log = logging.getLogger("rerun-sink-test")
     value, metadata = tc.encode({"x": torch.arange(4)})
-    node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": metadata}, log)
-    with caplog.at_level("ERROR", logger=log.name):
-        node._release_unshown(
-            {"type": "INPUT", "id": "in", "value": value, "metadata": dict(metadata, **{"tc.header": "{"})}, log
-        )
-    assert "input in: a bad message taken: tc.header" in caplog.text
+
+    def taken(metadata):
+        return node._release_unshown({"type": "INPUT", "id": "in", "value": value, "metadata": metadata}, metadata, log)
+
+    assert taken(metadata) == 0
+    broken = dict(metadata, **{"tc.header": "{"})
+    with caplog.at_level("INFO", logger=log.name):
+        assert taken(broken) == 0
+        assert "input in: a bad message taken: tc.header" in caplog.text
+        caplog.clear()
+        # one its sender marked expect=reject (the suite's corrupted messages): counted, no ERROR line
+        assert taken(dict(broken, expect="reject")) == 1 and not caplog.records
