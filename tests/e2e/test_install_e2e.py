@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from tests.support.paths import ROOT
+from tests.support.wheels import tiny_wheel
 from tools import install_env as installer
 
 
@@ -45,25 +46,6 @@ def run_make(project: Path, *args: str, env: dict | None = None, timeout: float 
     for inherited in ("PYTHONPATH", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"):  # `make test` runs this test inside make
         env.pop(inherited, None)
     return subprocess.run(["make", *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def tiny_wheel(folder: Path, name: str, version: str) -> Path:
-    """A wheel of an empty package `name` (what pip needs of one, nothing more)."""
-    import zipfile
-
-    module, info = name.replace("-", "_"), f"{name.replace('-', '_')}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": "",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{module}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for member, text in files.items():
-            wheel.writestr(member, text)
-    return path
 
 
 ABSENT = "tc-test-absent-hub-node==1.0"  # a hub node on no index and in no wheel folder

@@ -19,12 +19,12 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.wheels import tiny_wheel
 from tools import install_env as installer
 
 
@@ -118,23 +118,6 @@ def test_a_fresh_venv_is_held_to_the_constraints_file_a_layered_one_to_the_build
         name: text.split("==")[1] for name, text in installer.constraint_pins(ROOT / installer.CONSTRAINTS).items()
     }
     assert "torch" in fresh
-
-
-def tiny_wheel(folder: Path, name: str, version: str) -> Path:
-    """A wheel of an empty package (what pip needs of one; as tests/e2e/test_install_e2e.py's)."""
-    module, info = name.replace("-", "_"), f"{name.replace('-', '_')}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{module}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for member, text in files.items():
-            wheel.writestr(member, text)
-    return path
 
 
 @pytest.mark.slow
