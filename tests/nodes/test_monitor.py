@@ -16,8 +16,6 @@ from torch.nn.utils.rnn import pack_sequence
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tensor_codec import plan
-from tensor_codec.cuda_ipc import fields as ipc_fields
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.describe import describe
 from tensor_codec.transports import ENCODE_OUTPUT
@@ -28,7 +26,7 @@ from tensor_codec_nodes.monitor.config import load_config
 from tensor_codec_nodes.monitor.monitor import Monitor, fmt_bytes, look
 from tensor_codec_nodes.monitor.node import MonitorNode, pass_ipc
 from tests.support.fakes import FakeNode
-from tests.support.ipc_fake_backend import FakeBackend
+from tests.support.ipc_fake_backend import installed
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -408,17 +406,7 @@ def test_bad_settings_are_refused_naming_the_setting(env, message):
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     """The CPU stand-in for CUDA IPC (as tests/ipc/conftest.py): this process is producer and receiver."""
-    backend = FakeBackend(directory=str(tmp_path))
-    cuda_ipc.use_backend(backend)
-    real_check = ipc_fields.check_same_machine
-    monkeypatch.setattr(cuda_ipc, "check_same_machine", lambda producer: real_check(producer, pid=-1))
-    monkeypatch.setattr(plan, "on_gpu", lambda t: backend.device_index_of(t) is not None)
-    yield backend
-    state = cuda_ipc._state
-    cuda_ipc.use_backend(None)
-    if state is not None and state.producer.has_ledger:
-        state.producer.ledger.close()
-    backend.close()
+    yield from installed(monkeypatch, tmp_path)
 
 
 def bytes_in_flight() -> int:

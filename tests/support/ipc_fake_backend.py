@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,3 +217,26 @@ class FakeBackend:
         self.ops["record_marker"] += 1
         marker.done = self.markers_done
         self.markers.append(marker)
+
+
+def installed(monkeypatch, directory) -> Iterator[FakeBackend]:
+    """The stand-in installed as tensor_codec's CUDA IPC backend for one test, this process both
+    producer and receiver; torn down after (a fixture body: `yield from installed(...)`)."""
+    from tensor_codec import plan
+    from tensor_codec.cuda_ipc import fields as ipc_fields
+    from tensor_codec.cuda_ipc import transport as cuda_ipc
+
+    backend = FakeBackend(directory=str(directory))
+    cuda_ipc.use_backend(backend)
+    real_check = ipc_fields.check_same_machine
+    # One process plays producer and receiver: lift only the same-process refusal.
+    monkeypatch.setattr(cuda_ipc, "check_same_machine", lambda producer: real_check(producer, pid=-1))
+    # Its "GPU" memory is CPU memory: a message holds GPU data when it holds what it can share
+    # (without this the codec sends such messages as host bytes, as it does any CPU message).
+    monkeypatch.setattr(plan, "on_gpu", lambda t: backend.device_index_of(t) is not None)
+    yield backend
+    state = cuda_ipc._state
+    cuda_ipc.use_backend(None)
+    if state is not None and state.producer.has_ledger:
+        state.producer.ledger.close()
+    backend.close()
