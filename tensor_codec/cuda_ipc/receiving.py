@@ -83,15 +83,12 @@ class Receiver:
         if view is not None:
             view.close()
 
-    def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
-        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object, the
-        index of its GPU here). `local_index()` finds that GPU (the first call initialises CUDA):
-        asked only once the message is claimed.
-
-        Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
+    def _claim(self, producer: Any, fields: Any) -> tuple[LedgerView, SlotRef]:
+        """Finish what completed, then claim the message's ledger slot, before any CUDA work
+        (open and pass_unread both start here). DecodeError if its producer has exited or the
+        slot cannot be claimed."""
         self.poll()
-        comparable = producer.pidns == pid_namespace()
-        if comparable and not pid_alive(producer.pid):
+        if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
             self._forget_producer(producer.ledger)
             raise DecodeError(
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
@@ -102,6 +99,16 @@ class Receiver:
             ledger.claim(ref)
         except LedgerError as e:
             raise DecodeError(f"tc.ipc.slot: {e}") from None
+        return ledger, ref
+
+    def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
+        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object, the
+        index of its GPU here). `local_index()` finds that GPU (the first call initialises CUDA):
+        asked only once the message is claimed.
+
+        Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
+        comparable = producer.pidns == pid_namespace()
+        ledger, ref = self._claim(producer, fields)
         self.claimed += 1
         try:
             index = local_index()
@@ -140,18 +147,7 @@ class Receiver:
 
         Raises DecodeError when the slot cannot be claimed (the producer has exited, or had
         already given the message up)."""
-        self.poll()
-        if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
-            self._forget_producer(producer.ledger)
-            raise DecodeError(
-                f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
-            )
-        ref = fields.slot_ref(producer.ledger)
-        try:
-            ledger = self._ledger(producer.ledger)
-            ledger.claim(ref)
-        except LedgerError as e:
-            raise DecodeError(f"tc.ipc.slot: {e}") from None
+        ledger, ref = self._claim(producer, fields)
         try:
             ledger.release(ref)
         except LedgerError as e:  # never: a release without an event handle checks nothing more
