@@ -29,6 +29,11 @@ def no_dora_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("DORA_")}
 
 
+def outside_dora(script: str, *args: str) -> subprocess.CompletedProcess:
+    """A node's console script run as a user would from a shell: no dora daemon around."""
+    return subprocess.run([node_script(script), *args], env=no_dora_env(), capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.slow  # a fresh interpreter
 def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
     """--help answers in a fraction of a second: main.py reads the node's SPEC only, the node
@@ -50,9 +55,7 @@ def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_help_without_a_daemon(package):
     spec = SPECS[package]
-    proc = subprocess.run(
-        [node_script(spec.name), "--help"], env=no_dora_env(), capture_output=True, text=True, timeout=60
-    )
+    proc = outside_dora(spec.name, "--help")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "DORA_NODE_CONFIG" not in proc.stdout + proc.stderr and "panicked" not in proc.stderr
     text = proc.stdout
@@ -67,15 +70,11 @@ def test_every_script_answers_help_without_a_daemon(package):
 
 @pytest.mark.slow  # two fresh interpreters
 def test_outside_dora_a_node_says_how_to_start_it_instead_of_a_backtrace():
-    proc = subprocess.run(
-        [node_script("tc-jpeg-encoder")], env=no_dora_env(), capture_output=True, text=True, timeout=60
-    )
+    proc = outside_dora("tc-jpeg-encoder")
     assert proc.returncode == 2
     assert "tc-jpeg-encoder is a dora node: start it from a dataflow" in proc.stderr
     assert "--help" in proc.stderr and "panicked" not in proc.stderr and "backtrace" not in proc.stderr.lower()
-    bad = subprocess.run(
-        [node_script("tc-jpeg-encoder"), "--qualty=3"], env=no_dora_env(), capture_output=True, text=True, timeout=60
-    )
+    bad = outside_dora("tc-jpeg-encoder", "--qualty=3")
     assert (
         bad.returncode == 2
         and "unexpected argument '--qualty=3'" in bad.stderr
@@ -352,9 +351,7 @@ def test_version_says_not_installed_for_what_is_absent(monkeypatch, capsys):
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_version_without_a_daemon(package):
     spec = SPECS[package]
-    proc = subprocess.run(
-        [node_script(spec.name), "--version"], env=no_dora_env(), capture_output=True, text=True, timeout=60
-    )
+    proc = outside_dora(spec.name, "--version")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"{spec.name}: dora-tensor-codec "), proc.stdout
     assert "\ndora-rs " in proc.stdout and "\ntorch " in proc.stdout, proc.stdout
