@@ -22,6 +22,7 @@ from tensor_codec.describe import describe
 
 from ..common import protocol as P
 from ..common.hostile import Refusals
+from ..common.images import CHANNELS
 from ..common.stats import Latencies
 
 __all__ = ["Seen", "look", "InputStats", "Monitor", "period_line", "echo_line", "fmt_bytes", "fmt_ms"]
@@ -32,8 +33,6 @@ MAX_KINDS = 8  # kinds of message remembered per input, the rest counted as "oth
 WINDOW_SAMPLES = 4096  # latencies kept per window for its p50 (its max is exact)
 # A latency outside this is a clock that is not the wall clock, not a latency: not counted.
 LATENCY_RANGE_MS = (-60_000.0, 86_400_000.0)
-RAW_CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1}
-SENT_NS = "sent_ns"  # the senders' stamp: wall clock (ns) just before the send
 _UINT8 = pa.uint8()
 
 
@@ -87,7 +86,7 @@ def _image(value: pa.Array, metadata: dict) -> str:
     sizes = {}
     for key in (P.WIDTH, P.HEIGHT):
         v = metadata.get(key)
-        if v is None and encoding not in RAW_CHANNELS:
+        if v is None and encoding not in CHANNELS:
             continue  # a JPEG names its size inside
         if type(v) is not int or not 0 < v < 1 << 31:
             raise tc.DecodeError(f"metadata.{key}: expected a positive integer, got {v!r:.40}")
@@ -95,7 +94,7 @@ def _image(value: pa.Array, metadata: dict) -> str:
     if value.type != _UINT8 or value.null_count:
         raise tc.DecodeError(f"value: expected flat uint8 bytes without nulls, got {str(value.type)[:40]}")
     size = f" {sizes[P.WIDTH]}x{sizes[P.HEIGHT]}" if len(sizes) == 2 else ""
-    channels = RAW_CHANNELS.get(encoding)
+    channels = CHANNELS.get(encoding)
     if channels is not None:
         expected = sizes[P.WIDTH] * sizes[P.HEIGHT] * channels
         if len(value) != expected:
@@ -113,7 +112,7 @@ def _image(value: pa.Array, metadata: dict) -> str:
 
 def latency_ms(metadata: Any, now_ns: int) -> float | None:
     """Milliseconds since the message's `sent_ns` (the sender's wall clock), or None."""
-    sent = metadata.get(SENT_NS) if isinstance(metadata, dict) else None
+    sent = metadata.get(P.SENT_NS) if isinstance(metadata, dict) else None
     if type(sent) is not int:
         return None
     ms = (now_ns - sent) / 1e6
