@@ -20,7 +20,8 @@ STREAM = "stream"  # an id unique to one run of one sending node's output
 SENT_NS = "sent_ns"  # wall clock (time.time_ns) just before the send, for latency
 CHECKSUM = "checksum"  # the content digest (tensor_codec/digest.py)
 CASE = "case"  # what the payload is, for reports
-EXPECT = "expect"  # "reject": a deliberately corrupted message the receiver must refuse
+EXPECT = "expect"  # REJECT: a deliberately corrupted message the receiver must refuse
+REJECT = "reject"
 WANTS_ACK = "wants_ack"  # True: the sender waits for an ack of (stream, seq) on the receiver's `ack` output
 # The transmission number of an acknowledged message: 1, 2, 3, ... per sending node, one more for
 # every copy it sends (a resend gets a new one; the same copy on several outputs, the same one).
@@ -67,6 +68,12 @@ def carried(metadata: dict, dropped: set[str] | frozenset[str]) -> dict:
 def image_keys(encoding: str, width: int, height: int) -> dict:
     """dora's image keys for a message whose value is flat image bytes (send_plain)."""
     return {ENCODING: encoding, WIDTH: width, HEIGHT: height}
+
+
+def to_be_refused(metadata: dict) -> bool:
+    """A message its sender corrupted on purpose (EXPECT "reject"): a consumer that refuses it
+    does what was asked, and counts it apart from the bad messages it did not expect."""
+    return metadata.get(EXPECT) == REJECT
 
 
 def label(metadata: dict) -> str:

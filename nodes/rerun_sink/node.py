@@ -86,7 +86,7 @@ def _release_unshown(event: dict, metadata: dict, log) -> int:
         with tc.scope():
             tc.receive(event)
     except tc.CodecError as e:
-        if metadata.get(P.EXPECT) == "reject":
+        if P.to_be_refused(metadata):
             log.debug("input %s: refused as its sender expected: %s", event.get("id"), e)
             return 1
         log.error("input %s: a bad message taken: %s", event.get("id"), str(e)[:300])

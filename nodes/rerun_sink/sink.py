@@ -116,7 +116,7 @@ class RerunSink:
                 found, problems = message_views(value, metadata)
                 self._log(input_id, metadata, found, problems)
         except (tc.CodecError, JpegError, CannotShow) as e:
-            if metadata.get(P.EXPECT) == "reject":
+            if P.to_be_refused(metadata):
                 self.refused[input_id] += 1
                 log.debug("input %s, message %s: refused as its sender expected: %s", input_id, P.label(metadata), e)
                 return False

@@ -207,7 +207,7 @@ class Receiver:
         stats.last_ns = arrival
         if problem is not None:
             return self._bad(name, stats, metadata, problem)
-        rejecting = metadata.get(P.EXPECT) == "reject"
+        rejecting = P.to_be_refused(metadata)
         try:
             with tc.scope():
                 obj = self._restore(event, metadata)

@@ -59,7 +59,7 @@ class TensorSender:
         corrupt = self.corrupt_at.get(seq)
         if corrupt is not None:
             case, value, codec_metadata = corrupt
-            return Outgoing({**codec_metadata, **metadata, P.CASE: case, P.EXPECT: "reject"}, raw=value)
+            return Outgoing({**codec_metadata, **metadata, P.CASE: case, P.EXPECT: P.REJECT}, raw=value)
         payload = self.payloads[self._payload_index(seq)]
         obj, checksum = payload.build(seq)
         return Outgoing({**metadata, P.CASE: payload.case, P.CHECKSUM: checksum}, obj=obj)

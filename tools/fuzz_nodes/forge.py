@@ -186,7 +186,7 @@ def forge_tensor(item: Item, next_seq: int, count: int, seed: int) -> tuple[pa.A
     if name == "a good message again":
         return good_tensor(next_seq - 1, count)
     if name == "corrupted, marked expect=reject":
-        return value.slice(0, len(value) - 8), {**plain, P.EXPECT: "reject"}
+        return value.slice(0, len(value) - 8), {**plain, P.EXPECT: P.REJECT}
     raise ValueError(f"no tensor builder for category {name!r}")
 
 
