@@ -208,8 +208,13 @@ def optional_purpose(text: str) -> str:
 
 
 def requirement_name(text: str) -> str:
-    """``"torchvision>=0.26"`` -> ``"torchvision"`` (normalised as pip compares names)."""
-    return re.split(r"[\s\[<>=!~;]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    """``"torchvision>=0.26"`` -> ``"torchvision"`` (normalised as pip compares names: `dist_name`)."""
+    return dist_name(re.split(r"[\s\[<>=!~;]", text.strip(), maxsplit=1)[0])
+
+
+def dist_name(text: str) -> str:
+    """A distribution's name as pip compares names (PEP 503): `PyYAML`, `rerun_sdk` -> `pyyaml`, `rerun-sdk`."""
+    return re.sub(r"[-_.]+", "-", text).lower()
 
 
 def hub_nodes(path: Path | None = None) -> list[tuple[str, bool]]:
@@ -756,11 +761,6 @@ def matches_pin(pinned: str, found: str) -> bool:
     return not pinned_local or pinned_local.lower() == found_local.lower()
 
 
-def _dist_name(text: str) -> str:
-    """A distribution's name as pip compares names (PEP 503): `PyYAML`, `rerun_sdk` -> `pyyaml`, `rerun-sdk`."""
-    return re.sub(r"[-_.]+", "-", text).lower()
-
-
 def installed_releases(site: Path) -> dict[str, list[str]]:
     """name -> the releases installed in one site-packages folder, from its `*.dist-info` folders
     (each's METADATA `Version:`, else its folder name). Plain file reads: importlib.metadata's
@@ -780,7 +780,7 @@ def installed_releases(site: Path) -> dict[str, list[str]]:
                         break
         except OSError:
             pass
-        found.setdefault(_dist_name(name), []).append(version)
+        found.setdefault(dist_name(name), []).append(version)
     return found
 
 
@@ -796,7 +796,7 @@ def drift(venv: Path, pinned: dict[str, str]) -> list[tuple[str, str, str]]:
     return [
         (name, version, release)
         for name, version in pinned.items()
-        for release in installed.get(_dist_name(name), [])
+        for release in installed.get(dist_name(name), [])
         if not matches_pin(version, release)
     ]
 
