@@ -368,27 +368,33 @@ class _IgnoreTags(_SafeLoader):
 _IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
-def output_routing(text: str | None = None) -> dict | None:
-    """The daemon's routing of this node's outputs, from ``DORA_NODE_CONFIG`` (dora 1.1 writes
-    ``output_routing: {<output>: {daemon_only: bool, required_ackers: [...]}}`` there): output id
-    -> its entry; None where the config gives none (not started by a daemon, an older dora)."""
+def daemon_node_config(text: str | None = None) -> dict | None:
+    """What the daemon hands the process in ``DORA_NODE_CONFIG`` (`text`, else the environment's),
+    parsed: ``node_id``, ``run_config`` (the node's inputs and outputs), ``dataflow_descriptor``,
+    ``output_routing``; tagged values (a Rust enum's variant, ``!Tcp``) read as None. None when
+    absent or not a YAML mapping (not started by a daemon). Parsed once per process: it holds the
+    whole dataflow."""
     if text is None:
         text = os.environ.get("DORA_NODE_CONFIG")
     if not text:
         return None
     if text not in _NODE_CONFIGS:
         _NODE_CONFIGS.clear()  # one config per process: the cache holds the latest only
-        _NODE_CONFIGS[text] = _read_output_routing(text)
+        try:
+            config = yaml.load(text, Loader=_IgnoreTags)  # a SafeLoader that ignores tags
+        except yaml.YAMLError as e:
+            log.debug("DORA_NODE_CONFIG is not YAML: %s", e)
+            config = None
+        _NODE_CONFIGS[text] = config if isinstance(config, dict) else None
     return _NODE_CONFIGS[text]
 
 
-def _read_output_routing(text: str) -> dict | None:
-    try:
-        config = yaml.load(text, Loader=_IgnoreTags)  # a SafeLoader that ignores tags
-    except yaml.YAMLError as e:
-        log.debug("DORA_NODE_CONFIG is not YAML: %s", e)
-        return None
-    routing_ = config.get("output_routing") if isinstance(config, dict) else None
+def output_routing(text: str | None = None) -> dict | None:
+    """The daemon's routing of this node's outputs, from ``DORA_NODE_CONFIG`` (dora 1.1 writes
+    ``output_routing: {<output>: {daemon_only: bool, required_ackers: [...]}}`` there): output id
+    -> its entry; None where the config gives none (not started by a daemon, an older dora)."""
+    config = daemon_node_config(text)
+    routing_ = config.get("output_routing") if config is not None else None
     return routing_ if isinstance(routing_, dict) else None
 
 

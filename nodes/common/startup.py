@@ -31,8 +31,6 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-import yaml
-
 from .manifest import NodeSpec, Port
 from .settings import Setting
 
@@ -303,33 +301,17 @@ def _this_nodes_env(node: Any) -> list[str] | None:
         return None
 
 
-class _TaggedLoader(yaml.SafeLoader):
-    """The YAML dora writes: tags such as `!Tcp` (a Rust enum's variant) read as plain values."""
-
-
-def _untagged(loader: Any, suffix: str, node: Any) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)
-
-
-_TaggedLoader.add_multi_constructor("!", _untagged)
-
-
 def dora_node_config(env: Mapping[str, str] = os.environ) -> dict | None:
-    """What the daemon hands the process in DORA_NODE_CONFIG (YAML: `node_id`, `run_config` with
-    the node's inputs and outputs, the `dataflow_descriptor`), read before joining; None when
-    absent or unreadable (then the checks run once joined, on what the node says)."""
+    """What the daemon hands the process in DORA_NODE_CONFIG (`node_id`, `run_config` with the
+    node's inputs and outputs, the `dataflow_descriptor`: tensor_codec's parse of it), read before
+    joining; None when absent or unreadable (then the checks run once joined, on what the node says)."""
     text = env.get("DORA_NODE_CONFIG")
     if not text:
         return None
-    try:
-        config = yaml.load(text, Loader=_TaggedLoader)  # a SafeLoader that reads tags as plain values
-    except yaml.YAMLError:
-        return None
-    return config if isinstance(config, dict) and isinstance(config.get("node_id"), str) else None
+    from tensor_codec.dora_adapter import daemon_node_config  # torch: never for --help
+
+    config = daemon_node_config(text)
+    return config if config is not None and isinstance(config.get("node_id"), str) else None
 
 
 def _setup_of(source: Any) -> tuple[list[str] | None, Iterable[str] | None, Iterable[str] | None]:
