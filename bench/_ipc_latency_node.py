@@ -10,12 +10,21 @@ floor above every size, so each of its auto sends takes it); ``cpu+host+cuda``, 
 Codec overhead: the sender times `tc.send` minus the time inside dora's `send_output`; the
 receiver times `tc.receive` (claim, cached segment and event, stream wait queued, views).
 
+Device calls (plan "count_reps" > 0): after the timed messages, the sender sends each size by
+CUDA IPC again, 2 messages to settle and then "count_reps" counted ones; both nodes count the
+device calls inside the codec's work on each counted message (bench/_device_calls.py: CUDA's own
+API through torch.profiler on a GPU, the backend's operations on the stand-in), never while timing.
+
+With NODE_PROFILE=PATH each node runs under cProfile and writes PATH.sender.txt and
+PATH.receiver.txt (for a profile only: its timings are not figures).
+
 With STAND_IN_DIR set (bench/cuda_ipc.py --stand-in, the CPU smoke test) both nodes use the CPU
 stand-in backend of the tests (tests/support/ipc_fake_backend.py, segments in that directory) and
 CPU tensors: the same code paths, no GPU, figures that mean nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -27,8 +36,14 @@ from dora import Node
 
 import tensor_codec as tc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _device_calls import BackendCounter, CudaApiCounter  # noqa: E402
+
 KB = 1 << 10
 STAND_IN_DIR = os.environ.get("STAND_IN_DIR")
+TIMED, SETTLE, COUNTED = "timed", "settle", "counted"  # phases; warm-up messages are neither timed nor counted
+SETTLE_REPS = 2
+_stand_in_backend = None
 
 
 def gpu() -> torch.device:
@@ -39,10 +54,20 @@ def gpu() -> torch.device:
     from tensor_codec.cuda_ipc import transport
     from tests.support.ipc_fake_backend import FakeBackend
 
-    backend = FakeBackend(directory=STAND_IN_DIR)
+    global _stand_in_backend
+    backend = _stand_in_backend = FakeBackend(directory=STAND_IN_DIR)
     transport.use_backend(backend)
     plan.on_gpu = lambda t: backend.device_index_of(t) is not None  # its "GPU" memory is CPU memory
     return torch.device("cpu")
+
+
+def new_counter():
+    """What counts device calls in this process: the stand-in's own counts, or CUDA's API."""
+    return BackendCounter(_stand_in_backend) if _stand_in_backend is not None else CudaApiCounter()
+
+
+def counting(counter, name: str):
+    return counter.range(name) if counter is not None else contextlib.nullcontext()
 
 
 def synchronize(device: torch.device) -> None:
@@ -71,12 +96,13 @@ class TimedNode:
         return iter(self._node)
 
 
-def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict) -> int:
+def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict, counter=None) -> int:
     metadata["t0"] = time.monotonic_ns()
     if contender == "cuda-ipc":
         node.in_dora_ns = 0
         start = time.perf_counter_ns()
-        tc.send(node, "out", tensor, metadata, transport="cuda-ipc")
+        with counting(counter, f"send {metadata['size_kb']}"):
+            tc.send(node, "out", tensor, metadata, transport="cuda-ipc")
         return time.perf_counter_ns() - start - node.in_dora_ns
     if contender == "host-to-gpu":
         tc.send(node._node, "out", tensor, metadata)  # auto, under the floor set in run_sender
@@ -95,8 +121,11 @@ def run_sender() -> None:
     for size in plan["sizes_kb"]:
         for rep in range(plan["warmup"] + plan["reps"]):
             for contender in plan["contenders"]:
-                queue.append((contender, size, rep < plan["warmup"]))
-    codec = []
+                queue.append((contender, size, TIMED if rep >= plan["warmup"] else "warmup"))
+    if plan.get("count_reps"):
+        for size in plan["sizes_kb"]:
+            queue += [("cuda-ipc", size, SETTLE)] * SETTLE_REPS + [("cuda-ipc", size, COUNTED)] * plan["count_reps"]
+    codec, counter = [], None
     seq, waiting_since = 0, None
     for event in node:
         if event["type"] != "INPUT":
@@ -106,52 +135,90 @@ def run_sender() -> None:
         if waiting_since is None:
             if seq == len(queue):
                 break
-            contender, size, warmup = queue[seq]
+            contender, size, phase = queue[seq]
+            if phase == SETTLE and counter is None:  # after the timed messages: the profiler never times
+                counter = new_counter()
             spent = send(
-                node, contender, tensors[size], {"seq": seq, "contender": contender, "size_kb": size, "warmup": warmup}
+                node,
+                contender,
+                tensors[size],
+                {"seq": seq, "contender": contender, "size_kb": size, "phase": phase},
+                counter if phase == COUNTED else None,
             )
-            if contender == "cuda-ipc" and not warmup:
+            if contender == "cuda-ipc" and phase == TIMED:
                 codec.append({"size_kb": size, "send_codec_ns": spent})
             seq += 1
             waiting_since = time.monotonic()
     tc.ipc_flush(10)
     with open(os.environ["SENDER_RESULTS"], "w") as f:
-        json.dump(codec, f)
+        json.dump({"codec": codec, "calls": counter.finish() if counter is not None else {}}, f)
     node.send_output("done", pa.array([0], pa.int64()))
 
 
 def run_receiver() -> None:
     node = Node()
     device = gpu()
-    results = []
+    results, counter = [], None
     for event in node:
         if event["type"] != "INPUT":
             continue
         if event["id"] == "done":
             break
         metadata = event["metadata"]
-        with tc.scope():
-            start = time.perf_counter_ns()
+        phase, size = metadata["phase"], metadata["size_kb"]
+        if phase == SETTLE and counter is None:
+            counter = new_counter()
+        counted = counter if phase == COUNTED else None
+        scope = tc.scope()
+        scope.__enter__()
+        start = time.perf_counter_ns()
+        with counting(counted, f"receive {size}"):
             tensor = tc.receive(event)
-            decode_ns = time.perf_counter_ns() - start
-            if tensor.device != device:
-                tensor = tensor.to(device)
-            synchronize(device)
-            t1 = time.monotonic_ns()
-            if not metadata["warmup"]:
-                results.append(
-                    {
-                        "contender": metadata["contender"],
-                        "size_kb": metadata["size_kb"],
-                        "latency_ns": t1 - metadata["t0"],
-                        "receive_codec_ns": decode_ns,
-                    }
-                )
+        decode_ns = time.perf_counter_ns() - start
+        if tensor.device != device:
+            tensor = tensor.to(device)
+        synchronize(device)
+        t1 = time.monotonic_ns()
+        if phase == TIMED:
+            results.append(
+                {
+                    "contender": metadata["contender"],
+                    "size_kb": size,
+                    "latency_ns": t1 - metadata["t0"],
+                    "receive_codec_ns": decode_ns,
+                }
+            )
+        with counting(counted, f"release {size}"):  # the views die, the scope hands the message back
             del tensor
+            scope.__exit__(None, None, None)
         node.send_output("ack", pa.array([], pa.uint8()), {"seq": metadata["seq"]})
     with open(os.environ["RESULTS"], "w") as f:
-        json.dump(results, f)
+        json.dump({"rows": results, "calls": counter.finish() if counter is not None else {}}, f)
+
+
+def profiled(role: str, run, path: str) -> None:
+    """Runs a node under cProfile and writes where its time went to `path`.<role>.txt (a run for
+    the profile only: cProfile slows every Python call)."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        run()
+    finally:
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(40)
+        with open(f"{path}.{role}.txt", "w") as f:
+            f.write(text.getvalue())
 
 
 if __name__ == "__main__":
-    {"sender": run_sender, "receiver": run_receiver}[sys.argv[1]]()
+    role = sys.argv[1]
+    run = {"sender": run_sender, "receiver": run_receiver}[role]
+    if os.environ.get("NODE_PROFILE"):  # bench/cuda_ipc.py's nodes under cProfile: where the codec's time goes
+        profiled(role, run, os.environ["NODE_PROFILE"])
+    else:
+        run()

@@ -13,6 +13,12 @@ faster and the ``TC_IPC_MIN_BYTES`` that follows from them, and judges the goal 
 the floor in force for this run (``TC_IPC_MIN_BYTES`` of this process, else routing's default),
 is never slower than host bytes (within 5 %, for noise at the crossover).
 
+Device calls (issue 36): after the timed messages each size goes by CUDA IPC again, and both
+nodes count the calls inside the codec's work on each message (bench/_device_calls.py): CUDA's
+own API, runtime and driver, through torch.profiler (CUPTI). Printed per message and size, with
+the goal that no set-up or host-blocking call (allocation, IPC handle exported or opened, event
+made, synchronize, blocking copy) happens per message in steady state.
+
 Needs a CUDA device; without one it says so and measures nothing. ``--stand-in`` runs the same
 dataflow and code paths on the CPU stand-in backend of the tests (the CPU smoke test): its
 figures are not GPU figures and its goals are not judged.
@@ -32,6 +38,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _device_calls import forbidden, per_message  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save, skipped  # noqa: E402
 from dora_latency import run_flow  # noqa: E402
@@ -43,12 +50,22 @@ NOISE = 1.05  # auto within 5 % of the best host path counts as never slower
 BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
 
 
-def run(sizes_kb: list[int], reps: int, warmup: int, *, stand_in: bool = False) -> tuple[list[dict], list[dict]]:
+def run(
+    sizes_kb: list[int], reps: int, warmup: int, count_reps: int, *, stand_in: bool = False
+) -> tuple[list[dict], list[dict], dict]:
+    """-> (the receiver's timed rows, the sender's codec times, the device calls counted on each
+    side: {"sender": ..., "receiver": ...} as bench/_device_calls.py counts them)."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-ipc-") as tmp:
         tmp = Path(tmp)
         stand_in_env = {"STAND_IN_DIR": str(tmp)} if stand_in else {}
         results, sender_results = tmp / "results.json", tmp / "sender.json"
-        plan = {"sizes_kb": sizes_kb, "reps": reps, "warmup": warmup, "contenders": CONTENDERS}
+        plan = {
+            "sizes_kb": sizes_kb,
+            "reps": reps,
+            "warmup": warmup,
+            "contenders": CONTENDERS,
+            "count_reps": count_reps,
+        }
 
         def node(role, **kw):
             return {
@@ -76,7 +93,8 @@ def run(sizes_kb: list[int], reps: int, warmup: int, *, stand_in: bool = False) 
             ]
         }
         run_flow(flow, tmp, results)
-        return json.loads(results.read_text()), json.loads(sender_results.read_text())
+        received, sent = json.loads(results.read_text()), json.loads(sender_results.read_text())
+        return received["rows"], sent["codec"], {"sender": sent["calls"], "receiver": received["calls"]}
 
 
 def p50(values) -> float:
@@ -110,7 +128,30 @@ def auto_vs_host(sizes_kb: list[int], floor: int, ipc: dict, to_gpu: dict, best_
     return worst, where
 
 
-def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: bool = True) -> dict:
+def device_calls(calls: dict, sizes_kb: list[int], *, stand_in: bool) -> tuple[dict, float, str]:
+    """Prints the calls per CUDA IPC message, per size and side. -> ({"send 4KB": {name: per
+    message}, ...}, the most forbidden calls per message at any size and side, where)."""
+    counted = {**per_message(calls.get("sender", {})), **per_message(calls.get("receiver", {}))}
+    what = "the stand-in backend's operations" if stand_in else "CUDA API calls (CUPTI, runtime and driver)"
+    print(f"Device calls per CUDA IPC message in steady state: {what}")
+    table, worst, where = {}, 0.0, "-"
+    for size in sizes_kb:
+        for step in ("send", "receive", "release"):
+            found = counted.get(f"{step} {size}")
+            if found is None:
+                continue
+            table[f"{step} {size}KB"] = found
+            bad = sum(n for name, n in found.items() if forbidden(name, stand_in=stand_in))
+            if bad > worst:
+                worst, where = bad, f"{step} {size} KB"
+            listing = ", ".join(f"{name} {n:g}" for name, n in found.items()) or "none"
+            print(f"{size:>7d}KB  {step:<8s} {sum(found.values()):5.1f}  ({listing})")
+    return table, worst, where
+
+
+def report(
+    rows: list[dict], codec: list[dict], sizes_kb: list[int], calls: dict | None = None, *, judged: bool = True
+) -> dict:
     """Prints the table and the goals; `judged=False` (the stand-in) leaves every goal unjudged."""
     print("CUDA IPC through dora, p50 latency in ms until the tensor is usable on the receiver's GPU")
     print(f"{'size':>9s}  {'cuda-ipc':>10s}  {'host-to-gpu':>12s}  {'.cpu()->dora->.cuda()':>22s}  {'speed-up':>9s}")
@@ -166,6 +207,22 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: 
             f"worst {worst:.2f}x of the best host path, at {worst_at} KB",
         ),
     ]
+    table, worst_calls, worst_calls_at = {}, 0.0, "-"
+    if calls is not None:
+        print()
+        table, worst_calls, worst_calls_at = device_calls(calls, sizes_kb, stand_in=not judged)
+        if not table:
+            worst_calls, worst_calls_at = float("nan"), "no message was counted"
+        goals.append(
+            goal(
+                "no set-up or host-blocking device call per CUDA IPC message in steady state",
+                worst_calls,
+                "<=",
+                0,
+                "calls",
+                f"most per message: {worst_calls:g}, at {worst_calls_at}",
+            )
+        )
     print()
     if host_faster:
         print(f"host bytes were faster at {', '.join(f'{s} KB' for s in host_faster)}")
@@ -190,6 +247,7 @@ def report(rows: list[dict], codec: list[dict], sizes_kb: list[int], *, judged: 
         "ipc_min_bytes": floor_now,
         "recommended_ipc_min_bytes": floor_wanted,
         "auto_vs_host": worst,
+        "device_calls_per_message": table,
         "goals": goals,
         "rows": [
             {"contender": c, "size_kb": s, "p50_ms": v, "baseline": c == "cpu+host+cuda"} for (c, s), v in lat.items()
@@ -203,6 +261,9 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument(
+        "--count-reps", type=int, default=10, help="messages per size whose device calls are counted (0: none)"
+    )
+    parser.add_argument(
         "--stand-in",
         action="store_true",
         help="run on the tests' CPU stand-in backend (no GPU; a smoke test of this script, figures meaningless)",
@@ -211,16 +272,19 @@ def main(argv=None) -> dict | None:
     args = parser.parse_args(argv)
     if args.stand_in:
         sizes = [int(s) for s in args.sizes_kb.split(",")]
-        rows, codec = run(sizes, args.reps, args.warmup, stand_in=True)
+        rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps, stand_in=True)
         print("(CPU stand-in backend)")
-        return save("cuda_ipc", BASELINE + " (CPU stand-in run)", report(rows, codec, sizes, judged=False), args.json)
+        counted = calls if args.count_reps else None
+        return save(
+            "cuda_ipc", BASELINE + " (CPU stand-in run)", report(rows, codec, sizes, counted, judged=False), args.json
+        )
     if not torch.cuda.is_available():
         print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
         skipped("cuda_ipc", BASELINE, "no CUDA device on this machine", args.json)
         return None
     sizes = [int(s) for s in args.sizes_kb.split(",")]
-    rows, codec = run(sizes, args.reps, args.warmup)
-    return save("cuda_ipc", BASELINE, report(rows, codec, sizes), args.json)
+    rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps)
+    return save("cuda_ipc", BASELINE, report(rows, codec, sizes, calls if args.count_reps else None), args.json)
 
 
 if __name__ == "__main__":
