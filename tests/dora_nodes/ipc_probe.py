@@ -39,6 +39,7 @@ SMALL = 300
 TRIALS = 200
 FLOOR = 4096
 FLOOR_TRIALS = 50
+QUIET_TICKS = 3
 
 
 def write(report):
@@ -118,16 +119,30 @@ def consume(node):
     small = make_many_small(SMALL) if SCENARIO in ("small", "floor") else None
     held = []
     started = False
+    closed = False  # `data` closed: the messages still queued behind the close are read first
+    quiet_ticks = 0  # ticks in a row without a message between them
     for event in node:
         if event["type"] == "INPUT" and event["id"] == "tick":
             if not started:
                 node.send_output("ready", pa.array([1], type=pa.uint8()))
+            # dora hands out INPUT_CLOSED before the inputs still queued behind it (its scheduler
+            # puts events that are not inputs first; every message sent before the close is
+            # already queued here by then), and it takes inputs in turns: two ticks in a row
+            # after the close mean no message is left. (Not a time without messages: one message
+            # can take seconds on a loaded machine, the first one initialising CUDA.)
+            quiet_ticks += 1
+            if closed and quiet_ticks >= QUIET_TICKS:
+                break
             continue
-        if event["type"] in ("STOP",) or (event["type"] == "INPUT_CLOSED" and event["id"] == "data"):
+        if event["type"] == "STOP":
             break
+        if event["type"] == "INPUT_CLOSED" and event["id"] == "data":
+            closed = True
+            continue
         if event["type"] != "INPUT" or event["id"] != "data":
             continue
         started = True
+        quiet_ticks = 0
         i = event["metadata"]["i"]
         try:
             got = tc.receive(event)
