@@ -241,6 +241,39 @@ def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor(
 
 
 @needs_torchcodec
+def test_torchcodec_on_cuda_waits_for_the_frame_before_nvjpeg_reads_it(monkeypatch):
+    """On an H100, TorchCodec 0.16 once encoded a frame from stale memory while other streams were
+    busy: its nvJPEG work was not ordered after the worker's stream. The worker's own stream is
+    waited for on the host, after the frame is made, before the encoder is called (the CUDA
+    calls are stood in for: no GPU here)."""
+    from tensor_codec_nodes.jpeg_encoder.engines import torchcodec_engines
+
+    calls = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("worker stream synchronized")
+
+    class Encoder:
+        def __init__(self, frame):
+            calls.append("encoder made")
+
+        def to_file_like(self, sink, quality):
+            calls.append("encoded")
+            sink.write(b"\xff\xd8\xff\xd9")
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torchcodec_engines, "JpegEncoder", Encoder)
+    engine = torchcodec_engines.TorchCodecEngine(torch.device("cuda", 0), 90, 1)
+    try:
+        data = engine._encode_cuda(torch.zeros(3, 16, 16, dtype=torch.uint8))
+    finally:
+        engine.close()
+    assert calls == ["worker stream synchronized", "encoder made", "encoded"]
+    assert bytes(data.numpy()) == b"\xff\xd8\xff\xd9"
+
+
+@needs_torchcodec
 def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
     import logging
 

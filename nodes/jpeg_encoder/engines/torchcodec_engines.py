@@ -3,14 +3,21 @@
 
 TorchCodec's CUDA encoder (read in 0.17's EncodeJpegCuda.cpp) encodes on the caller's current
 stream, per call, with an nvJPEG encoder taken from a per-GPU pool (so workers encode at the same
-time, unlike torchvision's one mutex), host-synchronises that stream (ours: no other stream, no
-device-wide wait) and retrieves the bitstream into host memory before it returns. So, on a
-worker whose stream already waits on the frames' event (base.PooledEngine):
+time, unlike torchvision's one mutex), host-synchronises that stream and retrieves the bitstream
+into host memory before it returns. That reading is not enough to rely on: on an H100
+(2026-11-27, TorchCodec 0.16, torch 2.11), in one of three runs of tests/nodes/test_jpeg_seed_002.py
+(4 threads encoding while other streams run heavy work), 1 of its 100 frames came out encoded
+from stale memory (14.1 dB, mean abs diff 42.8 against its source), and the all-CUDA dataflow of
+tests/e2e/test_nodes_e2e.py showed the same frame error once in five runs; the frame then was not
+yet made when nvJPEG read it, so nvJPEG's work was not ordered after the worker's stream. So, on
+a worker whose stream already waits on the frames' event (base.PooledEngine):
   1. the frame is made 3-channel and contiguous on the worker's stream (ordered after the wait);
-  2. the encode runs on that same stream: it reads the frame after the producer's work, without
-     a host wait for the producer;
-  3. the bytes are read only after TorchCodec's synchronisation of that stream, which follows the
-     retrieval that wrote them; the inputs are freed only then (same stream, in order).
+  2. the worker waits on the host for its own stream (no other stream, not the device): the
+     frame is complete in memory whichever stream nvJPEG then works on;
+  3. the encode runs; the bytes are read only after TorchCodec's synchronisation, which follows
+     the retrieval that wrote them; the inputs are freed only then.
+The wait in step 2 costs the worker nothing it would not wait anyway (the encode cannot start
+before the frame is made) and releases the GIL.
 Both encoders release the GIL while they run, so WORKERS threads encode in parallel.
 
 On the CPU, TorchCodec's `to_tensor` writes through a Python file object: the encoder takes the
@@ -91,9 +98,10 @@ class TorchCodecEngine(PooledEngine):
 
     def _encode_cuda(self, frame: torch.Tensor) -> torch.Tensor:
         rgb = as_rgb3(frame).contiguous()  # step 1, on the worker's stream
+        torch.cuda.current_stream(self.device).synchronize()  # step 2: the frame is made
         sink = io.BytesIO()
         # to_file_like: the bitstream is retrieved straight into host memory (one write), after
-        # TorchCodec synchronised this stream (steps 2 and 3).
+        # TorchCodec's synchronisation (step 3).
         JpegEncoder(rgb).to_file_like(sink, quality=self.quality)
         del rgb
         return torch.frombuffer(sink.getbuffer(), dtype=torch.uint8)
