@@ -18,9 +18,11 @@ events made, host synchronisation).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -74,14 +76,17 @@ def calls_in_ranges(trace_events: list) -> dict:
 
 
 class CudaApiCounter:
-    """CUDA API calls (CUPTI, through torch.profiler) inside named ranges of this process."""
+    """CUDA API calls (CUPTI, through torch.profiler) inside named ranges of this process. With
+    `keep_trace` (a path ending in .json.gz) the whole trace is kept there, with Python's calls
+    (with_stack): a timeline of where each message's time went, for chrome://tracing or Perfetto."""
 
-    def __init__(self):
+    def __init__(self, keep_trace: str | None = None):
         import torch
 
         self._torch = torch
+        self._keep = keep_trace
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        self._profile = torch.profiler.profile(activities=activities)
+        self._profile = torch.profiler.profile(activities=activities, with_stack=bool(keep_trace))
         self._profile.__enter__()
 
     def range(self, name: str):
@@ -95,6 +100,9 @@ class CudaApiCounter:
             self._profile.export_chrome_trace(path)
             with open(path) as f:
                 events = json.load(f).get("traceEvents", [])
+            if self._keep:
+                with open(path, "rb") as f, gzip.open(self._keep, "wb") as kept:
+                    shutil.copyfileobj(f, kept)
         finally:
             os.unlink(path)
         return calls_in_ranges(events)

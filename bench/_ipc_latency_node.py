@@ -15,8 +15,8 @@ CUDA IPC again, 2 messages to settle and then "count_reps" counted ones; both no
 device calls inside the codec's work on each counted message (bench/_device_calls.py: CUDA's own
 API through torch.profiler on a GPU, the backend's operations on the stand-in), never while timing.
 
-With NODE_PROFILE=PATH each node runs under cProfile and writes PATH.sender.txt and
-PATH.receiver.txt (for a profile only: its timings are not figures).
+With TRACE_DIR set, each node keeps its profiler trace of the counted messages, Python's calls
+included, as TRACE_DIR/<role>.trace.json.gz: where a message's time goes, thread by thread.
 
 With STAND_IN_DIR set (bench/cuda_ipc.py --stand-in, the CPU smoke test) both nodes use the CPU
 stand-in backend of the tests (tests/support/ipc_fake_backend.py, segments in that directory) and
@@ -63,7 +63,10 @@ def gpu() -> torch.device:
 
 def new_counter():
     """What counts device calls in this process: the stand-in's own counts, or CUDA's API."""
-    return BackendCounter(_stand_in_backend) if _stand_in_backend is not None else CudaApiCounter()
+    if _stand_in_backend is not None:
+        return BackendCounter(_stand_in_backend)
+    trace_dir = os.environ.get("TRACE_DIR")
+    return CudaApiCounter(os.path.join(trace_dir, f"{sys.argv[1]}.trace.json.gz") if trace_dir else None)
 
 
 def counting(counter, name: str):
@@ -188,7 +191,8 @@ def run_receiver() -> None:
                     "receive_codec_ns": decode_ns,
                 }
             )
-        with counting(counted, f"release {size}"):  # the views die, the scope hands the message back
+        # The views die, the scope hands the message back.
+        with counting(counted, f"release {size}"):
             del tensor
             scope.__exit__(None, None, None)
         node.send_output("ack", pa.array([], pa.uint8()), {"seq": metadata["seq"]})
@@ -196,29 +200,5 @@ def run_receiver() -> None:
         json.dump({"rows": results, "calls": counter.finish() if counter is not None else {}}, f)
 
 
-def profiled(role: str, run, path: str) -> None:
-    """Runs a node under cProfile and writes where its time went to `path`.<role>.txt (a run for
-    the profile only: cProfile slows every Python call)."""
-    import cProfile
-    import io
-    import pstats
-
-    profile = cProfile.Profile()
-    profile.enable()
-    try:
-        run()
-    finally:
-        profile.disable()
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(40)
-        with open(f"{path}.{role}.txt", "w") as f:
-            f.write(text.getvalue())
-
-
 if __name__ == "__main__":
-    role = sys.argv[1]
-    run = {"sender": run_sender, "receiver": run_receiver}[role]
-    if os.environ.get("NODE_PROFILE"):  # bench/cuda_ipc.py's nodes under cProfile: where the codec's time goes
-        profiled(role, run, os.environ["NODE_PROFILE"])
-    else:
-        run()
+    {"sender": run_sender, "receiver": run_receiver}[sys.argv[1]]()

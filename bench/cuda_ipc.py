@@ -51,13 +51,21 @@ BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
 
 
 def run(
-    sizes_kb: list[int], reps: int, warmup: int, count_reps: int, *, stand_in: bool = False
+    sizes_kb: list[int],
+    reps: int,
+    warmup: int,
+    count_reps: int,
+    *,
+    stand_in: bool = False,
+    trace_dir: Path | None = None,
 ) -> tuple[list[dict], list[dict], dict]:
     """-> (the receiver's timed rows, the sender's codec times, the device calls counted on each
     side: {"sender": ..., "receiver": ...} as bench/_device_calls.py counts them)."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-ipc-") as tmp:
         tmp = Path(tmp)
         stand_in_env = {"STAND_IN_DIR": str(tmp)} if stand_in else {}
+        if trace_dir is not None:
+            stand_in_env["TRACE_DIR"] = str(trace_dir.resolve())
         results, sender_results = tmp / "results.json", tmp / "sender.json"
         plan = {
             "sizes_kb": sizes_kb,
@@ -268,6 +276,12 @@ def main(argv=None) -> dict | None:
         action="store_true",
         help="run on the tests' CPU stand-in backend (no GPU; a smoke test of this script, figures meaningless)",
     )
+    parser.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=None,
+        help="keep each node's profiler trace of the counted messages (Python calls included) here",
+    )
     add_json_option(parser, "cuda_ipc")
     args = parser.parse_args(argv)
     if args.stand_in:
@@ -283,7 +297,7 @@ def main(argv=None) -> dict | None:
         skipped("cuda_ipc", BASELINE, "no CUDA device on this machine", args.json)
         return None
     sizes = [int(s) for s in args.sizes_kb.split(",")]
-    rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps)
+    rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps, trace_dir=args.trace_dir)
     return save("cuda_ipc", BASELINE, report(rows, codec, sizes, calls if args.count_reps else None), args.json)
 
 
