@@ -11,7 +11,7 @@ from tests.support.bench import check_envelope, check_goals, load_module, positi
 pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
 
-def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path):
+def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path, monkeypatch):
     """Two sizes, three messages each per contender: the sender node starts and iterates its
     events, every message reaches the receiver (CUDA IPC over the stand-in, and host bytes), the
     codec's own time is measured on both sides, and the goals are written unjudged."""
@@ -31,12 +31,18 @@ def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path):
     assert positive(data["auto_vs_host"])
     check_goals(data["goals"])
     assert [g["met"] for g in data["goals"]] == [None] * 5
-    # The steady-state contract, counted inside the real nodes (on a GPU: CUDA's own API calls).
+    # The calls of each message, counted inside the real nodes (on a GPU: CUDA's own API calls).
+    # Exactly one of each per-message operation; besides them only set-up, which a loaded machine
+    # can show in these few messages (a receiver's release is published by its release thread
+    # after the ack, so the pool may add a buffer or a marker until it covers that lag); that
+    # none is left in steady state, tests/ipc/test_ipc_steady_state.py holds.
+    calls = load_module("_device_calls", monkeypatch)
+    per_message = {"send": {"record": 1}, "receive": {"message_view": 1, "wait": 1}, "release": {"record_marker": 1}}
     for size in (4, 16):
-        assert data["device_calls_per_message"][f"send {size}KB"] == {"record": 1}
-        assert data["device_calls_per_message"][f"receive {size}KB"] == {"message_view": 1, "wait": 1}
-        assert data["device_calls_per_message"][f"release {size}KB"] == {"record_marker": 1}
-    assert data["goals"][-1]["measured"] == 0
+        for step, expected in per_message.items():
+            counted = data["device_calls_per_message"][f"{step} {size}KB"]
+            assert {k: v for k, v in counted.items() if k in expected} == expected, (step, size, counted)
+            assert all(calls.forbidden(k, stand_in=True) for k in counted.keys() - expected), (step, size, counted)
 
 
 @pytest.mark.parametrize(
