@@ -8,8 +8,9 @@ SPEC = NodeSpec(
     name="tc-jpeg-encoder",
     description=(
         "Encodes frames to JPEG with TorchCodec (CPU or CUDA), NVIDIA nvImageCodec (batched, CUDA) or torchvision "
-        "(ENGINE), ordered by construction on CUDA: each worker's own stream waits on the frame's event (no host wait "
-        "for the producer) and bytes are read only after the encode is known to be done. Output order is input order."
+        "(ENGINE), ordered by construction on CUDA: each worker's own stream waits on the frame's event (the node's "
+        "main thread never waits on the host for the producer) and bytes are read only after the encode is known to "
+        "be done. Output order is input order."
     ),
     inputs=(
         Port(
