@@ -18,24 +18,31 @@ def logs_and_output(run) -> str:
     return "\n".join(path.read_text(errors="replace") for path in run.node_logs().values()) + run.output
 
 
+def small_camera(**env) -> dict:
+    """A CPU camera node of 160x120 frames, with `env` on top."""
+    settings = {"WIDTH": 160, "HEIGHT": 120, "DEVICE": "cpu", **env}
+    return script_node("camera", "tc-camera-source", outputs=["image"], env=settings)
+
+
+def refused_to_start(run, node_id: str) -> str:
+    """Asserts that `node_id` refused to start (exit 2) and so failed the run; -> what the run
+    logged and printed, for the reason."""
+    assert run.returncode != 0
+    assert f"Node `{node_id}` failed: exited with code 2" in run.output
+    return logs_and_output(run)
+
+
 @pytest.mark.dora
 def test_a_misspelt_setting_stops_the_run_instead_of_running_forever(dora_cli, tmp_path):
     """FRAMEZ for FRAMES only warned: FRAMES kept its default (0, endless) and the camera never
     ended. Now the camera refuses to start, naming both names, and `dora run` fails promptly."""
     nodes = [
-        script_node(
-            "camera",
-            "tc-camera-source",
-            outputs=["image"],
-            env={"WIDTH": 160, "HEIGHT": 120, "FRAMEZ": 10, "FPS": 30, "DEVICE": "cpu"},
-        ),
+        small_camera(FRAMEZ=10, FPS=30),
         script_node("receiver", "tc-tensor-receiver", inputs={"frames": "camera/image"}, env={"DEVICE": "cpu"}),
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=TIMEOUT_S)
     with run.explained():
-        assert run.returncode != 0
-        assert "Node `camera` failed: exited with code 2" in run.output
-        said = logs_and_output(run)
+        said = refused_to_start(run, "camera")
         assert "env FRAMEZ is not a setting of tc-camera-source: did you mean FRAMES?" in said
         assert "`tc-camera-source --help` lists its settings" in said
 
@@ -45,12 +52,7 @@ def test_an_input_wired_under_a_wrong_id_stops_the_run(dora_cli, tmp_path):
     """The JPEG sink wired as `jpg:` (it reads `jpeg`) ignored every message: `dora run` exited 0
     with 0 JPEGs saved. Now the sink refuses to start, naming the id and the one it reads."""
     nodes = [
-        script_node(
-            "camera",
-            "tc-camera-source",
-            outputs=["image"],
-            env={"WIDTH": 160, "HEIGHT": 120, "FRAMES": 3, "FPS": 0, "DEVICE": "cpu"},
-        ),
+        small_camera(FRAMES=3, FPS=0),
         script_node(
             "encoder", "tc-jpeg-encoder", inputs={"frames": "camera/image"}, outputs=["jpeg"], env={"DEVICE": "cpu"}
         ),
@@ -58,9 +60,7 @@ def test_an_input_wired_under_a_wrong_id_stops_the_run(dora_cli, tmp_path):
     ]
     run = run_dataflow(dora_cli, tmp_path, nodes, timeout=TIMEOUT_S)
     with run.explained():
-        assert run.returncode != 0
-        assert "Node `sink` failed: exited with code 2" in run.output
-        said = logs_and_output(run)
+        said = refused_to_start(run, "sink")
         assert "input `jpg` is not one this node reads (`jpeg`)" in said
         assert "did you mean `jpeg`?" in said
         assert not list((tmp_path / "jpegs").glob("*.jpg"))

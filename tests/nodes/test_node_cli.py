@@ -51,12 +51,19 @@ def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
     assert proc.stdout.split("\n")[0] == "[]", proc.stdout
 
 
+def answered(package: str, flag: str):
+    """Runs a node's script with `flag` outside dora; -> (its spec, the finished process), which
+    must have exited 0."""
+    spec = SPECS[package]
+    proc = outside_dora(spec.name, flag)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return spec, proc
+
+
 @pytest.mark.slow  # a fresh interpreter per node
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_help_without_a_daemon(package):
-    spec = SPECS[package]
-    proc = outside_dora(spec.name, "--help")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    spec, proc = answered(package, "--help")
     assert "DORA_NODE_CONFIG" not in proc.stdout + proc.stderr and "panicked" not in proc.stderr
     text = proc.stdout
     assert text.startswith(f"{spec.name}: a dora node")
@@ -350,9 +357,7 @@ def test_version_says_not_installed_for_what_is_absent(monkeypatch, capsys):
 @pytest.mark.slow  # a fresh interpreter per node
 @pytest.mark.parametrize("package", NODE_PACKAGES)
 def test_every_script_answers_version_without_a_daemon(package):
-    spec = SPECS[package]
-    proc = outside_dora(spec.name, "--version")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    spec, proc = answered(package, "--version")
     assert proc.stdout.startswith(f"{spec.name}: dora-tensor-codec "), proc.stdout
     assert "\ndora-rs " in proc.stdout and "\ntorch " in proc.stdout, proc.stdout
 
