@@ -266,7 +266,7 @@ def test_torchcodec_on_cuda_waits_for_the_frame_before_nvjpeg_reads_it(monkeypat
     monkeypatch.setattr(torchcodec_engines, "JpegEncoder", Encoder)
     engine = torchcodec_engines.TorchCodecEngine(torch.device("cuda", 0), 90, 1)
     try:
-        data = engine._encode_cuda(torch.zeros(3, 16, 16, dtype=torch.uint8))
+        (data,) = engine.encode([torch.zeros(3, 16, 16, dtype=torch.uint8)])
     finally:
         engine.close()
     assert calls == ["worker stream synchronized", "encoder made", "encoded"]

@@ -16,8 +16,8 @@ a worker whose stream already waits on the frames' event (base.PooledEngine):
      frame is complete in memory whichever stream nvJPEG then works on;
   3. the encode runs; the bytes are read only after TorchCodec's synchronisation, which follows
      the retrieval that wrote them; the inputs are freed only then.
-The wait in step 2 costs the worker nothing it would not wait anyway (the encode cannot start
-before the frame is made) and releases the GIL.
+The wait in step 2, once per batch, costs the worker nothing it would not wait anyway (the
+encode cannot start before the frames are made) and releases the GIL.
 Both encoders release the GIL while they run, so WORKERS threads encode in parallel.
 
 On the CPU, TorchCodec's `to_tensor` writes through a Python file object: the encoder takes the
@@ -58,7 +58,7 @@ class TorchCodecEngine(PooledEngine):
 
     def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.device.type == "cuda":
-            return [self._encode_cuda(f) for f in frames]
+            return self._encode_cuda(frames)
         # libjpeg reads rows of interleaved pixels: a CHW view of an interleaved (camera) frame is
         # passed as it is, TorchCodec then reorders nothing.
         out = []
@@ -96,12 +96,14 @@ class TorchCodecEngine(PooledEngine):
         for fd in files:
             os.close(fd)
 
-    def _encode_cuda(self, frame: torch.Tensor) -> torch.Tensor:
-        rgb = as_rgb3(frame).contiguous()  # step 1, on the worker's stream
-        torch.cuda.current_stream(self.device).synchronize()  # step 2: the frame is made
-        sink = io.BytesIO()
-        # to_file_like: the bitstream is retrieved straight into host memory (one write), after
-        # TorchCodec's synchronisation (step 3).
-        JpegEncoder(rgb).to_file_like(sink, quality=self.quality)
-        del rgb
-        return torch.frombuffer(sink.getbuffer(), dtype=torch.uint8)
+    def _encode_cuda(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
+        rgbs = [as_rgb3(f).contiguous() for f in frames]  # step 1, on the worker's stream
+        torch.cuda.current_stream(self.device).synchronize()  # step 2, once per batch: the frames are made
+        out = []
+        for rgb in rgbs:
+            sink = io.BytesIO()
+            # to_file_like: the bitstream is retrieved straight into host memory (one write), after
+            # TorchCodec's synchronisation (step 3).
+            JpegEncoder(rgb).to_file_like(sink, quality=self.quality)
+            out.append(torch.frombuffer(sink.getbuffer(), dtype=torch.uint8))
+        return out
