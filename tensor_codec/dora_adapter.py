@@ -116,6 +116,7 @@ DORA_IMAGE_KEYS = ("encoding", "width", "height")
 DEFAULT_POOL_BYTES = 8 << 20  # dora's shared-memory pool when neither the YAML nor the environment sets one
 
 _EMPTY = pa.array([], type=pa.uint8())
+_UINT8 = pa.uint8()
 
 
 # ---------------------------------------------------------------------------- the node itself
@@ -250,6 +251,7 @@ def forget_routes() -> None:
     """Drop the cached routes and pins (tests: node ids come back once their nodes are gone)."""
     _routes.clear()
     _pins.clear()
+    _repeats.clear()
 
 
 def expected_receivers(node: Any, output_id: str) -> int:
@@ -577,21 +579,25 @@ def _cure(limit: SendLimit, nbytes: int) -> str:
     return f"To carry it, {_set_pool(nbytes)} (two such messages at once), or send at most {_mib(limit.max_bytes)}"
 
 
+def _surely_carried(node: Any, output_id: str, nbytes: int) -> bool:
+    """The common cases, in a few hundred nanoseconds past pool_size, on an output looked at
+    before: a message well within the pool (its stream is at most n + n/8 + 455 bytes) on one not
+    pinned; on one pinned to the daemon path, a message below the size worth a warning (the daemon
+    path carries _SURELY_CARRIED with any header the limits let through). Nothing to check or warn."""
+    if nbytes > _SURELY_CARRIED:
+        return False
+    pinned = _pins.get((id(node), output_id), _UNSEEN)
+    if pinned is None:
+        return nbytes + (nbytes >> 3) + _POOL_SLACK <= pool_size(node)[0]
+    return pinned is not _UNSEEN and nbytes < _SLOW_WARN_BYTES
+
+
 def check_route(node: Any, output_id: str, nbytes: int, metadata: dict | None = None) -> None:
     """Raise `MessageTooLargeError` if dora cannot carry a message of `nbytes` payload bytes with
     `metadata` on this output, naming the limit it would hit and what lifts it; warn once when
     dora would carry it on its slow daemon path, or only while its pool is otherwise empty."""
-    pool, _ = pool_size(node)
-    # The common cases, in a few hundred nanoseconds past pool_size, on an output looked at before:
-    # a message well within the pool (its stream is at most n + n/8 + 455 bytes) on one not pinned;
-    # on one pinned to the daemon path, a message below the size worth a warning (the daemon path
-    # carries _SURELY_CARRIED with any header the limits let through).
-    if nbytes <= _SURELY_CARRIED:
-        pinned = _pins.get((id(node), output_id), _UNSEEN)
-        if pinned is None and nbytes + (nbytes >> 3) + _POOL_SLACK <= pool:
-            return
-        if pinned is not None and pinned is not _UNSEEN and nbytes < _SLOW_WARN_BYTES:
-            return
+    if _surely_carried(node, output_id, nbytes):
+        return
     limit = send_limit(node, output_id, _metadata_bytes(metadata))
     if nbytes > limit.max_bytes:
         raise MessageTooLargeError(
@@ -753,6 +759,23 @@ def _remote_consumers(node: Any, output_id: str) -> list:
         return []
 
 
+# Which of dora's two primitives sends host bytes. `send_output` copies an Arrow array's bytes
+# into its shared memory itself, in one memcpy, and its receivers map the message faster;
+# `send_output_raw` hands out the buffer for tc to write (compacting, padding, several leaves, or
+# one copy spread over torch's threads). Measured through dora by bench/dora_latency.py (its
+# "dora's primitives" table and the tc:send_output / tc:send_output_raw rows): for one dense host
+# tensor, send_output is the faster below this size, tc's threaded copy into the raw buffer above.
+DORA_COPIES_BELOW = 32 << 20
+
+
+def _value_for_dora_to_copy(chosen: Any, outgoing: Any) -> pa.Array | None:
+    """The Arrow value over the message's own bytes when `send_output` should copy it (see
+    DORA_COPIES_BELOW), else None: tc writes the value into `send_output_raw`'s buffer."""
+    if outgoing.nbytes >= DORA_COPIES_BELOW or chosen.name != HOST:
+        return None
+    return chosen.value_in_place(outgoing)
+
+
 def _write_and_send(
     node: Any, output_id: str, nbytes: int, metadata: dict, write: Callable[[Destination], None]
 ) -> None:
@@ -833,6 +856,10 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     _check_user_metadata(metadata)
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
+    if type(obj) is torch.Tensor:
+        repeat = _repeats.get((id(node), output_id))
+        if repeat is not None and _send_repeat(node, output_id, obj, metadata, repeat):
+            return True
     plan = make_plan(obj)
     name, _ = _resolve(node, output_id, plan, transport)
     output = Output(output_id, lambda: expected_receivers(node, output_id))
@@ -849,10 +876,14 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     nbytes = outgoing.nbytes
     try:
         check_route(node, output_id, nbytes, merged)
-        if outgoing.in_value:
-            _write_and_send(node, output_id, nbytes, merged, lambda dest: chosen.write(outgoing, dest))
-        else:
+        if not outgoing.in_value:
             node.send_output(output_id, _EMPTY, merged)
+        elif (in_place := _value_for_dora_to_copy(chosen, outgoing)) is not None:
+            node.send_output(output_id, in_place, merged)
+            if type(obj) is torch.Tensor and not plan.has_cuda:  # host bytes whatever was asked
+                _remember_repeat(node, output_id, obj, plan.leaves[0], outgoing)
+        else:
+            _write_and_send(node, output_id, nbytes, merged, lambda dest: chosen.write(outgoing, dest))
     except RuntimeError as e:
         chosen.abandon(outgoing)  # never left: what the layout holds (a CUDA IPC slot) is freed now
         translated = size_error(node, output_id, nbytes, e, merged)
@@ -864,6 +895,71 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     except BaseException:
         chosen.abandon(outgoing)
         raise
+    return True
+
+
+# ---------------------------------------------------------------------------- a stream's repeats
+
+
+@dataclass(frozen=True, slots=True)
+class _Repeat:
+    """What one output's last message fixed, for the next plain host tensor of the same dtype,
+    shape and strides: the codec's metadata (the same header), its bytes (the tensor's dense span,
+    which `send_output` copies) and that dora surely carries them. A stream sends the same layout
+    message after message; the plan, the transport's rule, the layout and the route check gave
+    these once and would give them again (a host tensor goes as host bytes whatever the
+    transport asked for), so a repeat skips them. Only the tensor's own state is checked again."""
+
+    dtype: torch.dtype
+    shape: torch.Size
+    strides: tuple[int, ...]
+    metadata: dict
+    nbytes: int
+
+
+_repeats: dict[tuple[int, str], _Repeat] = {}
+
+
+def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
+    """Keep what `t`'s message fixed, when `t`'s own bytes were the value (not a broadcast tensor
+    narrowed, nor lazy bits resolved into a copy) and dora surely carries them."""
+    if leaf.broadcast or t.is_neg() or t.is_conj() or len(_repeats) >= 4096:
+        return
+    if _surely_carried(node, output_id, outgoing.nbytes):
+        _repeats[(id(node), output_id)] = _Repeat(t.dtype, t.shape, t.stride(), outgoing.metadata, outgoing.nbytes)
+
+
+def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None, repeat: _Repeat) -> bool:
+    """Send `t` as the output's last message was sent, if it repeats that layout; False (nothing
+    sent) if not: the full path then plans it."""
+    try:
+        if not (
+            t.dtype is repeat.dtype
+            and t.shape == repeat.shape
+            and t.stride() == repeat.strides
+            and t.is_cpu
+            and not (t.is_neg() or t.is_conj())  # lazy bits: the storage does not hold the values
+        ):
+            return False
+    except RuntimeError:  # a tensor without strides (sparse, nested): not a repeat
+        return False
+    nbytes = repeat.nbytes
+    if nbytes >= DORA_COPIES_BELOW:
+        return False  # the threshold moved (the benchmark's forced rows): tc writes this one
+    # A storage resized or freed after the view was made would be read at a dangling address.
+    if t.untyped_storage().nbytes() < t.storage_offset() * t.element_size() + nbytes:
+        return False  # the full path names the problem
+    merged = dict(metadata) if metadata else {}
+    merged.update(repeat.metadata)
+    # Dense layouts address bytes from data_ptr() up (strides are never negative).
+    value = pa.Array.from_buffers(_UINT8, nbytes, [None, pa.foreign_buffer(t.data_ptr(), nbytes, base=t)])
+    try:
+        node.send_output(output_id, value, merged)
+    except RuntimeError as e:
+        translated = size_error(node, output_id, nbytes, e, merged)
+        if translated is None:
+            raise
+        raise translated from None  # dora's words are in the message (see `send`)
     return True
 
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import torch
 
 from ..errors import DecodeError
-from ..layout import Destination, write_leaf
+from ..layout import Destination, leaf_view, write_leaf
 from ..plan import Plan
 from ..wire import ReceivedLeaf, header_metadata
 from . import buffer_layout, get_transport  # the package is loaded before any transport module
@@ -76,6 +76,22 @@ class HostTransport:
             write_leaf(leaf, dest, start)
             end = start + leaf.nbytes
 
+    def value_in_place(self, outgoing: Outgoing) -> pa.Array | None:
+        """The message's value as an Arrow array over the source tensor's own memory, when the
+        whole value is one dense host tensor's span (one leaf at offset 0, no padding: most
+        messages). Nothing is copied; the array keeps the tensor alive. None otherwise: the
+        bytes must be compacted, padded or brought off a GPU by `write`."""
+        leaves = outgoing.plan.leaves
+        if len(leaves) != 1:
+            return None
+        leaf = leaves[0]
+        src = leaf.source
+        if not (leaf.raw_span and src.is_cpu):
+            return None
+        # Dense layouts address bytes from data_ptr() up (strides are never negative).
+        data = pa.foreign_buffer(src.data_ptr(), leaf.nbytes, base=src)
+        return pa.Array.from_buffers(_UINT8, leaf.nbytes, [None, data])
+
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
 
@@ -110,6 +126,13 @@ class HostTransport:
     ) -> Materialized:
         offsets, total, padding, single, gpu = prepared
         _check_value(value, total)
+        if single is not None and device is None and gpu is None and not copy and total >= SMALL_MESSAGE_BYTES:
+            # Most messages: one tensor, viewed where dora put it (the general path below does
+            # the same in more steps; every step costs on a message's path).
+            base = torch.from_dlpack(value)  # its storage keeps the Arrow buffer alive
+            if not base.data_ptr() % ALIGNMENT:
+                view = leaf_view(base.untyped_storage(), single.dtype, 0, single.shape, single.strides)
+                return Materialized([view], base, offsets)
         if gpu is not None and device is None:
             device = _gpu_device(gpu)
         if device is not None and device.type != "cpu":

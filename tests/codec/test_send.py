@@ -69,18 +69,31 @@ def test_a_non_contiguous_tensor_is_compacted_in_one_copy_straight_into_the_buff
     assert torch.equal(tc.receive(as_event(node.sent[0])), crop)
 
 
-@pytest.mark.parametrize("memmove_max", [0, None], ids=["torch-copy", "memmove"])
-def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, memmove_max):
-    """Its bytes are copied as they lie, once: by torch's copy above layout._MEMMOVE_MAX (one
-    aten::copy_), by one memmove below it (no aten op at all); never made contiguous first."""
-    from tensor_codec import layout
+@pytest.mark.parametrize(
+    "dora_copies_below, memmove_max, copies",
+    [(None, None, 0), (0, 0, 1), (0, None, 0)],
+    ids=["dora-copies", "torch-copy", "memmove"],
+)
+def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, dora_copies_below, memmove_max, copies):
+    """Its bytes are copied as they lie, once, never made contiguous first: by dora's send_output
+    from the tensor's own memory (below dora_adapter.DORA_COPIES_BELOW: no aten op at all), or
+    into send_output_raw's buffer by torch's copy above layout._MEMMOVE_MAX (one aten::copy_) or
+    by one memmove below it (no aten op)."""
+    from tensor_codec import dora_adapter, layout
 
+    if dora_copies_below is not None:
+        monkeypatch.setattr(dora_adapter, "DORA_COPIES_BELOW", dora_copies_below)
     if memmove_max is not None:
         monkeypatch.setattr(layout, "_MEMMOVE_MAX", memmove_max)
     big = torch.randn(2, 3, 256, 256).contiguous(memory_format=torch.channels_last)
     node = FakeNode()
+    raw = []
+    monkeypatch.setattr(
+        node, "send_output_raw", lambda *a, **k: raw.append(a) or FakeNode.send_output_raw(node, *a, **k)
+    )
     ops = _aten_ops(lambda: tc.send(node, "out", big))
-    assert ops.count("aten::copy_") == (1 if memmove_max == 0 else 0) and "aten::contiguous" not in ops
+    assert ops.count("aten::copy_") == copies and "aten::contiguous" not in ops
+    assert len(raw) == (dora_copies_below == 0)
     received = tc.receive(as_event(node.sent[0]))
     assert torch.equal(received, big) and received.stride() == big.stride()
 
@@ -161,3 +174,89 @@ def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplo
         "output 'out': transport host (no CUDA tensor in the message: cuda-ipc shares GPU memory, so host bytes "
         "carry it)"
     ]
+
+
+# ---------------------------------------------------------------------------- a stream's repeats
+
+
+def _counting_plans(monkeypatch) -> list:
+    made = []
+    real = dora_adapter.make_plan
+    monkeypatch.setattr(dora_adapter, "make_plan", lambda obj: made.append(obj) or real(obj))
+    return made
+
+
+def test_a_stream_of_one_layout_is_planned_once_and_sends_each_tensors_current_bytes(monkeypatch):
+    """The steady state of a stream: after its first message an output's plain host tensor of the
+    same dtype, shape and strides is sent without a plan, a layout or a route check (the same
+    header), by dora's send_output from the tensor's own memory; never a stale copy."""
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    t = torch.arange(4096, dtype=torch.float32).reshape(64, 64).t()  # dense, not contiguous
+    tc.send(node, "out", t, {"frame": 0})
+    for frame in range(1, 4):
+        t.add_(1)  # the same tensor written between messages: each message has its bytes then
+        tc.send(node, "out", t, {"frame": frame})
+    assert len(made) == 1
+    assert [m for _, _, m in node.sent][1:] == [{"frame": f, **node.sent[0][2]} | {"frame": f} for f in range(1, 4)]
+    for frame, sent in enumerate(node.sent):
+        got = tc.receive(as_event(sent))
+        assert torch.equal(got, torch.arange(4096, dtype=torch.float32).reshape(64, 64).t() + frame)
+        assert got.stride() == t.stride()
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        lambda t: t.reshape(32, 128),  # another shape
+        lambda t: t.t(),  # other strides
+        lambda t: t.double(),  # another dtype
+        lambda t: t[:, :32],  # a crop: compacted
+        lambda t: t._neg_view(),  # a lazy bit: the storage does not hold the values
+        lambda t: t.expand(2, 64, 64),  # broadcast: sent once
+        lambda t: tc_image(t),  # a TVTensor: its own header
+    ],
+    ids=["shape", "strides", "dtype", "crop", "neg-view", "expand", "tvtensor"],
+)
+def test_anything_but_a_repeat_takes_the_full_path(monkeypatch, second):
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    t = torch.randn(64, 64)
+    tc.send(node, "out", t)
+    other = second(t)
+    tc.send(node, "out", other)
+    assert len(made) == 2
+    got = tc.receive(as_event(node.sent[1]))
+    assert_identical(got, other.resolve_neg() if other.is_neg() else other)
+
+
+def tc_image(t):
+    from torchvision import tv_tensors
+
+    return tv_tensors.Image(t.unsqueeze(0))
+
+
+def test_a_repeat_whose_storage_was_freed_is_refused_not_read(monkeypatch):
+    """The repeat still checks the tensor's own state: a view whose storage was resized away after
+    the first message would be read at a dangling address; the full path names it instead."""
+    node = FakeNode()
+    base = torch.randn(64, 64)
+    view = base[:32]
+    tc.send(node, "out", view)
+    base.untyped_storage().resize_(0)
+    with pytest.raises(tc.EncodeError, match="storage holds 0 bytes"):
+        tc.send(node, "out", view)
+    assert len(node.sent) == 1
+
+
+def test_repeats_are_kept_per_output_and_node():
+    node, other = FakeNode(), FakeNode()
+    a, b = torch.randn(16), torch.randn(4, 4)
+    tc.send(node, "a", a)
+    tc.send(node, "b", b)
+    tc.send(other, "a", b)
+    tc.send(node, "a", a)
+    tc.send(node, "b", b)
+    headers = [m["tc.header"] for _, _, m in node.sent]
+    assert headers[0] == headers[2] and headers[1] == headers[3] and headers[0] != headers[1]
+    assert tc.receive(as_event(other.sent[0])).shape == (4, 4)

@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from dora.testing import MockNode
 
 
@@ -32,7 +34,8 @@ class FakeNode(MockNode):
     - `send_output_raw`, which MockNode cannot offer: a FakeSample, whose bytes are sent when its
       block ends;
     - `sent`: every message sent, by `send_output` or `send_output_raw`, as (output id, value or
-      bytes, metadata), in order (MockNode's `outputs` keeps the values only, per output);
+      bytes, metadata), in order (MockNode's `outputs` keeps the values only, per output); a
+      non-empty UInt8Array sent is recorded as its bytes, copied as dora copies them;
     - `fail`: every send raises RuntimeError(fail) (the first `fail_times` only, if given), as dora
       does when it refuses a message or the daemon is gone;
     - the node config from keywords: `node_id`, `inputs` and `outputs` (ids), `pool`
@@ -81,6 +84,10 @@ class FakeNode(MockNode):
 
     def send_output(self, output_id: str, data: Any, metadata: dict | None = None) -> None:
         self._refuse()
+        if type(data) is pa.UInt8Array and len(data):
+            # dora copies the bytes into its message as it sends: recorded as the bytes then (as
+            # send_output_raw's are), not as a view of memory the sender may change afterwards.
+            data = np.frombuffer(data.buffers()[1], np.uint8, len(data), data.offset).tobytes()
         self._record(output_id, data, metadata)
 
     def send_output_raw(self, output_id: str, data_length: int, metadata: dict | None = None) -> FakeSample:
