@@ -103,17 +103,24 @@ class Message:
             leaf = ref()
             if leaf is None:
                 continue
+            if type(leaf) is torch.Tensor and not leaf.requires_grad:
+                # Most leaves: no subclass to step around, no autograd to keep out of set_().
+                if leaf._version != version:
+                    problems.append(self._written(index, version, leaf._version))
+                leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see _detach)
+                continue
             with torch._C.DisableTorchFunctionSubclass():
                 now = leaf._version
             if now != version:
-                problems.append(
-                    f"{self.describe()} at `{self.path(index)}`: a zero-copy view was written in place "
-                    f"(version {version} -> {now})"
-                )
+                problems.append(self._written(index, version, now))
             _detach(leaf)
         self.released = True
         self.borrowed = None
         return problems
+
+    def _written(self, index: int, version: int, now: int) -> str:
+        where = f"{self.describe()} at `{self.path(index)}`"
+        return f"{where}: a zero-copy view was written in place (version {version} -> {now})"
 
 
 def _detach(leaf: torch.Tensor) -> None:
