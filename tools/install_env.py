@@ -102,6 +102,7 @@ OPTIONAL_EXTRAS = {
 # pyproject's extras of development tools, installed best-effort with the project (install_tools).
 TOOL_EXTRAS = {
     "lint": "make check",
+    "profile": "bench/dora_latency.py --profile (py-spy, a sampling profiler)",
 }
 # A requirement met by another distribution of the same module (import cv2).
 ALTERNATIVES = {
