@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -27,12 +28,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT))  # tensor_codec, for the rule the run checks
+MB = 1 << 20
 
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 
 LAYOUTS = {
-    "contiguous": ["raw", "tc", "pa.array"],
+    # send_output: dora's other primitive (it copies an Arrow array's bytes); tc:<primitive>: tc
+    # with that primitive forced, to check the one tc picks by size is the faster here.
+    "contiguous": ["raw", "send_output", "tc", "pa.array", "tc:send_output", "tc:send_output_raw"],
     "transposed": ["contiguous+raw", "tc", "pa.array"],
     "strided_crop": ["contiguous+raw", "tc", "pa.array"],
 }
@@ -62,19 +67,19 @@ def run_flow(flow: dict, tmp: Path, results: Path) -> None:
         sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
 
 
-def run(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> list[dict]:
+def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sampler=None) -> list[dict]:
+    """Every contender of `layouts` (default LAYOUTS) at every size through one dataflow.
+    `sampler(role)`: the command line (path, args) that starts a node under a profiler instead."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
         tmp = Path(tmp)
         results = tmp / "results.json"
-        plan = {"sizes_mb": sizes_mb, "reps": reps, "warmup": warmup, "layouts": LAYOUTS}
+        plan = {"sizes_mb": sizes_mb, "reps": reps, "warmup": warmup, "layouts": layouts or LAYOUTS}
 
         def node(role, **kw):
-            return {
-                "id": role,
-                "path": sys.executable,
-                "args": f"-u {HERE / '_latency_node.py'} {role}",
-                **kw,
-            }
+            path, args = sys.executable, f"-u {HERE / '_latency_node.py'} {role}"
+            if sampler is not None:
+                path, args = sampler(role, path, args)
+            return {"id": role, "path": path, "args": args, **kw}
 
         flow = {
             "nodes": [
@@ -188,10 +193,144 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                 )
             )
     print()
+    table: dict = {}
+    verdicts += primitives(table, rows, sizes_mb)
+    print()
     print_goals(verdicts)
     bad = [r for r in rows if not r["ok"]]
     print(f"  messages measured: {len(rows)}, wrong shape or dtype: {len(bad)}")
-    return summary, verdicts
+    return summary, table, verdicts
+
+
+# --profile: where a tc message's time goes inside the real sender and receiver processes (caches
+# are cold there between messages, unlike in a tight loop), per size, sampled by py-spy.
+SAMPLE_HZ = 499  # py-spy pauses the process for each sample (slower messages): the shares count
+PROFILED = {  # side -> the frames whose time is tc's (function, file) and what they are
+    "sender": [("send", "dora_adapter.py")],
+    "receiver": [("receive", "dora_adapter.py"), ("__exit__", "lifetimes.py")],
+}
+
+
+def py_spy() -> str | None:
+    found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return found if Path(found).exists() else None
+
+
+def profile(sizes_mb: list[int], reps: int, warmup: int, pool: str, out: Path, top: int) -> dict:
+    """One dataflow per size, tc alone, both nodes under py-spy (--native: dora's and torch's C
+    frames too); the raw samples in `out`, and per side the time per message in tc's frames and
+    the leaf frames that take the most of it."""
+    spy = py_spy()
+    if spy is None:
+        sys.exit("--profile needs py-spy (the `profile` extra: make install, or pip install py-spy)")
+    out.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for size in sizes_mb:
+
+        def sampler(role, path, args, size=size):
+            record = out / f"{role}-{size}MB.txt"
+            return spy, f"record --native --rate {SAMPLE_HZ} --format raw --output {record} -- {path} {args}"
+
+        rows = run([size], reps, warmup, pool, {"contiguous": ["tc"]}, sampler)
+        messages = len(rows) + warmup
+        print(f"\n{size} MB, {len(rows)} messages timed (p50 {p50_ms(rows):.2f} ms under the sampler)")
+        for role, roots in PROFILED.items():
+            per_message, leaves = attribute(out / f"{role}-{size}MB.txt", roots, messages)
+            found[f"{role}/{size}MB"] = {"us_per_message": per_message, "top": leaves[:top]}
+            print(f"  {role}: {per_message:.0f} us per message in {', '.join(f'{f} ({m})' for f, m in roots)}")
+            for frame, us in leaves[:top]:
+                print(f"    {us:7.1f} us {100 * us / max(per_message, 1e-9):3.0f}%  {frame}")
+    return found
+
+
+def attribute(path: Path, roots: list[tuple[str, str]], messages: int) -> tuple[float, list[tuple[str, float]]]:
+    """py-spy's raw samples (one stack per line, frames joined by ';', then the count) -> the time
+    per message under any of `roots`, and where it is: the innermost Python frame with the
+    native frame it was in (libc's memcpy shows as an address), most first. Samples in an import
+    (the first message's, once) are left out."""
+    frame_name = re.compile(r"^(.+?) \((?:.*/)?([^/:]+)(?::\d+)?\)$")
+    inside: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        names = []
+        for text in stack.split(";"):
+            m = frame_name.match(text)
+            names.append((m.group(1), m.group(2)) if m else (text, ""))
+        if not any(name in roots for name in names) or any(f == "_find_and_load" for f, _ in names):
+            continue
+        total += int(count)
+        python = [f"{f} ({m})" for f, m in names if m.endswith(".py")]
+        native = names[-1] if not names[-1][1].endswith(".py") else None
+        where = python[-1] if python else "?"
+        if native is not None:
+            where += f" > {native[0]}" + (f" ({native[1]})" if native[1] else "")
+        inside[where] = inside.get(where, 0) + int(count)
+    us = 1e6 / SAMPLE_HZ / max(messages, 1)
+    return total * us, sorted(((f, n * us) for f, n in inside.items()), key=lambda fn: -fn[1])
+
+
+OWN_COST_GOAL_US = 20.0  # issue 33: tc's own cost over the best dora primitive, contiguous 1 MB
+PICK_TOLERANCE = 1.05  # the primitive tc picks may be this much slower than the other (noise)
+
+
+def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]:
+    """dora's two primitives side by side (send_output_raw, send_output), tc forced onto each, and
+    what tc picks by size (tensor_codec.dora_adapter.DORA_COPIES_BELOW): the measurements that
+    rule is made from, kept in the run that checks it."""
+    from tensor_codec.dora_adapter import DORA_COPIES_BELOW
+
+    def p50(size, contender):
+        sel = [r for r in rows if r["layout"] == "contiguous" and r["size_mb"] == size and r["contender"] == contender]
+        return p50_ms(sel) if sel else float("nan")
+
+    print("dora's primitives, contiguous, p50 in ms: tc's own cost is tc minus the faster primitive")
+    print(
+        f"{'size':>6s}  {'send_output_raw':>15s}  {'send_output':>11s}  {'tc':>6s}  {'own cost':>9s}  "
+        f"{'tc:send_output':>14s}  {'tc:send_output_raw':>18s}  {'tc picks':>15s}"
+    )
+    verdicts = []
+    for size in sizes_mb:
+        raw, copied, tc = p50(size, "raw"), p50(size, "send_output"), p50(size, "tc")
+        forced = {"send_output": p50(size, "tc:send_output"), "send_output_raw": p50(size, "tc:send_output_raw")}
+        picked = "send_output" if size * MB < DORA_COPIES_BELOW else "send_output_raw"
+        other = "send_output_raw" if picked == "send_output" else "send_output"
+        own_us = (tc - min(raw, copied)) * 1e3
+        table[f"{size}MB"] = {
+            "send_output_raw": raw,
+            "send_output": copied,
+            "tc": tc,
+            "own_cost_us": own_us,
+            "picked": picked,
+            **{f"tc:{k}": v for k, v in forced.items()},
+        }
+        print(
+            f"{size:>4d}MB  {raw:15.3f}  {copied:11.3f}  {tc:6.3f}  {own_us:6.0f} us  {forced['send_output']:14.3f}  "
+            f"{forced['send_output_raw']:18.3f}  {picked:>15s}"
+        )
+        ratio = forced[picked] / forced[other]
+        verdicts.append(
+            goal(
+                f"contiguous {size} MB: tc picks the faster of dora's primitives ({picked})",
+                ratio,
+                "<=",
+                PICK_TOLERANCE,
+                "x",
+                f"{picked} {forced[picked]:.3f} ms, {other} {forced[other]:.3f} ms",
+            )
+        )
+        if size == 1:
+            verdicts.append(
+                goal(
+                    f"contiguous 1 MB: tc's own cost over the faster dora primitive under {OWN_COST_GOAL_US:g} us",
+                    own_us,
+                    "<",
+                    OWN_COST_GOAL_US,
+                    "us",
+                    f"{own_us:.0f} us",
+                )
+            )
+    return verdicts
 
 
 def main(argv=None) -> dict:
@@ -202,11 +341,22 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--pool", default="512MB", help="shared_memory_pool_size of the sender, same for every contender"
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="instead: sample tc's sender and receiver with py-spy, one dataflow per size, raw samples into DIR",
+    )
+    parser.add_argument("--top", type=int, default=8, help="with --profile: frames listed per side (default 8)")
     add_json_option(parser, "dora_latency")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.profile is not None:
+        found = profile(sizes, args.reps, args.warmup, args.pool, args.profile, args.top)
+        figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "sample_hz": SAMPLE_HZ, "profile": found}
+        return save("dora_latency_profile", "none: where tc's time goes, sampled", figures, args.json)
     rows = run(sizes, args.reps, args.warmup, args.pool)
-    summary, goals = report(rows, sizes)
+    summary, table, goals = report(rows, sizes)
     figures = {
         "sizes_mb": sizes,
         "reps": args.reps,
@@ -214,6 +364,7 @@ def main(argv=None) -> dict:
         "baselines": BASELINE,
         "rows": points(rows, sizes),
         "summary": summary,
+        "primitives": table,
         "wrong": sum(1 for r in rows if not r["ok"]),
         "goals": goals,
     }

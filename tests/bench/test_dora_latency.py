@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.bench import check_envelope, check_goals, positive, run_script
+from tests.support.bench import check_envelope, check_goals, load_module, positive, run_script
 
 pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
@@ -18,9 +18,7 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
     check_envelope(data, "dora_latency")
     assert data["sizes_mb"] == [1] and data["wrong"] == 0
     expected = {
-        ("contiguous", "raw"),
-        ("contiguous", "tc"),
-        ("contiguous", "pa.array"),
+        *(("contiguous", c) for c in ("raw", "send_output", "tc", "pa.array", "tc:send_output", "tc:send_output_raw")),
         *((layout, c) for layout in ("transposed", "strided_crop") for c in ("contiguous+raw", "tc", "pa.array")),
     }
     rows = data["rows"]
@@ -32,4 +30,33 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
     for figures in data["summary"].values():
         assert all(positive(v) for v in figures.values()), figures
     check_goals(data["goals"])
-    assert len(data["goals"]) == 6
+    assert len(data["goals"]) == 8  # 6 of the ratios, the primitive tc picks, tc's own cost at 1 MB
+    (row,) = data["primitives"].values()
+    assert row["picked"] in ("send_output", "send_output_raw") and positive(row["tc:send_output_raw"]), row
+
+
+def test_profile_attributes_samples_to_tc_frames_and_leaves_imports_out(tmp_path, monkeypatch):
+    """--profile's reading of py-spy's raw samples: only stacks under tc's frames count, an import
+    (the first message's, once) is left out, and each sample is placed at its innermost Python
+    frame with the native frame it was in."""
+    bench = load_module("dora_latency", monkeypatch)
+    samples = tmp_path / "sender-1MB.txt"
+    node = "<module> (/x/bench/_latency_node.py:9)"
+    send = "send (/x/tensor_codec/dora_adapter.py:880)"
+    samples.write_text(
+        "\n".join(
+            [
+                f"{node};{send};memcpy (libc.so.6) 30",
+                f"{node};{send} 10",
+                f"{node};{send};_find_and_load (<frozen importlib._bootstrap>:1) 500",
+                f"{node};recv (libc.so.6) 900",
+            ]
+        )
+    )
+    per_message, where = bench.attribute(samples, [("send", "dora_adapter.py")], messages=10)
+    us = 1e6 / bench.SAMPLE_HZ / 10
+    assert per_message == pytest.approx(40 * us)
+    assert where == [
+        ("send (dora_adapter.py) > memcpy (libc.so.6)", pytest.approx(30 * us)),
+        ("send (dora_adapter.py)", pytest.approx(10 * us)),
+    ]
