@@ -64,6 +64,7 @@ from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
+from .transports.buffer_layout import bytes_value
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 from .wire import RESERVED_PREFIX
@@ -116,7 +117,6 @@ DORA_IMAGE_KEYS = ("encoding", "width", "height")
 DEFAULT_POOL_BYTES = 8 << 20  # dora's shared-memory pool when neither the YAML nor the environment sets one
 
 _EMPTY = pa.array([], type=pa.uint8())
-_UINT8 = pa.uint8()
 
 
 # ---------------------------------------------------------------------------- the node itself
@@ -952,7 +952,7 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
     merged = dict(metadata) if metadata else {}
     merged.update(repeat.metadata)
     # Dense layouts address bytes from data_ptr() up (strides are never negative).
-    value = pa.Array.from_buffers(_UINT8, nbytes, [None, pa.foreign_buffer(t.data_ptr(), nbytes, base=t)])
+    value = bytes_value(t.data_ptr(), nbytes, t)
     try:
         node.send_output(output_id, value, merged)
     except RuntimeError as e:

@@ -89,8 +89,7 @@ class HostTransport:
         if not (leaf.raw_span and src.is_cpu):
             return None
         # Dense layouts address bytes from data_ptr() up (strides are never negative).
-        data = pa.foreign_buffer(src.data_ptr(), leaf.nbytes, base=src)
-        return pa.Array.from_buffers(_UINT8, leaf.nbytes, [None, data])
+        return buffer_layout.bytes_value(src.data_ptr(), leaf.nbytes, src)
 
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
@@ -125,7 +124,7 @@ class HostTransport:
         device: torch.device | None = None,
     ) -> Materialized:
         offsets, total, padding, single, gpu = prepared
-        _check_value(value, total)
+        width = _check_value(value, total)
         if single is not None and device is None and gpu is None and not copy and total >= SMALL_MESSAGE_BYTES:
             # Most messages: one tensor, viewed where dora put it (the general path below does
             # the same in more steps; every step costs on a message's path).
@@ -143,8 +142,8 @@ class HostTransport:
             # without gaps goes through DLPack alone (every step costs on a message's path).
             buffer = value.buffers()[1]
             if padding.gaps:
-                padding.check(buffer, value.offset)
-            address = buffer.address + value.offset
+                padding.check(buffer, value.offset * width)
+            address = buffer.address + value.offset * width
         if owned:
             # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
             # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
@@ -160,6 +159,8 @@ class HostTransport:
             borrowed = None
         else:
             base = torch.from_dlpack(value)  # a view; its storage keeps the Arrow buffer alive
+            if width != 1:
+                base = base.view(torch.uint8)  # the same bytes (wider units: buffer_layout.UNITS)
             if base.data_ptr() % ALIGNMENT:
                 base = base.clone()  # torch's allocator aligns to 64 bytes
                 borrowed = None
@@ -218,17 +219,18 @@ class Padding:
                 )
 
 
-def _check_value(value: Any, total: int) -> None:
-    """The Arrow value must be exactly what the header describes."""
-    if type(value) is pa.UInt8Array and len(value) == total and not (total and value.null_count):
-        return  # every message that is right: one type check for the class and the Arrow type
+def _check_value(value: Any, total: int) -> int:
+    """The Arrow value must be exactly what the header describes. -> its unit in bytes."""
+    width = buffer_layout.UNITS.get(type(value), 0)
+    if width and len(value) * width == total and not (total and value.null_count):
+        return width  # every message that is right: one lookup for the class and the Arrow type
     if not isinstance(value, pa.Array):
         raise DecodeError(
-            f"value: expected a pyarrow.Array of uint8, got {type(value).__module__}.{type(value).__qualname__}"
+            f"value: expected a pyarrow.Array of uint8 (or uint16, uint32, uint64), got "
+            f"{type(value).__module__}.{type(value).__qualname__}"
         )
-    if value.type != _UINT8:
-        raise DecodeError(f"value: expected Arrow type uint8, got {value.type}")
-    if len(value) != total:
-        raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value)}")
-    if total and value.null_count:
-        raise DecodeError(f"value: expected no nulls, got {value.null_count}")
+    if not width:
+        raise DecodeError(f"value: expected Arrow type uint8 (or uint16, uint32, uint64), got {value.type}")
+    if len(value) * width != total:
+        raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value) * width}")
+    raise DecodeError(f"value: expected no nulls, got {value.null_count}")

@@ -260,3 +260,87 @@ def test_repeats_are_kept_per_output_and_node():
     headers = [m["tc.header"] for _, _, m in node.sent]
     assert headers[0] == headers[2] and headers[1] == headers[3] and headers[0] != headers[1]
     assert tc.receive(as_event(other.sent[0])).shape == (4, 4)
+
+
+# ---------------------------------------------------------------------------- the value's units
+
+
+def _wide(value: pa.Array, unit: pa.DataType) -> pa.Array:
+    """The same bytes as an array of wider unsigned integers (what tc.send hands dora)."""
+    width = unit.bit_width // 8
+    return pa.Array.from_buffers(unit, len(value) // width, [None, value.buffers()[1]])
+
+
+def _wide_cases() -> dict:
+    from torchvision import tv_tensors
+
+    return {
+        "one-leaf": torch.randn(64, 64),  # viewed in place
+        "padded": {  # several leaves, padding between them, bool bytes checked
+            "a": torch.randn(1001),
+            "mask": torch.rand(3000) > 0.5,
+            "b": torch.arange(777, dtype=torch.int16),
+        },
+        "image": tv_tensors.Image(torch.randint(0, 255, (3, 64, 64), dtype=torch.uint8)),
+        "small": make_suite()["layout/transposed"],  # copied (under 4 KiB)
+    }
+
+
+@pytest.mark.parametrize("name", ["one-leaf", "padded", "image", "small"])
+@pytest.mark.parametrize("unit", [pa.uint16(), pa.uint32(), pa.uint64()], ids=str)
+def test_a_value_in_wider_units_decodes_like_its_bytes(name, unit):
+    """wire-format.md, section 5: readers accept the bytes as UInt16/32/64 too, on every path
+    (one leaf viewed in place, several leaves with padding, bool bytes checked, copied, keep)."""
+    obj = _wide_cases()[name]
+    value, metadata = tc.encode(obj)
+    if len(value) % (unit.bit_width // 8):
+        pytest.skip("these bytes do not tile into this unit")
+    with tc.scope():
+        got = tc.decode(_wide(value, unit), metadata)
+        assert_identical(got, obj)
+        kept = tc.keep(got)
+    assert_identical(kept, obj)
+
+
+def test_a_wide_value_slice_counts_its_offset_in_units():
+    t = torch.arange(1 << 12, dtype=torch.float32)
+    value, metadata = tc.encode(t)
+    wide = _wide(pa.concat_arrays([pa.array([0] * 8, pa.uint8()), value]), pa.uint64()).slice(1)
+    assert_identical(tc.decode(wide, metadata), t)
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (pa.array(range(3), pa.uint16()), r"expected 16 bytes \(the end of the last leaf\), got 6"),
+        (pa.array([1, None, 3, 4, 5, 6, 7, 8], pa.uint16()), "expected no nulls, got 1"),
+        (pa.array(range(4), pa.int32()), r"expected Arrow type uint8 \(or uint16, uint32, uint64\), got int32"),
+        (pa.array([1.0] * 4, pa.float32()), r"expected Arrow type uint8 \(or uint16, uint32, uint64\), got float"),
+    ],
+    ids=["short", "nulls", "signed", "float"],
+)
+def test_a_value_in_other_units_or_of_another_length_is_refused_naming_what_came(value, match):
+    _, metadata = tc.encode(torch.zeros(4))
+    with pytest.raises(tc.DecodeError, match=rf"^value: {match}"):
+        tc.decode(value, metadata)
+
+
+@pytest.mark.parametrize(
+    "tensor, unit",
+    [
+        (torch.zeros(1024), pa.uint64()),
+        (torch.zeros(3, dtype=torch.float16), pa.uint16()),  # 6 bytes
+        (torch.zeros(1001, dtype=torch.uint8), pa.uint8()),
+        (torch.zeros(9)[1:], pa.uint32()),  # 32 bytes at an address 4 past a multiple of 8
+    ],
+    ids=["float32", "float16x3", "uint8-odd", "offset-by-4"],
+)
+def test_send_hands_dora_the_widest_unit_that_tiles_the_bytes(monkeypatch, tensor, unit):
+    node = FakeNode()
+    handed = []
+    real = FakeNode.send_output
+    monkeypatch.setattr(node, "send_output", lambda o, data, m=None: handed.append(data) or real(node, o, data, m))
+    tc.send(node, "out", tensor)
+    tc.send(node, "out", tensor)  # the repeat too
+    assert [v.type for v in handed] == [unit, unit]
+    assert_identical(tc.receive(as_event(node.sent[1])), tensor)

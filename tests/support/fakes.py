@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 from dora.testing import MockNode
 
+_UNSIGNED = (pa.UInt8Array, pa.UInt16Array, pa.UInt32Array, pa.UInt64Array)
+
 
 class FakeSample:
     """What `node.send_output_raw` returns: a context manager around a writable buffer, sent (put
@@ -35,7 +37,7 @@ class FakeNode(MockNode):
       block ends;
     - `sent`: every message sent, by `send_output` or `send_output_raw`, as (output id, value or
       bytes, metadata), in order (MockNode's `outputs` keeps the values only, per output); a
-      non-empty UInt8Array sent is recorded as its bytes, copied as dora copies them;
+      non-empty unsigned integer array sent is recorded as its bytes, copied as dora copies them;
     - `fail`: every send raises RuntimeError(fail) (the first `fail_times` only, if given), as dora
       does when it refuses a message or the daemon is gone;
     - the node config from keywords: `node_id`, `inputs` and `outputs` (ids), `pool`
@@ -84,10 +86,11 @@ class FakeNode(MockNode):
 
     def send_output(self, output_id: str, data: Any, metadata: dict | None = None) -> None:
         self._refuse()
-        if type(data) is pa.UInt8Array and len(data):
+        if type(data) in _UNSIGNED and len(data):
             # dora copies the bytes into its message as it sends: recorded as the bytes then (as
             # send_output_raw's are), not as a view of memory the sender may change afterwards.
-            data = np.frombuffer(data.buffers()[1], np.uint8, len(data), data.offset).tobytes()
+            width = data.type.bit_width // 8
+            data = np.frombuffer(data.buffers()[1], np.uint8, len(data) * width, data.offset * width).tobytes()
         self._record(output_id, data, metadata)
 
     def send_output_raw(self, output_id: str, data_length: int, metadata: dict | None = None) -> FakeSample:

@@ -127,8 +127,11 @@ def _check_strings(obj: Any, depth: int = 0) -> None:
             _check_strings(v, depth + 1)
 
 
+_UNITS = (pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())  # wire-format.md, section 5
+
+
 def _value_bytes(value: Any) -> bytes | None:
-    if isinstance(value, pa.Array) and value.type == pa.uint8() and value.null_count == 0:
+    if isinstance(value, pa.Array) and value.type in _UNITS and value.null_count == 0:  # the same bytes
         return value.to_numpy(zero_copy_only=False).tobytes() if len(value) else b""
     return None
 
