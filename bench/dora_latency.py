@@ -223,6 +223,7 @@ def profile(sizes_mb: list[int], reps: int, warmup: int, pool: str, out: Path, t
     spy = py_spy()
     if spy is None:
         sys.exit("--profile needs py-spy (the `profile` extra: make install, or pip install py-spy)")
+    out = out.resolve()  # the nodes run in the dataflow's own folder
     out.mkdir(parents=True, exist_ok=True)
     found = {}
     for size in sizes_mb:
