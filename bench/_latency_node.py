@@ -63,6 +63,9 @@ def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> No
         # As UInt64 (the sizes here are multiples of 8): dora 1.1 sends wider units faster than UInt8.
         data = pa.foreign_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(), base=tensor)
         node.send_output("out", pa.Array.from_buffers(pa.uint64(), data.size // 8, [None, data]), metadata)
+    elif contender == "send_output:uint8":  # the same, as UInt8: what tc's choice of unit is measured against
+        data = pa.foreign_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(), base=tensor)
+        node.send_output("out", pa.Array.from_buffers(pa.uint8(), data.size, [None, data]), metadata)
     elif contender == "pa.array":  # the common pattern
         node.send_output("out", pa.array(tensor.contiguous().numpy().ravel()), metadata)
     else:
@@ -75,7 +78,7 @@ def usable(event: dict) -> torch.Tensor:
     shape = tuple(metadata["shape"])
     if contender == "tc" or contender in FORCED_PRIMITIVE:
         return tc.receive(event)
-    if contender in ("raw", "contiguous+raw", "send_output"):
+    if contender in ("raw", "contiguous+raw", "send_output", "send_output:uint8"):
         return torch.from_dlpack(event["value"]).view(torch.float32).view(shape)
     if contender == "pa.array":
         return torch.from_numpy(event["value"].to_numpy(zero_copy_only=False)).reshape(shape)

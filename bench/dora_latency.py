@@ -37,7 +37,7 @@ from _results import add_json_option, save  # noqa: E402
 LAYOUTS = {
     # send_output: dora's other primitive (it copies an Arrow array's bytes); tc:<primitive>: tc
     # with that primitive forced, to check the one tc picks by size is the faster here.
-    "contiguous": ["raw", "send_output", "tc", "pa.array", "tc:send_output", "tc:send_output_raw"],
+    "contiguous": ["raw", "send_output", "tc", "pa.array", "tc:send_output", "tc:send_output_raw", "send_output:uint8"],
     "transposed": ["contiguous+raw", "tc", "pa.array"],
     "strided_crop": ["contiguous+raw", "tc", "pa.array"],
 }
@@ -276,9 +276,10 @@ PICK_TOLERANCE = 1.05  # the primitive tc picks may be this much slower than the
 
 
 def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]:
-    """dora's two primitives side by side (send_output_raw, send_output), tc forced onto each, and
-    what tc picks by size (tensor_codec.dora_adapter.DORA_COPIES_BELOW): the measurements that
-    rule is made from, kept in the run that checks it."""
+    """dora's two primitives side by side (send_output_raw, send_output; the latter's bytes as
+    UInt64 and as UInt8), tc forced onto each, and what tc picks by size (tensor_codec.
+    dora_adapter.DORA_COPIES_BELOW) and in which unit (the widest, UInt64 here): the measurements
+    those rules are made from, kept in the run that checks them."""
     from tensor_codec.dora_adapter import DORA_COPIES_BELOW
 
     def p50(size, contender):
@@ -287,12 +288,13 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
 
     print("dora's primitives, contiguous, p50 in ms: tc's own cost is tc minus the faster primitive")
     print(
-        f"{'size':>6s}  {'send_output_raw':>15s}  {'send_output':>11s}  {'tc':>6s}  {'own cost':>9s}  "
-        f"{'tc:send_output':>14s}  {'tc:send_output_raw':>18s}  {'tc picks':>15s}"
+        f"{'size':>6s}  {'send_output_raw':>15s}  {'send_output':>11s}  {'(as UInt8)':>10s}  {'tc':>6s}  "
+        f"{'own cost':>9s}  {'tc:send_output':>14s}  {'tc:send_output_raw':>18s}  {'tc picks':>15s}"
     )
     verdicts = []
     for size in sizes_mb:
         raw, copied, tc = p50(size, "raw"), p50(size, "send_output"), p50(size, "tc")
+        as_uint8 = p50(size, "send_output:uint8")
         forced = {"send_output": p50(size, "tc:send_output"), "send_output_raw": p50(size, "tc:send_output_raw")}
         picked = "send_output" if size * MB < DORA_COPIES_BELOW else "send_output_raw"
         other = "send_output_raw" if picked == "send_output" else "send_output"
@@ -300,14 +302,26 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         table[f"{size}MB"] = {
             "send_output_raw": raw,
             "send_output": copied,
+            "send_output:uint8": as_uint8,
             "tc": tc,
             "own_cost_us": own_us,
             "picked": picked,
             **{f"tc:{k}": v for k, v in forced.items()},
         }
         print(
-            f"{size:>4d}MB  {raw:15.3f}  {copied:11.3f}  {tc:6.3f}  {own_us:6.0f} us  {forced['send_output']:14.3f}  "
-            f"{forced['send_output_raw']:18.3f}  {picked:>15s}"
+            f"{size:>4d}MB  {raw:15.3f}  {copied:11.3f}  {as_uint8:10.3f}  {tc:6.3f}  {own_us:6.0f} us  "
+            f"{forced['send_output']:14.3f}  {forced['send_output_raw']:18.3f}  {picked:>15s}"
+        )
+        verdicts.append(
+            goal(
+                f"contiguous {size} MB: dora's send_output carries the bytes as UInt64 (tc's unit) no slower than "
+                "as UInt8",
+                copied / as_uint8,
+                "<=",
+                PICK_TOLERANCE,
+                "x",
+                f"UInt64 {copied:.3f} ms, UInt8 {as_uint8:.3f} ms",
+            )
         )
         ratio = forced[picked] / forced[other]
         verdicts.append(

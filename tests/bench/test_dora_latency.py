@@ -18,7 +18,18 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
     check_envelope(data, "dora_latency")
     assert data["sizes_mb"] == [1] and data["wrong"] == 0
     expected = {
-        *(("contiguous", c) for c in ("raw", "send_output", "tc", "pa.array", "tc:send_output", "tc:send_output_raw")),
+        *(
+            ("contiguous", c)
+            for c in (
+                "raw",
+                "send_output",
+                "send_output:uint8",
+                "tc",
+                "pa.array",
+                "tc:send_output",
+                "tc:send_output_raw",
+            )
+        ),
         *((layout, c) for layout in ("transposed", "strided_crop") for c in ("contiguous+raw", "tc", "pa.array")),
     }
     rows = data["rows"]
@@ -30,7 +41,7 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
     for figures in data["summary"].values():
         assert all(positive(v) for v in figures.values()), figures
     check_goals(data["goals"])
-    assert len(data["goals"]) == 8  # 6 of the ratios, the primitive tc picks, tc's own cost at 1 MB
+    assert len(data["goals"]) == 9  # 6 of the ratios; the primitive and the unit tc picks, its own cost at 1 MB
     (row,) = data["primitives"].values()
     assert row["picked"] in ("send_output", "send_output_raw") and positive(row["tc:send_output_raw"]), row
 
