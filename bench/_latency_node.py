@@ -93,10 +93,13 @@ def run_sender() -> None:
     for size in plan["sizes_mb"]:
         for layout in plan["layouts"]:
             tensors[(layout, size)] = make_tensor(layout, size * MB)
+        # Each round in another order (rotated by one): what a message leaves behind (dora's
+        # pool, the caches) then precedes every contender alike, not always the same one.
+        turns = [(layout, c) for layout, contenders in plan["layouts"].items() for c in contenders]
         for rep in range(plan["warmup"] + plan["reps"]):
-            for layout, contenders in plan["layouts"].items():
-                for contender in contenders:
-                    queue.append((layout, contender, size, rep < plan["warmup"]))
+            shift = rep % len(turns)
+            for layout, contender in turns[shift:] + turns[:shift]:
+                queue.append((layout, contender, size, rep < plan["warmup"]))
     seq = 0
     waiting_since = None
     lost = 0

@@ -856,10 +856,8 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     _check_user_metadata(metadata)
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
-    if type(obj) is torch.Tensor:
-        repeat = _repeats.get((id(node), output_id))
-        if repeat is not None and _send_repeat(node, output_id, obj, metadata, repeat):
-            return True
+    if type(obj) is torch.Tensor and _repeats and _send_repeat(node, output_id, obj, metadata):
+        return True
     plan = make_plan(obj)
     name, _ = _resolve(node, output_id, plan, transport)
     output = Output(output_id, lambda: expected_receivers(node, output_id))
@@ -903,49 +901,49 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 
 @dataclass(frozen=True, slots=True)
 class _Repeat:
-    """What one output's last message fixed, for the next plain host tensor of the same dtype,
-    shape and strides: the codec's metadata (the same header), its bytes (the tensor's dense span,
-    which `send_output` copies) and that dora surely carries them. A stream sends the same layout
-    message after message; the plan, the transport's rule, the layout and the route check gave
-    these once and would give them again (a host tensor goes as host bytes whatever the
-    transport asked for), so a repeat skips them. Only the tensor's own state is checked again."""
+    """What an output's message of a plain host tensor fixed, for the next one of the same dtype,
+    shape and strides: the codec's metadata (the same header) and its bytes (the tensor's dense
+    span, which `send_output` copies; dora surely carries them). A stream sends the same layout
+    message after message (or a few layouts in turn); the plan, the transport's rule, the layout
+    and the route check gave these once and would give them again (a host tensor goes as host
+    bytes whatever the transport asked for), so a repeat skips them. Only the tensor's own state
+    is checked again."""
 
-    dtype: torch.dtype
-    shape: torch.Size
-    strides: tuple[int, ...]
     metadata: dict
     nbytes: int
 
 
-_repeats: dict[tuple[int, str], _Repeat] = {}
+# (id(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
+_repeats: dict[tuple, _Repeat] = {}
+_REPEATS_KEPT = 4096
+
+
+def _repeat_key(node: Any, output_id: str, t: torch.Tensor) -> tuple:
+    return (id(node), output_id, t.dtype, t.shape, t.stride())
 
 
 def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
     """Keep what `t`'s message fixed, when `t`'s own bytes were the value (not a broadcast tensor
     narrowed, nor lazy bits resolved into a copy) and dora surely carries them."""
-    if leaf.broadcast or t.is_neg() or t.is_conj() or len(_repeats) >= 4096:
+    if leaf.broadcast or t.is_neg() or t.is_conj() or not _surely_carried(node, output_id, outgoing.nbytes):
         return
-    if _surely_carried(node, output_id, outgoing.nbytes):
-        _repeats[(id(node), output_id)] = _Repeat(t.dtype, t.shape, t.stride(), outgoing.metadata, outgoing.nbytes)
+    if len(_repeats) >= _REPEATS_KEPT:
+        del _repeats[next(iter(_repeats))]
+    _repeats[_repeat_key(node, output_id, t)] = _Repeat(outgoing.metadata, outgoing.nbytes)
 
 
-def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None, repeat: _Repeat) -> bool:
-    """Send `t` as the output's last message was sent, if it repeats that layout; False (nothing
-    sent) if not: the full path then plans it."""
+def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None) -> bool:
+    """Send `t` as this output's last message of its layout was sent, if there was one; False
+    (nothing sent) if not: the full path then plans it."""
     try:
-        if not (
-            t.dtype is repeat.dtype
-            and t.shape == repeat.shape
-            and t.stride() == repeat.strides
-            and t.is_cpu
-            and not (t.is_neg() or t.is_conj())  # lazy bits: the storage does not hold the values
-        ):
-            return False
-    except RuntimeError:  # a tensor without strides (sparse, nested): not a repeat
+        repeat = _repeats.get(_repeat_key(node, output_id, t))
+    except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
+        return False
+    # Lazy bits: the storage does not hold the values. A repeat whose size is no longer below the
+    # threshold (the benchmark's forced rows move it): tc writes this one.
+    if repeat is None or not t.is_cpu or t.is_neg() or t.is_conj() or repeat.nbytes >= DORA_COPIES_BELOW:
         return False
     nbytes = repeat.nbytes
-    if nbytes >= DORA_COPIES_BELOW:
-        return False  # the threshold moved (the benchmark's forced rows): tc writes this one
     # A storage resized or freed after the view was made would be read at a dangling address.
     if t.untyped_storage().nbytes() < t.storage_offset() * t.element_size() + nbytes:
         return False  # the full path names the problem

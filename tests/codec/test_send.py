@@ -249,6 +249,28 @@ def test_a_repeat_whose_storage_was_freed_is_refused_not_read(monkeypatch):
     assert len(node.sent) == 1
 
 
+def test_an_output_sending_a_few_layouts_in_turn_plans_each_once(monkeypatch):
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    layouts = [torch.randn(8, 8), torch.randn(8, 8).t(), torch.randn(4, 16, dtype=torch.float64)]
+    for _ in range(3):
+        for t in layouts:
+            tc.send(node, "out", t)
+    assert len(made) == 3
+    for sent, t in zip(node.sent[-3:], layouts):
+        assert_identical(tc.receive(as_event(sent)), t)
+
+
+def test_repeats_are_bounded_dropping_the_oldest(monkeypatch):
+    monkeypatch.setattr(dora_adapter, "_REPEATS_KEPT", 2)
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    a, b, c = torch.zeros(1), torch.zeros(2), torch.zeros(3)
+    for t in (a, b, c, c, b, a):
+        tc.send(node, "out", t)
+    assert [t.numel() for t in made] == [1, 2, 3, 1]  # c and b were kept, a was dropped for c
+
+
 def test_repeats_are_kept_per_output_and_node():
     node, other = FakeNode(), FakeNode()
     a, b = torch.randn(16), torch.randn(4, 4)
