@@ -46,12 +46,15 @@ def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> No
     if contender == "tc":
         tc.send(node, "out", tensor, metadata)
     elif contender in FORCED_PRIMITIVE:
-        chosen = dora_adapter.DORA_COPIES_BELOW
+        chosen = getattr(dora_adapter, "DORA_COPIES_BELOW", None)  # None: a tensor_codec without the choice
         dora_adapter.DORA_COPIES_BELOW = FORCED_PRIMITIVE[contender]
         try:
             tc.send(node, "out", tensor, metadata)
         finally:
-            dora_adapter.DORA_COPIES_BELOW = chosen
+            if chosen is None:
+                del dora_adapter.DORA_COPIES_BELOW
+            else:
+                dora_adapter.DORA_COPIES_BELOW = chosen
     elif contender == "raw":  # plain send_output_raw of the same bytes (contiguous input only)
         source = tensor.numpy().reshape(-1).view(np.uint8)
         with node.send_output_raw("out", source.nbytes, metadata=metadata) as buf:

@@ -12,7 +12,9 @@ subprocess of this interpreter (sys.executable) with its tree as the current dir
 on PYTHONPATH, running that tree's own bench script against that tree's own tensor_codec; before
 it starts, the child checks that `tensor_codec` (and after it, the bench helpers it loaded) come
 from that tree, and refuses to measure otherwise. The current tree is the working tree as it is,
-uncommitted changes included.
+uncommitted changes included. `--scripts current` runs the current tree's bench scripts in both
+trees instead (each still with its own tensor_codec): the same measurement of both codecs, for when
+the benchmark itself changed (new contenders, another order) since the base.
 
 Each run writes its own JSON (out/bench/compare_revisions/<bench>-<base|current>-r<round>.json,
 with its output beside it as .log); the keys both revisions' scripts write are read, the median
@@ -60,12 +62,13 @@ BENCHES = {
 
 # Runs in the child before the bench script: checks where tensor_codec comes from, then runs the
 # script as `python <script> <args>` would (its folder first on sys.path), then checks the bench
-# helpers it loaded. argv: tree, script, the script's arguments.
+# helpers it loaded (from the script's tree). argv: tree, script, the script's arguments.
 CHILD = r"""
 import importlib.util, os, runpy, sys
 tree, script = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
-def check(name, origin, expected):
-    expected = os.path.join(tree, expected)
+scripts = os.path.dirname(os.path.dirname(script))
+def check(name, origin, expected, root=tree):
+    expected = os.path.join(root, expected)
     if origin is None or os.path.realpath(origin) != expected:
         print(f"compare_revisions: {name} would come from {origin}, not {expected}: not measured",
               file=sys.stderr, flush=True)
@@ -79,10 +82,10 @@ runpy.run_path(script, run_name="__main__")
 for name in ("tensor_codec", "_results", "_goals", "_timing"):
     module = sys.modules.get(name)
     if module is not None:
-        own = os.path.join("tensor_codec", "__init__.py")
-        if name != "tensor_codec":
-            own = os.path.join("bench", name + ".py")
-        check(name, getattr(module, "__file__", None), own)
+        if name == "tensor_codec":
+            check(name, getattr(module, "__file__", None), os.path.join("tensor_codec", "__init__.py"))
+        else:
+            check(name, getattr(module, "__file__", None), os.path.join("bench", name + ".py"), scripts)
 """
 
 
@@ -106,6 +109,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only", choices=list(BENCHES), action="append", help="this benchmark only (repeatable; default both)"
+    )
+    parser.add_argument(
+        "--scripts",
+        choices=["own", "current"],
+        default="own",
+        help="the benchmark scripts each tree runs: its own (default), or the current tree's for both "
+        "(the same measurement of both codecs, when the benchmark itself changed)",
     )
     parser.add_argument(
         "--tolerance",
@@ -181,10 +191,12 @@ def base_worktree(rev: str) -> tuple[Path, str]:
 # -- running the benchmarks -----------------------------------------------------------------------
 
 
-def run_bench(tree: Path, bench: str, args: list[str], json_path: Path, timeout: float) -> tuple[dict | None, str]:
-    """One run of `tree`'s bench/<bench>.py with its own tensor_codec: -> (its results, or None
-    and why not)."""
-    script = tree / "bench" / f"{bench}.py"
+def run_bench(
+    tree: Path, bench: str, args: list[str], json_path: Path, timeout: float, scripts: Path | None = None
+) -> tuple[dict | None, str]:
+    """One run of bench/<bench>.py of `scripts` (default `tree`) with `tree`'s own tensor_codec:
+    -> (its results, or None and why not)."""
+    script = (scripts or tree) / "bench" / f"{bench}.py"
     if not script.exists():
         return None, f"{script.relative_to(ROOT)} does not exist in that revision"
     json_path.unlink(missing_ok=True)
@@ -407,7 +419,8 @@ def main(argv=None) -> int:
     trees = {"base": base_tree, "current": ROOT}
     print(f"base:    {args.base} = {base_commit[:10]} in {base_tree.relative_to(ROOT)}")
     print(f"current: the working tree {ROOT} (HEAD {head[:10]}{', with uncommitted changes' if dirty else ''})")
-    print(f"{mode} runs, {args.rounds} rounds per tree, interleaved base/current; python {sys.executable}\n")
+    scripts = "the current tree's scripts for both" if args.scripts == "current" else "each tree's own scripts"
+    print(f"{mode} runs, {args.rounds} rounds per tree, interleaved base/current, {scripts}; python {sys.executable}\n")
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     timeout = 600 if args.quick else 1800
     runs = {bench: {"base": [], "current": []} for bench in benches}
@@ -417,7 +430,8 @@ def main(argv=None) -> int:
             for tree in ("base", "current"):
                 path = WORK_DIR / f"{bench}-{tree}-r{rnd}.json"
                 load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # how shared the machine was
-                data, how = run_bench(trees[tree], bench, BENCHES[bench][mode], path, timeout)
+                scripts = ROOT if args.scripts == "current" else None
+                data, how = run_bench(trees[tree], bench, BENCHES[bench][mode], path, timeout, scripts)
                 runs[bench][tree].append(data)
                 loads.append({"bench": bench, "tree": tree, "round": rnd, "load_before": load})
                 shown = f", load average {load:.1f} before" if load is not None else ""
@@ -452,6 +466,7 @@ def main(argv=None) -> int:
         "current_head": head,
         "current_dirty": dirty,
         "mode": mode,
+        "scripts": args.scripts,
         "rounds": args.rounds,
         "tolerance": args.tolerance,
         "benches": {b: BENCHES[b][mode] for b in benches},

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(ROOT))  # tensor_codec, for the rule the run checks
+sys.path.append(str(ROOT))  # tensor_codec (after PYTHONPATH: compare_revisions.py may name another tree's)
 MB = 1 << 20
 
 from _goals import goal, print_goals  # noqa: E402
@@ -59,7 +59,9 @@ def run_flow(flow: dict, tmp: Path, results: Path) -> None:
     """`dora run` a benchmark dataflow in `tmp` with the repository importable; exit with dora's
     output if it fails or leaves no `results`."""
     (tmp / "dataflow.yml").write_text(json.dumps(flow, indent=1))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    # A PYTHONPATH given comes first: compare_revisions.py runs this script against another tree's
+    # tensor_codec (--scripts current), and the nodes must import that one too.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])))
     proc = subprocess.run(
         [dora_cli(), "run", str(tmp / "dataflow.yml")], cwd=tmp, env=env, capture_output=True, text=True, timeout=1800
     )
@@ -280,7 +282,11 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
     UInt64 and as UInt8), tc forced onto each, and what tc picks by size (tensor_codec.
     dora_adapter.DORA_COPIES_BELOW) and in which unit (the widest, UInt64 here): the measurements
     those rules are made from, kept in the run that checks them."""
-    from tensor_codec.dora_adapter import DORA_COPIES_BELOW
+    from tensor_codec import dora_adapter
+
+    # 0: a tensor_codec from before the choice (compare_revisions.py --scripts current), which
+    # always wrote into send_output_raw's buffer.
+    copies_below = getattr(dora_adapter, "DORA_COPIES_BELOW", 0)
 
     def p50(size, contender):
         sel = [r for r in rows if r["layout"] == "contiguous" and r["size_mb"] == size and r["contender"] == contender]
@@ -296,7 +302,7 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         raw, copied, tc = p50(size, "raw"), p50(size, "send_output"), p50(size, "tc")
         as_uint8 = p50(size, "send_output:uint8")
         forced = {"send_output": p50(size, "tc:send_output"), "send_output_raw": p50(size, "tc:send_output_raw")}
-        picked = "send_output" if size * MB < DORA_COPIES_BELOW else "send_output_raw"
+        picked = "send_output" if size * MB < copies_below else "send_output_raw"
         other = "send_output_raw" if picked == "send_output" else "send_output"
         own_us = (tc - min(raw, copied)) * 1e3
         table[f"{size}MB"] = {

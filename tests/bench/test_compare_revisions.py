@@ -35,9 +35,11 @@ def test_arguments_default_to_the_full_comparison_and_refuse_nonsense(compare):
         0.10,
         None,
     )
+    assert args.scripts == "own"
     args = compare.parse_args(["--base", "HEAD~2", "--quick", "--rounds", "1", "--only", "small_message"])
     assert (args.base, args.quick, args.rounds, args.only) == ("HEAD~2", True, 1, ["small_message"])
-    for wrong in (["--rounds", "0"], ["--only", "header_cost"]):
+    assert compare.parse_args(["--scripts", "current"]).scripts == "current"
+    for wrong in (["--rounds", "0"], ["--only", "header_cost"], ["--scripts", "base"]):
         with pytest.raises(SystemExit) as refused:
             compare.parse_args(wrong)
         assert refused.value.code == 2
@@ -70,8 +72,9 @@ def test_the_comparison_reads_both_revisions_and_judges_the_goals(compare):
 
 @pytest.mark.slow  # two runs of small_message.py, each a fresh interpreter
 def test_a_quick_comparison_against_head_runs_in_a_scratch_repository(tmp_path):
-    """--quick, one round, small_message only, against HEAD of a scratch repository: the base
-    worktree is made, each tree's run uses its own tensor_codec (the script checks), and the
+    """--quick, one round, small_message only, against HEAD of a scratch repository, both trees
+    running the current tree's script (--scripts current): the base worktree is made, each tree's
+    run uses its own tensor_codec and the script's bench helpers (the child checks both), and the
     comparison is written with both trees' figures and no failed run."""
     git = shutil.which("git")
     if git is None:
@@ -92,7 +95,8 @@ def test_a_quick_comparison_against_head_runs_in_a_scratch_repository(tmp_path):
         subprocess.run([git, *command], cwd=repo, env=env, check=True, capture_output=True)
     head = subprocess.run([git, "rev-parse", "HEAD"], cwd=repo, env=env, check=True, capture_output=True, text=True)
     results = tmp_path / "compare_revisions.json"
-    args = ["--base", "HEAD", "--quick", "--rounds", "1", "--only", "small_message", "--json", str(results)]
+    args = ["--base", "HEAD", "--quick", "--rounds", "1", "--only", "small_message", "--scripts", "current"]
+    args += ["--json", str(results)]
     proc = subprocess.run(
         [sys.executable, str(repo / "bench" / "compare_revisions.py"), *args],
         cwd=repo,
@@ -104,10 +108,11 @@ def test_a_quick_comparison_against_head_runs_in_a_scratch_repository(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(results.read_text())
     check_envelope(data, "compare_revisions")
-    assert (data["base_commit"], data["current_head"], data["mode"]) == (
+    assert (data["base_commit"], data["current_head"], data["mode"], data["scripts"]) == (
         head.stdout.strip(),
         head.stdout.strip(),
         "quick",
+        "current",
     )
     assert data["failures"] == [] and data["not_compared"] == []
     assert {r["key"] for r in data["rows"]} == {
@@ -127,3 +132,10 @@ def test_a_quick_comparison_against_head_runs_in_a_scratch_repository(tmp_path):
         "small_message-base-r1.json",
         "small_message-current-r1.json",
     ]
+    # The current tree's script, each tree's own tensor_codec.
+    base_log = (work / "small_message-base-r1.log").read_text()
+    assert f"tensor_codec from {(repo / 'out' / 'bench').resolve()}" in base_log and "/base-" in base_log, base_log[
+        -500:
+    ]
+    current_log = (work / "small_message-current-r1.log").read_text()
+    assert f"tensor_codec from {repo.resolve() / 'tensor_codec'}" in current_log, current_log[-500:]
