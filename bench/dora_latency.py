@@ -6,10 +6,14 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
 * non-contiguous (a transpose, a strided crop): tc faster than `t.contiguous()` + that raw send;
 * every case: tc never slower than `pa.array(t.contiguous().numpy().ravel())` + `send_output`,
   received with `torch.from_numpy(...).reshape(...)`; issue 18 names contiguous 1 MB end to end
-  in particular (tc / pa.array p50 <= 1.0x; 1.06 to 1.18x before its redesign).
+  in particular (tc / pa.array p50 <= 1.0x; 1.06 to 1.18x before its redesign);
+* issue 33: that at every contiguous size, tc's own cost over the faster of dora's primitives under
+  20 us at 1 MB, and tc picking the faster primitive and the faster unit for send_output's bytes
+  (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead.
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
-contenders are interleaved round by round so drift in machine load hits them alike.
+contenders are interleaved round by round, each round shuffled, so drift in machine load and
+what one message leaves behind (dora's pool, the caches) hit them alike.
 """
 
 from __future__ import annotations
