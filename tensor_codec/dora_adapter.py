@@ -11,13 +11,15 @@ and reads what dora hands a node. What lives here:
 * what a dora route can carry (`max_send_bytes`, `send_limit`): dora's limits, measured on
   dora-rs 1.1.0 and checked before anything is written (`check_route`), dora's own size errors
   translated (`size_error`);
-* sending: `send` (a codec message, written straight into ``send_output_raw``'s buffer),
+* sending: `send` (a codec message: one dense host tensor by dora's ``send_output`` from its own
+  memory, anything else written straight into ``send_output_raw``'s buffer; `DORA_COPIES_BELOW`),
   `send_plain` (flat bytes for nodes that do not speak the codec), `transport_for`;
 * receiving: `receive` (an INPUT event).
 
 dora 1.1's limits (docs/transports.md, "dora's limits", has the measurements). A message of n
 payload bytes travels as a UInt8 Arrow IPC stream of ``ipc_stream_bytes(n)`` bytes: dora writes a
-validity bitmap (n/8 bytes) and 328 bytes of framing around the payload. Then:
+validity bitmap (n/8 bytes) and 328 bytes of framing around the payload (``send_output_raw``'s
+stream; the checks count it for ``send_output``'s messages too). Then:
 
 * **the cap**: no stream over 256 MiB, on any route ("UInt8 payload too large"): a payload of at
   most 238,608,896 bytes; no setting raises it;
@@ -838,8 +840,9 @@ def _refuse_surrogates(key: Any, value: Any) -> None:
 
 
 def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
-    """Encode `obj` and send it on `output_id` of a dora node, writing tensors straight into
-    dora's send buffer (one pass per tensor). `metadata` holds the caller's own keys; keys starting
+    """Encode `obj` and send it on `output_id` of a dora node with one copy of each tensor's
+    bytes: dora's own (``send_output`` of the tensor's memory) for one dense host tensor under
+    `DORA_COPIES_BELOW`, else tc's, straight into dora's send buffer (``send_output_raw``). `metadata` holds the caller's own keys; keys starting
     with ``tc.`` are reserved. Raises `MessageTooLargeError` (naming the limit of dora's it is over,
     and what lifts it) before writing anything if no dora route can carry the message
     (`max_send_bytes` says how much can go).
@@ -928,7 +931,10 @@ def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outg
     if leaf.broadcast or t.is_neg() or t.is_conj() or not _surely_carried(node, output_id, outgoing.nbytes):
         return
     if len(_repeats) >= _REPEATS_KEPT:
-        del _repeats[next(iter(_repeats))]
+        try:
+            del _repeats[next(iter(_repeats))]
+        except (RuntimeError, StopIteration, KeyError):  # another thread's send changed it meanwhile
+            pass
     _repeats[_repeat_key(node, output_id, t)] = _Repeat(outgoing.metadata, outgoing.nbytes)
 
 
