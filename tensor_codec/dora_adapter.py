@@ -842,10 +842,11 @@ def _refuse_surrogates(key: Any, value: Any) -> None:
 def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
     """Encode `obj` and send it on `output_id` of a dora node with one copy of each tensor's
     bytes: dora's own (``send_output`` of the tensor's memory) for one dense host tensor under
-    `DORA_COPIES_BELOW`, else tc's, straight into dora's send buffer (``send_output_raw``). `metadata` holds the caller's own keys; keys starting
-    with ``tc.`` are reserved. Raises `MessageTooLargeError` (naming the limit of dora's it is over,
-    and what lifts it) before writing anything if no dora route can carry the message
-    (`max_send_bytes` says how much can go).
+    `DORA_COPIES_BELOW`, else tc's, straight into dora's send buffer (``send_output_raw``).
+    `metadata` holds the caller's own keys; keys starting with ``tc.`` are reserved. Raises
+    `MessageTooLargeError` (naming the limit of dora's it is over, and what lifts it) before
+    writing anything if no dora route can carry the message (`max_send_bytes` says how much can
+    go).
 
     ``transport="auto"`` (default): CUDA IPC when the message holds CUDA tensors and every
     consumer of the output runs on this machine, host bytes otherwise; a message under
