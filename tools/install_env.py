@@ -25,9 +25,10 @@ had: at the releases constraints.txt pins in a fresh .venv, at the extra's floor
 preinstalled torch (from WHEELS= offline). One that cannot be had is one
 line, never an error: ENGINE=auto does without it.
 
-Either way the development tools (TOOL_EXTRAS: the `lint` extra, ruff and mypy for `make check`)
-are installed with the project, the same way and as best-effort: one that cannot be had (an
-offline GPU host without their wheels) is one line, and `make check` says how to get it.
+Either way the development tools (TOOL_EXTRAS: the `lint` extra, ruff and mypy for `make check`;
+the `profile` extra, py-spy for `bench/dora_latency.py --profile`) are installed with the project,
+the same way and as best-effort: one that cannot be had (an offline GPU host without their wheels)
+is one line, and `make check` says how to get it.
 
 Either way the dora-hub nodes that examples/ runs (examples/hub-nodes.txt) are installed after the
 project, each as that file says (some with `--no-deps`), with what .venv has of torch, torchvision,
@@ -546,9 +547,9 @@ def install_layered(probe: dict, venv: Path, wheels: str | None) -> list[str]:
 
 
 def install_tools(venv: Path, wheels: str | None, mode: str) -> list[str]:
-    """The TOOL_EXTRAS (ruff and mypy for `make check`) as install_optional installs an optional
-    extra: pinned in a fresh .venv, at the extra's floors over a preinstalled torch, one line each
-    and never an error (offline GPU hosts may not have their wheels; nothing there needs them).
+    """The TOOL_EXTRAS (ruff and mypy for `make check`, py-spy for profiles) as install_optional
+    installs an optional extra: pinned in a fresh .venv, at the extra's floors over a preinstalled
+    torch, one line each and never an error (offline GPU hosts may not have their wheels; nothing there needs them).
     -> those that could not be had (not recorded in .venv: a later `make` retries them only when
     an input changes; `make check` names the command that installs them)."""
     reqs = [text for extra in TOOL_EXTRAS for text in optional_requirements(mode, extra)]
