@@ -41,6 +41,12 @@ def make_tensor(layout: str, nbytes: int) -> torch.Tensor:
     raise ValueError(layout)
 
 
+def bytes_of(tensor: torch.Tensor, unit: pa.DataType) -> pa.Array:
+    """A contiguous tensor's bytes as an Arrow array of `unit`, viewing its memory (no copy)."""
+    data = pa.foreign_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(), base=tensor)
+    return pa.Array.from_buffers(unit, data.size // (unit.bit_width // 8), [None, data])
+
+
 def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> None:
     metadata["t0"] = time.monotonic_ns()
     if contender == "tc":
@@ -65,11 +71,9 @@ def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> No
             np.frombuffer(buf, np.uint8)[:] = source
     elif contender == "send_output":  # dora's other primitive: it copies the bytes of an Arrow array
         # As UInt64 (the sizes here are multiples of 8): dora 1.1 sends wider units faster than UInt8.
-        data = pa.foreign_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(), base=tensor)
-        node.send_output("out", pa.Array.from_buffers(pa.uint64(), data.size // 8, [None, data]), metadata)
+        node.send_output("out", bytes_of(tensor, pa.uint64()), metadata)
     elif contender == "send_output:uint8":  # the same, as UInt8: what tc's choice of unit is measured against
-        data = pa.foreign_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(), base=tensor)
-        node.send_output("out", pa.Array.from_buffers(pa.uint8(), data.size, [None, data]), metadata)
+        node.send_output("out", bytes_of(tensor, pa.uint8()), metadata)
     elif contender == "pa.array":  # the common pattern
         node.send_output("out", pa.array(tensor.contiguous().numpy().ravel()), metadata)
     else:

@@ -35,7 +35,6 @@ from .names import CUDA_IPC, HOST
 
 ALIGNMENT = 64
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
-_UINT8 = pa.uint8()
 
 
 def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
