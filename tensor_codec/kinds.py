@@ -9,23 +9,23 @@ batched BoundingBoxes) and does not copy.
 torchvision is optional: without it only plain tensors are known, and a message carrying a
 TVTensor is refused with a clear error. Attributes an older torchvision lacks (``clamping_mode``)
 are left out on encode and ignored on decode.
+
+torchvision is imported the first time a TVTensor is met (sent, or named by a received header),
+not with this module: importing it costs a process about 1.3 s of CPU (its ops pull in
+torch._dynamo), which every node of plain tensors would pay at start for nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import torch
 
 from .errors import DecodeError, EncodeError
 
-__all__ = ["TensorKind", "kind_of", "kind_by_tag", "all_kinds"]
-
-try:  # pragma: no cover - exercised by whichever environment runs the tests
-    from torchvision import tv_tensors as _tvt
-except ImportError:  # pragma: no cover
-    _tvt = None
+__all__ = ["TensorKind", "PLAIN", "kind_of", "kind_by_tag", "all_kinds"]
 
 _MAX_CANVAS = 1 << 31
 
@@ -106,10 +106,10 @@ def _parse_canvas(node: dict, where: str) -> tuple[int, int]:
 
 
 class _BoundingBoxesKind(TensorKind):
-    def __init__(self, cls: type):
+    def __init__(self, cls: type, formats: Any):
         self.cls = cls
         self.tag = "tv.BoundingBoxes"
-        self.formats = {m.name: m for m in _tvt.BoundingBoxFormat}
+        self.formats = {m.name: m for m in formats}
         # clamping_mode arrived in torchvision 0.23; tolerate releases without it, both ways.
         self.has_clamping = "clamping_mode" in getattr(cls, "__annotations__", {})
         self.attribute_names = ("format", "canvas_size")
@@ -181,32 +181,66 @@ class _KeyPointsKind(TensorKind):
         return self.wrap(plain, {"canvas_size": like.canvas_size})  # any shape, as the decoder does
 
 
-_KINDS: list[TensorKind] = [TensorKind()]
-if _tvt is not None:
-    for _name in ("Image", "Video", "Mask"):
-        if hasattr(_tvt, _name):
-            _KINDS.append(_PlainSubclassKind(getattr(_tvt, _name)))
-    _KINDS.append(_BoundingBoxesKind(_tvt.BoundingBoxes))
-    if hasattr(_tvt, "KeyPoints"):
-        _KINDS.append(_KeyPointsKind(_tvt.KeyPoints))
-
-_BY_TYPE: dict[type, TensorKind] = {k.cls: k for k in _KINDS}
-_BY_TAG: dict[str, TensorKind] = {k.tag: k for k in _KINDS}
+PLAIN = TensorKind()  # a plain torch.Tensor
+_KINDS: list[TensorKind] = [PLAIN]
+_BY_TYPE: dict[type, TensorKind] = {torch.Tensor: PLAIN}
+_BY_TAG: dict[str, TensorKind] = {PLAIN.tag: PLAIN}
 # Tags this build may meet from a peer with a newer torchvision, for a precise error.
 _KNOWN_TV_TAGS = {"tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"}
+_TV_MODULE = "torchvision.tv_tensors"
+_tv_looked_for = False
+_tv_lock = threading.Lock()
+
+
+def _add_tvtensor_kinds() -> None:
+    """Import torchvision (once) and add a kind for each TVTensor class it has; without it,
+    nothing (only plain tensors are known)."""
+    global _tv_looked_for
+    with _tv_lock:
+        if _tv_looked_for:
+            return
+        try:
+            from torchvision import tv_tensors as tvt
+        except ImportError:
+            tvt = None
+        if tvt is not None:
+            added: list[TensorKind] = [
+                _PlainSubclassKind(getattr(tvt, name)) for name in ("Image", "Video", "Mask") if hasattr(tvt, name)
+            ]
+            added.append(_BoundingBoxesKind(tvt.BoundingBoxes, tvt.BoundingBoxFormat))
+            if hasattr(tvt, "KeyPoints"):
+                added.append(_KeyPointsKind(tvt.KeyPoints))
+            for kind in added:  # readers never see a half-added kind: each dict entry is whole
+                _BY_TYPE[kind.cls] = kind
+                _BY_TAG[kind.tag] = kind
+            _KINDS.extend(added)
+        _tv_looked_for = True
 
 
 def all_kinds() -> list[TensorKind]:
+    """Every kind this process knows, TVTensors included (imports torchvision if it is there)."""
+    if not _tv_looked_for:
+        _add_tvtensor_kinds()
     return list(_KINDS)
 
 
 def kind_of(x: object) -> TensorKind | None:
     """The kind of `x` by exact type (a subclass is a different type and is not accepted)."""
-    return _BY_TYPE.get(type(x))
+    kind = _BY_TYPE.get(type(x))
+    if kind is None and not _tv_looked_for and type(x).__module__.startswith(_TV_MODULE):
+        _add_tvtensor_kinds()  # an instance of a TVTensor: torchvision is imported already
+        kind = _BY_TYPE.get(type(x))
+    return kind
 
 
 def kind_by_tag(tag: str, where: str) -> TensorKind | None:
+    """The kind a received tree node's tag names (torchvision imported for a TVTensor tag), None
+    for a tag that is no tensor kind."""
     kind = _BY_TAG.get(tag)
     if kind is None and tag in _KNOWN_TV_TAGS:
-        raise DecodeError(f"{where}.t: {tag!r} needs a torchvision that provides it; this process has none")
+        if not _tv_looked_for:
+            _add_tvtensor_kinds()
+            kind = _BY_TAG.get(tag)
+        if kind is None:
+            raise DecodeError(f"{where}.t: {tag!r} needs a torchvision that provides it; this process has none")
     return kind

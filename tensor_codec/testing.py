@@ -24,11 +24,6 @@ from .errors import format_path
 from .layout import plan_leaf
 from .walk import DICT, LIST, NAMEDTUPLE, TUPLE, children, fold
 
-try:
-    from torchvision import tv_tensors as tvt
-except ImportError:  # pragma: no cover
-    tvt = None
-
 __all__ = [
     "make_layout_cases",
     "make_dtype_cases",
@@ -90,7 +85,18 @@ def make_dtype_cases(seed: int = 0, shape: tuple[int, ...] = (3, 5)) -> dict[str
     return out
 
 
+def _tv_tensors() -> Any:
+    """torchvision.tv_tensors, or None without torchvision: imported when a sample needs it, not
+    with this module (it costs a process ~1.3 s; see kinds.py)."""
+    try:
+        from torchvision import tv_tensors
+    except ImportError:  # pragma: no cover
+        return None
+    return tv_tensors
+
+
 def make_tvtensor_cases(seed: int = 0) -> dict[str, Any]:
+    tvt = _tv_tensors()
     if tvt is None:
         return {}
     g = _gen(seed)
@@ -126,6 +132,7 @@ def make_packed_sequences(seed: int = 0) -> dict[str, PackedSequence]:
 
 
 def make_detection_sample(seed: int = 0, height: int = 48, width: int = 64) -> dict[str, Any]:
+    tvt = _tv_tensors()
     g = _gen(seed)
     image = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=g)
     boxes = torch.rand(7, 4, generator=g) * min(height, width) / 2

@@ -29,7 +29,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import walk
 from .errors import DecodeError, UsageError, Where, some_keys
-from .kinds import TensorKind, all_kinds, kind_by_tag
+from .kinds import PLAIN, TensorKind, kind_by_tag
 from .walk import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
 from .walk import INT64_MAX as _INT64_MAX
 from .walk import INT64_MIN as _INT64_MIN
@@ -237,6 +237,10 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Bui
         return _compile_scalar(node, where)
     tag = node.get("t")
     kind = _TENSOR_KINDS.get(tag) if type(tag) is str else None
+    if kind is None and type(tag) is str and tag.startswith("tv."):
+        kind = kind_by_tag(tag, where)  # TVTensor kinds are added on first sight (or refused)
+        if kind is not None:
+            _TENSOR_KINDS[tag] = kind
     if kind is not None:
         return _compile_tensor(node, kind, comp, where)
     if tag == "list" or tag == "tuple":
@@ -246,7 +250,6 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Bui
         return compile_other(node, comp, where, depth)
     if type(tag) is not str:
         raise DecodeError(f"{where}.t: expected a string tag, got {tag!r:.80}")
-    kind_by_tag(tag, where)  # a TVTensor tag this torchvision lacks: its own error
     raise DecodeError(
         f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
         f"PackedSequence, float), got {tag!r:.80}"
@@ -520,7 +523,7 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
 
 
 # Tags of tensor kinds, and of the other nodes that are objects (lists and tuples come first).
-_TENSOR_KINDS = {kind.tag: kind for kind in all_kinds()}
+_TENSOR_KINDS = {PLAIN.tag: PLAIN}  # TVTensor kinds join on first sight (_compile)
 _COMPILERS = {
     "dict": _compile_dict,
     "float": _compile_float,

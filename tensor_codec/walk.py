@@ -30,7 +30,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from .errors import EncodeError, format_path
-from .kinds import TensorKind, all_kinds
+from .kinds import PLAIN, TensorKind, kind_of
 
 __all__ = [
     "MAX_DEPTH",
@@ -72,7 +72,7 @@ _TYPES: dict[type, Any] = {
     tuple: TUPLE,
     PackedSequence: PACKED,
 }
-_TYPES.update({kind.cls: kind for kind in all_kinds()})
+_TYPES[torch.Tensor] = PLAIN  # TVTensor classes join on first sight (_other)
 
 # Namedtuple classes seen so far (a class is checked once). Bounded: classes made on the fly
 # (received namedtuples, tree._generic_namedtuple) must not be kept alive forever.
@@ -84,6 +84,16 @@ def plain_of(x: torch.Tensor) -> torch.Tensor:
     """`x` as a plain tensor (an alias; property reads on a TVTensor go through the slow
     ``__torch_function__``)."""
     return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+
+
+def _other(x: Any, path: tuple) -> Any:
+    """What a type the walk has not met is: a TVTensor class (known from then on), a
+    namedtuple, or refused."""
+    kind = kind_of(x)
+    if kind is not None:
+        _TYPES[type(x)] = kind
+        return kind
+    return _namedtuple_or_refuse(x, path)
 
 
 def _namedtuple_or_refuse(x: Any, path: tuple) -> str:
@@ -156,7 +166,7 @@ def fold(
         tx = type(x)
         what = types.get(tx)
         if what is None:
-            what = namedtuples.get(tx) or _namedtuple_or_refuse(x, path)
+            what = namedtuples.get(tx) or _other(x, path)
         if what is scalar:
             return x if on_scalar is None else on_scalar(x, path)
         if what is integer:

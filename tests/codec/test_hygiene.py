@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,67 @@ def test_import_and_host_round_trip_never_initialize_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"host_at_import": False, "cuda_initialized": False}
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_torchvision_is_imported_on_the_first_tvtensor_not_with_the_package(tmp_path):
+    """Importing torchvision costs a process ~1.3 s of CPU: a node of plain tensors never pays it.
+    A TVTensor's header decodes in a process that had not imported torchvision (its kinds join on
+    first sight), and where torchvision cannot be imported it is refused by name."""
+    from tensor_codec.testing import make_tvtensor_cases
+
+    case = make_tvtensor_cases()["image"]
+    import tensor_codec as tc
+
+    value, metadata = tc.encode({"img": case})
+    # The message goes to the child as bytes and its metadata as JSON (no pickle: a file each).
+    (tmp_path / "value.bin").write_bytes(value.buffers()[1].to_pybytes()[: len(value)])
+    (tmp_path / "metadata.json").write_text(json.dumps(metadata))
+    decode_it = (
+        "import json, pyarrow as pa, tensor_codec as tc, sys, torch\n"
+        f"raw = open({str(tmp_path / 'value.bin')!r}, 'rb').read()\n"
+        f"metadata = json.load(open({str(tmp_path / 'metadata.json')!r}))\n"
+        "seen = {'import': 'torchvision' in sys.modules}\n"
+        "tc.decode(*tc.encode({'x': torch.ones(3)}))\n"
+        "seen['plain tensors'] = 'torchvision' in sys.modules\n"
+        "try:\n"
+        "    got = type(tc.decode(pa.array(list(raw), pa.uint8()), metadata)['img']).__name__\n"
+        "except Exception as e:\n"
+        "    got = f'{type(e).__name__}: {e}'\n"
+        "seen['tvtensor'] = 'torchvision' in sys.modules\n"
+        "print(json.dumps({'seen': seen, 'got': got}))\n"
+    )
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Blocker:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torchvision':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked)', name=name)\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+    )
+    results = {}
+    for label, env in (
+        ("here", None),
+        (
+            "without torchvision",
+            {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))},
+        ),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", decode_it], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+        )
+        results[label] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert results["here"] == {
+        "seen": {"import": False, "plain tensors": False, "tvtensor": True},
+        "got": "Image",
+    }
+    assert results["without torchvision"] == {
+        "seen": {"import": False, "plain tensors": False, "tvtensor": False},
+        "got": "DecodeError: tc.header.tree.items[0][1].t: 'tv.Image' needs a torchvision that provides it; "
+        "this process has none",
+    }
 
 
 def test_every_package_and_console_script_is_declared():
