@@ -70,8 +70,9 @@ def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> No
         with node.send_output_raw("out", source.nbytes, metadata=metadata) as buf:
             np.frombuffer(buf, np.uint8)[:] = source
     elif contender == "send_output":  # dora's other primitive: it copies the bytes of an Arrow array
-        # As UInt64 (the sizes here are multiples of 8): dora 1.1 sends wider units faster than UInt8.
-        node.send_output("out", bytes_of(tensor, pa.uint64()), metadata)
+        # Typed as the tensor (Float32), as tc hands them to dora: a receiver's DLPack view then has
+        # the tensor's dtype; dora 1.1 sends wider types faster than UInt8.
+        node.send_output("out", bytes_of(tensor, pa.float32()), metadata)
     elif contender == "send_output:uint8":  # the same, as UInt8: what tc's choice of unit is measured against
         node.send_output("out", bytes_of(tensor, pa.uint8()), metadata)
     elif contender == "pa.array":  # the common pattern

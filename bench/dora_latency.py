@@ -8,7 +8,7 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
   received with `torch.from_numpy(...).reshape(...)`; issue 18 names contiguous 1 MB end to end
   in particular (tc / pa.array p50 <= 1.0x; 1.06 to 1.18x before its redesign);
 * issue 33: that at every contiguous size, tc's own cost over the faster of dora's primitives under
-  20 us at 1 MB, and tc picking the faster primitive and the faster unit for send_output's bytes
+  20 us at 1 MB, and tc picking the faster primitive and the faster type for send_output's bytes
   (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead.
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
@@ -282,10 +282,10 @@ PICK_TOLERANCE = 1.05  # the primitive tc picks may be this much slower than the
 
 
 def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]:
-    """dora's two primitives side by side (send_output_raw, send_output; the latter's bytes as
-    UInt64 and as UInt8), tc forced onto each, and what tc picks by size (tensor_codec.
-    dora_adapter.DORA_COPIES_BELOW) and in which unit (the widest, UInt64 here): the measurements
-    those rules are made from, kept in the run that checks them."""
+    """dora's two primitives side by side (send_output_raw, send_output; the latter's bytes typed
+    as the tensor, Float32 here, and as UInt8), tc forced onto each, and what tc picks by size
+    (tensor_codec.dora_adapter.DORA_COPIES_BELOW) and as which type (the tensor's own, here): the
+    measurements those rules are made from, kept in the run that checks them."""
     from tensor_codec import dora_adapter
 
     # 0: a tensor_codec from before the choice (compare_revisions.py --scripts current), which
@@ -324,13 +324,13 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         )
         verdicts.append(
             goal(
-                f"contiguous {size} MB: dora's send_output carries the bytes as UInt64 (tc's unit) no slower than "
-                "as UInt8",
+                f"contiguous {size} MB: dora's send_output carries the bytes typed as the tensor (Float32, tc's "
+                "choice) no slower than as UInt8",
                 copied / as_uint8,
                 "<=",
                 PICK_TOLERANCE,
                 "x",
-                f"UInt64 {copied:.3f} ms, UInt8 {as_uint8:.3f} ms",
+                f"Float32 {copied:.3f} ms, UInt8 {as_uint8:.3f} ms",
             )
         )
         ratio = forced[picked] / forced[other]

@@ -74,7 +74,7 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     restores every tensor onto that device with its exact strides (one copy of the whole
     message; such tensors own their memory). `name` (an input id) appears in error messages.
     """
-    target = _target_device(device)
+    target = None if device is None else _target_device(device)
     transport_name, text = read_metadata(metadata)
     transport = transport_for_message(transport_name)
     compiled = received.cached(text, transport_name)
@@ -83,8 +83,12 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
         materialized = transport.materialize(
             value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
         )
-        handed_out: list = []
-        obj = compiled.build(materialized.tensors, handed_out)
+        if compiled.plain:  # one plain tensor: the object is the leaf, handed out as it is
+            handed_out: list = materialized.tensors
+            obj = handed_out[0]
+        else:
+            handed_out = []
+            obj = compiled.build(materialized.tensors, handed_out)
     else:
         with _collector_paused():
             if compiled is None:

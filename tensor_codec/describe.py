@@ -15,9 +15,10 @@ gives, never imported. Work and text are bounded: the header's cost is bounded b
 `depth` levels, and the text stops at `max_chars`.
 
 With `value` (the message's Arrow value), what decode checks of the value without reading its
-bytes is checked too: host bytes must be a uint8 array of exactly the header's length, a CUDA
-IPC message an empty array with valid `tc.ipc.*` fields of the header's size. (What only the
-bytes can show, zero padding and bool bytes, is decode's.)
+bytes is checked too: host bytes must be an array of fixed-width integers or floats
+(wire-format.md, section 5) of exactly the header's length in bytes, a CUDA IPC message an empty
+array with valid `tc.ipc.*` fields of the header's size. (What only the bytes can show, zero
+padding and bool bytes, is decode's.)
 """
 
 from __future__ import annotations

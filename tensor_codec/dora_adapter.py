@@ -66,7 +66,7 @@ from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
-from .transports.buffer_layout import bytes_value
+from .transports.buffer_layout import value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 from .wire import RESERVED_PREFIX
@@ -800,10 +800,33 @@ def _write_and_send(
 
 
 def _check_user_metadata(metadata: Any) -> None:
-    if metadata is not None and not isinstance(metadata, dict):
-        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
-    if not metadata:
+    """The caller's metadata: a dict whose keys are not the codec's nor dora's image keys and
+    whose text UTF-8 can carry. One pass that calls no Python function for the usual entries
+    (numbers, ASCII text, lists of numbers): it runs on every message."""
+    if metadata is None:
         return
+    if not isinstance(metadata, dict):
+        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        kind = type(value)
+        if not (
+            type(key) is str
+            and key.isascii()
+            and not key.startswith(RESERVED_PREFIX)
+            and key not in _DORA_IMAGE_KEY_SET
+            and (
+                kind in _NO_TEXT
+                or (kind is str and value.isascii())
+                or ((kind is list or kind is tuple) and _NO_TEXT.issuperset(map(type, value)))
+            )
+        ):
+            _refuse_user_metadata(metadata)  # raises, naming what is wrong, unless nothing is
+            return
+
+
+def _refuse_user_metadata(metadata: dict) -> None:
+    """Raise for what is wrong in the caller's metadata (in this order: reserved keys, text UTF-8
+    cannot carry, dora's image keys), if anything is."""
     reserved = [k for k in metadata if isinstance(k, str) and k.startswith(RESERVED_PREFIX)]
     if reserved:
         raise EncodeError(
@@ -826,6 +849,7 @@ def _check_user_metadata(metadata: Any) -> None:
 
 
 _NO_TEXT = frozenset({int, float, bool, type(None)})
+_DORA_IMAGE_KEY_SET = frozenset(DORA_IMAGE_KEYS)
 
 
 def _refuse_surrogates(key: Any, value: Any) -> None:
@@ -957,7 +981,7 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
     merged = dict(metadata) if metadata else {}
     merged.update(repeat.metadata)
     # Dense layouts address bytes from data_ptr() up (strides are never negative).
-    value = bytes_value(t.data_ptr(), nbytes, t)
+    value = value_of(t.data_ptr(), nbytes, t.dtype, t)
     try:
         node.send_output(output_id, value, merged)
     except RuntimeError as e:

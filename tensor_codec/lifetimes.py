@@ -25,9 +25,9 @@ the docs say so.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import weakref
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -65,7 +65,7 @@ class Message:
     def __init__(
         self,
         name: str | None,
-        borrowed: torch.Tensor,
+        borrowed: Any,
         refs: list[weakref.ref],
         plain_leaves: list[torch.Tensor],
         locations: list[int],
@@ -73,11 +73,11 @@ class Message:
         tree: Any,
     ) -> None:
         self.name = name
-        self.borrowed: torch.Tensor | None = borrowed
+        self.borrowed: Any = borrowed  # None once released
         self.leaves = refs  # weak references to the leaves as handed out
         # A TVTensor and its plain alias share one version counter; reading the plain one skips
         # __torch_function__.
-        self.versions = [t._version for t in plain_leaves]
+        self.versions = list(map(_VERSION, plain_leaves))
         self.locations = locations
         self.layouts = layouts
         self.tree = tree  # the received tree, for paths in error messages
@@ -129,21 +129,28 @@ def _detach(leaf: torch.Tensor) -> None:
         torch.Tensor.set_(leaf)  # type: ignore[call-overload]
 
 
+_VERSION = operator.attrgetter("_version")
+
 # id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
 _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
 _local = threading.local()
 
 
-def _forget(key: int) -> Callable[[weakref.ref], None]:
-    def callback(_ref: weakref.ref, key: int = key) -> None:
-        _handouts.pop(key, None)
+class _HandedOut(weakref.ref):
+    """A weak reference to a handed-out leaf that knows its key in `_handouts`, where it removes
+    the leaf's entry when the leaf dies (one object per leaf, made without a Python call)."""
 
-    return callback
+    __slots__ = ("key",)
+    key: int
+
+
+def _forget(ref: _HandedOut) -> None:
+    _handouts.pop(ref.key, None)
 
 
 def register_message(
     name: str | None,
-    borrowed: torch.Tensor,
+    borrowed: Any,
     leaves: list[torch.Tensor],
     plain_leaves: list[torch.Tensor],
     locations: list[int],
@@ -155,13 +162,21 @@ def register_message(
     table, with each leaf's dtype, shape and strides)."""
     # One weak reference per leaf serves both the message and the hand-out table (whose entry it
     # removes when the leaf dies).
-    refs = [weakref.ref(leaf, _forget(id(leaf))) for leaf in leaves]
+    # Every step here runs per message, with the caches cold (between messages): no Python call
+    # that can be spared.
+    refs: list[weakref.ref] = []
+    for leaf in leaves:
+        ref = _HandedOut(leaf, _forget)
+        ref.key = id(leaf)
+        refs.append(ref)
     message = Message(name, borrowed, refs, plain_leaves, locations, layouts, tree)
-    for i, ref in enumerate(refs):
-        _handouts[id(leaves[i])] = (ref, message, i)
+    for i, leaf in enumerate(leaves):
+        _handouts[id(leaf)] = (refs[i], message, i)
     stack = getattr(_local, "scopes", None)
     if stack:
-        stack[-1]._adopt(message, leaves)
+        scope = stack[-1]  # Scope._adopt, inlined
+        scope._messages.append(message)
+        scope._leaves.extend(leaves)
     return message
 
 
@@ -192,10 +207,6 @@ class Scope:
     def __init__(self) -> None:
         self._messages: list[Message] = []
         self._leaves: list[torch.Tensor] = []  # strong: a leaf written then dropped is still checked
-
-    def _adopt(self, message: Message, leaves: list[torch.Tensor]) -> None:
-        self._messages.append(message)
-        self._leaves.extend(leaves)
 
     def __enter__(self) -> Scope:
         stack = getattr(_local, "scopes", None)
@@ -257,6 +268,14 @@ def release(obj: Any) -> None:
     _raise_problems(problems)
 
 
+def _copy_of(borrowed: Any) -> torch.Tensor:
+    """A message's bytes, copied into one block: `borrowed` is the buffer tensor its leaves view,
+    or a value that DLPack views (transports/base.py, Materialized)."""
+    if not isinstance(borrowed, torch.Tensor):
+        borrowed = torch.from_dlpack(borrowed)
+    return borrowed.clone()
+
+
 def keep(obj: Any) -> Any:
     """A copy of `obj` that owns its memory, made as one unit (see module doc)."""
     copies: dict[int, torch.Tensor] = {}
@@ -274,7 +293,7 @@ def keep(obj: Any) -> Any:
                             "already released; call tc.keep() inside the scope that received it"
                         )
                     # Not released: `borrowed` is still set.
-                    block = copies[id(message)] = message.borrowed.clone()  # type: ignore[union-attr]
+                    block = copies[id(message)] = _copy_of(message.borrowed)
             layout = message.layouts[index]
             out = leaf_view(
                 block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides

@@ -26,9 +26,11 @@ class Compiled(NamedTuple):
     build: Any  # (tensors, handed_out) -> the object
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
+    plain: bool  # the object is the one leaf itself (a plain tensor, no grad): nothing to build
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
+_PLAIN_TREE = {"t": "tensor", "leaf": 0}
 
 
 _CACHE_ENTRIES = 256
@@ -58,7 +60,8 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     header, leaves = wire.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
-    compiled = Compiled(header, leaves, build, transport.prepare(header, leaves), cost)
+    plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
+    compiled = Compiled(header, leaves, build, transport.prepare(header, leaves), cost, plain)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _remember(key, compiled, cost, bounds)
     return compiled

@@ -55,12 +55,14 @@ class Materialized:
     """Decoded leaf tensors, plus what a zero-copy result borrows.
 
     `borrowed` is None when the tensors own their memory (a copy was made); otherwise it is the
-    buffer they view, kept by the lifetime registry so `keep()` can copy a message in one go.
-    `locations` are each leaf's byte offset inside `borrowed`.
+    buffer they view, kept by the lifetime registry so `keep()` can copy a message in one go: a
+    tensor, or an object `torch.from_dlpack` views (the host value of a one-leaf message typed as
+    its leaf, which is that leaf's own DLPack tensor). `locations` are each leaf's byte offset
+    inside `borrowed`.
     """
 
     tensors: list[torch.Tensor]
-    borrowed: torch.Tensor | None
+    borrowed: Any
     locations: list[int]
 
 

@@ -1,8 +1,9 @@
 """The message buffer's layout, shared by every transport: leaves one after another in depth-first
 order, each at the previous leaf's end aligned up (leaf 0 at 0), zero padding between them, the
 buffer ending at the last leaf's end. Only the alignment differs per transport (host 64, CUDA IPC
-256). The layout is canonical, so a receiver checks every offset by recomputing it. Also the units a
-host value may hold the buffer's bytes in (`UNITS`, `bytes_value`)."""
+256). The layout is canonical, so a receiver checks every offset by recomputing it. Also the Arrow
+types a host value may hold the buffer's bytes in (`UNITS`), and the one tc.send picks
+(`value_of`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from ..errors import DecodeError
 from ..layout import leaf_view
 from ..wire import ReceivedLeaf
 
-__all__ = ["layout_offsets", "check_canonical_offsets", "leaf_views", "UNITS", "bytes_value"]
+__all__ = [
+    "layout_offsets",
+    "check_canonical_offsets",
+    "leaf_views",
+    "UNITS",
+    "UNIT_NAMES",
+    "value_of",
+    "bytes_value",
+    "view_of",
+]
 
 
 def layout_offsets(nbytes: list[int], alignment: int) -> tuple[list[int], int]:
@@ -56,11 +66,51 @@ def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int
     return tensors
 
 
-# The value's bytes may come in wider units (wire-format.md, section 5): dora 1.1's send_output
-# carries a UInt8 array measurably slower than the same bytes as wider integers (bench/
-# dora_latency.py), so tc.send hands it the widest unsigned type that tiles the bytes.
-UNITS = {pa.UInt8Array: 1, pa.UInt16Array: 2, pa.UInt32Array: 4, pa.UInt64Array: 8}
+# The value's Arrow type (wire-format.md, section 5): any fixed-width integer or floating-point
+# type without nulls; its bytes are the buffer's bytes whatever the type, and offsets count in its
+# units. tc.encode makes UInt8. tc.send picks a type for dora's send_output (`value_of`).
+UNITS = {
+    pa.UInt8Array: 1,
+    pa.Int8Array: 1,
+    pa.UInt16Array: 2,
+    pa.Int16Array: 2,
+    pa.HalfFloatArray: 2,
+    pa.UInt32Array: 4,
+    pa.Int32Array: 4,
+    pa.FloatArray: 4,
+    pa.UInt64Array: 8,
+    pa.Int64Array: 8,
+    pa.DoubleArray: 8,
+}
+UNIT_NAMES = "uint8, int8, uint16, int16, float16, uint32, int32, float32, uint64, int64 or float64"
 _WIDEST_FIRST = ((8, pa.uint64()), (4, pa.uint32()), (2, pa.uint16()), (1, pa.uint8()))
+# A one-leaf value typed as its leaf: a receiver's DLPack view of it then has the leaf's dtype, so
+# shaping it is one in-place call (each torch call costs tens of microseconds with the caches cold,
+# as between messages; bench/dora_latency.py). Not the 1-byte dtypes: dora 1.1 carries a UInt8
+# array measurably slower than wider units, so those go as the widest unsigned unit.
+_ARROW_TYPE = {
+    torch.int16: pa.int16(),
+    torch.uint16: pa.uint16(),
+    torch.float16: pa.float16(),
+    torch.int32: pa.int32(),
+    torch.uint32: pa.uint32(),
+    torch.float32: pa.float32(),
+    torch.int64: pa.int64(),
+    torch.uint64: pa.uint64(),
+    torch.float64: pa.float64(),
+}
+
+
+def value_of(address: int, nbytes: int, dtype: torch.dtype, owner: Any) -> pa.Array:
+    """One leaf's `nbytes` (> 0) at `address` as a message value, without copying them: typed as
+    the leaf's dtype where Arrow has it (and the address is aligned to it), else `bytes_value`.
+    The array keeps `owner` alive."""
+    unit = _ARROW_TYPE.get(dtype)
+    if unit is not None:
+        size = unit.bit_width >> 3
+        if not (nbytes % size or address % size):
+            return pa.Array.from_buffers(unit, nbytes // size, [None, pa.foreign_buffer(address, nbytes, base=owner)])
+    return bytes_value(address, nbytes, owner)
 
 
 def bytes_value(address: int, nbytes: int, owner: Any) -> pa.Array:
@@ -72,3 +122,26 @@ def bytes_value(address: int, nbytes: int, owner: Any) -> pa.Array:
         if not (nbytes % width or address % width):
             return pa.Array.from_buffers(unit, nbytes // width, [None, data])
     raise AssertionError("unreachable: one byte tiles anything")
+
+
+def _versioned_capsules_work() -> bool:
+    """Whether pyarrow hands out DLPack 1.0 capsules and torch reads them (pyarrow before 17 has
+    no ``max_version``; found out once, with one byte)."""
+    try:
+        return torch.from_dlpack(pa.array([7], pa.uint8()).__dlpack__(max_version=(1, 0))).tolist() == [7]
+    except (TypeError, RuntimeError, BufferError, ValueError):
+        return False
+
+
+_V1 = (1, 0)
+_VERSIONED = _versioned_capsules_work()
+
+
+def view_of(value: pa.Array) -> torch.Tensor:
+    """torch's zero-copy view of a host value (1-D, of the value's type), which keeps the value's
+    buffer alive. The capsule goes to torch directly where it can: ``torch.from_dlpack(value)``
+    first negotiates the protocol in Python, every call (about 8 us per message with the caches
+    cold, as between messages; bench/dora_latency.py)."""
+    if _VERSIONED:
+        return torch.from_dlpack(value.__dlpack__(max_version=_V1))
+    return torch.from_dlpack(value)

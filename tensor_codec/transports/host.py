@@ -1,4 +1,4 @@
-"""Host transport: every leaf's bytes in the Arrow value, one flat UInt8 buffer.
+"""Host transport: every leaf's bytes in the Arrow value, one flat buffer.
 
 Layout (docs/wire-format.md, "Host transport"): leaves in depth-first order, leaf i at
 ``offset[i] = align_up(offset[i-1] + nbytes[i-1], 64)`` with ``offset[0] = 0``; the padding is
@@ -88,7 +88,7 @@ class HostTransport:
         if not (leaf.raw_span and src.is_cpu):
             return None
         # Dense layouts address bytes from data_ptr() up (strides are never negative).
-        return buffer_layout.bytes_value(src.data_ptr(), leaf.nbytes, src)
+        return buffer_layout.value_of(src.data_ptr(), leaf.nbytes, src.dtype, src)
 
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
@@ -125,12 +125,18 @@ class HostTransport:
         offsets, total, padding, single, gpu = prepared
         width = _check_value(value, total)
         if single is not None and device is None and gpu is None and not copy and total >= SMALL_MESSAGE_BYTES:
-            # Most messages: one tensor, viewed where dora put it (the general path below does
-            # the same in more steps; every step costs on a message's path).
-            base = torch.from_dlpack(value)  # its storage keeps the Arrow buffer alive
-            if not base.data_ptr() % ALIGNMENT:
-                view = leaf_view(base.untyped_storage(), single.dtype, 0, single.shape, single.strides)
-                return Materialized([view], base, offsets)
+            # Most messages: one tensor, viewed where dora put it in as few torch calls as can be
+            # (each costs tens of microseconds with the caches cold, as between messages): the
+            # value's DLPack view, shaped in place when it has the leaf's dtype already.
+            leaf = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
+            if not leaf.data_ptr() % ALIGNMENT:
+                if leaf.dtype is single.dtype.torch_dtype:  # the value is typed as the leaf (tc.send)
+                    leaf.as_strided_(single.shape, single.strides)  # in bounds: the header was checked
+                    # keep() copies the value itself: the registry must not hold the leaf alive.
+                    return Materialized([leaf], value, offsets)
+                # Not a view of DLPack's tensor (whose base a released leaf would keep alive).
+                view = leaf_view(leaf.untyped_storage(), single.dtype, 0, single.shape, single.strides)
+                return Materialized([view], leaf, offsets)
         if gpu is not None and device is None:
             device = _gpu_device(gpu)
         if device is not None and device.type != "cpu":
@@ -157,9 +163,9 @@ class HostTransport:
                 ctypes.memmove(base.data_ptr(), address, total)
             borrowed = None
         else:
-            base = torch.from_dlpack(value)  # a view; its storage keeps the Arrow buffer alive
+            base = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
             if width != 1:
-                base = base.view(torch.uint8)  # the same bytes (wider units: buffer_layout.UNITS)
+                base = base.view(torch.uint8)  # the same bytes (other types: buffer_layout.UNITS)
             if base.data_ptr() % ALIGNMENT:
                 base = base.clone()  # torch's allocator aligns to 64 bytes
                 borrowed = None
@@ -225,11 +231,11 @@ def _check_value(value: Any, total: int) -> int:
         return width  # every message that is right: one lookup for the class and the Arrow type
     if not isinstance(value, pa.Array):
         raise DecodeError(
-            f"value: expected a pyarrow.Array of uint8 (or uint16, uint32, uint64), got "
+            f"value: expected a pyarrow.Array of {buffer_layout.UNIT_NAMES}, got "
             f"{type(value).__module__}.{type(value).__qualname__}"
         )
     if not width:
-        raise DecodeError(f"value: expected Arrow type uint8 (or uint16, uint32, uint64), got {value.type}")
+        raise DecodeError(f"value: expected Arrow type {buffer_layout.UNIT_NAMES}, got {value.type}")
     if len(value) * width != total:
         raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value) * width}")
     raise DecodeError(f"value: expected no nulls, got {value.null_count}")

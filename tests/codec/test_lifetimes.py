@@ -186,6 +186,36 @@ def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
     )
 
 
+@pytest.mark.parametrize("unit", [pa.float32(), pa.uint64(), pa.uint8()], ids=str)
+def test_a_released_one_leaf_message_holds_nothing_whatever_type_its_value_has(unit):
+    """One leaf, the value typed as the leaf (what tc.send hands dora for a float32 tensor: the
+    leaf is DLPack's own tensor, shaped in place) or in other units (the leaf views DLPack's
+    storage): either way the leaf is no view of another tensor, so once released a retained leaf
+    pins nothing, and keep() copies it exactly."""
+    frame = torch.randn(1024, 256).t()  # 1 MiB, transposed
+    gc.collect()
+    baseline = pa.total_allocated_bytes()
+    retained = []
+    for i in range(100):
+        value, metadata = tc.encode(frame)
+        width = unit.bit_width // 8
+        value = pa.Array.from_buffers(unit, len(value) // width, [None, value.buffers()[1]])
+        with tc.scope():
+            got = tc.decode(value, metadata, name="frame")
+            assert got._base is None and is_borrowed(got)
+            if i == 0:
+                kept = tc.keep(got)
+            retained.append(got)
+        del value, metadata, got
+    assert_identical(kept, frame, strides="exact")
+    assert all(t.numel() == 0 for t in retained)
+    wait_until(
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
+        lambda grown: grown < 4 << 20,
+        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
+    )
+
+
 def test_packed_sequence_released_as_one_unit():
     packed = torch.nn.utils.rnn.pack_sequence([torch.randn(40, 32), torch.randn(25, 32)])
     with tc.scope():

@@ -12,6 +12,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec import dora_adapter
 from tensor_codec.testing import assert_identical, make_suite
+from tensor_codec.transports.buffer_layout import UNIT_NAMES
 from tests.support.fakes import FakeNode
 
 
@@ -288,9 +289,24 @@ def test_repeats_are_kept_per_output_and_node():
 
 
 def _wide(value: pa.Array, unit: pa.DataType) -> pa.Array:
-    """The same bytes as an array of wider unsigned integers (what tc.send hands dora)."""
+    """The same bytes as an array of another fixed-width type (what tc.send may hand dora)."""
     width = unit.bit_width // 8
     return pa.Array.from_buffers(unit, len(value) // width, [None, value.buffers()[1]])
+
+
+# Every Arrow type a host value may hold its bytes in, besides UInt8 (wire-format.md, section 5).
+OTHER_UNITS = [
+    pa.int8(),
+    pa.uint16(),
+    pa.int16(),
+    pa.float16(),
+    pa.uint32(),
+    pa.int32(),
+    pa.float32(),
+    pa.uint64(),
+    pa.int64(),
+    pa.float64(),
+]
 
 
 def _wide_cases() -> dict:
@@ -309,10 +325,11 @@ def _wide_cases() -> dict:
 
 
 @pytest.mark.parametrize("name", ["one-leaf", "padded", "image", "small"])
-@pytest.mark.parametrize("unit", [pa.uint16(), pa.uint32(), pa.uint64()], ids=str)
-def test_a_value_in_wider_units_decodes_like_its_bytes(name, unit):
-    """wire-format.md, section 5: readers accept the bytes as UInt16/32/64 too, on every path
-    (one leaf viewed in place, several leaves with padding, bool bytes checked, copied, keep)."""
+@pytest.mark.parametrize("unit", OTHER_UNITS, ids=str)
+def test_a_value_of_any_fixed_width_type_decodes_like_its_bytes(name, unit):
+    """wire-format.md, section 5: readers accept the bytes as any fixed-width integer or float
+    type, on every path (one leaf viewed in place, typed as the leaf or not, several leaves with
+    padding, bool bytes checked, copied, keep)."""
     obj = _wide_cases()[name]
     value, metadata = tc.encode(obj)
     if len(value) % (unit.bit_width // 8):
@@ -336,12 +353,13 @@ def test_a_wide_value_slice_counts_its_offset_in_units():
     [
         (pa.array(range(3), pa.uint16()), r"expected 16 bytes \(the end of the last leaf\), got 6"),
         (pa.array([1, None, 3, 4, 5, 6, 7, 8], pa.uint16()), "expected no nulls, got 1"),
-        (pa.array(range(4), pa.int32()), r"expected Arrow type uint8 \(or uint16, uint32, uint64\), got int32"),
-        (pa.array([1.0] * 4, pa.float32()), r"expected Arrow type uint8 \(or uint16, uint32, uint64\), got float"),
+        (pa.array([True] * 128), f"expected Arrow type {UNIT_NAMES}, got bool"),
+        (pa.array([0] * 4, pa.date32()), f"expected Arrow type {UNIT_NAMES}, got date32"),
+        (pa.array(["0123456789abcdef"]), f"expected Arrow type {UNIT_NAMES}, got string"),
     ],
-    ids=["short", "nulls", "signed", "float"],
+    ids=["short", "nulls", "bool", "date", "string"],
 )
-def test_a_value_in_other_units_or_of_another_length_is_refused_naming_what_came(value, match):
+def test_a_value_of_another_type_or_length_is_refused_naming_what_came(value, match):
     _, metadata = tc.encode(torch.zeros(4))
     with pytest.raises(tc.DecodeError, match=rf"^value: {match}"):
         tc.decode(value, metadata)
@@ -350,14 +368,31 @@ def test_a_value_in_other_units_or_of_another_length_is_refused_naming_what_came
 @pytest.mark.parametrize(
     "tensor, unit",
     [
-        (torch.zeros(1024), pa.uint64()),
-        (torch.zeros(3, dtype=torch.float16), pa.uint16()),  # 6 bytes
+        (torch.zeros(1024), pa.float32()),  # typed as the leaf
+        (torch.zeros(3, dtype=torch.float16), pa.float16()),
+        (torch.zeros(1024, dtype=torch.int64), pa.int64()),
+        (torch.zeros(9)[1:], pa.float32()),  # at an address 4 past a multiple of 8
+        (torch.zeros(1024, dtype=torch.uint8), pa.uint64()),  # 1-byte dtypes: the widest unit
         (torch.zeros(1001, dtype=torch.uint8), pa.uint8()),
-        (torch.zeros(9)[1:], pa.uint32()),  # 32 bytes at an address 4 past a multiple of 8
+        (torch.zeros(1024, dtype=torch.bool), pa.uint64()),
+        (torch.zeros(1024, dtype=torch.bfloat16), pa.uint64()),  # no such Arrow type
+        (torch.zeros(1024, dtype=torch.complex64), pa.uint64()),
+        (torch.frombuffer(bytearray(70), dtype=torch.int32, offset=2, count=16), pa.uint16()),  # unaligned
     ],
-    ids=["float32", "float16x3", "uint8-odd", "offset-by-4"],
+    ids=[
+        "float32",
+        "float16x3",
+        "int64",
+        "offset-by-4",
+        "uint8",
+        "uint8-odd",
+        "bool",
+        "bfloat16",
+        "complex64",
+        "int32-at-2",
+    ],
 )
-def test_send_hands_dora_the_widest_unit_that_tiles_the_bytes(monkeypatch, tensor, unit):
+def test_send_hands_dora_the_leafs_own_type_or_the_widest_unit_that_tiles_the_bytes(monkeypatch, tensor, unit):
     node = FakeNode()
     handed = []
     real = FakeNode.send_output

@@ -8,10 +8,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from dora.testing import MockNode
 
-_UNSIGNED = (pa.UInt8Array, pa.UInt16Array, pa.UInt32Array, pa.UInt64Array)
+from tensor_codec.transports.buffer_layout import UNITS
 
 
 class FakeSample:
@@ -86,10 +85,10 @@ class FakeNode(MockNode):
 
     def send_output(self, output_id: str, data: Any, metadata: dict | None = None) -> None:
         self._refuse()
-        if type(data) in _UNSIGNED and len(data):
-            # dora copies the bytes into its message as it sends: recorded as the bytes then (as
+        if metadata and "tc.header" in metadata and type(data) in UNITS and len(data):
+            # A tc message's value, which dora copies as it sends: recorded as its bytes then (as
             # send_output_raw's are), not as a view of memory the sender may change afterwards.
-            width = data.type.bit_width // 8
+            width = UNITS[type(data)]
             data = np.frombuffer(data.buffers()[1], np.uint8, len(data) * width, data.offset * width).tobytes()
         self._record(output_id, data, metadata)
 

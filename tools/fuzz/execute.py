@@ -127,7 +127,20 @@ def _check_strings(obj: Any, depth: int = 0) -> None:
             _check_strings(v, depth + 1)
 
 
-_UNITS = (pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())  # wire-format.md, section 5
+# wire-format.md, section 5: any fixed-width integer or float type holds the buffer's bytes.
+_UNITS = (
+    pa.uint8(),
+    pa.int8(),
+    pa.uint16(),
+    pa.int16(),
+    pa.float16(),
+    pa.uint32(),
+    pa.int32(),
+    pa.float32(),
+    pa.uint64(),
+    pa.int64(),
+    pa.float64(),
+)
 
 
 def _value_bytes(value: Any) -> bytes | None:
