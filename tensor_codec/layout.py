@@ -63,6 +63,16 @@ class LeafLayout:
             t = t.narrow(d, 0, 1)
         return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
 
+    def with_plain_source(self, t: torch.Tensor) -> LeafLayout:
+        """`with_source` for a tensor its plan's key shows to need nothing resolved (no autograd,
+        no lazy conj / neg bits): only its storage is checked, in fewer calls where the layout is
+        dense (every step runs per message)."""
+        if not self.raw_span or t.untyped_storage().nbytes() < t.storage_offset() * self.dtype.itemsize + self.nbytes:
+            _check_storage(t, ())  # the general check, which names a storage too small
+        for d in self.broadcast:
+            t = t.narrow(d, 0, 1)
+        return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
+
 
 def values_of(t: torch.Tensor, path: tuple) -> torch.Tensor:
     """`t` checked and ready to copy: its storage holds what it addresses, no autograd, and the

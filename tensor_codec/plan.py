@@ -90,7 +90,12 @@ def make_plan(obj: Any) -> Plan:
         cached = _plan_cache.get(plan_key)
         if cached is not None:
             tree, template, memo = cached
-            return Plan(tree, [template.with_source(plain)], _ROOT_PATHS, memo, on_gpu(plain))
+            # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
+            if layout_key[4] or layout_key[5] or layout_key[6]:
+                leaf = template.with_source(plain)
+            else:
+                leaf = template.with_plain_source(plain)
+            return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain))
         template = _layout_cache.get(layout_key)
         if template is not None:
             leaf = template.with_source(plain)

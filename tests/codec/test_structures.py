@@ -188,6 +188,15 @@ def test_a_tensor_whose_storage_was_freed_is_refused_not_read(nested):
         tc.encode({"t": t} if nested else t)
 
 
+def test_a_cached_plan_still_checks_an_offset_views_storage_holds_its_span():
+    tc.encode(torch.zeros(8)[4:])  # the layout's plan is cached from here on
+    base = torch.zeros(8)
+    view = base[4:]  # bytes 16..32 of the storage
+    base.untyped_storage().resize_(24)  # now short of the view's last 8 bytes
+    with pytest.raises(tc.EncodeError, match="storage holds 24 bytes, the view needs 32"):
+        tc.encode(view)
+
+
 def test_a_namedtuple_registered_after_its_header_was_seen_is_used():
     Late = collections.namedtuple("Late", ["a"])
     first = round_trip(Late(1))
