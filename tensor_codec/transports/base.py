@@ -57,7 +57,7 @@ class Materialized:
     `borrowed` is None when the tensors own their memory (a copy was made); otherwise it is the
     buffer they view, kept by the lifetime registry so `keep()` can copy a message in one go: a
     tensor, or an object `torch.from_dlpack` views (the host value of a one-leaf message typed as
-    its leaf, which is that leaf's own DLPack tensor). `locations` are each leaf's byte offset
+    its leaf, whose DLPack tensor is the leaf itself). `locations` are each leaf's byte offset
     inside `borrowed`.
     """
 

@@ -20,6 +20,7 @@ __all__ = [
     "layout_offsets",
     "check_canonical_offsets",
     "leaf_views",
+    "UNIT_TYPES",
     "UNITS",
     "UNIT_NAMES",
     "value_of",
@@ -69,20 +70,21 @@ def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int
 # The value's Arrow type (wire-format.md, section 5): any fixed-width integer or floating-point
 # type without nulls; its bytes are the buffer's bytes whatever the type, and offsets count in its
 # units. tc.encode makes UInt8. tc.send picks a type for dora's send_output (`value_of`).
-UNITS = {
-    pa.UInt8Array: 1,
-    pa.Int8Array: 1,
-    pa.UInt16Array: 2,
-    pa.Int16Array: 2,
-    pa.HalfFloatArray: 2,
-    pa.UInt32Array: 4,
-    pa.Int32Array: 4,
-    pa.FloatArray: 4,
-    pa.UInt64Array: 8,
-    pa.Int64Array: 8,
-    pa.DoubleArray: 8,
-}
-UNIT_NAMES = "uint8, int8, uint16, int16, float16, uint32, int32, float32, uint64, int64 or float64"
+UNIT_TYPES = (
+    pa.uint8(),
+    pa.int8(),
+    pa.uint16(),
+    pa.int16(),
+    pa.float16(),
+    pa.uint32(),
+    pa.int32(),
+    pa.float32(),
+    pa.uint64(),
+    pa.int64(),
+    pa.float64(),
+)
+UNITS = {type(pa.array([], unit)): unit.bit_width >> 3 for unit in UNIT_TYPES}  # array class -> width
+UNIT_NAMES = ", ".join(map(str, UNIT_TYPES))  # as Arrow names them, and errors name what came
 _WIDEST_FIRST = ((8, pa.uint64()), (4, pa.uint32()), (2, pa.uint16()), (1, pa.uint8()))
 # A one-leaf value typed as its leaf: a receiver's DLPack view of it then has the leaf's dtype, so
 # shaping it is one in-place call (each torch call costs tens of microseconds with the caches cold,

@@ -12,7 +12,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec import dora_adapter
 from tensor_codec.testing import assert_identical, make_suite
-from tensor_codec.transports.buffer_layout import UNIT_NAMES
+from tensor_codec.transports.buffer_layout import UNIT_NAMES, UNIT_TYPES
 from tests.support.fakes import FakeNode
 
 
@@ -307,6 +307,15 @@ OTHER_UNITS = [
     pa.int64(),
     pa.float64(),
 ]
+
+
+def test_the_types_a_value_may_have_are_the_formats_and_the_fuzz_oracles():
+    """wire-format.md, section 5 lists them; the fuzzer's oracle keeps its own list on purpose
+    (an independent check), tied here to the codec's so they cannot drift apart."""
+    from tools.fuzz import execute
+
+    assert [pa.uint8(), *OTHER_UNITS] == list(UNIT_TYPES)
+    assert set(execute._UNITS) == set(UNIT_TYPES)
 
 
 def _wide_cases() -> dict:
