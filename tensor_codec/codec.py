@@ -22,6 +22,7 @@ from .errors import EncodeError, UsageError
 from .layout import Destination
 from .plan import make_plan
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
+from .transports.names import HOST
 from .wire import read_metadata
 
 __all__ = ["encode", "decode"]
@@ -37,17 +38,18 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     retained: later in-place changes to `obj` do not change the message. A message without any
     CUDA tensor asked for as ``"cuda-ipc"`` is made of host bytes (logged once; see routing.py).
     """
-    get_transport(transport)  # an unknown name is the caller's error, whatever the message
+    chosen = get_transport(transport)  # an unknown name is the caller's error, whatever the message
     plan = make_plan(obj)
-    # No route: `route` is asked only for transport='auto', which get_transport refused above.
-    name, _ = routing.resolve(
-        transport,
-        plan.has_cuda,
-        lambda: None,  # type: ignore[arg-type, return-value]
-        key=None,
-        output=ENCODE_OUTPUT,
-    )
-    chosen = get_transport(name)
+    if transport != HOST:  # host bytes are what "host" resolves to, always (routing.resolve)
+        # No route: `route` is asked only for transport='auto', which get_transport refused above.
+        name, _ = routing.resolve(
+            transport,
+            plan.has_cuda,
+            lambda: None,  # type: ignore[arg-type, return-value]
+            key=None,
+            output=ENCODE_OUTPUT,
+        )
+        chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, _ENCODE)
     if outgoing is None:
         raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")

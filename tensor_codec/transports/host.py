@@ -67,6 +67,10 @@ class HostTransport:
         return Outgoing(plan, metadata, total, offsets)
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
+        leaves = outgoing.plan.leaves
+        if len(leaves) == 1:  # most messages: one leaf at offset 0, no padding
+            write_leaf(leaves[0], dest, 0)
+            return
         end = 0
         for leaf, start in zip(outgoing.plan.leaves, outgoing.offsets):
             if start > end:
