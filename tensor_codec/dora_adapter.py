@@ -62,7 +62,7 @@ from . import routing
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
 from .header_json import describe_surrogate, lone_surrogate
-from .layout import Destination, values_of
+from .layout import Destination, holds_dense_span, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
@@ -976,7 +976,7 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
         return False
     nbytes = repeat.nbytes
     # A storage resized or freed after the view was made would be read at a dangling address.
-    if t.untyped_storage().nbytes() < t.storage_offset() * t.element_size() + nbytes:
+    if not holds_dense_span(t, nbytes):
         return False  # the full path names the problem
     merged = dict(metadata) if metadata else {}
     merged.update(repeat.metadata)

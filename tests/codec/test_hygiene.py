@@ -75,23 +75,17 @@ def test_torchvision_is_imported_on_the_first_tvtensor_not_with_the_package(tmp_
         "seen['tvtensor'] = 'torchvision' in sys.modules\n"
         "print(json.dumps({'seen': seen, 'got': got}))\n"
     )
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        "import sys\n"
-        "class Blocker:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'torchvision':\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked)', name=name)\n"
-        "sys.meta_path.insert(0, Blocker())\n"
-    )
+    # The suite's import blocker (tests/support/without_optional), asked to block torchvision only.
+    blocker = ROOT / "tests" / "support" / "without_optional"
+    without = {
+        **os.environ,
+        "WITHOUT_OPTIONAL": "torchvision",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")])),
+    }
     results = {}
     for label, env in (
         ("here", None),
-        (
-            "without torchvision",
-            {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))},
-        ),
+        ("without torchvision", without),
     ):
         out = subprocess.run(
             [sys.executable, "-c", decode_it], capture_output=True, text=True, check=True, cwd=ROOT, env=env
