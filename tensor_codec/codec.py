@@ -92,7 +92,7 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
             handed_out = []
             obj = compiled.build(materialized.tensors, handed_out)
     else:
-        with _collector_paused():
+        with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
             if compiled is None:
                 compiled = received.compile_header(text, transport_name, transport)
             materialized = transport.materialize(
@@ -113,6 +113,10 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     return obj
 
 
+# A header this short makes too few objects for the collector to matter (a young collection at
+# most), and pausing it costs a few microseconds: a small new header is decoded without.
+_PAUSE_ABOVE_CHARS = 4096
+_NO_PAUSE = contextlib.nullcontext()
 _pause_lock = threading.Lock()
 _pausing = 0  # decodes in progress that hold the collector paused
 _paused_by_us = False

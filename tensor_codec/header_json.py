@@ -45,6 +45,7 @@ __all__ = [
     "check_received",
     "check_outgoing",
     "parse",
+    "parse_last_member",
     "lone_surrogate",
     "describe_surrogate",
 ]
@@ -131,14 +132,18 @@ def _over(text: str, limits: Limits) -> str | None:
     nbytes = _utf8_bytes(text)
     if nbytes > limits.header_bytes:
         return f"expected at most {limits.header_bytes} bytes, got {nbytes}"
-    if 1 + _structure_count(text) > limits.header_items or nbytes > limits.string_bytes:
+    # Every item takes one character at least, and nesting one bracket: a text shorter than
+    # those limits is within them uncounted (most headers, and every one on a message's path).
+    if (len(text) > limits.header_items and 1 + _structure_count(text) > limits.header_items) or (
+        nbytes > limits.string_bytes
+    ):
         # Past the cheap bound (a header near a limit): the exact counts decide.
         cost = measure(text)
         if cost.items > limits.header_items:
             return f"expected at most {limits.header_items} items (JSON values and member names), got {cost.items}"
         if cost.string_bytes > limits.string_bytes:
             return f"expected at most {limits.string_bytes} bytes in string literals, got {cost.string_bytes}"
-    if text.count("[") + text.count("{") > MAX_NESTING:  # else no nesting can be deeper
+    if len(text) > MAX_NESTING and text.count("[") + text.count("{") > MAX_NESTING:  # else none is deeper
         depth = nesting(text)
         if depth > MAX_NESTING:
             return f"expected at most {MAX_NESTING} nesting levels of JSON arrays and objects, got {depth}"
@@ -201,6 +206,20 @@ def parse(text: str) -> Any:
     if "\\" in text and ("\\ud" in text or "\\uD" in text):
         _refuse_surrogates(header)
     return header
+
+
+def parse_last_member(text: str, start: int) -> tuple[Any] | None:
+    """``(value,)`` for the value that starts at `start` when it runs to the text's closing
+    brace (the header's last member, as the encoder writes it), parsed as strictly as `parse`;
+    None when the text is anything else, or holds an escaped surrogate: the whole-text parse
+    then reads it, and names any problem."""
+    if "\\" in text and ("\\ud" in text or "\\uD" in text):
+        return None
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except (DecodeError, ValueError, RecursionError):
+        return None
+    return (value,) if end == len(text) - 1 and text[end] == "}" else None
 
 
 def _refuse_surrogates(header: Any) -> None:

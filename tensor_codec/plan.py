@@ -28,7 +28,9 @@ class Plan:
     """An object taken apart, nothing copied yet: the tree and each tensor's wire layout.
 
     `memo` is set when the plan comes from the plan cache: a dict, shared by every plan of the same
-    layout, where a transport keeps what it derives from the plan (its metadata), under its own key.
+    tree and layout, where a transport keeps what it derives from the plan (its metadata), under
+    its own key. `layout_memo` likewise, shared by every plan of the same layout whatever its tree
+    (its attributes): what a transport derives from the leaves alone (their part of the header).
     """
 
     tree: Any
@@ -36,6 +38,7 @@ class Plan:
     paths: list[tuple]
     memo: dict | None = None
     has_cuda: bool = False  # whether any tensor lives on a GPU (what CUDA IPC could share)
+    layout_memo: dict | None = None
 
     @property
     def data_bytes(self) -> int:
@@ -88,28 +91,30 @@ def make_plan(obj: Any) -> Plan:
         )
         plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
         cached = _plan_cache.get(plan_key)
-        if cached is not None:
-            tree, template, memo = cached
-            # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
-            if layout_key[4] or layout_key[5] or layout_key[6]:
-                leaf = template.with_source(plain)
-            else:
-                leaf = template.with_plain_source(plain)
-            return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain))
-        template = _layout_cache.get(layout_key)
-        if template is not None:
+        if cached is None:
+            cached = _new_plan_entry(kind, obj, plain, layout_key)
+            _remember(_plan_cache, plan_key, cached)
+        tree, template, memo, layout_memo = cached
+        # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
+        if layout_key[4] or layout_key[5] or layout_key[6]:
             leaf = template.with_source(plain)
         else:
-            leaf = plan_leaf(plain, ())
-            limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
-            template = LeafLayout(
-                leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast
-            )
-            _remember(_layout_cache, layout_key, template)
-        tree, memo = tensor_node(kind, obj, plain, 0), {}
-        _remember(_plan_cache, plan_key, (tree, template, memo))
-        return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain))
+            leaf = template.with_plain_source(plain)
+        return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain), layout_memo)
     return _make_plan(obj)
+
+
+def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple) -> tuple:
+    """(tree, layout template, memo, layout memo) for the plan cache; the layout comes from the
+    layout cache when a plan of another tree (other attributes) had it, else is checked here."""
+    layout = _layout_cache.get(layout_key)
+    if layout is None:
+        leaf = plan_leaf(plain, ())
+        limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
+        template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
+        layout = (template, {})
+        _remember(_layout_cache, layout_key, layout)
+    return tensor_node(kind, obj, plain, 0), layout[0], {}, layout[1]
 
 
 def _forget_plans() -> None:

@@ -6,6 +6,11 @@ A stream repeats the same header for every message of the same shape. Validation
 function of the header text and the transport, so its result is cached by exactly those (the
 data checks against the buffer still run for every message, in the transport). Bounded in
 entries and text size; a change of limits empties it.
+
+A stream whose tree changes while its layout stays (a new canvas size, a new timestamp in a dict,
+every frame) sends a new header each time with the same leaf table. The leaf table, validated and
+prepared by the transport, is kept too, by the text before the tree (wire.split_header): such a
+header costs the parse and compile of its tree alone.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ _CACHE_NODE_BUDGET = 100_000
 _cache: collections.OrderedDict = collections.OrderedDict()  # (transport, text) -> (Compiled, cost)
 _cache_nodes = 0
 _cache_lock = threading.Lock()
+# (transport, header text before the tree) -> (leaf entries as received, validated leaf table,
+# the transport's prepared layout). Bounded like the headers: entries, and leaves in all.
+_tables: collections.OrderedDict = collections.OrderedDict()
+_table_leaves = 0
 
 
 def cached(text: str, transport_name: str) -> Compiled | None:
@@ -57,14 +66,43 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     if hit is not None:
         return hit[0]
     bounds = limits.current()
-    header, leaves = wire.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
+    table = None
+    if len(text) <= _CACHE_MAX_TEXT:
+        table = _leaf_table(text, transport_name, transport, bounds)
+    if table is None:  # any other text: read whole, and every problem named
+        header, leaves = wire.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
+        prepared = transport.prepare(header, leaves)
+    else:
+        header, leaves, prepared = table
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
     plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
-    compiled = Compiled(header, leaves, build, transport.prepare(header, leaves), cost, plain)
+    compiled = Compiled(header, leaves, build, prepared, cost, plain)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _remember(key, compiled, cost, bounds)
     return compiled
+
+
+def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.Limits) -> tuple | None:
+    """(header, validated leaf table, the transport's prepared layout) of a header written as
+    the encoder writes one, its leaf table taken from the cache when its text was seen before;
+    None for any other text. Without transport keys in the header, what `prepare` makes depends
+    on the leaf table alone, so it is kept with it."""
+    split = wire.split_header(text, bounds)
+    if split is None:
+        return None
+    table_text, tree = split
+    key = (transport_name, table_text)
+    hit = _tables.get(key)
+    if hit is None:
+        parsed = wire.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
+        if parsed is None:
+            return None
+        header, leaves = parsed
+        hit = (header["leaves"], leaves, transport.prepare(header, leaves))
+        _remember_table(key, hit, bounds)
+    raw, leaves, prepared = hit
+    return {"leaves": raw, "tree": tree}, leaves, prepared
 
 
 def cached_headers() -> int:
@@ -78,10 +116,12 @@ def cached_nodes() -> int:
 
 
 def forget_all() -> None:
-    global _cache_nodes
+    global _cache_nodes, _table_leaves
     with _cache_lock:
         _cache.clear()
         _cache_nodes = 0
+        _tables.clear()
+        _table_leaves = 0
 
 
 limits.on_change(forget_all)  # a header accepted under other limits must be checked again
@@ -97,3 +137,15 @@ def _remember(key: tuple, compiled: Compiled, cost: int, bounds: limits.Limits) 
         while _cache and (len(_cache) > _CACHE_ENTRIES or _cache_nodes > _CACHE_NODE_BUDGET):
             _, (_, evicted) = _cache.popitem(last=False)
             _cache_nodes -= evicted
+
+
+def _remember_table(key: tuple, table: tuple, bounds: limits.Limits) -> None:
+    global _table_leaves
+    with _cache_lock:
+        if key in _tables or bounds is not limits.current():
+            return  # the limits changed while it was validated: not kept under the new ones
+        _tables[key] = table
+        _table_leaves += len(table[1])
+        while _tables and (len(_tables) > _CACHE_ENTRIES or _table_leaves > _CACHE_NODE_BUDGET):
+            _, (_, evicted, _) = _tables.popitem(last=False)
+            _table_leaves -= len(evicted)

@@ -38,9 +38,12 @@ __all__ = [
     "KEY_HEADER",
     "RESERVED_PREFIX",
     "ReceivedLeaf",
+    "leaf_table",
     "header_metadata",
     "read_metadata",
     "parse_header",
+    "split_header",
+    "parse_leaf_table",
     "parse_leaves",
 ]
 
@@ -54,13 +57,17 @@ _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
 # check_circular=False: the codec builds the tree itself and it cannot contain cycles.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
+# The leaf table first and the tree after it, last when the transport adds no keys of its own:
+# the text before ``,"tree":`` then holds the leaf table alone. A stream whose tree changes while
+# its layout stays (a new canvas size every frame) repeats that text: the sender keeps it with
+# the layout, the receiver keeps the leaf tables it validated by it (received.py).
+_TREE_MEMBER = ',"tree":'
 
 
-def header_metadata(
-    tree: Any, leaf_layouts: list, transport: str, leaf_fields: list[dict], extra: dict | None = None
-) -> dict:
-    """The codec's metadata for a message: its tree, its leaves' layouts (`LeafLayout`) with the
-    transport's per-leaf keys (`leaf_fields`) and top-level keys (`extra`), as header text."""
+def leaf_table(leaf_layouts: list, leaf_fields: list[dict]) -> str:
+    """The header's leaf table as JSON text: each leaf's layout (`LeafLayout`) with the
+    transport's own keys for it (`leaf_fields`). Written apart from the tree, so that a transport
+    can keep it for every plan of the same layout (transports/host.py)."""
     leaves = []
     for leaf, fields in zip(leaf_layouts, leaf_fields):
         entry = {
@@ -71,10 +78,17 @@ def header_metadata(
         }
         entry.update(fields)
         leaves.append(entry)
-    header = {"leaves": leaves, "tree": tree}
+    return _JSON.encode(leaves)
+
+
+def header_metadata(tree: Any, table: str, transport: str, extra: dict | None = None) -> dict:
+    """The codec's metadata for a message: its leaf table (`leaf_table`), its tree, and the
+    transport's top-level keys (`extra`), as header text: ``{"leaves":...,"tree":...}`` with
+    `extra`'s members last (the order `split_header` reads)."""
+    text = '{"leaves":' + table + _TREE_MEMBER + _JSON.encode(tree)
     if extra:
-        header.update(extra)
-    text = _JSON.encode(header)
+        text += "," + _JSON.encode(extra)[1:-1]  # its members, without their braces
+    text += "}"
     if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
         _refuse_surrogates(text, tree)
     header_json.check_outgoing(text, limits.current())
@@ -184,6 +198,35 @@ def parse_header(
     header = header_json.parse(text)
     if type(header) is not dict:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
+    return header, parse_leaves(header, leaf_keys, header_keys, bounds)
+
+
+def split_header(text: str, bounds: limits.Limits) -> tuple[str, Any] | None:
+    """-> (the text before the tree, the tree) of a header written as `header_metadata` writes
+    one without transport keys, its cost checked first as `parse_header` does; None for any other
+    text (`parse_header` then reads it and names any problem)."""
+    header_json.check_received(text, bounds)
+    cut = text.find(_TREE_MEMBER)
+    if cut < 0:
+        return None
+    tree = header_json.parse_last_member(text, cut + len(_TREE_MEMBER))
+    return None if tree is None else (text[:cut], tree[0])
+
+
+def parse_leaf_table(
+    table_text: str, tree: Any, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits
+) -> tuple[dict, list[ReceivedLeaf]] | None:
+    """The header of a split text (`split_header`) and its validated leaf table; None when the
+    text before the tree, closed by a brace, is not an object of ``leaves`` alone. The grammar
+    makes the two parts one header then: an object's members, then ``,"tree":`` and a value,
+    then its closing brace, with no member named twice."""
+    try:
+        table = header_json.parse(table_text + "}")
+    except DecodeError:
+        return None  # the whole-text parse names the problem
+    if type(table) is not dict or table.keys() != {"leaves"}:
+        return None
+    header = {"leaves": table["leaves"], "tree": tree}
     return header, parse_leaves(header, leaf_keys, header_keys, bounds)
 
 

@@ -34,7 +34,7 @@ from ..plan import Plan
 from ..transports.base import Materialized, Outgoing, Output
 from ..transports.buffer_layout import check_canonical_offsets, layout_offsets, leaf_views
 from ..transports.names import CUDA_IPC
-from ..wire import ReceivedLeaf, header_metadata
+from ..wire import ReceivedLeaf, header_metadata, leaf_table
 from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
 from .identity import host_identity, pid_namespace
 from .pool import BufferPool
@@ -212,7 +212,9 @@ class CudaIpcTransport:
         producer = ProducerIdentity(host_identity(), pid_namespace(), os.getpid(), uuid, state.producer.ledger.name)
         leaf_fields = [{"offset": o} for o in offsets]
         entry = (
-            header_metadata(plan.tree, plan.leaves, self.name, leaf_fields, {"producer": producer.header()}),
+            header_metadata(
+                plan.tree, leaf_table(plan.leaves, leaf_fields), self.name, {"producer": producer.header()}
+            ),
             offsets,
             total,
         )

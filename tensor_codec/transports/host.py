@@ -28,7 +28,7 @@ import torch
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
 from ..plan import Plan
-from ..wire import ReceivedLeaf, header_metadata
+from ..wire import ReceivedLeaf, header_metadata, leaf_table
 from . import buffer_layout, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
 from .names import CUDA_IPC, HOST
@@ -52,16 +52,25 @@ class HostTransport:
 
     def lay_out(self, plan: Plan, output: Output) -> Outgoing:
         """The codec's metadata, leaf offsets and total bytes, memoized with a cached plan (its
-        metadata dict is shared with the memo: callers copy it before handing it out)."""
+        metadata dict is shared with the memo: callers copy it before handing it out). The leaf
+        table's text, offsets and total depend on the layout alone: kept in the layout's memo for
+        the plans of other trees (a new canvas size every frame)."""
         memo = plan.memo
         key = HOST if output.onto_gpu is None else (HOST, output.onto_gpu)
         if memo is not None:
             entry = memo.get(key)
             if entry is not None:
                 return Outgoing(plan, entry[0], entry[2], entry[1])
-        offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+        layout_memo = plan.layout_memo
+        table = None if layout_memo is None else layout_memo.get(HOST)
+        if table is None:
+            offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+            table = (leaf_table(plan.leaves, [{"offset": o} for o in offsets]), offsets, total)
+            if layout_memo is not None:
+                layout_memo[HOST] = table
+        text, offsets, total = table
         extra = None if output.onto_gpu is None else {KEY_GPU: output.onto_gpu}
-        metadata = header_metadata(plan.tree, plan.leaves, HOST, [{"offset": o} for o in offsets], extra)
+        metadata = header_metadata(plan.tree, text, HOST, extra)
         if memo is not None:
             memo[key] = (metadata, offsets, total)
         return Outgoing(plan, metadata, total, offsets)

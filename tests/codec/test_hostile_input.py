@@ -22,6 +22,7 @@ import torch
 
 import tensor_codec as tc
 from tensor_codec import header_json, limits, received
+from tensor_codec.testing import assert_identical
 
 EMPTY = pa.array([], pa.uint8())
 
@@ -150,6 +151,33 @@ def test_the_cache_of_generated_namedtuple_classes_stays_bounded_across_messages
 def test_a_keyword_as_namedtuple_name_still_decodes():
     header = '{"leaves":[],"tree":{"t":"namedtuple","name":"pkg.class","fields":["x"],"items":[3]}}'
     assert tc.decode(*host_message(header)) == (3,)
+
+
+def test_the_collector_is_paused_for_a_new_large_header_and_left_alone_for_a_small_one(monkeypatch):
+    """Pausing pays off where a header makes thousands of objects; for a small one it costs more
+    than any collection it avoids (structural: counted, not timed)."""
+    import gc as real_gc
+
+    from tensor_codec import codec
+
+    paused = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real_gc, name)
+
+        def disable(self):
+            paused.append(True)
+            real_gc.disable()
+
+    monkeypatch.setattr(codec, "gc", Spy())
+    received.forget_all()
+    tc.decode(*tc.encode({"small": torch.ones(2)}))
+    assert paused == []
+    large = tc.encode({"names": [f"n{i}" for i in range(2000)], "t": torch.ones(2)})
+    assert len(large[1]["tc.header"]) > codec._PAUSE_ABOVE_CHARS
+    tc.decode(*large)
+    assert paused == [True] and real_gc.isenabled()
 
 
 def test_the_collector_is_paused_only_while_decoding_and_a_disabled_one_stays_disabled():
@@ -411,6 +439,72 @@ def test_non_zero_padding_between_any_two_leaves_is_refused():
         bad = bytearray(raw)
         bad[position] = 1
         refused(pa.array(list(bad), pa.uint8()), metadata, f"zero padding before tc.header.leaves[{leaf}]")
+
+
+# --------------------------------------------------------------------------------------------
+# 4b. A header read in two parts (its leaf table, often seen before, and its tree) reads as the
+# whole text does: the same object or the same error, whatever the text makes of the split.
+
+_TABLE = '[{"dtype":"float32","shape":[2,2],"strides":[2,1],"nbytes":16,"offset":0}]'
+_TENSOR = '{"t":"tensor","leaf":0}'
+_BOXES = '{"t":"tv.BoundingBoxes","leaf":0,"format":"XYXY","canvas_size":[%s],"clamping_mode":"soft"}'
+_SPLIT_CASES = {
+    "as the encoder writes it": f'{{"leaves":{_TABLE},"tree":{_TENSOR}}}',
+    "a TVTensor": f'{{"leaves":{_TABLE},"tree":{_BOXES % "3,4"}}}',
+    "its attributes refused": f'{{"leaves":{_TABLE},"tree":{_BOXES % "3,-4"}}}',
+    "the tree twice": f'{{"leaves":{_TABLE},"tree":{_TENSOR},"tree":{_TENSOR}}}',
+    "a tree before the leaves too": f'{{"tree":1,"leaves":{_TABLE},"tree":{_TENSOR}}}',
+    "a tree member inside a leaf": '{"leaves":[{"dtype":"float32","shape":[2,2],"strides":[2,1],"nbytes":16,'
+    f'"offset":0,"tree":{_TENSOR}}}],"tree":{_TENSOR}}}',
+    "a member between": f'{{"leaves":{_TABLE},"x":1,"tree":{_TENSOR}}}',
+    "a transport key after the tree": f'{{"leaves":{_TABLE},"tree":{_TENSOR},"gpu":null}}',
+    "trailing text": f'{{"leaves":{_TABLE},"tree":{_TENSOR}}}x',
+    "trailing space": f'{{"leaves":{_TABLE},"tree":{_TENSOR}}} ',
+    "no closing brace": f'{{"leaves":{_TABLE},"tree":{_TENSOR}',
+    "an unknown dtype": f'{{"leaves":{_TABLE.replace("float32", "float99")},"tree":{_TENSOR}}}',
+    "the split found in a broken string": '{"leaves":[{"dtype":","tree":{","shape":[2,2],"strides":[2,1],"nbytes":16,'
+    f'"offset":0}}],"tree":{_TENSOR}}}',
+    "the split escaped in a string": r'{"leaves":[{"dtype":",\"tree\":{","shape":[2,2],"strides":[2,1],"nbytes":16,'
+    f'"offset":0}}],"tree":{_TENSOR}}}',
+    "a lone surrogate in the tree": '{"leaves":[],"tree":{"t":"list","items":["\\ud800"]}}',
+    "an integer of 25 digits in the tree": f'{{"leaves":{_TABLE},"tree":{_BOXES % ("1" * 25 + ",4")}}}',
+    "NaN in the tree": f'{{"leaves":{_TABLE},"tree":{{"t":"list","items":[{_TENSOR},NaN]}}}}',
+    "a null tree": '{"leaves":[],"tree":null}',
+}
+
+
+def _outcome(value, metadata):
+    try:
+        return "object", tc.decode(value, metadata)
+    except tc.DecodeError as e:
+        return "error", str(e)
+
+
+@pytest.mark.parametrize("table_seen", [False, True], ids=["new table", "table seen"])
+@pytest.mark.parametrize("case", sorted(_SPLIT_CASES))
+def test_a_header_read_in_two_parts_reads_as_the_whole_text(case, table_seen, monkeypatch):
+    from tensor_codec import wire
+
+    text = _SPLIT_CASES[case]
+    data = torch.arange(4.0).reshape(2, 2)
+    value = pa.array(data.view(torch.uint8).reshape(-1).numpy()) if '"nbytes":16' in text else EMPTY
+    metadata = {"tc.version": 1, "tc.transport": "host", "tc.header": text}
+    received.forget_all()
+    monkeypatch.setattr(wire, "split_header", lambda text, bounds: None)  # the whole text alone
+    whole = _outcome(value, metadata)
+    monkeypatch.undo()
+    received.forget_all()
+    if table_seen:  # the leaf table as a valid header had it
+        tc.decode(*host_message(f'{{"leaves":{_TABLE},"tree":{_TENSOR}}}', bytes(16)))
+    parts = _outcome(value, metadata)
+    assert parts[0] == whole[0], (parts, whole)
+    if whole[0] == "error":
+        assert parts[1] == whole[1]
+    else:
+        assert_identical(parts[1], whole[1], strides="exact")
+        assert type(parts[1]) is type(whole[1])
+    if case in ("as the encoder writes it", "a TVTensor"):
+        assert received._tables, "the split read was not taken"
 
 
 # --------------------------------------------------------------------------------------------

@@ -160,6 +160,37 @@ def test_same_shape_with_other_attributes_gets_its_own_header():
     ]
 
 
+def test_a_stream_of_new_attributes_writes_and_validates_its_leaf_table_once(monkeypatch):
+    """A new canvas size every frame makes a new header every message, with the same leaf table:
+    the sender writes that table's text once, the receiver parses and validates it once, and
+    every message still restores its own attributes (structural: counted, not timed)."""
+    from torchvision import tv_tensors as tvt
+
+    from tensor_codec import plan, received, wire
+    from tensor_codec.transports import host
+
+    counts = collections.Counter()
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(host, "leaf_table", counted("written", wire.leaf_table))
+    monkeypatch.setattr(wire, "parse_leaves", counted("validated", wire.parse_leaves))
+    plan._forget_plans()  # another test may have sent this layout: its table would be written already
+    received.forget_all()
+    data = torch.rand(7, 4)
+    for height in range(100, 140):
+        boxes = tvt.BoundingBoxes(data, format="XYXY", canvas_size=(height, 640))
+        out = tc.decode(*tc.encode(boxes))
+        assert out.canvas_size == (height, 640) and torch.equal(out, data)
+    assert counts == {"written": 1, "validated": 1}
+    assert received.cached_headers() == 40
+
+
 def test_self_referencing_structure_fails_cleanly():
     loop: list = []
     loop.append(loop)

@@ -330,6 +330,22 @@ def test_the_header_cache_keeps_only_small_trees_within_a_node_budget():
     assert received.cached_nodes() == sum(cost for _, cost in received._cache.values())
 
 
+def test_the_leaf_tables_kept_apart_from_their_trees_stay_within_entries_and_a_leaf_budget(monkeypatch):
+    from tensor_codec import received
+
+    monkeypatch.setattr(received, "_CACHE_NODE_BUDGET", 50)
+    received.forget_all()
+    for i in range(300):  # distinct tables of 11 leaves: the budget binds
+        tc.decode(*tc.encode([torch.zeros(i + 1)] + [torch.zeros(2)] * 10))
+    assert 0 < len(received._tables) <= 50 // 11
+    assert received._table_leaves == sum(len(leaves) for _, leaves, _ in received._tables.values())
+    monkeypatch.undo()
+    received.forget_all()
+    for i in range(300):  # one leaf each: the entry count binds
+        tc.decode(*tc.encode(torch.zeros(i + 1)))
+    assert len(received._tables) == received._CACHE_ENTRIES
+
+
 def test_a_number_too_large_for_a_float_is_refused_not_read_as_infinity():
     value, metadata = message(torch.zeros(2, 4))
 
