@@ -91,22 +91,26 @@ def make_plan(obj: Any) -> Plan:
         )
         plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
         cached = _plan_cache.get(plan_key)
+        leaf = None
         if cached is None:
-            cached = _new_plan_entry(kind, obj, plain, layout_key)
+            cached, leaf = _new_plan_entry(kind, obj, plain, layout_key)
             _remember(_plan_cache, plan_key, cached)
         tree, template, memo, layout_memo = cached
-        # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
-        if layout_key[4] or layout_key[5] or layout_key[6]:
-            leaf = template.with_source(plain)
-        else:
-            leaf = template.with_plain_source(plain)
+        if leaf is None:  # else a new layout's first tensor, planned in full just now
+            # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
+            if layout_key[4] or layout_key[5] or layout_key[6]:
+                leaf = template.with_source(plain)
+            else:
+                leaf = template.with_plain_source(plain)
         return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain), layout_memo)
     return _make_plan(obj)
 
 
-def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple) -> tuple:
-    """(tree, layout template, memo, layout memo) for the plan cache; the layout comes from the
-    layout cache when a plan of another tree (other attributes) had it, else is checked here."""
+def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple) -> tuple[tuple, Any]:
+    """-> ((tree, layout template, memo, layout memo) for the plan cache, the tensor's leaf when
+    its layout was new and planned in full here, else None: the layout comes from the layout
+    cache when a plan of another tree (other attributes) had it)."""
+    leaf = None
     layout = _layout_cache.get(layout_key)
     if layout is None:
         leaf = plan_leaf(plain, ())
@@ -114,7 +118,7 @@ def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple)
         template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
         layout = (template, {})
         _remember(_layout_cache, layout_key, layout)
-    return tensor_node(kind, obj, plain, 0), layout[0], {}, layout[1]
+    return (tensor_node(kind, obj, plain, 0), layout[0], {}, layout[1]), leaf
 
 
 def _forget_plans() -> None:

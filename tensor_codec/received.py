@@ -47,8 +47,9 @@ _CACHE_NODE_BUDGET = 100_000
 _cache: collections.OrderedDict = collections.OrderedDict()  # (transport, text) -> (Compiled, cost)
 _cache_nodes = 0
 _cache_lock = threading.Lock()
-# (transport, header text before the tree) -> (leaf entries as received, validated leaf table,
-# the transport's prepared layout). Bounded like the headers: entries, and leaves in all.
+# (transport, header text before the tree) -> (the header without its tree, validated leaf table,
+# the transport's prepared layout, the limits they were checked under). Bounded like the headers:
+# entries, and leaves in all.
 _tables: collections.OrderedDict = collections.OrderedDict()
 _table_leaves = 0
 
@@ -85,24 +86,26 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
 
 def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.Limits) -> tuple | None:
     """(header, validated leaf table, the transport's prepared layout) of a header written as
-    the encoder writes one, its leaf table taken from the cache when its text was seen before;
-    None for any other text. Without transport keys in the header, what `prepare` makes depends
-    on the leaf table alone, so it is kept with it."""
+    the encoder writes one, what comes before its tree taken from the cache when its text was
+    seen under these limits; None for any other text. `prepare` reads the leaf table and the
+    transport's keys, all of them before the tree: it is kept with them."""
     split = wire.split_header(text, bounds)
     if split is None:
         return None
     table_text, tree = split
     key = (transport_name, table_text)
     hit = _tables.get(key)
-    if hit is None:
+    if hit is None or hit[3] is not bounds:  # checked under other limits: checked again
         parsed = wire.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
         if parsed is None:
             return None
         header, leaves = parsed
-        hit = (header["leaves"], leaves, transport.prepare(header, leaves))
+        prepared = transport.prepare(header, leaves)
+        del header["tree"]
+        hit = (header, leaves, prepared, bounds)
         _remember_table(key, hit, bounds)
-    raw, leaves, prepared = hit
-    return {"leaves": raw, "tree": tree}, leaves, prepared
+    rest, leaves, prepared, _ = hit
+    return {**rest, "tree": tree}, leaves, prepared
 
 
 def cached_headers() -> int:
@@ -142,10 +145,13 @@ def _remember(key: tuple, compiled: Compiled, cost: int, bounds: limits.Limits) 
 def _remember_table(key: tuple, table: tuple, bounds: limits.Limits) -> None:
     global _table_leaves
     with _cache_lock:
-        if key in _tables or bounds is not limits.current():
+        if bounds is not limits.current():
             return  # the limits changed while it was validated: not kept under the new ones
+        replaced = _tables.pop(key, None)  # another thread's, or one checked under older limits
+        if replaced is not None:
+            _table_leaves -= len(replaced[1])
         _tables[key] = table
         _table_leaves += len(table[1])
         while _tables and (len(_tables) > _CACHE_ENTRIES or _table_leaves > _CACHE_NODE_BUDGET):
-            _, (_, evicted, _) = _tables.popitem(last=False)
+            _, (_, evicted, _, _) = _tables.popitem(last=False)
             _table_leaves -= len(evicted)

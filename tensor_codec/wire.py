@@ -57,10 +57,10 @@ _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
 # check_circular=False: the codec builds the tree itself and it cannot contain cycles.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
-# The leaf table first and the tree after it, last when the transport adds no keys of its own:
-# the text before ``,"tree":`` then holds the leaf table alone. A stream whose tree changes while
-# its layout stays (a new canvas size every frame) repeats that text: the sender keeps it with
-# the layout, the receiver keeps the leaf tables it validated by it (received.py).
+# The leaf table first, the transport's keys next, the tree last: the text before ``,"tree":``
+# then holds everything but the tree. A stream whose tree changes while its layout stays (a new
+# canvas size every frame) repeats that text: the sender keeps the leaf table's with the layout,
+# the receiver keeps what it validated by it (received.py).
 _TREE_MEMBER = ',"tree":'
 
 
@@ -82,13 +82,13 @@ def leaf_table(leaf_layouts: list, leaf_fields: list[dict]) -> str:
 
 
 def header_metadata(tree: Any, table: str, transport: str, extra: dict | None = None) -> dict:
-    """The codec's metadata for a message: its leaf table (`leaf_table`), its tree, and the
-    transport's top-level keys (`extra`), as header text: ``{"leaves":...,"tree":...}`` with
-    `extra`'s members last (the order `split_header` reads)."""
-    text = '{"leaves":' + table + _TREE_MEMBER + _JSON.encode(tree)
+    """The codec's metadata for a message: its leaf table (`leaf_table`), the transport's
+    top-level keys (`extra`) and its tree, as header text: ``{"leaves":...,"tree":...}`` with
+    `extra`'s members between the two (the order `split_header` reads)."""
+    text = '{"leaves":' + table
     if extra:
         text += "," + _JSON.encode(extra)[1:-1]  # its members, without their braces
-    text += "}"
+    text += _TREE_MEMBER + _JSON.encode(tree) + "}"
     if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
         _refuse_surrogates(text, tree)
     header_json.check_outgoing(text, limits.current())
@@ -203,8 +203,8 @@ def parse_header(
 
 def split_header(text: str, bounds: limits.Limits) -> tuple[str, Any] | None:
     """-> (the text before the tree, the tree) of a header written as `header_metadata` writes
-    one without transport keys, its cost checked first as `parse_header` does; None for any other
-    text (`parse_header` then reads it and names any problem)."""
+    one, the tree last, its cost checked first as `parse_header` does; None for any other text
+    (`parse_header` then reads it and names any problem)."""
     header_json.check_received(text, bounds)
     cut = text.find(_TREE_MEMBER)
     if cut < 0:
@@ -217,16 +217,16 @@ def parse_leaf_table(
     table_text: str, tree: Any, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits
 ) -> tuple[dict, list[ReceivedLeaf]] | None:
     """The header of a split text (`split_header`) and its validated leaf table; None when the
-    text before the tree, closed by a brace, is not an object of ``leaves`` alone. The grammar
-    makes the two parts one header then: an object's members, then ``,"tree":`` and a value,
-    then its closing brace, with no member named twice."""
+    text before the tree, closed by a brace, is not an object with ``leaves`` and without
+    ``tree``. The grammar makes the two parts one header then: an object's members, then
+    ``,"tree":`` and a value, then its closing brace, with no member named twice."""
     try:
         table = header_json.parse(table_text + "}")
     except DecodeError:
         return None  # the whole-text parse names the problem
-    if type(table) is not dict or table.keys() != {"leaves"}:
+    if type(table) is not dict or "leaves" not in table or "tree" in table:
         return None
-    header = {"leaves": table["leaves"], "tree": tree}
+    header = {**table, "tree": tree}  # the members in the text's order
     return header, parse_leaves(header, leaf_keys, header_keys, bounds)
 
 

@@ -224,6 +224,22 @@ def test_raised_limits_accept_more_and_clear_what_was_cached(changed_limits):
     refused(small_value, small_metadata, "50 items")  # checked again under the new ones
 
 
+def test_a_leaf_table_checked_under_other_limits_is_checked_again(changed_limits):
+    """A decode that found a leaf table just before set_limits emptied the cache can put it back
+    (the review's interleaving, replayed here in one thread): a table is used only under the
+    limits it was checked under."""
+    as_list, as_tuple = tc.encode([torch.ones(2), torch.ones(3)]), tc.encode((torch.ones(2), torch.ones(3)))
+    received.forget_all()
+    tc.decode(*as_list)
+    ((key, entry),) = received._tables.items()
+    changed_limits(leaves=1)  # empties the caches
+    received._tables[key] = entry  # put back by the decode that read it before the change
+    refused(*as_list, "at most 1 entries", "limits.leaves")
+    received._tables[key] = entry
+    with pytest.raises(tc.DecodeError, match="limits.leaves"):  # a new tree on the same table
+        tc.decode(*as_tuple)
+
+
 @pytest.mark.slow  # a fresh interpreter
 def test_limits_come_from_the_environment_and_a_bad_value_names_the_variable(monkeypatch):
     code = "import tensor_codec as tc; print(tc.get_limits().header_items)"
@@ -458,6 +474,15 @@ _SPLIT_CASES = {
     f'"offset":0,"tree":{_TENSOR}}}],"tree":{_TENSOR}}}',
     "a member between": f'{{"leaves":{_TABLE},"x":1,"tree":{_TENSOR}}}',
     "a transport key after the tree": f'{{"leaves":{_TABLE},"tree":{_TENSOR},"gpu":null}}',
+    "a transport key refused before the tree": f'{{"leaves":{_TABLE},"gpu":null,"tree":{_TENSOR}}}',
+    "a GPU this machine lacks": f'{{"leaves":{_TABLE},"gpu":"GPU-00000000-0000-0000-0000-000000000000",'
+    f'"tree":{_TENSOR}}}',
+    "another transport's key": f'{{"leaves":{_TABLE},"producer":{{}},"tree":{_TENSOR}}}',
+    "leading space": f' {{"leaves":{_TABLE},"tree":{_TENSOR}}}',
+    "a space before the tree": f'{{"leaves":{_TABLE} ,"tree":{_TENSOR}}}',
+    "the leaves twice": f'{{"leaves":{_TABLE},"leaves":{_TABLE},"tree":{_TENSOR}}}',
+    "an escaped member name": f'{{"le\\u0061ves":{_TABLE},"tree":{_TENSOR}}}',
+    "an integer of 25 digits in the table": f'{{"leaves":{_TABLE.replace("16,", "1" * 25 + ",")},"tree":{_TENSOR}}}',
     "trailing text": f'{{"leaves":{_TABLE},"tree":{_TENSOR}}}x',
     "trailing space": f'{{"leaves":{_TABLE},"tree":{_TENSOR}}} ',
     "no closing brace": f'{{"leaves":{_TABLE},"tree":{_TENSOR}',
