@@ -44,14 +44,40 @@ _CACHE_MAX_TEXT = 64 << 10
 # only small trees are cached, and all cached trees together stay under a node budget.
 _CACHE_MAX_NODES = 4096
 _CACHE_NODE_BUDGET = 100_000
-_cache: collections.OrderedDict = collections.OrderedDict()  # (transport, text) -> (Compiled, cost)
-_cache_nodes = 0
 _cache_lock = threading.Lock()
-# (transport, header text before the tree) -> (the header without its tree, validated leaf table,
-# the transport's prepared layout, the limits they were checked under). Bounded like the headers:
-# entries, and leaves in all.
-_tables: collections.OrderedDict = collections.OrderedDict()
-_table_leaves = 0
+
+
+class _Bounded(collections.OrderedDict):
+    """key -> (value, cost), oldest first, at most `_CACHE_ENTRIES` entries and
+    `_CACHE_NODE_BUDGET` of cost in all (`cost`). Hits read it without a lock; writes take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cost = 0
+
+    def keep(self, key: tuple, value: Any, cost: int, bounds: limits.Limits) -> None:
+        with _cache_lock:
+            if bounds is not limits.current():
+                return  # the limits changed while it was validated: not kept under the new ones
+            replaced = self.pop(key, None)  # another thread's, or one checked under older limits
+            if replaced is not None:
+                self.cost -= replaced[1]
+            self[key] = (value, cost)
+            self.cost += cost
+            while self and (len(self) > _CACHE_ENTRIES or self.cost > _CACHE_NODE_BUDGET):
+                _, (_, evicted) = self.popitem(last=False)
+                self.cost -= evicted
+
+    def forget(self) -> None:
+        with _cache_lock:
+            self.clear()
+            self.cost = 0
+
+
+_cache = _Bounded()  # (transport, text) -> (Compiled, tree nodes and leaves)
+# (transport, header text before the tree) -> ((the header without its tree, validated leaf table,
+# the transport's prepared layout, the limits they were checked under), leaves)
+_tables = _Bounded()
 
 
 def cached(text: str, transport_name: str) -> Compiled | None:
@@ -80,7 +106,7 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
     compiled = Compiled(header, leaves, build, prepared, cost, plain)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
-        _remember(key, compiled, cost, bounds)
+        _cache.keep(key, compiled, cost, bounds)
     return compiled
 
 
@@ -95,16 +121,16 @@ def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.L
     table_text, tree = split
     key = (transport_name, table_text)
     hit = _tables.get(key)
-    if hit is None or hit[3] is not bounds:  # checked under other limits: checked again
+    if hit is None or hit[0][3] is not bounds:  # checked under other limits: checked again
         parsed = wire.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
         if parsed is None:
             return None
         header, leaves = parsed
         prepared = transport.prepare(header, leaves)
         del header["tree"]
-        hit = (header, leaves, prepared, bounds)
-        _remember_table(key, hit, bounds)
-    rest, leaves, prepared, _ = hit
+        hit = ((header, leaves, prepared, bounds), len(leaves))
+        _tables.keep(key, hit[0], len(leaves), bounds)
+    rest, leaves, prepared, _ = hit[0]
     return {**rest, "tree": tree}, leaves, prepared
 
 
@@ -115,43 +141,12 @@ def cached_headers() -> int:
 
 def cached_nodes() -> int:
     """The tree nodes all cached headers hold together (tests: the node budget)."""
-    return _cache_nodes
+    return _cache.cost
 
 
 def forget_all() -> None:
-    global _cache_nodes, _table_leaves
-    with _cache_lock:
-        _cache.clear()
-        _cache_nodes = 0
-        _tables.clear()
-        _table_leaves = 0
+    _cache.forget()
+    _tables.forget()
 
 
 limits.on_change(forget_all)  # a header accepted under other limits must be checked again
-
-
-def _remember(key: tuple, compiled: Compiled, cost: int, bounds: limits.Limits) -> None:
-    global _cache_nodes
-    with _cache_lock:  # misses only; hits read the dict without it
-        if key in _cache or bounds is not limits.current():
-            return  # the limits changed while it was validated: not kept under the new ones
-        _cache[key] = (compiled, cost)
-        _cache_nodes += cost
-        while _cache and (len(_cache) > _CACHE_ENTRIES or _cache_nodes > _CACHE_NODE_BUDGET):
-            _, (_, evicted) = _cache.popitem(last=False)
-            _cache_nodes -= evicted
-
-
-def _remember_table(key: tuple, table: tuple, bounds: limits.Limits) -> None:
-    global _table_leaves
-    with _cache_lock:
-        if bounds is not limits.current():
-            return  # the limits changed while it was validated: not kept under the new ones
-        replaced = _tables.pop(key, None)  # another thread's, or one checked under older limits
-        if replaced is not None:
-            _table_leaves -= len(replaced[1])
-        _tables[key] = table
-        _table_leaves += len(table[1])
-        while _tables and (len(_tables) > _CACHE_ENTRIES or _table_leaves > _CACHE_NODE_BUDGET):
-            _, (_, evicted, _, _) = _tables.popitem(last=False)
-            _table_leaves -= len(evicted)

@@ -338,7 +338,7 @@ def test_the_leaf_tables_kept_apart_from_their_trees_stay_within_entries_and_a_l
     for i in range(300):  # distinct tables of 11 leaves: the budget binds
         tc.decode(*tc.encode([torch.zeros(i + 1)] + [torch.zeros(2)] * 10))
     assert 0 < len(received._tables) <= 50 // 11
-    assert received._table_leaves == sum(len(entry[1]) for entry in received._tables.values())
+    assert received._tables.cost == sum(cost for _, cost in received._tables.values())
     monkeypatch.undo()
     received.forget_all()
     for i in range(300):  # one leaf each: the entry count binds
