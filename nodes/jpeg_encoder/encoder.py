@@ -17,7 +17,6 @@ import tensor_codec as tc
 from ..common import protocol as P
 from ..common.hostile import Refusals
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
-from ..common.jpeg_header import JpegError, read_header
 from ..common.stats import keep_failure
 from .config import INPUT
 from .engines import JpegEngine
@@ -74,6 +73,19 @@ class _Job:
 
 
 class JpegEncoder:
+    """Frames in, JPEGs out in input order, the engine's workers kept busy.
+
+    How batches are formed (issue 34): the main thread that calls accept, dispatch and collect is
+    also the one that receives every frame, so nothing a worker needs may wait for it.
+      * A worker with nothing to do gets whatever is pending, up to BATCH frames, at once: a frame
+        is never held back to fill a batch while a worker idles (latency).
+      * While every worker is busy, each full batch is queued behind them (at most one per
+        worker): a worker that finishes starts the next batch itself, without waiting for this
+        thread to come back from receiving, and under load every batch is full.
+      * collect hands out new work as soon as it finds a finished batch, before its bookkeeping.
+    Frames held (pending, queued and being encoded) stay under 2 x BATCH x WORKERS, the bound
+    `can_accept` keeps; past it, frames wait in dora's input queue instead of this node's memory."""
+
     def __init__(
         self, engine: JpegEngine, quality: int, batch: int, clock_ns=time.time_ns, refusals: Refusals | None = None
     ):
@@ -85,6 +97,8 @@ class JpegEncoder:
         self.stats = EncoderStats()
         self.pending: deque[_Item] = deque()
         self.inflight: deque[_Job] = deque()
+        self.held = 0  # frames accepted and not yet collected: pending + in the inflight jobs
+        self.limit = 2 * batch * engine.workers
 
     # -- input -----------------------------------------------------------------------------
 
@@ -94,9 +108,10 @@ class JpegEncoder:
 
     @property
     def can_accept(self) -> bool:
-        """False while a full round of batches waits: then dora's input queue holds (and, at its
-        queue_size, drops the oldest of) further frames instead of this node's memory."""
-        return len(self.pending) < self.batch * self.engine.workers
+        """False while the frames held reach 2 x BATCH x WORKERS: a round of batches being encoded
+        and one waiting; then dora's input queue holds (and, at its queue_size, drops the oldest
+        of) further frames instead of this node's memory."""
+        return self.held < self.limit
 
     def accept(self, event: dict) -> bool:
         """Restore and check one frame message; a bad one is logged, counted and skipped."""
@@ -122,6 +137,7 @@ class JpegEncoder:
             return False
         channels, height, width = frame.shape
         self.pending.append(_Item(frame, jpeg_metadata(metadata, channels, height, width, self.quality), obj))
+        self.held += 1
         return True
 
     def _bad(self, metadata: dict, reason: str) -> None:
@@ -141,12 +157,22 @@ class JpegEncoder:
     # -- work ------------------------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Start batches while a worker is free: whatever is queued, up to BATCH frames each."""
-        while self.pending and len(self.inflight) < self.engine.workers:
-            items = [self.pending.popleft() for _ in range(min(self.batch, len(self.pending)))]
+        """Hand pending frames to the engine as the class docstring says: up to BATCH to a worker
+        with nothing to do, full batches queued behind busy ones (one per worker)."""
+        workers = self.engine.workers
+        while self.pending:
+            started = sum(1 for job in self.inflight if not job.future.done())  # running or queued
+            if started < workers:
+                take = min(self.batch, len(self.pending))
+            elif started < 2 * workers and len(self.pending) >= self.batch:
+                take = self.batch
+            else:
+                return
+            items = [self.pending.popleft() for _ in range(take)]
             try:
                 future = self.engine.submit([i.frame for i in items])
             except Exception as e:
+                self.held -= len(items)
                 self._failed(items, f"{type(e).__name__}: {e}")
                 continue
             for i in items:
@@ -156,16 +182,22 @@ class JpegEncoder:
     def collect(self, timeout: float = 0.0) -> list[tuple[torch.Tensor, dict]]:
         """Finished JPEGs in input order as (flat uint8 CPU tensor, metadata); waits up to
         `timeout` seconds for the oldest batch if nothing is finished."""
-        out = []
+        done: list[_Job] = []
         while self.inflight:
             job = self.inflight[0]
             if not job.future.done():
-                if timeout <= 0:
+                if timeout <= 0 or done:
                     break
                 wait([job.future], timeout)
                 timeout = 0
                 continue
-            self.inflight.popleft()
+            done.append(self.inflight.popleft())
+        if not done:
+            return []
+        self.dispatch()  # the workers those batches freed get new work before the bookkeeping below
+        out = []
+        for job in done:
+            self.held -= len(job.items)
             try:
                 encoded = job.future.result()
             except Exception as e:
@@ -176,21 +208,18 @@ class JpegEncoder:
                     self._release(item.borrowed)
                     item.borrowed = None
             now = self.clock_ns()
-            for item, (data, crc) in zip(job.items, encoded):
-                try:
-                    item.metadata[P.SUBSAMPLING] = read_header(
-                        data
-                    ).subsampling  # what was written, whatever the engine
-                except JpegError as e:
-                    self._failed([item], f"encoder wrote no readable JPEG: {e}")
+            for item, jpeg in zip(job.items, encoded):
+                if jpeg.problem is not None:
+                    self._failed([item], f"encoder wrote no readable JPEG: {jpeg.problem}")
                     continue
-                item.metadata[P.JPEG_CRC32] = crc
+                item.metadata[P.SUBSAMPLING] = jpeg.subsampling  # what was written, whatever the engine
+                item.metadata[P.JPEG_CRC32] = jpeg.crc32
                 self.stats.encoded += 1
-                self.stats.bytes_out += data.numel()
+                self.stats.bytes_out += jpeg.data.numel()
                 if self.stats.first_ns is None:
                     self.stats.first_ns = now
                 self.stats.last_ns = now
-                out.append((data, item.metadata))
+                out.append((jpeg.data, item.metadata))
         return out
 
     def _failed(self, items: list[_Item], reason: str) -> None:

@@ -22,7 +22,7 @@ POLL_S = 0.002  # while batches are in flight: how long to wait for one before l
 
 def in_progress(encoder: JpegEncoder) -> int:
     """Frames taken and not yet sent: waiting for a batch or being encoded."""
-    return len(encoder.pending) + sum(len(job.items) for job in encoder.inflight)
+    return encoder.held
 
 
 def take(relay: Relay, encoder: JpegEncoder) -> bool:

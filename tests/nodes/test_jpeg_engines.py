@@ -139,7 +139,7 @@ def test_every_engine_within_bounds_in_every_layout_and_subsampling_it_writes(en
     finally:
         engine.close()
     assert len(out) == 3
-    for (data, _crc), source, what in zip(out, [rgb, rgb, grey], ["planar", "interleaved", "grey"]):
+    for (data, *_), source, what in zip(out, [rgb, rgb, grey], ["planar", "interleaved", "grey"]):
         db, mad = assert_close_to_source(data, source, f"{engine.describe()} {what}")
         header = read_header(data)
         assert (header.width, header.height) == (1920, 1080)

@@ -3,7 +3,10 @@ the fence against the producer's stream.
 
 The contract: `submit(frames)` takes (C, H, W) uint8 tensors on `engine.device`, C in (1, 3), made
 on the submitting thread's current stream, and returns a Future of one `Encoded` per frame, in
-order. The submitter keeps no promise about the frames after submit returns.
+order. The submitter keeps no promise about the frames after submit returns. What the node needs
+to know of each JPEG (its CRC-32 and the subsampling its header declares) is worked out on the
+worker too: the node's main thread receives the next frames meanwhile, and every microsecond it
+spends per JPEG is one the whole node spends (issue 34).
 
 On CUDA, submit records an event on the submitter's current stream (after the frame's last
 write; for a frame received by CUDA IPC, after tensor_codec made that stream wait on the
@@ -20,16 +23,29 @@ from typing import NamedTuple
 
 import torch
 
+from ...common.jpeg_header import JpegError, read_own_header
+
 __all__ = ["Encoded", "JpegEngine", "PooledEngine", "finish", "as_rgb3"]
 
 
 class Encoded(NamedTuple):
     data: torch.Tensor  # the JPEG: flat uint8, CPU
     crc32: int  # of those bytes, computed on the worker (zlib releases the GIL)
+    subsampling: str | None  # what its header declares, whatever the engine was asked for; None: unreadable
+    problem: str | None = None  # why its header could not be read (the node refuses to send it)
 
 
 def finish(jpegs) -> list[Encoded]:
-    return [Encoded(j, zlib.crc32(j.numpy())) for j in jpegs]
+    """Each JPEG with its CRC-32 and its frame header read back (its ends checked: an engine that
+    wrote a truncated JPEG is caught here, not by whoever decodes it)."""
+    out = []
+    for j in jpegs:
+        try:
+            subsampling, problem = read_own_header(j).subsampling, None
+        except JpegError as e:
+            subsampling, problem = None, str(e)
+        out.append(Encoded(j, zlib.crc32(j.numpy()), subsampling, problem))
+    return out
 
 
 def as_rgb3(frame: torch.Tensor) -> torch.Tensor:
