@@ -25,7 +25,21 @@ SETTINGS = (
         "greyscale JPEG and 3 otherwise), `rgb` or `gray`.",
         ("auto", "rgb", "gray"),
     ),
-    Setting("BATCH", "int", "4", "Decode up to this many JPEGs that are already queued in one call.", minimum=1),
+    Setting(
+        "BATCH",
+        "int",
+        "4",
+        "Decode up to this many JPEGs that are already queued in one call (JPEGs never wait for a batch to fill).",
+        minimum=1,
+    ),
+    Setting(
+        "WORKERS",
+        "int",
+        "2",
+        "Concurrent decoders: threads, each with its own CUDA stream on a GPU, so checking, decoding and sending "
+        "overlap. Output order is input order.",
+        minimum=1,
+    ),
     Setting(
         "MAX_PIXELS",
         "int",

@@ -1,5 +1,12 @@
 """The JPEG decoder's per-message logic, without dora: check each JPEG (header, bounds, size,
-crc), decode a batch, and describe the frames.
+crc), decode batches on WORKERS threads, and describe the frames, in input order.
+
+The node's main thread checks and sends; the decoding runs on the workers (each with its own CUDA
+stream on a GPU), batches formed as ../common/batching.py says, so receiving, checking, decoding
+and sending overlap (issue 34). A frame decoded on a worker's stream is handed to the main thread's
+stream GPU-side: that stream waits on an event the worker recorded after the decode, and the frame's
+memory is marked as used there (`record_stream`), so the caching allocator gives it to no one else
+before the main stream's work on it (the send's copy) is done.
 
 Every bound is checked before an engine sees the JPEG, so what a hostile one costs is the check
 (a few milliseconds a megabyte), not the decode: its pixels (MAX_PIXELS), scans (MAX_SCANS),
@@ -10,6 +17,8 @@ could never be sent is memory and time spent for nothing)."""
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +27,7 @@ from torchvision import tv_tensors
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.batching import OrderedBatches
 from ..common.hostile import Refusals
 from ..common.images import encoding_for
 from ..common.jpeg_header import MAX_SCAN_PIXELS, MAX_SCANS, MAX_SEGMENTS, JpegError, check_jpeg_message
@@ -67,7 +77,9 @@ def _mib(nbytes: int) -> str:
 
 class JpegDecoder:
     """`max_frame_bytes`: the most a decoded frame (channels x height x width bytes) may take,
-    what the output can carry (None: unbounded); the other bounds are read_header's."""
+    what the output can carry (None: unbounded); the other bounds are read_header's. `batch` and
+    `workers`: up to how many JPEGs one decode call takes, and how many calls run at once
+    (accept -> dispatch -> collect); `check` and `decode` are the same steps on the caller's thread."""
 
     def __init__(
         self,
@@ -80,6 +92,8 @@ class JpegDecoder:
         max_scan_pixels: int = MAX_SCAN_PIXELS,
         max_frame_bytes: int | None = None,
         refusals: Refusals | None = None,
+        batch: int = 1,
+        workers: int = 1,
     ):
         self.engine = engine
         self.device = engine.device
@@ -94,6 +108,9 @@ class JpegDecoder:
         self.max_frame_bytes = max_frame_bytes
         self.stats = DecoderStats()
         self.refusals = refusals if refusals is not None else Refusals(log)  # the node's: logged paced, summarised
+        self.batches: OrderedBatches[_Checked] = OrderedBatches(self._submit, batch, workers)
+        self._pool: ThreadPoolExecutor | None = None  # made on the first batch
+        self._local = threading.local()  # a worker's own CUDA stream
 
     def limits(self) -> str:
         """What this decoder refuses before decoding, for the log at start: the frame bound as the
@@ -151,10 +168,88 @@ class JpegDecoder:
             raise JpegError(f"metadata.{P.CHANNELS}: expected 1 or 3 (or absent), got {said!r}")
         return said
 
+    # -- on the caller's thread -------------------------------------------------------------
+
     def decode(self, batch: list[_Checked]) -> list[tuple[tv_tensors.Image, dict]]:
-        """Decode a batch; -> (frame, metadata) for each JPEG that decoded, in order."""
+        """Decode a batch now, on the caller's current stream; -> (frame, metadata) for each JPEG
+        that decoded, in order."""
+        return self._frames(batch, self.engine.decode([c.jpeg for c in batch], [c.channels for c in batch]), None)
+
+    # -- on the workers ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self.batches.busy
+
+    @property
+    def held(self) -> int:
+        """JPEGs accepted and not yet collected: pending, queued or being decoded."""
+        return self.batches.held
+
+    @property
+    def can_accept(self) -> bool:
+        """False while the JPEGs held reach 2 x BATCH x WORKERS (the rest waits in dora's queue)."""
+        return self.batches.can_accept
+
+    def accept(self, event: dict) -> bool:
+        """Check one JPEG message and queue it for decoding; a bad one is logged, counted, False."""
+        checked = self.check(event)
+        if checked is None:
+            return False
+        self.batches.add(checked)
+        return True
+
+    def dispatch(self) -> None:
+        """Hand pending JPEGs to the workers."""
+        self.batches.dispatch()
+
+    def collect(self, timeout: float = 0.0) -> list[tuple[tv_tensors.Image, dict]]:
+        """Decoded frames in input order, ready on the caller's current stream; waits up to
+        `timeout` seconds for the oldest batch if nothing is finished."""
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         out = []
-        results = self.engine.decode([c.jpeg for c in batch], [c.channels for c in batch])
+        for job in self.batches.done(timeout):
+            try:
+                results, decoded = job.future.result()
+            except Exception as e:  # the engine's decode catches per JPEG: this is the worker failing
+                for item in job.items:
+                    self._bad(item.metadata, f"decode: {type(e).__name__}: {e}")
+                continue
+            if decoded is not None:
+                stream.wait_event(decoded)  # GPU-side: the frames are made before this stream reads them
+            out += self._frames(job.items, results, stream)
+        return out
+
+    def _submit(self, items: list[_Checked]) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.batches.workers, thread_name_prefix=f"jpeg-decode-{self.engine.name}")
+        return self._pool.submit(self._decode_on_worker, items)
+
+    def _decode_on_worker(self, items: list[_Checked]):
+        """-> (the engine's results, an event after them on the worker's stream, None on the CPU)."""
+        jpegs, channels = [c.jpeg for c in items], [c.channels for c in items]
+        if self.device.type != "cuda":
+            return self.engine.decode(jpegs, channels), None
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            results = self.engine.decode(jpegs, channels)
+            decoded = torch.cuda.Event()
+            decoded.record(stream)
+        return results, decoded
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- both ----------------------------------------------------------------------------------
+
+    def _frames(self, batch: list[_Checked], results: list, stream) -> list[tuple[tv_tensors.Image, dict]]:
+        """Each result checked against its JPEG's header; `stream`: the one the frames are used on
+        from now (their memory marked as used there), None when they were made on it."""
+        out = []
         for item, result in zip(batch, results):
             if isinstance(result, Exception):
                 self._bad(
@@ -172,6 +267,8 @@ class JpegDecoder:
                     "JPEG's header",
                 )
                 continue
+            if stream is not None:
+                result.record_stream(stream)
             self.stats.decoded += 1
             out.append((tv_tensors.Image(result), frame_metadata(item.metadata, result)))
         return out

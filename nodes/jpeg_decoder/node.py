@@ -1,6 +1,7 @@
-"""The `tc-jpeg-decoder` node itself, on the node loop (../common/loop.py): JPEGs checked and
-decoded up to BATCH at a time on the node's own stream, sent as frames through tensor_codec
-(main.py answers --help before any of this is imported)."""
+"""The `tc-jpeg-decoder` node itself, on the node loop (../common/loop.py): JPEGs checked as they
+are taken, decoded up to BATCH at a time by WORKERS threads (decoder.py), and sent as frames through
+tensor_codec from the node's own stream, in input order (main.py answers --help before any of this
+is imported)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from .decoder import JpegDecoder
 from .engines import make_decode_engine
 from .spec import SPEC
 
+POLL_S = 0.002  # while batches are being decoded: how long to wait for one before looking for input
+
 
 def frame_bound(node, device: torch.device) -> int | None:
     """The most bytes a decoded frame may take: what the output can carry (tc.max_send_bytes), so
@@ -36,14 +39,25 @@ def _transport(node, device: torch.device) -> str:
     return tc.transport_for(node, OUTPUT, torch.empty(0, dtype=torch.uint8, device=device))[0]
 
 
+def take(relay, decoder: JpegDecoder) -> bool:
+    """JPEGs from the relay's backlog into the decoder (checked on the way), while the decoder and
+    (with acks) the output window have room; -> True if a good JPEG was taken."""
+    got = False
+    while relay.backlog and decoder.can_accept and relay.room(decoder.held) > 0:
+        for event in relay.take(1):
+            got |= decoder.accept(event)
+    return got
+
+
 class JpegDecoderNode(NodeLogic):
     """Without acks: runs until the input is over (dora delivers STOP before inputs still queued)
-    and the JPEGs taken are decoded. With acks: until the jpeg input closed and every frame sent
-    is acknowledged (the acks' own input closes only after this node ends)."""
+    and the JPEGs taken are decoded and sent. With acks: until the jpeg input closed and every
+    frame sent is acknowledged (the acks' own input closes only after this node ends)."""
 
     spec = SPEC
     load_config = staticmethod(load_config)
     SENDS_WITH_TC = True  # decoded images sent by CUDA IPC live in this process's GPU memory
+    decoder = None
 
     def start(self, node) -> None:
         config, device = self.config, self.device
@@ -66,6 +80,8 @@ class JpegDecoderNode(NodeLogic):
             max_scan_pixels=config.max_scan_pixels,
             max_frame_bytes=frame_bound(node, device),
             refusals=self.refusals,
+            batch=config.batch,
+            workers=config.workers,
         )
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
@@ -80,55 +96,66 @@ class JpegDecoderNode(NodeLogic):
             self.log,
             self.refusals,
         )
-        # The node's own stream: decoding is fenced and ordered on it, and sending reads from it.
+        # The node's own stream: decoded frames are handed to it (decoder.py) and sent from it.
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.got_input = False  # a good JPEG taken since the last collect
+        self.over = False
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
-        self.log.info("%s on %s, mode %s, batch %d%s", choice.describe(), device, config.mode, config.batch, acked)
+        self.log.info(
+            "%s on %s, mode %s, batch %d, %d workers%s",
+            choice.describe(),
+            device,
+            config.mode,
+            config.batch,
+            config.workers,
+            acked,
+        )
         self.log.info("%s", self.decoder.limits())
 
-    def _can_decode(self) -> bool:
-        return bool(self.relay.backlog) and self.relay.room() > 0
-
-    # Nothing to decode: block for the next event (with frames unacknowledged, no longer than the
-    # next resend is due). Then what is already queued: up to BATCH without acks (the rest waits
-    # in dora's queue), with acks everything queued, as the loop reads it (MAX_EVENTS_PER_ROUND
-    # at a time: acks must get through; JPEGs wait in the relay's backlog, which the sender's
-    # window bounds).
+    # Idle: block for the next event (with frames unacknowledged, no longer than the next resend
+    # is due). Busy: take only what is already queued. Without acks, read no more than the
+    # decoder has room for (the rest waits in dora's queue); with acks, everything queued, as the
+    # loop reads it (MAX_EVENTS_PER_ROUND at a time: acks must get through; JPEGs wait in the
+    # relay's backlog, which the sender's window bounds).
     def wait(self) -> float | None:
-        if self._can_decode():
+        if self.decoder.busy:
             return 0
         due = self.window.next_due(time.monotonic())
         return None if due is None else max(due, 0.005)
 
     def more_events(self) -> bool:
-        return self.outbox.reliable or len(self.relay.backlog) < self.config.batch
+        return self.outbox.reliable or self.decoder.can_accept
 
     def on_input(self, event: dict) -> None:
         self.relay.on_input(event)
+        self.got_input |= take(self.relay, self.decoder)
 
     def on_input_closed(self, input_id: str) -> None:
         self.relay.on_closed(input_id)
 
+    def on_input_over(self) -> None:
+        self.over = True
+
     def work(self) -> None:
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
-            batch = []
-            for event in self.relay.take(min(self.config.batch, self.relay.room())):
-                checked = self.decoder.check(event)
-                if checked is not None:
-                    batch.append(checked)
-            event = None  # no reference to a message's buffer outlives the round
-            for image, metadata in self.decoder.decode(batch):
+            self.decoder.dispatch()
+            for image, metadata in self.decoder.collect(0 if self.got_input and not self.over else POLL_S):
                 try:
                     self.relay.send(image, metadata)
                 except Exception as e:
                     self.decoder.send_failed(metadata, e)
             self.outbox.resend_due()
+        self.got_input = take(self.relay, self.decoder)  # room opened by acks or by a batch done
 
     def finished(self) -> bool:
-        return self.outbox.reliable and (bool(self.relay.gone) or self.relay.done())
+        return self.outbox.reliable and (bool(self.relay.gone) or self.relay.done(self.decoder.held))
 
     def busy(self) -> bool:
-        return self._can_decode()
+        return self.decoder.busy or bool(self.relay.backlog)
+
+    def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
 
     def finish(self) -> int:
         status = self.relay.end_report()

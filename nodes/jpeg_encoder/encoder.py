@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +13,7 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
+from ..common.batching import OrderedBatches
 from ..common.hostile import Refusals
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
 from ..common.stats import keep_failure
@@ -61,30 +60,15 @@ class EncoderStats:
 
 @dataclass
 class _Item:
-    frame: torch.Tensor
+    frame: torch.Tensor | None  # handed to the engine at submit, then dropped here
     metadata: dict
     borrowed: Any  # the received object, released once encoded (it may view dora's memory)
 
 
-@dataclass
-class _Job:
-    items: list[_Item]
-    future: Any
-
-
 class JpegEncoder:
-    """Frames in, JPEGs out in input order, the engine's workers kept busy.
-
-    How batches are formed (issue 34): the main thread that calls accept, dispatch and collect is
-    also the one that receives every frame, so nothing a worker needs may wait for it.
-      * A worker with nothing to do gets whatever is pending, up to BATCH frames, at once: a frame
-        is never held back to fill a batch while a worker idles (latency).
-      * While every worker is busy, each full batch is queued behind them (at most one per
-        worker): a worker that finishes starts the next batch itself, without waiting for this
-        thread to come back from receiving, and under load every batch is full.
-      * collect hands out new work as soon as it finds a finished batch, before its bookkeeping.
-    Frames held (pending, queued and being encoded) stay under 2 x BATCH x WORKERS, the bound
-    `can_accept` keeps; past it, frames wait in dora's input queue instead of this node's memory."""
+    """Frames in, JPEGs out in input order, the engine's workers kept busy: batches formed as
+    ../common/batching.py says (the main thread that accepts frames also receives them, so no
+    worker waits for it). Frames held stay under 2 x BATCH x WORKERS (`can_accept`)."""
 
     def __init__(
         self, engine: JpegEngine, quality: int, batch: int, clock_ns=time.time_ns, refusals: Refusals | None = None
@@ -95,23 +79,24 @@ class JpegEncoder:
         self.batch = batch
         self.clock_ns = clock_ns
         self.stats = EncoderStats()
-        self.pending: deque[_Item] = deque()
-        self.inflight: deque[_Job] = deque()
-        self.held = 0  # frames accepted and not yet collected: pending + in the inflight jobs
-        self.limit = 2 * batch * engine.workers
+        self.batches: OrderedBatches[_Item] = OrderedBatches(self._submit, batch, engine.workers)
 
     # -- input -----------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:
-        return bool(self.pending or self.inflight)
+        return self.batches.busy
+
+    @property
+    def held(self) -> int:
+        """Frames accepted and not yet collected: pending, queued or being encoded."""
+        return self.batches.held
 
     @property
     def can_accept(self) -> bool:
-        """False while the frames held reach 2 x BATCH x WORKERS: a round of batches being encoded
-        and one waiting; then dora's input queue holds (and, at its queue_size, drops the oldest
-        of) further frames instead of this node's memory."""
-        return self.held < self.limit
+        """False while the frames held reach 2 x BATCH x WORKERS; then dora's input queue holds
+        (and, at its queue_size, drops the oldest of) further frames instead of this node's memory."""
+        return self.batches.can_accept
 
     def accept(self, event: dict) -> bool:
         """Restore and check one frame message; a bad one is logged, counted and skipped."""
@@ -136,8 +121,7 @@ class JpegEncoder:
             self._bad(metadata, f"unexpected {type(e).__name__}: {e}")
             return False
         channels, height, width = frame.shape
-        self.pending.append(_Item(frame, jpeg_metadata(metadata, channels, height, width, self.quality), obj))
-        self.held += 1
+        self.batches.add(_Item(frame, jpeg_metadata(metadata, channels, height, width, self.quality), obj))
         return True
 
     def _bad(self, metadata: dict, reason: str) -> None:
@@ -156,48 +140,21 @@ class JpegEncoder:
 
     # -- work ------------------------------------------------------------------------------
 
+    def _submit(self, items: list[_Item]):
+        future = self.engine.submit([i.frame for i in items])
+        for i in items:
+            i.frame = None  # the engine holds what it needs
+        return future
+
     def dispatch(self) -> None:
-        """Hand pending frames to the engine as the class docstring says: up to BATCH to a worker
-        with nothing to do, full batches queued behind busy ones (one per worker)."""
-        workers = self.engine.workers
-        while self.pending:
-            started = sum(1 for job in self.inflight if not job.future.done())  # running or queued
-            if started < workers:
-                take = min(self.batch, len(self.pending))
-            elif started < 2 * workers and len(self.pending) >= self.batch:
-                take = self.batch
-            else:
-                return
-            items = [self.pending.popleft() for _ in range(take)]
-            try:
-                future = self.engine.submit([i.frame for i in items])
-            except Exception as e:
-                self.held -= len(items)
-                self._failed(items, f"{type(e).__name__}: {e}")
-                continue
-            for i in items:
-                i.frame = None  # the engine holds what it needs
-            self.inflight.append(_Job(items, future))
+        """Hand pending frames to the engine's workers."""
+        self.batches.dispatch()
 
     def collect(self, timeout: float = 0.0) -> list[tuple[torch.Tensor, dict]]:
         """Finished JPEGs in input order as (flat uint8 CPU tensor, metadata); waits up to
         `timeout` seconds for the oldest batch if nothing is finished."""
-        done: list[_Job] = []
-        while self.inflight:
-            job = self.inflight[0]
-            if not job.future.done():
-                if timeout <= 0 or done:
-                    break
-                wait([job.future], timeout)
-                timeout = 0
-                continue
-            done.append(self.inflight.popleft())
-        if not done:
-            return []
-        self.dispatch()  # the workers those batches freed get new work before the bookkeeping below
         out = []
-        for job in done:
-            self.held -= len(job.items)
+        for job in self.batches.done(timeout):
             try:
                 encoded = job.future.result()
             except Exception as e:

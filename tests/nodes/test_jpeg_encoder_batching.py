@@ -85,7 +85,7 @@ def test_an_idle_worker_gets_what_is_pending_at_once_and_busy_workers_get_full_b
     accept(encoder, 4, start=6)
     assert engine.sizes() == [1, 1, 4, 4]  # one queued per worker
     accept(encoder, 4, start=10)
-    assert engine.sizes() == [1, 1, 4, 4] and len(encoder.pending) == 4  # no more than that queued
+    assert engine.sizes() == [1, 1, 4, 4] and len(encoder.batches.pending) == 4  # no more than that queued
     assert encoder.held == 14 and encoder.can_accept
     accept(encoder, 2, start=14)
     assert encoder.held == 16 and not encoder.can_accept  # 2 x BATCH x WORKERS held: dora's queue holds the rest
@@ -107,7 +107,7 @@ def test_collect_hands_out_work_before_its_bookkeeping_and_keeps_input_order(mon
     assert [m["frame"] for _, m in out] == [0, 1, 2]
     assert log[0] == ("submit", 2)  # frames 3, 4 went to the engine before the finished frames were released
     assert log[1:] == [("release",)] * 3
-    assert encoder.held == 2 and len(encoder.pending) == 0
+    assert encoder.held == 2 and len(encoder.batches.pending) == 0
 
 
 def test_a_jpeg_whose_header_cannot_be_read_back_is_counted_and_not_sent():

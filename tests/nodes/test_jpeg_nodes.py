@@ -74,7 +74,7 @@ def finish(encoder, out=None):
     def step():
         encoder.dispatch()
         out.extend(encoder.collect(0.05))
-        return {"pending": len(encoder.pending), "inflight": len(encoder.inflight)}
+        return {"pending": len(encoder.batches.pending), "inflight": len(encoder.batches.inflight)}
 
     wait_until(
         step, lambda left: not any(left.values()), timeout=300, describe="the encoder to finish its batches", interval=0
@@ -230,7 +230,7 @@ def test_received_frames_are_released_once_encoded():
     encoder = JpegEncoder(encoder_engine("auto", "cpu", 90, 1), 90, 1)
     try:
         encoder.accept(event)
-        item = encoder.pending[0]
+        item = encoder.batches.pending[0]
         borrowed = item.borrowed
         assert tc.lifetimes.is_borrowed(borrowed)
         finish(encoder)
