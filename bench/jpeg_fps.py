@@ -58,10 +58,10 @@ import tensor_codec as tc  # noqa: E402
 from tensor_codec.transports import ENCODE_OUTPUT  # noqa: E402
 from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder, unavailable  # noqa: E402
 from tensor_codec_nodes.common.pattern import render  # noqa: E402
-from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _encoder_path import PathTiming, encoder_path  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 
@@ -226,27 +226,6 @@ def engine_fps(engine, frames, n: int, batch: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def node_path_fps(engine, batch: int, events, n: int) -> float:
-    """The encoder node's own loop minus dora: accept (restore + check) -> dispatch -> collect."""
-    encoder = JpegEncoder(engine, QUALITY, batch)
-    start = time.perf_counter()
-    out = 0
-    for event in events:
-        while not encoder.can_accept:
-            encoder.dispatch()
-            out += len(encoder.collect(0.002))
-        encoder.accept(event)
-        encoder.dispatch()
-        out += len(encoder.collect())
-    while encoder.busy:
-        encoder.dispatch()
-        out += len(encoder.collect(0.002))
-    elapsed = time.perf_counter() - start
-    if out != n or encoder.stats.bad or encoder.stats.failed:
-        raise RuntimeError(f"node path: {encoder.stats.summary()}; {'; '.join(encoder.stats.failures[:2])}")
-    return n / elapsed
-
-
 def feed_fps(events, device: torch.device, n: int) -> float:
     """The CUDA IPC messages alone: receive (claim, open, wait on the producer's event) + release."""
     start = time.perf_counter()
@@ -277,6 +256,7 @@ class Bench:
         self.feed_error: str | None = None
         self.frames: dict[str, list] = {}
         self.cpu_events: list[dict] = []
+        self.timings: dict[str, list[PathTiming]] = {}  # node path rows: where the main thread's time went
 
     # engines, made once per (name, device, workers) and kept for the rounds
     def engine(self, name: str, device: str, workers: int):
@@ -349,9 +329,11 @@ class Bench:
         else:  # CPU, or CUDA without the producer: host messages (restored onto the GPU by accept)
             events = (self.cpu_events[k % len(self.cpu_events)] for k in range(c.n))
         try:
-            return node_path_fps(engine, c.batch, events, c.n)
+            timing = encoder_path(engine, c.batch, events, c.n, QUALITY)
         finally:
             events.close()
+        self.timings.setdefault(c.label, []).append(timing)
+        return timing.fps
 
 
 def engine_names(args, device: str) -> list[str]:
@@ -499,7 +481,7 @@ def main(argv=()):
     if gpu_names:
         bench.start_feeder()
     cpu_n = max(args.frames, 2 * CPU_BATCH * bench.cores)
-    figures, sweeps, goals, table = {}, {}, [], []
+    figures, sweeps, goals, table, breakdowns = {}, {}, [], [], {}
     try:
         for size in args.sizes:
             h, w = SIZES[size]
@@ -586,6 +568,17 @@ def main(argv=()):
                 print(f"    {label:<84} {fps:8.1f} fps  {fps / base:6.2f}x PIL")
             for label, why in failed.items():
                 print(f"    {label:<84}   failed: {why}")
+            breakdowns[size] = {}
+            for c in rows:
+                timings = bench.timings.pop(c.label, [])[1:]  # the warm-up's left out
+                if c.kind == "node" and timings and c.label in figures[size]:
+                    typical = sorted(timings, key=lambda t: t.fps)[len(timings) // 2]
+                    print(f"    {c.label}: {typical.describe()}")
+                    breakdowns[size][c.label] = {
+                        "per_frame_us": typical.per_frame_us(),
+                        "batches": dict(typical.batches),
+                    }
+            bench.timings.clear()
             table += table_rows(size, rows, figures[size], base, failed)
 
             def label_of(name: str, device: str) -> str | None:
@@ -699,6 +692,7 @@ def main(argv=()):
         if cuda is None
         else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
         "rounds": args.rounds,
+        "node_path_breakdown": breakdowns,
         "rows": table,
         "goals": goals,
     }
