@@ -16,6 +16,8 @@ decoder node accepts a frame whose sides are the header's, in either order.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -109,7 +111,12 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
     its CPU backends on the CPU). Its images live in nvImageCodec's own memory: each is copied
     into a torch tensor (CHW, from the interleaved result) on the caller's stream, so what the
     node sends comes from torch's allocator (CUDA IPC shares only that), and nvImageCodec's
-    buffers are released once that copy is done."""
+    buffers are released once that copy is done.
+
+    One nvImageCodec Decoder per thread: one shared by the decoder node's WORKERS threads fails
+    batches at random ("Processing results for sample 0 was already set", then no image; seen
+    with its CPU backends, 2 threads, 0.9). The first is made at start, so a decoder that cannot
+    be made is the node's start-up error."""
 
     name = "nvimgcodec"
 
@@ -121,12 +128,8 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
         from nvidia import nvimgcodec as nv
 
         self._nv = nv
-        if self.device.type == "cuda":
-            self._decoder = nv.Decoder(device_id=self.device.index or 0)
-        else:
-            self._decoder = nv.Decoder(
-                device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
-            )
+        self._local = threading.local()
+        self._decoder()
         self._params = {
             1: nv.DecodeParams(
                 apply_exif_orientation=True, color_spec=nv.ColorSpec.GRAY, sample_format=nv.SampleFormat.I_Y
@@ -136,12 +139,26 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
             ),
         }
 
+    def _decoder(self):
+        """This thread's nvImageCodec Decoder (made on first use)."""
+        decoder = getattr(self._local, "decoder", None)
+        if decoder is None:
+            nv = self._nv
+            if self.device.type == "cuda":
+                decoder = nv.Decoder(device_id=self.device.index or 0)
+            else:
+                decoder = nv.Decoder(
+                    device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
+                )
+            self._local.decoder = decoder
+        return decoder
+
     def decode_batch(self, jpegs, channels):
         nv = self._nv
         cuda = self.device.type == "cuda"
         stream = torch.cuda.current_stream(self.device) if cuda else None
         sources = [nv.CodeStream(j.numpy().tobytes()) for j in jpegs]
-        images = self._decoder.decode(
+        images = self._decoder().decode(
             sources, params=self._params[channels], cuda_stream=stream.cuda_stream if cuda else 0
         )
         out = []
