@@ -1,9 +1,15 @@
-"""JPEG encoding throughput (issue 5): frames per second at 1080p and 4K, quality 90, for every JPEG
-engine of the encoder node that can run here (ENGINE=torchcodec, torchvision, nvimgcodec; each on
-the CPU and, when CUDA is present, on the GPU), side by side with PIL's encoder in one run.
+"""JPEG encoding (issue 5) and decoding (issue 34) throughput: frames per second at 1080p and 4K,
+quality 90, for every JPEG engine of the encoder and decoder nodes that can run here
+(ENGINE=torchcodec, torchvision, nvimgcodec; each on the CPU and, when CUDA is present, on the GPU),
+side by side with PIL in one run.
 
     python bench/jpeg_fps.py [--frames 48] [--sizes 1080p,4k] [--engines torchcodec,...]
-                             [--device cpu|cuda|all] [--rounds 7] [--json PATH (default out/bench/jpeg_fps.json)]
+                             [--device cpu|cuda|all] [--codec encode,decode] [--rounds 7]
+                             [--json PATH (default out/bench/jpeg_fps.json)]
+
+Decoding is measured as encoding is (engine alone, node path, against PIL's decoder; its goals on
+CUDA: the node path at least 90 % of its engine and 3x the best CPU node path): bench/_jpeg_decode.py
+says how. What follows is the encoding half.
 
 Each engine is measured twice:
   * engine alone: `submit` batches keeping every worker busy, frames made beforehand;
@@ -61,6 +67,7 @@ from tensor_codec_nodes.common.pattern import render  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _jpeg_decode  # noqa: E402
 from _encoder_path import PathTiming, encoder_path  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
@@ -446,8 +453,12 @@ def main(argv=()):
     parser.add_argument(
         "--rounds", type=int, default=ROUNDS, help=f"interleaved rounds, the median counts (default {ROUNDS})"
     )
+    parser.add_argument("--codec", default="encode,decode", help="comma-separated: encode, decode (default both)")
     add_json_option(parser, "jpeg_fps")
     args = parser.parse_args(list(argv))
+    args.codec = [c for c in args.codec.split(",") if c]
+    if not args.codec or any(c not in ("encode", "decode") for c in args.codec):
+        parser.error(f"--codec: expected encode, decode or both, got {','.join(args.codec)!r}")
     args.sizes = [s for s in args.sizes.split(",") if s]
     args.engines = [e for e in args.engines.split(",") if e]
     for s in args.sizes:
@@ -476,14 +487,15 @@ def main(argv=()):
         f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
         f"torch {torch.__version__}"
     )
-    cpu_names = engine_names(args, "cpu") if on_cpu else []
-    gpu_names = engine_names(args, "cuda") if cuda is not None else []
+    encoding = "encode" in args.codec
+    cpu_names = engine_names(args, "cpu") if on_cpu and encoding else []
+    gpu_names = engine_names(args, "cuda") if cuda is not None and encoding else []
     if gpu_names:
         bench.start_feeder()
     cpu_n = max(args.frames, 2 * CPU_BATCH * bench.cores)
     figures, sweeps, goals, table, breakdowns = {}, {}, [], [], {}
     try:
-        for size in args.sizes:
+        for size in args.sizes if encoding else []:
             h, w = SIZES[size]
             bench.set_size(h, w)
             print(f"\n  {size} ({w}x{h})")
@@ -667,8 +679,8 @@ def main(argv=()):
                     here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", why))
             show_goals(here)
             goals += here
-        if "4k" not in args.sizes:
-            why = "4k not in --sizes"
+        if "4k" not in args.sizes or not encoding:
+            why = "4k not in --sizes" if encoding else "--codec without encode"
             extra = [
                 not_measured(f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps", f">= {GOAL_4K_FPS}", "fps", why),
                 not_measured(
@@ -682,6 +694,15 @@ def main(argv=()):
             goals += extra
     finally:
         bench.close()
+    decoding = (
+        _jpeg_decode.measure(
+            {s: SIZES[s] for s in args.sizes}, args.engines, cuda, on_cpu, args.frames, args.rounds, bench.cores
+        )
+        if "decode" in args.codec
+        else None
+    )
+    if decoding is not None:
+        goals += decoding["goals"]
     print(f"  ({time.monotonic() - began:.0f} s)")
     result = {
         "device": torch.cuda.get_device_name(cuda) if cuda is not None else None,
@@ -693,6 +714,8 @@ def main(argv=()):
         else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
         "rounds": args.rounds,
         "node_path_breakdown": breakdowns,
+        "codec": args.codec,
+        "decode": decoding,
         "rows": table,
         "goals": goals,
     }

@@ -10,8 +10,11 @@
                        in the node's own code (goal: the worst under 100 ms; issue 31)
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
-    jpeg_fps.py        JPEG encoding at 1080p and 4K: every engine (CPU, and CUDA when present) and the
-                       encoder node's path, against PIL (issue 5)
+    jpeg_fps.py        JPEG encoding and decoding at 1080p and 4K: every engine (CPU, and CUDA when
+                       present) alone and through the encoder's and decoder's node paths, against PIL
+                       (issues 5, 34)
+    jpeg_node_standin.py  the encoder node's path against its engine alone, on a CPU stand-in of a GPU
+                       engine (goal: at least 90 %; issue 34)
     cuda_ipc.py        CUDA IPC through dora against .cpu() -> dora -> .cuda() (issue 30; GPU only)
     ipc_collect.py     a CUDA IPC send's collect of finished messages, 1 to 128 in flight, against
                        looking at every one in full (issue 30; no GPU needed)
@@ -55,6 +58,7 @@ def main() -> None:
     import host_staging
     import ipc_collect
     import jpeg_fps
+    import jpeg_node_standin
     import padding_check
     import refusal_cost
     import small_message
@@ -78,6 +82,8 @@ def main() -> None:
     dora_latency.main(latency_args)
     print()
     jpeg_fps.main([])
+    print()
+    jpeg_node_standin.main([])
     print()
     cuda_ipc.main([])
     print()

@@ -1,7 +1,8 @@
 """The JPEG engines on a GPU, each of them (torchcodec, torchvision, nvimgcodec where it imports):
 batched and greyscale frames written late by a slow kernel, the GPU's JPEGs against the CPU's,
-what each engine says it wrote (subsampling) against the JPEG's header, and every decode engine's
-fence against blocks still in use. Seed failure 002 (the 200-frame loop, 4 threads under heavy
+what each engine says it wrote (subsampling) against the JPEG's header, every decode engine's
+fence against blocks still in use, and frames decoded on the decoder node's workers reaching its
+stream intact. Seed failure 002 (the 200-frame loop, 4 threads under heavy
 work) is in test_jpeg_seed_002.py, over the same engines."""
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import textwrap
 
+import pyarrow as pa
 import pytest
 import torch
 
 from tensor_codec_nodes.common.jpeg_header import read_header
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.common.quality import compare
+from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
 from tensor_codec_nodes.jpeg_encoder.engines.torchvision_engines import FENCE_DEFAULT_STREAM, FENCE_DEVICE_SYNC
 from tests.support.jpeg import (
     MAX_MAD,
@@ -113,6 +116,43 @@ def test_gpu_decode_is_fenced_against_blocks_still_in_use(engine_name):
             assert db >= MIN_PSNR and mad <= MAX_MAD, (engine_name, k, i, db, mad)
 
 
+@pytest.mark.parametrize("engine_name", engine_params("cuda") if torch.cuda.is_available() else ["none"])
+def test_frames_decoded_on_the_workers_reach_the_node_stream_intact(engine_name):
+    """The decoder node's path on a GPU (2 workers, each on its own stream): every frame is its
+    source's within the bounds when the node's stream reads it late (a slow kernel first, as a send
+    behind other work), although the workers go on decoding into freshly allocated blocks meanwhile:
+    the frame's block is marked in use on the node's stream (record_stream), so the allocator gives
+    it to no worker before that late read."""
+    src = sources(4)
+    messages = []
+    for i, frame in src.items():
+        data = reference_encode(frame, quality=95)
+        metadata = {"encoding": "jpeg", "width": W, "height": H, "channels": 3, "frame": i}
+        messages.append({"type": "INPUT", "id": "jpeg", "value": pa.array(data.numpy()), "metadata": metadata})
+    decoder = JpegDecoder(decoder_engine(engine_name, cuda()), batch=2, workers=2)
+    node_stream = torch.cuda.Stream(cuda())
+    late = []
+    try:
+        with torch.cuda.stream(node_stream):
+            for _ in range(3):
+                for message in messages:
+                    assert decoder.accept(message)
+                    decoder.dispatch()
+                while decoder.busy:
+                    decoder.dispatch()
+                    for image, metadata in decoder.collect(0.05):
+                        torch.cuda._sleep(SLOW)
+                        late.append((metadata["frame"], image.clone()))  # read after the sleep
+                        del image
+        node_stream.synchronize()
+    finally:
+        decoder.close()
+    assert [i for i, _ in late] == [0, 1, 2, 3] * 3 and decoder.stats.bad == 0
+    for i, frame in late:
+        db, mad = compare(frame.cpu(), src[i])
+        assert db >= MIN_PSNR and mad <= MAX_MAD, (engine_name, i, db, mad)
+
+
 # ------------------------------------------------ torchvision's encoder fences the stream it was built on
 # torchvision's CUDA encoder is one object per process, so these run in fresh processes.
 FRESH_PROCESS_PRELUDE = """
@@ -170,6 +210,7 @@ def test_an_encoder_built_earlier_on_another_stream_is_detected_and_encodes_stay
     got = in_a_fresh_process("""
         from tensor_codec_nodes.common.pattern import render
         from tensor_codec_nodes.common.quality import compare
+from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
         side = torch.cuda.Stream(dev)
         with torch.cuda.stream(side):
             encode_jpeg(torch.zeros(3, 64, 64, dtype=torch.uint8, device=dev))

@@ -373,5 +373,5 @@ PARTS = [
     cluster,
     benchmark("bench: CUDA IPC", "cuda_ipc.py", ["--reps", "12", "--warmup", "3"], 90, 20),
     benchmark("bench: host copies", "host_staging.py", ["--reps", "6"], 45, 10),
-    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 150, 25),
+    benchmark("bench: JPEG", "jpeg_fps.py", ["--frames", "8", "--sizes", "4k"], 200, 25),
 ]
