@@ -88,6 +88,35 @@ def test_a_spent_budget_fails_the_parts_it_could_not_run(tmp_path):
     assert not_run == [step.title for step in parts.PARTS]
 
 
+@pytest.mark.slow  # the check in a fresh interpreter
+def test_only_jpeg_runs_the_jpeg_parts_alone(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "--out", tmp_path, "--budget", "0"],
+        cwd=ROOT,
+        env={**dora_env(), "GPU_CHECK_ONLY": "jpeg"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    not_run = [p["name"] for p in report["parts"] if p["summary"] == "not run: the 0 s budget was spent"]
+    assert not_run == [step.title for step in parts.JPEG_PARTS] == ["gpu tests", "bench: JPEG"]
+
+
+def test_only_jpeg_needs_no_dora_and_runs_the_jpeg_gpu_tests(tmp_path, monkeypatch):
+    ctx = cpu_context(tmp_path)
+    monkeypatch.setattr(ctx, "dora", lambda: None)
+    part, _, _ = parts.environment(ctx)
+    assert part.status == FAIL and "the dora CLI is missing" in part.summary
+    ctx.only = "jpeg"
+    part, _, _ = parts.environment(ctx)
+    assert part.status == PASS and "no dora CLI (not needed for --only jpeg)" in part.summary
+    for path in parts.JPEG_TESTS:
+        text = (ROOT / path).read_text()
+        assert "pytest.mark.gpu" in text and "dora" not in text.replace("dora-", ""), path
+
+
 def test_a_part_that_breaks_is_a_failed_part_and_the_check_goes_on(tmp_path):
     from tools.gpu_check.__main__ import guarded
 

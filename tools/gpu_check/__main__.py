@@ -1,6 +1,6 @@
 """`make gpu-check`: the whole GPU side of the project in one command.
 
-    python -m tools.gpu_check [--out out/gpu-check] [--budget 450]
+    python -m tools.gpu_check [--out out/gpu-check] [--budget 450] [--only jpeg]
 
 Runs, in order: an environment report (versions, device, driver, allocator settings, the
 optional engines), every gpu-marked test (junit XML; on pytest-xdist workers where the
@@ -12,11 +12,16 @@ into --out (nothing else: a GPU host hands back only a few files). Exits 1 when 
 130 when interrupted (the report then says how far it got). Without CUDA it says so in one line,
 checks what the CPU can, marks the GPU parts skipped and exits 0. TorchCodec is expected (the
 GPU hosts get it from ../shared/gpu/wheels.sh): where it is missing the report says so first.
+
+`--only jpeg` (or GPU_CHECK_ONLY=jpeg in the environment, for ../shared/gpu/first-run.sh) runs the
+environment report, the JPEG engines' gpu tests and the JPEG benchmark only: none needs dora, so a
+device call can carry nvImageCodec's wheels instead of dora's (issue 34).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -40,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole check (default %(default)s)"
     )
+    parser.add_argument(
+        "--only",
+        choices=("jpeg",),
+        default=os.environ.get("GPU_CHECK_ONLY") or None,
+        help="jpeg: the JPEG engines' gpu tests and benchmark only, without dora (default: $GPU_CHECK_ONLY, else all)",
+    )
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -53,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="tc-gpu-check-"))
     with open(out / "gpu-check.log", "w") as log:
         ctx = Context(out, work, log, args.budget)
+        ctx.only = args.only
+        if args.only == "jpeg":
+            ctx.test_paths = list(parts.JPEG_TESTS)
         try:
             run_all(ctx, report)
         except KeyboardInterrupt:
@@ -99,9 +113,10 @@ def run_all(ctx: Context, report: Report) -> None:
         )
     for warning in report.warnings:
         print(f"gpu-check: warning: {warning}", flush=True)
-    for i, step in enumerate(parts.PARTS):
+    steps = parts.JPEG_PARTS if ctx.only == "jpeg" else parts.PARTS
+    for i, step in enumerate(steps):
         # With CUDA each part leaves the parts after it their floors (the gpu tests could take it all).
-        ctx.reserve = sum(later.floor for later in parts.PARTS[i + 1 :]) if ctx.cuda else 0.0
+        ctx.reserve = sum(later.floor for later in steps[i + 1 :]) if ctx.cuda else 0.0
         if ctx.remaining() < 10:
             part, goals = Part(step.title, FAIL, 0.0, f"not run: the {report.budget_s:.0f} s budget was spent"), []
         else:

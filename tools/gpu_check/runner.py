@@ -47,6 +47,7 @@ class Context:
         self.cases: list | None = None  # the gpu tests' results (engines.Case); None: not run
         self.test_paths: list[str] = []  # what pytest runs of the gpu tests; only tests name a suite of their own
         self.reserve = 0.0  # seconds of the budget the part running leaves to the parts after it
+        self.only: str | None = None  # "jpeg": the JPEG engines' parts only (no dora needed)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
