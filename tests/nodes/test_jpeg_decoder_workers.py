@@ -14,8 +14,8 @@ import torch
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
-from tests.nodes.test_jpeg_nodes import encoded, jpeg_event
 from tests.support.jpeg import decoder_engine, engine_params, reference_encode
+from tests.support.jpeg_messages import encoded, jpeg_event
 from tests.support.waiting import wait_until
 
 

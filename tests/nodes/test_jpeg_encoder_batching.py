@@ -20,9 +20,8 @@ from tensor_codec_nodes.common.jpeg_header import JpegError, read_header, read_o
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder
 from tensor_codec_nodes.jpeg_encoder.engines.base import JpegEngine, finish
-from tests.nodes.test_jpeg_nodes import finish as finish_all
-from tests.nodes.test_jpeg_nodes import frame_event
 from tests.support.jpeg import encoder_engine
+from tests.support.jpeg_messages import finish_encoder, frame_event
 
 
 def pil_jpeg(frame: torch.Tensor, **options) -> bytes:
@@ -145,7 +144,7 @@ def test_the_main_thread_never_walks_a_jpeg_the_workers_read_each_header_up_to_i
             encoder.accept(frame_event(i, 120, 160))
             encoder.dispatch()
             out += encoder.collect()
-        finish_all(encoder, out)
+        finish_encoder(encoder, out)
     finally:
         encoder.close()
     assert [m["frame"] for _, m in out] == list(range(6))

@@ -24,7 +24,8 @@ from tensor_codec_nodes.jpeg_encoder.encoder import JpegEncoder
 from tensor_codec_nodes.jpeg_sink.sink import JpegSink
 from tensor_codec_nodes.tensor_receiver.receiver import Receiver
 from tests.support.jpeg import decoder_engine, encoder_engine, reference_decode, reference_encode
-from tests.support.waiting import wait_until
+from tests.support.jpeg_messages import codec_event, encoded, frame_event, jpeg_event
+from tests.support.jpeg_messages import finish_encoder as finish
 
 MIN_PSNR, MAX_MAD = 35.0, 3.0
 
@@ -41,45 +42,6 @@ def encode_jpeg(frame, quality=90):
 def cpu_decoder(*args, **kwargs):
     """The decoder node's logic on the CPU with ENGINE=auto."""
     return JpegDecoder(decoder_engine("auto", "cpu"), *args, **kwargs)
-
-
-def codec_event(obj, metadata=None, input_id="frames"):
-    value, meta = tc.encode(obj)
-    meta.update(metadata or {})
-    return {"type": "INPUT", "id": input_id, "value": value, "metadata": meta}
-
-
-def frame_event(index, height, width, channels=3, **extra):
-    meta = {
-        P.FRAME: index,
-        P.SEQ: index,
-        P.STREAM: "s",
-        P.COUNT: 0,
-        P.PATTERN: PATTERN_NAME,
-        P.CAPTURE_NS: 1000 + index,
-    }
-    meta.update(extra)
-    return codec_event(tv_tensors.Image(render(index, height, width, channels=channels)), meta)
-
-
-def jpeg_event(data: torch.Tensor, metadata: dict):
-    return {"type": "INPUT", "id": "jpeg", "value": pa.array(data.numpy()), "metadata": dict(metadata)}
-
-
-def finish(encoder, out=None):
-    """Collect until every batch is done (however slowly a busy machine encodes: a deadline that
-    only bounds a hang, failing with what is still pending)."""
-    out = [] if out is None else out
-
-    def step():
-        encoder.dispatch()
-        out.extend(encoder.collect(0.05))
-        return {"pending": len(encoder.batches.pending), "inflight": len(encoder.batches.inflight)}
-
-    wait_until(
-        step, lambda left: not any(left.values()), timeout=300, describe="the encoder to finish its batches", interval=0
-    )
-    return out
 
 
 def run_encoder(events, *, quality=90, batch=4, workers=2):
@@ -240,21 +202,6 @@ def test_received_frames_are_released_once_encoded():
 
 
 # -- decoder ------------------------------------------------------------------------------------
-
-
-def encoded(index=0, height=240, width=320, channels=3, quality=90):
-    data = encode_jpeg(render(index, height, width, channels=channels), quality=quality)
-    meta = {
-        P.ENCODING: "jpeg",
-        P.WIDTH: width,
-        P.HEIGHT: height,
-        P.CHANNELS: channels,
-        P.QUALITY: quality,
-        P.FRAME: index,
-        P.PATTERN: PATTERN_NAME,
-        P.JPEG_CRC32: zlib.crc32(data.numpy()),
-    }
-    return data, meta
 
 
 def decode_all(decoder, events):
