@@ -120,6 +120,26 @@ def test_a_jpeg_whose_header_cannot_be_read_back_is_counted_and_not_sent():
     assert "encoder wrote no readable JPEG: jpeg: expected the end-of-image marker" in encoder.stats.failures[0]
 
 
+def test_a_batch_the_engine_refuses_at_submit_costs_its_own_frames_only():
+    class RefusesSecond(HeldEngine):
+        def submit(self, frames):
+            if len(self.jobs) == 1 and not getattr(self, "refused", False):
+                self.refused = True
+                raise RuntimeError("no memory for this batch")
+            return super().submit(frames)
+
+    engine = RefusesSecond(workers=2)
+    encoder = JpegEncoder(engine, 90, batch=4)
+    accept(encoder, 3)  # frame 0 to worker 1; frame 1 refused at submit; frame 2 to worker 2
+    assert engine.sizes() == [1, 1] and encoder.held == 3
+    engine.complete(0)
+    engine.complete(1)
+    out = encoder.collect()
+    assert [m["frame"] for _, m in out] == [0, 2]
+    assert encoder.stats.failed == 1 and encoder.held == 0
+    assert "frames 1: encoder: RuntimeError: no memory for this batch" in encoder.stats.failures[0]
+
+
 def test_the_main_thread_never_walks_a_jpeg_the_workers_read_each_header_up_to_its_frame(monkeypatch):
     """A real CPU engine, 2 workers: every JPEG's frame header is read once, on a worker
     (read_own_header: microseconds whatever the JPEG's size); no scan is walked (read_header's
