@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Job", "OrderedBatches"]
+__all__ = ["BatchedWork", "Job", "OrderedBatches"]
 
 
 @dataclass
@@ -96,3 +96,28 @@ class OrderedBatches(Generic[T]):
             self.held -= sum(len(job.items) for job in finished)
             self.dispatch()
         return finished
+
+
+class BatchedWork:
+    """What a node's work (the JPEG encoder, the decoder) exposes of its `batches` to the node loop."""
+
+    batches: OrderedBatches
+
+    @property
+    def busy(self) -> bool:
+        return self.batches.busy
+
+    @property
+    def held(self) -> int:
+        """Items accepted and not yet collected: pending, queued or being worked on."""
+        return self.batches.held
+
+    @property
+    def can_accept(self) -> bool:
+        """False while the items held reach 2 x BATCH x WORKERS; then dora's input queue holds (and,
+        at its queue_size, drops the oldest of) further messages instead of the node's memory."""
+        return self.batches.can_accept
+
+    def dispatch(self) -> None:
+        """Hand pending items to the workers."""
+        self.batches.dispatch()

@@ -1,6 +1,9 @@
-"""DEVICE=auto|cpu|cuda[:N] -> a torch.device, checked against what this machine has."""
+"""DEVICE=auto|cpu|cuda[:N] -> a torch.device, checked against what this machine has; and each
+worker thread's own CUDA stream."""
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -32,3 +35,18 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (to time when a tensor is really usable)."""
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
+
+
+class StreamPerThread:
+    """Each thread's own CUDA stream on `device`, made on the thread's first call: the JPEG nodes'
+    workers order their work on it alone, fenced against other streams by events."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self._local = threading.local()
+
+    def __call__(self) -> torch.cuda.Stream:
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        return stream

@@ -17,7 +17,6 @@ could never be sent is memory and time spent for nothing)."""
 from __future__ import annotations
 
 import logging
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -27,7 +26,8 @@ from torchvision import tv_tensors
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.batching import OrderedBatches
+from ..common.batching import BatchedWork, OrderedBatches
+from ..common.device import StreamPerThread
 from ..common.hostile import Refusals
 from ..common.images import encoding_for
 from ..common.jpeg_header import MAX_SCAN_PIXELS, MAX_SCANS, MAX_SEGMENTS, JpegError, check_jpeg_message
@@ -75,7 +75,7 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 
 
-class JpegDecoder:
+class JpegDecoder(BatchedWork):
     """`max_frame_bytes`: the most a decoded frame (channels x height x width bytes) may take,
     what the output can carry (None: unbounded); the other bounds are read_header's. `batch` and
     `workers`: up to how many JPEGs one decode call takes, and how many calls run at once
@@ -110,7 +110,7 @@ class JpegDecoder:
         self.refusals = refusals if refusals is not None else Refusals(log)  # the node's: logged paced, summarised
         self.batches: OrderedBatches[_Checked] = OrderedBatches(self._submit, batch, workers)
         self._pool: ThreadPoolExecutor | None = None  # made on the first batch
-        self._local = threading.local()  # a worker's own CUDA stream
+        self._stream = StreamPerThread(self.device) if self.device.type == "cuda" else None  # each worker's own
 
     def limits(self) -> str:
         """What this decoder refuses before decoding, for the log at start: the frame bound as the
@@ -177,20 +177,6 @@ class JpegDecoder:
 
     # -- on the workers ----------------------------------------------------------------------
 
-    @property
-    def busy(self) -> bool:
-        return self.batches.busy
-
-    @property
-    def held(self) -> int:
-        """JPEGs accepted and not yet collected: pending, queued or being decoded."""
-        return self.batches.held
-
-    @property
-    def can_accept(self) -> bool:
-        """False while the JPEGs held reach 2 x BATCH x WORKERS (the rest waits in dora's queue)."""
-        return self.batches.can_accept
-
     def accept(self, event: dict) -> bool:
         """Check one JPEG message and queue it for decoding; a bad one is logged, counted, False."""
         checked = self.check(event)
@@ -198,10 +184,6 @@ class JpegDecoder:
             return False
         self.batches.add(checked)
         return True
-
-    def dispatch(self) -> None:
-        """Hand pending JPEGs to the workers."""
-        self.batches.dispatch()
 
     def collect(self, timeout: float = 0.0) -> list[tuple[tv_tensors.Image, dict]]:
         """Decoded frames in input order, ready on the caller's current stream; waits up to
@@ -230,9 +212,7 @@ class JpegDecoder:
         jpegs, channels = [c.jpeg for c in items], [c.channels for c in items]
         if self.device.type != "cuda":
             return self.engine.decode(jpegs, channels), None
-        stream = getattr(self._local, "stream", None)
-        if stream is None:
-            stream = self._local.stream = torch.cuda.Stream(self.device)
+        stream = self._stream()
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
             results = self.engine.decode(jpegs, channels)
             decoded = torch.cuda.Event()

@@ -13,7 +13,7 @@ import torch
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.batching import OrderedBatches
+from ..common.batching import BatchedWork, OrderedBatches
 from ..common.hostile import Refusals
 from ..common.images import FrameError, check_frame, is_plain_image, restore_plain_image
 from ..common.stats import keep_failure
@@ -65,7 +65,7 @@ class _Item:
     borrowed: Any  # the received object, released once encoded (it may view dora's memory)
 
 
-class JpegEncoder:
+class JpegEncoder(BatchedWork):
     """Frames in, JPEGs out in input order, the engine's workers kept busy: batches formed as
     ../common/batching.py says (the main thread that accepts frames also receives them, so no
     worker waits for it). Frames held stay under 2 x BATCH x WORKERS (`can_accept`)."""
@@ -82,21 +82,6 @@ class JpegEncoder:
         self.batches: OrderedBatches[_Item] = OrderedBatches(self._submit, batch, engine.workers)
 
     # -- input -----------------------------------------------------------------------------
-
-    @property
-    def busy(self) -> bool:
-        return self.batches.busy
-
-    @property
-    def held(self) -> int:
-        """Frames accepted and not yet collected: pending, queued or being encoded."""
-        return self.batches.held
-
-    @property
-    def can_accept(self) -> bool:
-        """False while the frames held reach 2 x BATCH x WORKERS; then dora's input queue holds
-        (and, at its queue_size, drops the oldest of) further frames instead of this node's memory."""
-        return self.batches.can_accept
 
     def accept(self, event: dict) -> bool:
         """Restore and check one frame message; a bad one is logged, counted and skipped."""
@@ -145,10 +130,6 @@ class JpegEncoder:
         for i in items:
             i.frame = None  # the engine holds what it needs
         return future
-
-    def dispatch(self) -> None:
-        """Hand pending frames to the engine's workers."""
-        self.batches.dispatch()
 
     def collect(self, timeout: float = 0.0) -> list[tuple[torch.Tensor, dict]]:
         """Finished JPEGs in input order as (flat uint8 CPU tensor, metadata); waits up to

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import torch
 
+from ...common.device import StreamPerThread
 from ...common.jpeg_header import JpegError, read_own_header
 
 __all__ = ["Encoded", "JpegEngine", "PooledEngine", "finish", "as_rgb3"]
@@ -82,15 +83,9 @@ class PooledEngine(JpegEngine):
         self.device = torch.device(device)
         self.workers = workers
         self.subsampling = subsampling
-        self._local = threading.local()
+        self._local = threading.local()  # what a subclass keeps per worker (an encoder, a memory file)
+        self.stream = StreamPerThread(self.device)  # this worker's own CUDA stream
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix=f"jpeg-{self.name}")
-
-    def stream(self) -> torch.cuda.Stream:
-        """This worker's own CUDA stream (made on first use)."""
-        stream = getattr(self._local, "stream", None)
-        if stream is None:
-            stream = self._local.stream = torch.cuda.Stream(self.device)
-        return stream
 
     def submit(self, frames: list[torch.Tensor]) -> Future:
         if self.device.type != "cuda":
