@@ -1,7 +1,7 @@
 """The JPEG encoder node's own loop minus dora, timed by phase (issue 34): what jpeg_fps.py's node
-path and jpeg_node_standin.py run. The node's main thread receives every frame and also hands
-batches to the engine and takes the JPEGs back, so where its time goes per frame says where the
-node loses its engine:
+path and jpeg_node_standin.py run (with their baseline, `engine_alone`). The node's main thread
+receives every frame and also hands batches to the engine and takes the JPEGs back, so where its
+time goes per frame says where the node loses its engine:
 
     receive   waiting for the next message (the CUDA IPC producer's pipe; nothing for prepared events)
     accept    restoring and checking the frame (tc.receive, or a plain image's view)
@@ -47,6 +47,20 @@ class _CountedSubmit:
     def __call__(self, frames):
         self.batches[len(frames)] += 1
         return self.submit(frames)
+
+
+def engine_alone(engine, frames: list, n: int, batch: int) -> float:
+    """The baseline: `n` frames through the engine's submit, batches of `batch` keeping every
+    worker busy; frames per second overall."""
+    start = time.perf_counter()
+    inflight, done, k = [], 0, 0
+    while done < n:
+        while k < n and len(inflight) < engine.workers:
+            chunk = [frames[(k + j) % len(frames)] for j in range(min(batch, n - k))]
+            inflight.append(engine.submit(chunk))
+            k += len(chunk)
+        done += len(inflight.pop(0).result())
+    return n / (time.perf_counter() - start)
 
 
 def encoder_path(engine, batch: int, events, n: int, quality: int) -> PathTiming:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import io
 import statistics
-import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from PIL import Image
 from torchvision.io import encode_jpeg
 
 from tensor_codec_nodes.common import protocol as P
+from tensor_codec_nodes.common.device import StreamPerThread
 from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_decoder, unavailable
 from tensor_codec_nodes.common.pattern import render
 from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
@@ -86,24 +86,10 @@ def pil_fps(jpegs: list[bytes], n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-class _Streams:
-    """Each thread's own CUDA stream (made on first use)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.local = threading.local()
-
-    def __call__(self) -> torch.cuda.Stream:
-        stream = getattr(self.local, "stream", None)
-        if stream is None:
-            stream = self.local.stream = torch.cuda.Stream(self.device)
-        return stream
-
-
 def engine_fps(engine, jpegs: list[torch.Tensor], n: int, batch: int, workers: int) -> float:
     """The engine's decode on `workers` threads, each kept busy with batches of `batch` JPEGs."""
     cuda = engine.device.type == "cuda"
-    streams = _Streams(engine.device) if cuda else None
+    streams = StreamPerThread(engine.device) if cuda else None
 
     def run(chunk):
         if not cuda:
@@ -198,6 +184,7 @@ def measure(
 ) -> dict:
     """Every decode contender at every size -> {"fps", "rows", "gpu_sweep_fps", "goals"}."""
     from _goals import goal, print_goals  # bench/'s own helpers (jpeg_fps.py puts bench/ on the path)
+    from _rounds import interleaved
 
     bench = DecodeBench(cuda)
     cpu_names = _names(engines, "cpu") if on_cpu else []
@@ -240,26 +227,7 @@ def measure(
             for kind, what in (("engine", "engine alone"), ("node", "node path")):
                 label = f"{name}, CUDA, decode {what} ({setting(*best)})"
                 rows.append(Contender(label, "cuda", name, kind, best[0], best[1], n))
-        results: dict[str, list[float]] = {PIL_LABEL: []}
-        failed: dict[str, str] = {}
-        for c in rows:  # warm-up: thread pools, the engines' buffers for this size
-            try:
-                bench.measure(
-                    Contender(c.label, c.device, c.engine, c.kind, c.batch, c.workers, 2 * c.batch * c.workers)
-                )
-                results[c.label] = []
-            except Exception as e:
-                failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
-        for r in range(rounds):
-            results[PIL_LABEL].append(pil_fps(bench.pil, frames))
-            for c in rows[r % len(rows) :] + rows[: r % len(rows)] if rows else []:
-                if c.label in failed:
-                    continue
-                try:
-                    results[c.label].append(bench.measure(c))
-                except Exception as e:
-                    failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
-                    results.pop(c.label, None)
+        results, failed = interleaved(rows, rounds, bench.measure, PIL_LABEL, lambda: pil_fps(bench.pil, frames))
         base = statistics.median(results[PIL_LABEL])
         figures[size] = {label: statistics.median(values) for label, values in results.items()}
         for label, fps in figures[size].items():

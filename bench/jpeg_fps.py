@@ -68,9 +68,10 @@ from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _jpeg_decode  # noqa: E402
-from _encoder_path import PathTiming, encoder_path  # noqa: E402
+from _encoder_path import PathTiming, encoder_path, engine_alone  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
+from _rounds import interleaved  # noqa: E402
 
 # qvga is not in the default run: a size for smoke tests (tests/bench), where every path runs in moments.
 SIZES = {"1080p": (1080, 1920), "4k": (2160, 3840), "qvga": (240, 320)}
@@ -220,19 +221,6 @@ def pil_fps(frames_hwc, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def engine_fps(engine, frames, n: int, batch: int) -> float:
-    """Keep every worker busy with batches of `batch` frames; frames per second overall."""
-    start = time.perf_counter()
-    inflight, done, k = [], 0, 0
-    while done < n:
-        while k < n and len(inflight) < engine.workers:
-            chunk = [frames[(k + j) % len(frames)] for j in range(min(batch, n - k))]
-            inflight.append(engine.submit(chunk))
-            k += len(chunk)
-        done += len(inflight.pop(0).result())
-    return n / (time.perf_counter() - start)
-
-
 def feed_fps(events, device: torch.device, n: int) -> float:
     """The CUDA IPC messages alone: receive (claim, open, wait on the producer's event) + release."""
     start = time.perf_counter()
@@ -330,7 +318,7 @@ class Bench:
                 events.close()
         engine = self.engine(c.engine, c.device, c.workers)
         if c.kind == "engine":
-            return engine_fps(engine, self.frames[c.device], c.n, c.batch)
+            return engine_alone(engine, self.frames[c.device], c.n, c.batch)
         if c.device == "cuda" and self.feeder is not None:
             events = self.feeder.events(c.n)
         else:  # CPU, or CUDA without the producer: host messages (restored onto the GPU by accept)
@@ -548,30 +536,9 @@ def main(argv=()):
                         GPU_FRAMES * args.frames,
                     )
                 )
-            results: dict[str, list[float]] = {PIL_LABEL: []}
-            failed: dict[str, str] = {}
-            for c in rows:  # warm-up: thread pools, codec state, the IPC handle cache
-                try:
-                    bench.measure(
-                        Contender(
-                            c.label, c.device, c.engine, c.kind, c.batch, c.workers, min(c.n, 2 * c.batch * c.workers)
-                        )
-                    )
-                    results[c.label] = []
-                except Exception as e:
-                    failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
-            for r in range(args.rounds):
-                results[PIL_LABEL].append(pil_fps(bench.hwc, args.frames))
-                for c in (
-                    rows[r % len(rows) :] + rows[: r % len(rows)] if rows else []
-                ):  # each round starts one further on
-                    if c.label in failed:
-                        continue
-                    try:
-                        results[c.label].append(bench.measure(c))
-                    except Exception as e:
-                        failed[c.label] = f"{type(e).__name__}: {str(e)[:300]}"
-                        results.pop(c.label, None)
+            results, failed = interleaved(
+                rows, args.rounds, bench.measure, PIL_LABEL, lambda: pil_fps(bench.hwc, args.frames)
+            )
             base = statistics.median(results[PIL_LABEL])
             figures[size] = {}
             for label, values in results.items():

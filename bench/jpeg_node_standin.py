@@ -43,7 +43,7 @@ from tensor_codec_nodes.common.pattern import render  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines.base import PooledEngine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _encoder_path import encoder_path  # noqa: E402
+from _encoder_path import encoder_path, engine_alone  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 
@@ -100,18 +100,6 @@ def feed(n: int, receive_us: float, event: dict):
         yield event
 
 
-def engine_alone(engine: StandInGpuEngine, n: int, batch: int) -> float:
-    frames = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * batch
-    start = time.perf_counter()
-    inflight, done, k = [], 0, 0
-    while done < n:
-        while k < n and len(inflight) < engine.workers:
-            inflight.append(engine.submit(frames[: min(batch, n - k)]))
-            k += min(batch, n - k)
-        done += len(inflight.pop(0).result())
-    return n / (time.perf_counter() - start)
-
-
 def parse_settings(text: str) -> list[tuple[int, int]]:
     out = []
     for part in text.split(","):
@@ -149,13 +137,14 @@ def main(argv=()):
     rows, goals = [], []
     for batch, workers in args.settings:
         engine = StandInGpuEngine(workers, args.per_frame_us * 1e-6, args.batch_us * 1e-6, jpeg)
+        frames = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * batch  # the stand-in reads none of them
         alone, node, timings = [], [], []
         try:
-            engine_alone(engine, 2 * batch * workers, batch)  # warm-up: the pool's threads
+            engine_alone(engine, frames, 2 * batch * workers, batch)  # warm-up: the pool's threads
             for r in range(args.rounds):
                 for kind in ("engine", "node") if r % 2 == 0 else ("node", "engine"):
                     if kind == "engine":
-                        alone.append(engine_alone(engine, args.frames, batch))
+                        alone.append(engine_alone(engine, frames, args.frames, batch))
                     else:
                         timing = encoder_path(
                             engine, batch, feed(args.frames, args.receive_us, event), args.frames, QUALITY
