@@ -72,35 +72,30 @@ def test_a_benchmark_part_reports_the_goals_its_script_measured(tmp_path):
     assert "| flat | <= 1.5 x | 1.2 x (ratio 1.20) | met |" in markdown
 
 
-@pytest.mark.slow  # the check in a fresh interpreter
-def test_a_spent_budget_fails_the_parts_it_could_not_run(tmp_path):
+def parts_not_run_without_budget(out, **env) -> list[str]:
+    """The check in a fresh interpreter with no budget: it exits 1 and names every part it ran
+    none of (all that the run has, after the environment report)."""
     proc = subprocess.run(
-        [*CLI, "--out", tmp_path, "--budget", "0"],
+        [*CLI, "--out", out, "--budget", "0"],
         cwd=ROOT,
-        env=dora_env(),
+        env={**dora_env(), **env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 1
-    report = json.loads((tmp_path / "report.json").read_text())
-    not_run = [p["name"] for p in report["parts"] if p["summary"] == "not run: the 0 s budget was spent"]
-    assert not_run == [step.title for step in parts.PARTS]
+    report = json.loads((out / "report.json").read_text())
+    return [p["name"] for p in report["parts"] if p["summary"] == "not run: the 0 s budget was spent"]
+
+
+@pytest.mark.slow  # the check in a fresh interpreter
+def test_a_spent_budget_fails_the_parts_it_could_not_run(tmp_path):
+    assert parts_not_run_without_budget(tmp_path) == [step.title for step in parts.PARTS]
 
 
 @pytest.mark.slow  # the check in a fresh interpreter
 def test_only_jpeg_runs_the_jpeg_parts_alone(tmp_path):
-    proc = subprocess.run(
-        [*CLI, "--out", tmp_path, "--budget", "0"],
-        cwd=ROOT,
-        env={**dora_env(), "GPU_CHECK_ONLY": "jpeg"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1
-    report = json.loads((tmp_path / "report.json").read_text())
-    not_run = [p["name"] for p in report["parts"] if p["summary"] == "not run: the 0 s budget was spent"]
+    not_run = parts_not_run_without_budget(tmp_path, GPU_CHECK_ONLY="jpeg")
     assert not_run == [step.title for step in parts.JPEG_PARTS] == ["gpu tests", "bench: JPEG"]
 
 
