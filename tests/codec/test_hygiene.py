@@ -150,3 +150,31 @@ def test_no_test_module_imports_another_test_module_or_conftest(path):
         assert not any(p.startswith("test_") or p == "conftest" for p in parts), (
             f"{path}:{line} imports {name}: put what it shares in tests/support/"
         )
+
+
+def _fresh_process_snippets(tree: ast.AST):
+    """(line, code) of every string literal a test hands to a helper whose name says it runs the
+    code in a fresh interpreter (`in_a_fresh_process(\"\"\"...\"\"\")`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and "fresh_process" in node.func.id:
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    yield node.lineno, arg.value
+
+
+def test_code_a_test_runs_in_a_fresh_interpreter_is_valid_python():
+    """Such code is a string until it runs, and the tests that run it are mostly gpu tests: a
+    syntax error in one (issue 37: a misindented import) would otherwise first show on a GPU host,
+    costing a device call. Compiled here, on every machine (compiled, never run)."""
+    import textwrap
+
+    broken, checked = [], 0
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for line, code in _fresh_process_snippets(ast.parse(path.read_text(), filename=str(path))):
+            checked += 1
+            try:
+                ast.parse(textwrap.dedent(code), filename=f"{path}:{line}")
+            except SyntaxError as e:
+                broken.append(f"{path.relative_to(ROOT)}:{line}: {e}")
+    assert checked > 0, "no code run in a fresh interpreter was found: the helper's name changed?"
+    assert not broken, "code run in a fresh interpreter does not parse:\n" + "\n".join(broken)

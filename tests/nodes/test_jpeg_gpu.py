@@ -210,7 +210,6 @@ def test_an_encoder_built_earlier_on_another_stream_is_detected_and_encodes_stay
     got = in_a_fresh_process("""
         from tensor_codec_nodes.common.pattern import render
         from tensor_codec_nodes.common.quality import compare
-from tensor_codec_nodes.jpeg_decoder.decoder import JpegDecoder
         side = torch.cuda.Stream(dev)
         with torch.cuda.stream(side):
             encode_jpeg(torch.zeros(3, 64, 64, dtype=torch.uint8, device=dev))
