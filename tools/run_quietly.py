@@ -7,7 +7,8 @@ API logs the first three large sends of every node at WARN level, each hop of it
 developers added to find where a Windows run hangs (dora-rs/dora#2742), left on in the release.
 On this project's default pipeline that is 33 WARN lines out of 118, about nothing. (Now and
 then zenoh, which carries dora's messages, adds one as a node ends: a link event for a connection
-it already closed.) It cannot be
+it already closed; and where a node may not raise a thread's priority, as root in a container,
+two about its shared-memory watchdog threads running at normal priority.) It cannot be
 turned off from outside: the node API's log filter is `RUST_LOG` *or* its own "info", so a level
 set in the environment cannot lower it, and the dataflow's `min_log_level` would also drop the
 nodes' own stdout. So the lines are hidden here, counted, and named once at the end;
@@ -51,6 +52,12 @@ KNOWN = (
         "zenoh::api::admin Unable to find transport for link event",
         "zenoh (dora's transport between nodes) notes a link event of a connection already closed, as "
         "nodes end; nothing is wrong",
+    ),
+    Known(
+        "zenoh_shm::watchdog::periodic_task",
+        "zenoh's shared-memory watchdog threads could not get real-time priority (a container without "
+        "CAP_SYS_NICE; seen on the GPU host, issue 37) and run at normal priority, which zenoh itself "
+        "calls safe to ignore; nothing is wrong",
     ),
 )
 

@@ -32,6 +32,21 @@ def test_doras_known_diagnostics_are_hidden_counted_and_named_once():
     assert Filter().closing_line() is None and KNOWN[0].marker in DIAGNOSTIC
 
 
+def test_zenohs_watchdog_priority_notes_are_hidden():
+    """As root in a container without CAP_SYS_NICE (the GPU host, issue 37) every node's zenoh
+    shared-memory watchdog says, at WARN, that its threads run at normal priority; harmless by
+    zenoh's own words, so hidden like dora's trace; a real warning next to them stays."""
+    note = (
+        '14:42:30 WARN   jpeg-encoder: zenoh_shm::watchdog::periodic_task Some("Watchdog Confirmator"): error '
+        "setting scheduling priority for thread: OS(1), will run with priority 98. This is not an hard error "
+        "and it can be safely ignored under normal operating conditions.\n"
+    )
+    quiet = Filter()
+    assert list(quiet.lines([note, REAL_WARNING, note])) == [REAL_WARNING]
+    closing = quiet.closing_line()
+    assert closing is not None and "2 lines: zenoh's shared-memory watchdog" in closing
+
+
 def test_the_commands_output_and_exit_status_come_through():
     script = f"import sys; print('one'); print({DIAGNOSTIC.strip()!r}); print('two', file=sys.stderr); sys.exit(3)"
     out = io.StringIO()
