@@ -216,12 +216,29 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
 
 _routes: dict[tuple[int, str], OutputRoute] = {}
 
+# The nodes whose id() keys the caches below, held: dora's Node takes neither weak references nor
+# attributes, so the caches are keyed by id(node), and an id is only a node's while that node
+# lives. Holding the node keeps its id from being handed to a new object that would then inherit
+# its routes, pins and repeats (on the GPU host's Python 3.12 a FakeNode made right after another
+# was freed got its address and its cached route, issue 37). Real nodes live for their process.
+_held: dict[int, Any] = {}
+_HELD_MAX = 4096
+
+
+def node_key(node: Any) -> int:
+    """id(node), valid as a cache key for as long as the caches keep it (see _held)."""
+    key = id(node)
+    if _held.get(key) is not node:
+        if len(_held) >= _HELD_MAX:
+            forget_routes()  # thousands of nodes in one process: start the caches afresh
+        _held[key] = node
+    return key
+
 
 def route_of(node: Any, output_id: str) -> OutputRoute:
     """Where the consumers of this node's `output_id` run; read once per node and output (a
-    dataflow's placement does not change while it runs). Keyed by id(node): dora's Node takes
-    neither weak references nor attributes."""
-    key = (id(node), output_id)
+    dataflow's placement does not change while it runs). Keyed by node_key(node)."""
+    key = (node_key(node), output_id)
     route = _routes.get(key)
     if route is None:
         try:
@@ -250,10 +267,12 @@ def input_queue(node: Any, input_id: str) -> tuple[int | None, str | None]:
 
 
 def forget_routes() -> None:
-    """Drop the cached routes and pins (tests: node ids come back once their nodes are gone)."""
+    """Drop the cached routes, pins and repeats, and the nodes held for their keys."""
     _routes.clear()
     _pins.clear()
     _repeats.clear()
+    _warned.clear()
+    _held.clear()
 
 
 def expected_receivers(node: Any, output_id: str) -> int:
@@ -455,7 +474,7 @@ _UNSEEN = Pin("", "")  # what _pins.get gives for an output not looked at yet
 def pin(node: Any, output_id: str) -> Pin | None:
     """Why dora keeps this output on its daemon path whatever the pool (None: it does not),
     read once per node and output: the daemon's routing does not change while a node runs."""
-    key = (id(node), output_id)
+    key = (node_key(node), output_id)
     if key in _pins:
         return _pins[key]
     try:
@@ -588,7 +607,7 @@ def _surely_carried(node: Any, output_id: str, nbytes: int) -> bool:
     path carries _SURELY_CARRIED with any header the limits let through). Nothing to check or warn."""
     if nbytes > _SURELY_CARRIED:
         return False
-    pinned = _pins.get((id(node), output_id), _UNSEEN)
+    pinned = _pins.get((node_key(node), output_id), _UNSEEN)
     if pinned is None:
         return nbytes + (nbytes >> 3) + _POOL_SLACK <= pool_size(node)[0]
     return pinned is not _UNSEEN and nbytes < _SLOW_WARN_BYTES
@@ -610,7 +629,7 @@ def check_route(node: Any, output_id: str, nbytes: int, metadata: dict | None = 
 
 
 def _warn_once(node: Any, output_id: str, pool: int, kind: str, message: str, *args: Any) -> None:
-    key = (id(node), output_id, pool, kind)
+    key = (node_key(node), output_id, pool, kind)
     if key not in _warned and len(_warned) < 4096:
         _warned.add(key)
         log.warning(message, *args)
@@ -941,13 +960,13 @@ class _Repeat:
     nbytes: int
 
 
-# (id(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
+# (node_key(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
 _REPEATS_KEPT = 4096
 
 
 def _repeat_key(node: Any, output_id: str, t: torch.Tensor) -> tuple:
-    return (id(node), output_id, t.dtype, t.shape, t.stride())
+    return (node_key(node), output_id, t.dtype, t.shape, t.stride())
 
 
 def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
@@ -1005,7 +1024,7 @@ def _resolve(node: Any, output_id: str, plan: Any, transport: str) -> tuple[str,
         transport,
         plan.has_cuda,
         lambda: route_of(node, output_id),
-        key=id(node),
+        key=node_key(node),
         output=output_id,
         size=lambda: plan.data_bytes,
     )

@@ -320,3 +320,33 @@ def test_a_small_message_on_a_pinned_output_skips_the_rule_once_the_output_was_l
     for nbytes in (0, 4096, (1 << 20) - 1):
         dora_adapter.check_route(node, "out", nbytes, {"k": "v"})
     assert calls == []
+
+
+def test_a_node_whose_id_keys_the_caches_is_held_until_they_are_forgotten():
+    """The caches are keyed by id(node) (dora's Node takes no weak reference or attribute): a node
+    freed while cached would hand its id, and with it its route, to the next object allocated at
+    its address. On the GPU host's Python 3.12 a backpressured FakeNode got the unpinned route of
+    the one made just before it (issue 37). So a cached node is held: its id cannot be reused."""
+    import gc
+    import weakref
+
+    dora_adapter.forget_routes()
+    unpinned = FakeNode(pool=GiB)
+    assert tc.max_send_bytes(unpinned, "out") == CAP_PAYLOAD
+    gone = weakref.ref(unpinned)
+    del unpinned
+    gc.collect()
+    assert gone() is not None  # held: no new node can be given its id while its route is cached
+    assert tc.max_send_bytes(backpressured(), "out") == DAEMON_PATH_MAX_PAYLOAD
+    dora_adapter.forget_routes()
+    gc.collect()
+    assert gone() is None  # forgotten: released
+
+
+def test_the_held_nodes_are_bounded():
+    dora_adapter.forget_routes()
+    nodes = [FakeNode() for _ in range(dora_adapter._HELD_MAX + 5)]
+    for node in nodes:
+        dora_adapter.node_key(node)
+    assert len(dora_adapter._held) <= dora_adapter._HELD_MAX
+    dora_adapter.forget_routes()
