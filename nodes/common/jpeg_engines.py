@@ -10,7 +10,9 @@
 `auto` prefers, on CUDA, nvimgcodec > torchcodec > torchvision; on the CPU, torchcodec >
 torchvision > nvimgcodec (its CPU backends are slower than libjpeg-turbo; it is taken only for what
 the others cannot write, SUBSAMPLING=444). An engine that does not import, or cannot write the
-subsampling asked for, is passed over, and the choice says why (the node logs it once at start).
+subsampling asked for, is passed over, and the choice says why (the node logs it once at start);
+so is one that imports but cannot start here (start_engine: nvImageCodec on a GPU where none of
+its GPU backends can be created, say), and the next one is taken.
 
 Subsampling of colour JPEGs (SUBSAMPLING=auto|420|444). Two of the libraries fix it: libjpeg's
 defaults (TorchCodec's and torchvision's CPU encoders) write 4:2:0, and both libraries' nvJPEG
@@ -27,6 +29,7 @@ import importlib
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -145,9 +148,17 @@ def _device_type(device) -> str:
     return "cuda" if kind == "cuda" else "cpu"
 
 
-def choose_encoder(engine: str, subsampling: str, device) -> EngineChoice:
+def _usable(name: str, kind: str, failed: Mapping[str, str] | None) -> str | None:
+    """Why auto must pass engine `name` over on `kind` (None: it may take it): it does not import,
+    or it already failed to start in this process (`failed`: name -> why)."""
+    if failed and name in failed:
+        return f"could not start: {failed[name]}"
+    return unavailable(name, kind)
+
+
+def choose_encoder(engine: str, subsampling: str, device, failed: Mapping[str, str] | None = None) -> EngineChoice:
     """The engine an encoder node uses for ENGINE=`engine`, SUBSAMPLING=`subsampling` on `device`;
-    EngineError when none can."""
+    EngineError when none can. `failed`: the engines auto must pass over, as they could not start."""
     kind = _device_type(device)
     _check_engine(engine)
     if subsampling not in SUBSAMPLING_CHOICES:
@@ -165,7 +176,7 @@ def choose_encoder(engine: str, subsampling: str, device) -> EngineChoice:
         return EngineChoice(engine, subsampling if subsampling != "auto" else offered[0], None)
     passed = []
     for name in _PREFERRED[kind]:
-        reason = unavailable(name, kind)
+        reason = _usable(name, kind, failed)
         if reason is None:
             offered = encoder_subsamplings(name, kind)
             if subsampling == "auto" or subsampling in offered:
@@ -177,8 +188,9 @@ def choose_encoder(engine: str, subsampling: str, device) -> EngineChoice:
     raise EngineError(f"ENGINE=auto: no JPEG encoder on {kind} can be used: " + "; ".join(passed))
 
 
-def choose_decoder(engine: str, device) -> EngineChoice:
-    """The engine a decoder node uses for ENGINE=`engine` on `device`; EngineError when none can."""
+def choose_decoder(engine: str, device, failed: Mapping[str, str] | None = None) -> EngineChoice:
+    """The engine a decoder node uses for ENGINE=`engine` on `device`; EngineError when none can.
+    `failed`: the engines auto must pass over, as they could not start."""
     kind = _device_type(device)
     _check_engine(engine)
     if engine != "auto":
@@ -188,7 +200,7 @@ def choose_decoder(engine: str, device) -> EngineChoice:
         return EngineChoice(engine, None, None)
     passed = []
     for name in _PREFERRED[kind]:
-        reason = unavailable(name, kind)
+        reason = _usable(name, kind, failed)
         if reason is None:
             return EngineChoice(name, None, "; ".join(passed) or None)
         passed.append(f"{name} passed over: {reason}")
@@ -196,17 +208,23 @@ def choose_decoder(engine: str, device) -> EngineChoice:
 
 
 def start_engine(log, setting: str, device, choose, make):
-    """A node's engine at start: `choose()` -> EngineChoice, `make(choice)` -> the engine.
+    """A node's engine at start: `choose(failed)` -> EngineChoice, `make(choice)` -> the engine.
     -> (choice, engine), or None after logging why (the node then exits with status 2): the
     EngineError's own words, or the library that imported but could not start (no device memory,
-    a driver, ...)."""
-    choice = None
-    try:
-        choice = choose()
-        return choice, make(choice)
-    except EngineError as e:
-        log.error("%s", e)
-    except Exception as e:
-        what = choice.name if choice is not None else "the JPEG library"
-        log.error("ENGINE=%s: %s could not start on %s: %s: %s", setting, what, device, type(e).__name__, e)
-    return None
+    a driver, no backend it can create, ...). With ENGINE=auto, one that cannot start is passed
+    over (`failed`: name -> why, which the choice then names) and the next is tried."""
+    failed: dict[str, str] = {}
+    while True:
+        choice = None
+        try:
+            choice = choose(failed)
+            return choice, make(choice)
+        except EngineError as e:
+            log.error("%s", e)
+        except Exception as e:
+            what = choice.name if choice is not None else "the JPEG library"
+            if setting == "auto" and choice is not None and choice.name not in failed:
+                failed[choice.name] = f"{type(e).__name__}: {e}"
+                continue
+            log.error("ENGINE=%s: %s could not start on %s: %s: %s", setting, what, device, type(e).__name__, e)
+        return None

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..common.jpeg_engines import EngineChoice, unavailable
+from ..common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, GpuBackend
 
 __all__ = ["JpegDecodeEngine", "make_decode_engine"]
 
@@ -34,6 +35,9 @@ class JpegDecodeEngine:
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.device}"
 
     def decode(self, jpegs: list[torch.Tensor], channels: list[int]) -> list[torch.Tensor | Exception]:
         if not jpegs:
@@ -129,6 +133,9 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
 
         self._nv = nv
         self._local = threading.local()
+        # On CUDA a GPU backend, named: with none named nvImageCodec decoded on its CPU backend on
+        # an H100 (~200 fps against 1,500 on the GPU; see common/nvimgcodec_backend).
+        self._backend = GpuBackend(nv, CUDA_DECODE_BACKENDS)
         self._decoder()
         self._params = {
             1: nv.DecodeParams(
@@ -139,13 +146,18 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
             ),
         }
 
+    def describe(self) -> str:
+        on = f" ({self._backend.describe()})" if self.device.type == "cuda" else ""
+        return f"{self.name} on {self.device}{on}"
+
     def _decoder(self):
         """This thread's nvImageCodec Decoder (made on first use)."""
         decoder = getattr(self._local, "decoder", None)
         if decoder is None:
             nv = self._nv
             if self.device.type == "cuda":
-                decoder = nv.Decoder(device_id=self.device.index or 0)
+                index = self.device.index or 0
+                decoder = self._backend.build(lambda backends: nv.Decoder(device_id=index, backends=backends))
             else:
                 decoder = nv.Decoder(
                     device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]

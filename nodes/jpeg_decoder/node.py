@@ -65,7 +65,7 @@ class JpegDecoderNode(NodeLogic):
             self.log,
             config.engine,
             device,
-            lambda: choose_decoder(config.engine, device),
+            lambda failed: choose_decoder(config.engine, device, failed),
             lambda choice: make_decode_engine(choice, device),
         )
         if started is None:
@@ -102,9 +102,9 @@ class JpegDecoderNode(NodeLogic):
         self.over = False
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
         self.log.info(
-            "%s on %s, mode %s, batch %d, %d workers%s",
+            "%s: %s, mode %s, batch %d, %d workers%s",
             choice.describe(),
-            device,
+            engine.describe(),
             config.mode,
             config.batch,
             config.workers,

@@ -51,7 +51,7 @@ class JpegEncoderNode(NodeLogic):
             self.log,
             config.engine,
             device,
-            lambda: choose_encoder(config.engine, config.subsampling, device),
+            lambda failed: choose_encoder(config.engine, config.subsampling, device, failed),
             lambda choice: make_engine(choice, device, config.quality, config.workers),
         )
         if started is None:

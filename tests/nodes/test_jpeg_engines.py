@@ -278,26 +278,99 @@ def test_a_node_that_cannot_start_its_engine_says_why_and_gets_none(caplog):
     import logging
 
     log = logging.getLogger("jpeg-test")
-    assert (
-        jpeg_engines.start_engine(log, "pil", "cpu", lambda: choose_encoder("pil", "auto", "cpu"), lambda c: 1) is None
-    )
+    pil = lambda f: choose_encoder("pil", "auto", "cpu")  # noqa: E731
+    assert jpeg_engines.start_engine(log, "pil", "cpu", pil, lambda c: 1) is None
     assert "ENGINE: expected one of auto, torchcodec, torchvision, nvimgcodec, got 'pil'" in caplog.text
 
     def broken(choice):
         raise RuntimeError("CUDA error: out of memory")
 
     assert (
-        jpeg_engines.start_engine(log, "auto", "cuda:0", lambda: choose_encoder("torchcodec", "auto", "cpu"), broken)
+        jpeg_engines.start_engine(log, "auto", "cuda:0", lambda f: choose_encoder("torchcodec", "auto", "cpu"), broken)
         is None
     )
     assert "ENGINE=auto: torchcodec could not start on cuda:0: RuntimeError: CUDA error: out of memory" in caplog.text
 
-    def unlucky():
+    def unlucky(failed):
         raise OSError("libnvjpeg.so.13: cannot open shared object file")
 
     assert jpeg_engines.start_engine(log, "auto", "cpu", unlucky, broken) is None
     assert "ENGINE=auto: the JPEG library could not start on cpu: OSError: libnvjpeg" in caplog.text
     choice, engine = jpeg_engines.start_engine(
-        log, "auto", "cpu", lambda: choose_encoder("auto", "auto", "cpu"), lambda c: "made"
+        log, "auto", "cpu", lambda f: choose_encoder("auto", "auto", "cpu", f), lambda c: "made"
     )
     assert (choice.name, engine) == ("torchcodec", "made")
+
+
+@pytest.mark.parametrize("role", ["encoder", "decoder"])
+def test_auto_passes_over_an_engine_that_imports_but_cannot_start(monkeypatch, caplog, role):
+    """On the H100 with nvImageCodec installed, auto chose it on CUDA and its encoder could not be
+    created there (issue 37): the node would have exited. Auto now takes the next engine and says
+    why; an engine asked for by name still fails with its own words."""
+    import logging
+
+    monkeypatch.setattr(jpeg_engines, "unavailable", only("torchcodec", "torchvision", "nvimgcodec"))
+    log = logging.getLogger("jpeg-test")
+    made = []
+
+    def make(choice):
+        made.append(choice.name)
+        if choice.name == "nvimgcodec":
+            raise RuntimeError("Internal error - Could not create encoder. Code: 7")
+        return f"{choice.name} engine"
+
+    def choose(setting):
+        if role == "encoder":
+            return lambda failed: choose_encoder(setting, "auto", "cuda", failed)
+        return lambda failed: choose_decoder(setting, "cuda", failed)
+
+    choice, engine = jpeg_engines.start_engine(log, "auto", "cuda:0", choose("auto"), make)
+    assert made == ["nvimgcodec", "torchcodec"] and engine == "torchcodec engine"
+    assert "nvimgcodec passed over: could not start: RuntimeError: Internal error - Could not create" in choice.why
+    assert "could not start" in choice.describe() and not caplog.records  # said once, in the start-up line
+    made.clear()
+    assert jpeg_engines.start_engine(log, "nvimgcodec", "cuda:0", choose("nvimgcodec"), make) is None
+    assert made == ["nvimgcodec"]
+    assert "ENGINE=nvimgcodec: nvimgcodec could not start on cuda:0: RuntimeError: Internal error" in caplog.text
+
+
+class FakeNv:
+    """nvImageCodec's BackendKind/Backend as the backend chooser sees them; `refused` kinds raise
+    as 0.9.0.20 did on the H100 (issue 37)."""
+
+    class BackendKind:
+        CPU_ONLY, GPU_ONLY, HYBRID_CPU_GPU, HW_GPU_ONLY = "cpu", "gpu", "hybrid", "hw"
+
+    def __init__(self, refused=()):
+        self.refused = set(refused)
+        self.tried = []
+
+    def Backend(self, kind):  # noqa: N802 (nvImageCodec's name)
+        return kind
+
+    def make(self, backends):
+        (kind,) = backends
+        self.tried.append(kind)
+        if kind in self.refused:
+            raise RuntimeError("Internal error - Could not create encoder. Code: 7")
+        return f"codec on {kind}"
+
+
+def test_a_cuda_nvimgcodec_engine_builds_on_the_first_gpu_backend_that_can_be_created():
+    from tensor_codec_nodes.common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, CUDA_ENCODE_BACKENDS, GpuBackend
+
+    nv = FakeNv(refused={"gpu"})  # the H100's nvImageCodec 0.9.0.20
+    backend = GpuBackend(nv, CUDA_ENCODE_BACKENDS)
+    assert backend.build(nv.make) == "codec on hybrid" and nv.tried == ["gpu", "hybrid"]
+    assert backend.kind == "HYBRID_CPU_GPU" and backend.describe() == "HYBRID_CPU_GPU backend"
+    nv.tried.clear()
+    assert backend.build(nv.make) == "codec on hybrid" and nv.tried == ["hybrid"]  # the next thread: that one only
+    assert "CPU_ONLY" not in CUDA_ENCODE_BACKENDS + CUDA_DECODE_BACKENDS  # never the CPU for a CUDA engine
+
+    nv = FakeNv(refused={"gpu", "hybrid"})
+    assert GpuBackend(nv, CUDA_DECODE_BACKENDS).build(nv.make) == "codec on hw"
+    nv = FakeNv(refused={"gpu", "hybrid", "hw"})
+    with pytest.raises(RuntimeError) as e:
+        GpuBackend(nv, CUDA_DECODE_BACKENDS).build(nv.make)
+    assert "no GPU backend" in str(e.value) and "HW_GPU_ONLY: RuntimeError: Internal error" in str(e.value)
+    assert "GPU_ONLY: RuntimeError" in str(e.value) and "HYBRID_CPU_GPU: RuntimeError" in str(e.value)

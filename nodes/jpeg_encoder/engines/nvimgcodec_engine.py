@@ -15,6 +15,8 @@ On CUDA, per batch, on a worker whose stream already waits on the frames' event
 Colour frames are written 4:2:0 or 4:4:4 (SUBSAMPLING), greyscale as one component (as equal RGB
 where the backend has no one-component encoder).
 
+On CUDA the encoders are built on a GPU backend named explicitly, the first this machine can
+create (common/nvimgcodec_backend: on an H100 GPU_ONLY cannot be, HYBRID_CPU_GPU can).
 On the CPU (only when ENGINE=nvimgcodec is asked for) the same calls run on nvImageCodec's CPU
 backends with host frames.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...common.jpeg_engines import unavailable
+from ...common.nvimgcodec_backend import CUDA_ENCODE_BACKENDS, GpuBackend
 from .base import PooledEngine, as_rgb3
 
 __all__ = ["NvImgCodecEngine"]
@@ -49,11 +52,13 @@ class NvImgCodecEngine(PooledEngine):
             3: nvimgcodec.EncodeParams(**quality_params, chroma_subsampling=css[subsampling]),
             1: nvimgcodec.EncodeParams(**quality_params, chroma_subsampling=nvimgcodec.ChromaSubsampling.CSS_GRAY),
         }
+        self._backend = GpuBackend(nvimgcodec, CUDA_ENCODE_BACKENDS)
         super().__init__(device, workers, subsampling)
         self._encoder()  # built now: a failure is the node's start-up error, not every batch's
 
     def describe(self) -> str:
-        return f"{self.name} on {self.device} (batched, {self.subsampling})"
+        on = f", {self._backend.describe()}" if self.device.type == "cuda" else ""
+        return f"{self.name} on {self.device} (batched, {self.subsampling}{on})"
 
     def _encoder(self):
         """This worker's nvImageCodec encoder (made on first use; one per thread)."""
@@ -61,7 +66,8 @@ class NvImgCodecEngine(PooledEngine):
         if encoder is None:
             nv = self._nv
             if self.device.type == "cuda":
-                encoder = nv.Encoder(device_id=self.device.index or 0, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)])
+                index = self.device.index or 0
+                encoder = self._backend.build(lambda backends: nv.Encoder(device_id=index, backends=backends))
             else:
                 encoder = nv.Encoder(
                     device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
