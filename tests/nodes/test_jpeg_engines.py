@@ -241,18 +241,29 @@ def test_torchcodec_writes_the_same_bytes_through_its_memory_file_and_to_tensor(
 
 
 @needs_torchcodec
-def test_torchcodec_on_cuda_waits_for_the_frame_before_nvjpeg_reads_it(monkeypatch):
-    """On an H100, TorchCodec 0.16 once encoded a frame from stale memory while other streams were
-    busy: its nvJPEG work was not ordered after the worker's stream. The worker's own stream is
-    waited for on the host, after the frame is made, before the encoder is called (the CUDA
-    calls are stood in for: no GPU here)."""
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
+def test_torchcodec_on_cuda_waits_for_the_frame_before_nvjpeg_reads_it(monkeypatch, layout):
+    """On an H100, TorchCodec 0.16 encoded a frame from stale memory while other streams were busy
+    (1 in ~100), also with the worker's stream host-synchronised first: that stream held only the
+    wait on the frames' event (issue 37). The worker now waits on the host for the frames' event
+    itself, and for its stream only where it queued a copy there, before the encoder is called
+    (the CUDA calls are stood in for: no GPU here)."""
+    from contextlib import nullcontext
+
     from tensor_codec_nodes.jpeg_encoder.engines import torchcodec_engines
 
     calls = []
 
     class Stream:
+        def wait_event(self, event):
+            calls.append("worker stream waits on the frames' event")
+
         def synchronize(self):
             calls.append("worker stream synchronized")
+
+    class Event:
+        def synchronize(self):
+            calls.append("frames' event synchronized")
 
     class Encoder:
         def __init__(self, frame):
@@ -263,14 +274,27 @@ def test_torchcodec_on_cuda_waits_for_the_frame_before_nvjpeg_reads_it(monkeypat
             sink.write(b"\xff\xd8\xff\xd9")
 
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: nullcontext())
     monkeypatch.setattr(torchcodec_engines, "JpegEncoder", Encoder)
     engine = torchcodec_engines.TorchCodecEngine(torch.device("cuda", 0), 90, 1)
+    engine.stream = lambda: Stream()
+    frame = torch.zeros(3, 16, 16, dtype=torch.uint8)
+    if layout == "interleaved":  # the camera's layout: made contiguous (a copy) on the worker's stream
+        frame = torch.zeros(16, 16, 3, dtype=torch.uint8).permute(2, 0, 1)
     try:
-        (data,) = engine.encode([torch.zeros(3, 16, 16, dtype=torch.uint8)])
+        (encoded,) = engine._run_cuda([frame], Event())
     finally:
         engine.close()
-    assert calls == ["worker stream synchronized", "encoder made", "encoded"]
-    assert bytes(data.numpy()) == b"\xff\xd8\xff\xd9"
+    made = ["worker stream synchronized"] if layout == "interleaved" else []
+    assert calls == [
+        "worker stream waits on the frames' event",
+        "frames' event synchronized",
+        *made,
+        "encoder made",
+        "encoded",
+    ]
+    assert bytes(encoded.data.numpy()) == b"\xff\xd8\xff\xd9"
 
 
 @needs_torchcodec

@@ -18,7 +18,8 @@ import torch
 
 from tensor_codec_nodes.common.jpeg_header import read_header
 from tensor_codec_nodes.common.pattern import render
-from tests.support.jpeg import Verifier, encoder_engine, engine_params
+from tensor_codec_nodes.common.quality import compare
+from tests.support.jpeg import Verifier, encoder_engine, engine_params, reference_decode
 
 H, W = 2160, 3840
 SLOW = 20_000_000  # torch.cuda._sleep cycles: ~10 ms of a kernel queued before the frame's write
@@ -66,8 +67,24 @@ class Producer:
         return source
 
 
-def check(verifier, encoded, i, source, engine, what):
-    verifier.check(encoded.data, i, source, what)
+def check(verifier, encoded, i, source, engine, what, every_source=None):
+    """The JPEG of frame `i` decodes to `source`. When it does not, and `every_source` is given,
+    the failure also says which source the JPEG is closest to: another frame's (the engine read a
+    block before the frame was written into it, or mixed up results) or none (a corrupt
+    bitstream), so one failing GPU run tells the two apart (issue 37)."""
+    try:
+        verifier.check(encoded.data, i, source, what)
+    except AssertionError as e:
+        if every_source is None:
+            raise
+        decoded = reference_decode(encoded.data, 3)
+        scores = {j: compare(decoded, s.cpu())[0] for j, s in every_source.items()}
+        best = max(scores, key=scores.get)
+        raise AssertionError(
+            f"{e}; closest source: frame {best} ({scores[best]:.2f} dB; "
+            + ", ".join(f"{j}: {db:.1f}" for j, db in sorted(scores.items()))
+            + ")"
+        ) from None
     assert read_header(encoded.data).subsampling == engine.subsampling, what
 
 
@@ -85,9 +102,9 @@ def test_4k_frames_encoded_in_a_loop_of_200(device_type, engine_name):
             futures.append((n, i, engine.submit([producer.frame(i)])))
             if len(futures) >= 8:
                 n0, i0, f = futures.pop(0)
-                check(verifier, f.result()[0], i0, src[i0], engine, f"{engine.describe()}: frame {n0}")
+                check(verifier, f.result()[0], i0, src[i0], engine, f"{engine.describe()}: frame {n0}", src)
         for n0, i0, f in futures:
-            check(verifier, f.result()[0], i0, src[i0], engine, f"{engine.describe()}: frame {n0}")
+            check(verifier, f.result()[0], i0, src[i0], engine, f"{engine.describe()}: frame {n0}", src)
     finally:
         engine.close()
 

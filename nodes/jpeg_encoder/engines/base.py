@@ -79,6 +79,15 @@ class PooledEngine(JpegEngine):
     on the submitter's event. An encode must leave the bytes it returns complete (read only after
     the work that wrote them is known to be done)."""
 
+    # True for an engine whose library reads the frames in a way our streams cannot order (a
+    # private stream, or nvJPEG work not ordered after the worker's stream): the worker then waits
+    # on the host for the frames' own event before it encodes. Not for the worker's stream, which
+    # was the wait before issue 37: a stream holding only a wait on an event, nothing queued behind
+    # it, is no reliable host wait (on the H100 TorchCodec still encoded 1 frame in ~100 from stale
+    # memory with that stream synchronised before every batch); cudaEventSynchronize on the event
+    # recorded after the frame's last write is one by definition.
+    host_waits_for_frames = False
+
     def __init__(self, device: torch.device, workers: int, subsampling: str):
         self.device = torch.device(device)
         self.workers = workers
@@ -101,6 +110,8 @@ class PooledEngine(JpegEngine):
         stream = self.stream()
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
             stream.wait_event(ready)  # GPU-side: nothing below reads a frame before it is made
+            if self.host_waits_for_frames:
+                ready.synchronize()  # and on the host, for a library that reads them off our streams
             return finish(self.encode(frames))
 
     def encode(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -9,15 +9,19 @@ into host memory before it returns. That reading is not enough to rely on: on an
 (4 threads encoding while other streams run heavy work), 1 of its 100 frames came out encoded
 from stale memory (14.1 dB, mean abs diff 42.8 against its source), and the all-CUDA dataflow of
 tests/e2e/test_nodes_e2e.py showed the same frame error once in five runs; the frame then was not
-yet made when nvJPEG read it, so nvJPEG's work was not ordered after the worker's stream. So, on
-a worker whose stream already waits on the frames' event (base.PooledEngine):
-  1. the frame is made 3-channel and contiguous on the worker's stream (ordered after the wait);
-  2. the worker waits on the host for its own stream (no other stream, not the device): the
-     frame is complete in memory whichever stream nvJPEG then works on;
+yet made when nvJPEG read it, so nvJPEG's work was not ordered after the worker's stream. A host
+wait for the worker's own stream before the encode did not stop it (the H100 run of issue 37: 1
+frame in 100 again, 14.10 dB): that stream held only the wait on the frames' event, nothing
+queued behind it. So, on a worker whose stream already waits on the frames' event
+(base.PooledEngine, host_waits_for_frames):
+  1. the worker waits on the host for that event itself: the frames are complete in memory
+     whichever stream nvJPEG then works on;
+  2. the frame is made 3-channel and contiguous on the worker's stream, and where that queued a
+     copy the worker waits on the host for its stream (real work, then, behind the wait);
   3. the encode runs; the bytes are read only after TorchCodec's synchronisation, which follows
      the retrieval that wrote them; the inputs are freed only then.
-The wait in step 2, once per batch, costs the worker nothing it would not wait anyway (the
-encode cannot start before the frames are made) and releases the GIL.
+The waits, once per batch, cost the worker nothing it would not wait anyway (the encode cannot
+start before the frames are made) and release the GIL.
 Both encoders release the GIL while they run, so WORKERS threads encode in parallel.
 
 On the CPU, TorchCodec's `to_tensor` writes through a Python file object: the encoder takes the
@@ -48,6 +52,7 @@ __all__ = ["TorchCodecEngine"]
 
 class TorchCodecEngine(PooledEngine):
     name = "torchcodec"
+    host_waits_for_frames = True  # on CUDA: step 1 of the docstring
     memory_file_min_pixels = 4_000_000  # CPU: from this size on, encode through a memfd (see the docstring)
 
     def __init__(self, device: torch.device, quality: int, workers: int):
@@ -97,8 +102,9 @@ class TorchCodecEngine(PooledEngine):
             os.close(fd)
 
     def _encode_cuda(self, frames: list[torch.Tensor]) -> list[torch.Tensor]:
-        rgbs = [as_rgb3(f).contiguous() for f in frames]  # step 1, on the worker's stream
-        torch.cuda.current_stream(self.device).synchronize()  # step 2, once per batch: the frames are made
+        rgbs = [as_rgb3(f).contiguous() for f in frames]  # step 2, on the worker's stream
+        if any(rgb is not f for rgb, f in zip(rgbs, frames)):
+            torch.cuda.current_stream(self.device).synchronize()  # the copies it queued are made
         out = []
         for rgb in rgbs:
             sink = io.BytesIO()

@@ -17,9 +17,10 @@ stream built the encoder. Hence, in this engine:
      another stream, or the probe cannot tell, every encode ends with a device-wide synchronize:
      slower, never wrong (logged once);
   1. each worker, on its own stream, waits (GPU-side) on the event recorded after the frame was
-     made (base.PooledEngine), prepares the frame (contiguous, 3 channels) and host-waits for *its own stream
-     only*: the private stream cannot be made to wait on ours, so the input must be complete
-     before the call is made (no device-wide sync; other streams keep running);
+     made, and on the host for that event itself (base.PooledEngine, host_waits_for_frames),
+     prepares the frame (contiguous, 3 channels) and host-waits for *its own stream only*: the
+     private stream cannot be made to wait on ours, so the input must be complete before the call
+     is made (no device-wide sync; other streams keep running);
   2. calls encode_jpeg;
   3. makes its stream wait on an event recorded on the default stream after the call: that stream
      waits on the private one from 0.22 on, and carried the bitstream copy before;
@@ -125,6 +126,7 @@ def bind_encoder_to_default_stream(device: torch.device) -> str:
 
 class TorchvisionCudaEngine(PooledEngine):
     name = "torchvision"
+    host_waits_for_frames = True  # its private stream reads them: step 1 (base.PooledEngine says why)
 
     def __init__(self, device: torch.device, quality: int, workers: int):
         if device.type != "cuda":
