@@ -115,7 +115,8 @@ def produce(node):
 
 
 def consume(node):
-    report = {"scenario": SCENARIO, "received": 0, "bad": [], "errors": [], "ways": {}}
+    report = {"scenario": SCENARIO, "received": 0, "bad": [], "errors": [], "ways": {}, "after_close": 0}
+    seen = set()  # the messages' indices, to name the missing ones
     small = make_many_small(SMALL) if SCENARIO in ("small", "floor") else None
     held = []
     started = False
@@ -144,6 +145,8 @@ def consume(node):
         started = True
         quiet_ticks = 0
         i = event["metadata"]["i"]
+        seen.add(i)
+        report["after_close"] += closed
         try:
             got = tc.receive(event)
         except tc.CodecError as e:
@@ -180,6 +183,10 @@ def consume(node):
                 os.kill(os.getpid(), signal.SIGKILL)
         del got
     report["receiver"] = tc.ipc_stats()["receiver"]
+    expected = SMALL if SCENARIO == "small" else None
+    if expected is not None:  # which ones never came (the first 20): a run that lost some says which
+        report["missing"] = [i for i in range(expected) if i not in seen][:20]
+    report["ended_by"] = "stop" if not closed else "quiet ticks after the close"
     write(report)
 
 

@@ -51,7 +51,11 @@ def run_probe(dora_cli, tmp_path, scenario, *, expect_ok=True):
 
 def test_hundreds_of_small_tensors_from_one_block_arrive_bit_exact(dora_cli, tmp_path):
     producer, consumer, _ = run_probe(dora_cli, tmp_path, "small")
-    assert consumer["received"] == 300 and consumer["bad"] == [] and consumer["errors"] == []
+    # On the H100 under 6 xdist workers, once: 279 of 300 (issue 37). What each side saw is in the
+    # message, for the next run that loses some to say where they went.
+    seen = {k: consumer[k] for k in ("received", "missing", "after_close", "ended_by", "errors") if k in consumer}
+    sent = {k: producer.get(k) for k in ("sent", "flushed", "flush_s", "stats")}
+    assert consumer["received"] == 300 and consumer["bad"] == [] and consumer["errors"] == [], (seen, sent)
     assert producer["flushed"] and producer["stats"]["bytes_in_flight"] == 0
     # One segment opened for many messages (the handle cache), not one per message.
     assert consumer["receiver"]["segment_cache_misses"] < 30
