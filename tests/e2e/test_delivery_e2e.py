@@ -8,8 +8,9 @@ consumer slows them down instead. These tests make the receiver slow and check, 
 (counts, checksums, frames rebuilt and compared), that nothing was lost on any link, next to
 unacknowledged controls in the same dataflow that do lose messages, and that a producer whose
 consumer dies exits non-zero saying how many messages were not acknowledged. Resends never put
-more copies in a consumer's queue than it holds (dora discards nothing, on a host kept busy), and
-a producer whose WINDOW does not fit that queue refuses to start.
+more copies in a consumer's queue than it holds (dora discards nothing, on a host kept busy, but
+the one copy a probe of a consumer silent for over a second may cost), and a producer whose
+WINDOW does not fit that queue refuses to start.
 """
 
 from __future__ import annotations
@@ -44,6 +45,35 @@ def slow_receiver(node: dict, **env) -> dict:
 
 def by_id(flow: dict) -> dict[str, dict]:
     return {node["id"]: node for node in flow["nodes"]}
+
+
+DORA_DROP = re.compile(r"input `([\w-]+)` hit hard cap|Discarding event for input `([\w-]+)`")
+
+
+def assert_dora_dropped_only_past_probes(flow: dict, log: str, inputs) -> None:
+    """dora discarded no copy on those inputs, but for the one copy a probe may cost (the module
+    docstring of nodes/common/delivery.py: a consumer silent for over PROBE_MIN_S with its queue
+    counted full gets one resend anyway, and dora may drop its oldest queued copy, which a later
+    resend makes good). So each input's drops are at most the probes its producer made. On the
+    GPU host under 14 xdist workers the rerun sink fell silent that long once, and dora dropped
+    one copy on its `suite` after one of 2 probes (issue 37); nothing was lost."""
+    producers = {
+        name: spec["source"].split("/")[0]
+        for node in flow["nodes"]
+        for name, spec in (node.get("inputs") or {}).items()
+        if isinstance(spec, dict) and "/" in str(spec.get("source"))
+    }
+    drops: dict[str, int] = {}
+    for m in DORA_DROP.finditer(log):
+        name = m.group(1) or m.group(2)
+        drops[name] = drops.get(name, 0) + 1
+    for name in inputs:
+        if not drops.get(name):
+            continue
+        producer = producers[name]
+        found = re.findall(rf"{re.escape(producer)}: .*?(\d+) probes of a silent consumer", log)
+        probes = max((int(n) for n in found), default=0)  # its one summary line (printed once or more)
+        assert drops[name] <= probes, f"dora dropped {drops[name]} on `{name}`, {producer} made {probes} probes"
 
 
 def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(dora_cli, tmp_path):
@@ -112,7 +142,7 @@ def test_default_pipeline_loses_nothing_behind_a_slow_consumer_where_dora_drops(
     )  # the encoder took every frame once
     assert f"received {FRAMES}, decoded {FRAMES}, bad 0" in log, tail(proc)  # the decoder every JPEG once
     assert f"jpeg-sink: INFO received {FRAMES}, saved 5 to out/jpeg, bad 0" in log, tail(proc)
-    assert not re.search(r"(hit hard cap|Discarding event for input) .(frames|decoded|suite|load|jpeg)", log)
+    assert_dora_dropped_only_past_probes(flow, log, ("frames", "decoded", "suite", "load", "jpeg"))
 
     # The control: dora dropped most of it (what the acks prevent), though it was on backpressure.
     control = inputs["control"]
