@@ -154,7 +154,9 @@ class DecodeBench:
     def engine(self, name: str, device: str):
         if (name, device) not in self.engines:
             where = self.cuda if device == "cuda" else torch.device("cpu")
-            self.engines[(name, device)] = make_decode_engine(choose_decoder(name, where), where)
+            self.engines[(name, device)] = engine = make_decode_engine(choose_decoder(name, where), where)
+            if device == "cuda":  # which backend it runs on (nvImageCodec: see common/nvimgcodec_backend)
+                print(f"    decoder: {engine.describe()}", flush=True)
         return self.engines[(name, device)]
 
     def set_size(self, height: int, width: int) -> None:

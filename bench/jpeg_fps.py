@@ -252,6 +252,7 @@ class Bench:
         self.frames: dict[str, list] = {}
         self.cpu_events: list[dict] = []
         self.timings: dict[str, list[PathTiming]] = {}  # node path rows: where the main thread's time went
+        self.described: set[str] = set()  # CUDA engines whose describe() was printed
 
     # engines, made once per (name, device, workers) and kept for the rounds
     def engine(self, name: str, device: str, workers: int):
@@ -261,6 +262,9 @@ class Bench:
             self.engines[key] = make_engine(
                 choice, self.cuda if device == "cuda" else torch.device("cpu"), QUALITY, workers
             )
+            if device == "cuda" and name not in self.described:  # which backend each engine runs on
+                self.described.add(name)
+                print(f"    encoder: {self.engines[key].describe()}", flush=True)
         return self.engines[key]
 
     def drop_engine(self, name: str, device: str, workers: int) -> None:
