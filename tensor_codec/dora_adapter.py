@@ -49,6 +49,7 @@ import logging
 import os
 import re
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -216,23 +217,50 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
 
 _routes: dict[tuple[int, str], OutputRoute] = {}
 
-# The nodes whose id() keys the caches below, held: dora's Node takes neither weak references nor
-# attributes, so the caches are keyed by id(node), and an id is only a node's while that node
-# lives. Holding the node keeps its id from being handed to a new object that would then inherit
-# its routes, pins and repeats (on the GPU host's Python 3.12 a FakeNode made right after another
-# was freed got its address and its cached route, issue 37). Real nodes live for their process.
+# The caches below are keyed by id(node) (dora's Node takes neither weak references nor
+# attributes), and an id is only a node's while that node lives: a new object at a freed node's
+# address would inherit its routes, pins and repeats (on the GPU host's Python 3.12 a FakeNode
+# made right after another was freed got its cached route, issue 37). So every key is registered
+# here with its node: a weak reference where the node takes one, else the node itself (a dora
+# Node: held until release_node, which the nodes' loop calls when it is done with it). A key met
+# with another object than the one registered is purged from every cache before it is reused.
 _held: dict[int, Any] = {}
 _HELD_MAX = 4096
 
 
 def node_key(node: Any) -> int:
-    """id(node), valid as a cache key for as long as the caches keep it (see _held)."""
+    """id(node), valid as a cache key (see _held): one dict lookup when `node` is registered."""
     key = id(node)
-    if _held.get(key) is not node:
-        if len(_held) >= _HELD_MAX:
-            forget_routes()  # thousands of nodes in one process: start the caches afresh
+    held = _held.get(key)
+    if held is node or (type(held) is weakref.ref and held() is node):
+        return key
+    if held is not None:
+        _purge(key)  # a dead node's id, reused: nothing of it may stay cached
+    elif len(_held) >= _HELD_MAX:
+        forget_routes()  # thousands of nodes in one process: start the caches afresh
+    try:
+        _held[key] = weakref.ref(node)
+    except TypeError:
         _held[key] = node
     return key
+
+
+def release_node(node: Any) -> None:
+    """Forget what is cached for `node` and stop holding it (a node's loop, once done with it:
+    dora's Node closes its outputs and leaves the dataflow only when it is freed)."""
+    key = id(node)
+    held = _held.get(key)
+    if held is node or (type(held) is weakref.ref and held() is node):
+        _purge(key)
+
+
+def _purge(key: int) -> None:
+    _held.pop(key, None)
+    for cache in (_routes, _pins, _repeats):
+        for k in [k for k in cache if k[0] == key]:
+            del cache[k]
+    _warned.difference_update([k for k in _warned if k[0] == key])
+    routing.forget_key(key)
 
 
 def route_of(node: Any, output_id: str) -> OutputRoute:
@@ -267,12 +295,13 @@ def input_queue(node: Any, input_id: str) -> tuple[int | None, str | None]:
 
 
 def forget_routes() -> None:
-    """Drop the cached routes, pins and repeats, and the nodes held for their keys."""
+    """Drop the cached routes, pins, repeats and warnings, and the nodes registered for their keys."""
     _routes.clear()
     _pins.clear()
     _repeats.clear()
     _warned.clear()
     _held.clear()
+    routing.forget_announced()
 
 
 def expected_receivers(node: Any, output_id: str) -> int:

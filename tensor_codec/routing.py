@@ -208,6 +208,11 @@ def forget_announced() -> None:
     _announced.clear()
 
 
+def forget_key(key: Any) -> None:
+    """Log the choices of the sender behind `key` again (its key is about to be another's)."""
+    _announced.difference_update([entry for entry in _announced if entry[0] == key])
+
+
 def announce(key: Any, output: str, name: str, why: str) -> None:
     entry = (key, output, name, why)
     if entry not in _announced and len(_announced) < 4096:

@@ -260,7 +260,7 @@ class EventLoop:
 
 def run(logic_class: type[NodeLogic]) -> int:
     """A node's main(): settings, joining, the loop, flushing, the exit status (module docstring)."""
-    from .runtime import finish_sharing, settle_pacing, setup_logging
+    from .runtime import finish_sharing, release_node, settle_pacing, setup_logging
     from .startup import join_dataflow
 
     spec = logic_class.spec
@@ -276,6 +276,7 @@ def run(logic_class: type[NodeLogic]) -> int:
     except (SettingError, CannotStart) as e:
         _said(log, e)
         return EXIT_BAD_CONFIG
+    node = None
     try:
         node = join_dataflow(spec, log)
         if node is None:
@@ -290,6 +291,7 @@ def run(logic_class: type[NodeLogic]) -> int:
         logic.close()
     if logic.SENDS_WITH_TC:
         finish_sharing(log)
+    release_node(node)
     settle_pacing(log)
     status = logic.finish()
     refusals = logic.refusals

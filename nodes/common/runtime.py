@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "Pacer",
     "drain",
     "finish_sharing",
+    "release_node",
 ]
 
 
@@ -116,6 +118,16 @@ class Pacer:
         pause = min(self.wait_time(), limit)
         if pause > 0:
             time.sleep(pause)
+
+
+def release_node(node: Any) -> None:
+    """Let tensor_codec's caches go of `node` (they hold a dora Node, which takes no weak
+    reference, so that its id keys them safely: tensor_codec.dora_adapter.node_key). Once the
+    node's loop is done with it: the Node closes its outputs and leaves the dataflow when freed,
+    which is then when run() returns, as before the caches held it."""
+    adapter = sys.modules.get("tensor_codec.dora_adapter")
+    if adapter is not None and node is not None:
+        adapter.release_node(node)
 
 
 def finish_sharing(log: logging.Logger, timeout_s: float = 10.0) -> None:
