@@ -218,7 +218,10 @@ def start_engine(log, setting: str, device, choose, make):
         choice = None
         try:
             choice = choose(failed)
-            return choice, make(choice)
+            made = make(choice)
+            for name, why in failed.items():  # installed, preferred, and not working here: worth a warning
+                log.warning("ENGINE=auto: %s could not start on %s (%s); using %s", name, device, why, choice.name)
+            return choice, made
         except EngineError as e:
             log.error("%s", e)
         except Exception as e:

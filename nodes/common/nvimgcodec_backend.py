@@ -9,9 +9,11 @@ version, its nvJPEG and the GPU. On an H100 (2026-11-27: nvImageCodec 0.9.0.20, 
   - Decoder: GPU_ONLY could not be created either; HYBRID_CPU_GPU decoded 32 4K JPEGs at 1,506-1,517
     fps, HW_GPU_ONLY (the NVJPG engines) at 1,250-1,271; a Decoder built with no backend named
     decoded on the CPU backend (~200 fps), so the node's "CUDA" decode ran at CPU speed.
-So a CUDA engine names its backend: the first of CUDA_ENCODE_BACKENDS / CUDA_DECODE_BACKENDS (in
-that order of preference, measured) that can be created, never a CPU one. None can: the engine
-does not start, saying why for each, and ENGINE=auto takes the next library (jpeg_engines).
+So a CUDA engine names its backends: those of CUDA_ENCODE_BACKENDS / CUDA_DECODE_BACKENDS (in that
+order of preference, measured) that can be created here, together (nvImageCodec then takes, per
+image, the first that can do it: a JPEG the hardware decoder refuses still decodes on the GPU),
+or the first alone where together they cannot be; never a CPU one. None can: the engine does not
+start, saying why for each, and ENGINE=auto takes the next library (jpeg_engines.start_engine).
 """
 
 from __future__ import annotations
@@ -27,35 +29,59 @@ CUDA_DECODE_BACKENDS = ("GPU_ONLY", "HYBRID_CPU_GPU", "HW_GPU_ONLY")
 
 
 class GpuBackend:
-    """Builds nvImageCodec Encoders or Decoders (one per thread, by the engine) on the first backend
-    kind of `kinds` this machine can create one on; the kind found first is the only one later
-    threads use, so every worker runs on the same backend."""
+    """Builds nvImageCodec Encoders or Decoders (one per thread, by the engine) on the backends of
+    `kinds` this machine can create (see the module): the first build finds them, the later ones
+    (other threads) use what it found, so every worker runs on the same backends."""
 
     def __init__(self, nv: Any, kinds: Sequence[str]):
         self._nv = nv
         self._kinds = tuple(kinds)
         self._lock = threading.Lock()
-        self.kind: str | None = None  # the backend kind in use, once one was created
+        self.kinds: tuple[str, ...] | None = None  # the backend kinds in use, once found
 
     def build(self, make: Callable[[list], Any]) -> Any:
-        """`make(backends)` -> an Encoder or Decoder, on the backend kind found (see the class)."""
+        """`make(backends)` -> an Encoder or Decoder, on the backends found (see the class)."""
         with self._lock:
-            kinds = (self.kind,) if self.kind is not None else self._kinds
+            if self.kinds is None:
+                made, self.kinds = self._find(make)
+                return made
+            kinds = self.kinds
+        try:
+            return make(self._backends(kinds))
+        except Exception as e:
+            raise RuntimeError(
+                f"nvImageCodec could not create another codec on {' + '.join(kinds)}, where this engine's first "
+                f"one was made: {type(e).__name__}: {e}"
+            ) from e
+
+    def _backends(self, kinds: Sequence[str]) -> list:
+        return [self._nv.Backend(getattr(self._nv.BackendKind, kind)) for kind in kinds]
+
+    def _find(self, make: Callable[[list], Any]) -> tuple[Any, tuple[str, ...]]:
+        creatable: list[str] = []
+        first = None
         tried = []
-        for kind in kinds:
-            backend_kind = getattr(self._nv.BackendKind, kind, None)
-            if backend_kind is None:
+        for kind in self._kinds:
+            if getattr(self._nv.BackendKind, kind, None) is None:
                 tried.append(f"{kind}: not in this nvImageCodec")
                 continue
             try:
-                made = make([self._nv.Backend(backend_kind)])
-            except Exception as e:  # nvImageCodec says RuntimeError; any refusal means: try the next
+                made = make(self._backends([kind]))
+            except Exception as e:  # nvImageCodec says RuntimeError; any refusal means: not this one
                 tried.append(f"{kind}: {type(e).__name__}: {e}")
                 continue
-            with self._lock:
-                self.kind = kind
-            return made
-        raise RuntimeError("nvImageCodec has no GPU backend it can create here (" + "; ".join(tried) + ")")
+            creatable.append(kind)
+            first = made if first is None else first
+        if not creatable:
+            raise RuntimeError("nvImageCodec has no GPU backend it can create here (" + "; ".join(tried) + ")")
+        if len(creatable) > 1:
+            try:
+                return make(self._backends(creatable)), tuple(creatable)
+            except Exception:  # together they cannot be: the first alone
+                pass
+        return first, (creatable[0],)
 
     def describe(self) -> str:
-        return f"{self.kind} backend" if self.kind else "no backend yet"
+        if not self.kinds:
+            return "no backend yet"
+        return f"{' + '.join(self.kinds)} backend{'s' if len(self.kinds) > 1 else ''}"

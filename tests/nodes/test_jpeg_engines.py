@@ -351,7 +351,11 @@ def test_auto_passes_over_an_engine_that_imports_but_cannot_start(monkeypatch, c
     choice, engine = jpeg_engines.start_engine(log, "auto", "cuda:0", choose("auto"), make)
     assert made == ["nvimgcodec", "torchcodec"] and engine == "torchcodec engine"
     assert "nvimgcodec passed over: could not start: RuntimeError: Internal error - Could not create" in choice.why
-    assert "could not start" in choice.describe() and not caplog.records  # said once, in the start-up line
+    assert "could not start" in choice.describe()  # in the start-up line, and as a warning:
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "ENGINE=auto: nvimgcodec could not start on cuda:0 (RuntimeError: " in warning.getMessage()
+    assert warning.getMessage().endswith("; using torchcodec")
+    caplog.clear()
     made.clear()
     assert jpeg_engines.start_engine(log, "nvimgcodec", "cuda:0", choose("nvimgcodec"), make) is None
     assert made == ["nvimgcodec"]
@@ -359,42 +363,58 @@ def test_auto_passes_over_an_engine_that_imports_but_cannot_start(monkeypatch, c
 
 
 class FakeNv:
-    """nvImageCodec's BackendKind/Backend as the backend chooser sees them; `refused` kinds raise
-    as 0.9.0.20 did on the H100 (issue 37)."""
+    """nvImageCodec's BackendKind/Backend as the backend chooser sees them; a codec with any of the
+    `refused` kinds raises as 0.9.0.20 did on the H100 (issue 37)."""
 
     class BackendKind:
         CPU_ONLY, GPU_ONLY, HYBRID_CPU_GPU, HW_GPU_ONLY = "cpu", "gpu", "hybrid", "hw"
 
-    def __init__(self, refused=()):
+    def __init__(self, refused=(), together=True):
         self.refused = set(refused)
+        self.together = together  # several backends in one codec can be created
         self.tried = []
 
     def Backend(self, kind):  # noqa: N802 (nvImageCodec's name)
         return kind
 
     def make(self, backends):
-        (kind,) = backends
-        self.tried.append(kind)
-        if kind in self.refused:
+        self.tried.append("+".join(backends))
+        if self.refused & set(backends) or (len(backends) > 1 and not self.together):
             raise RuntimeError("Internal error - Could not create encoder. Code: 7")
-        return f"codec on {kind}"
+        return f"codec on {'+'.join(backends)}"
 
 
-def test_a_cuda_nvimgcodec_engine_builds_on_the_first_gpu_backend_that_can_be_created():
+def test_a_cuda_nvimgcodec_engine_builds_on_the_gpu_backends_that_can_be_created():
     from tensor_codec_nodes.common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, CUDA_ENCODE_BACKENDS, GpuBackend
 
     nv = FakeNv(refused={"gpu"})  # the H100's nvImageCodec 0.9.0.20
     backend = GpuBackend(nv, CUDA_ENCODE_BACKENDS)
     assert backend.build(nv.make) == "codec on hybrid" and nv.tried == ["gpu", "hybrid"]
-    assert backend.kind == "HYBRID_CPU_GPU" and backend.describe() == "HYBRID_CPU_GPU backend"
+    assert backend.kinds == ("HYBRID_CPU_GPU",) and backend.describe() == "HYBRID_CPU_GPU backend"
     nv.tried.clear()
     assert backend.build(nv.make) == "codec on hybrid" and nv.tried == ["hybrid"]  # the next thread: that one only
     assert "CPU_ONLY" not in CUDA_ENCODE_BACKENDS + CUDA_DECODE_BACKENDS  # never the CPU for a CUDA engine
 
+    # Decoding: every GPU backend that can be created, together (per image, the first that can).
+    nv = FakeNv(refused={"gpu"})
+    backend = GpuBackend(nv, CUDA_DECODE_BACKENDS)
+    assert backend.build(nv.make) == "codec on hybrid+hw" and nv.tried == ["gpu", "hybrid", "hw", "hybrid+hw"]
+    assert backend.describe() == "HYBRID_CPU_GPU + HW_GPU_ONLY backends"
+    nv = FakeNv(refused={"gpu"}, together=False)  # together they cannot be: the first alone
+    backend = GpuBackend(nv, CUDA_DECODE_BACKENDS)
+    assert backend.build(nv.make) == "codec on hybrid" and backend.kinds == ("HYBRID_CPU_GPU",)
     nv = FakeNv(refused={"gpu", "hybrid"})
     assert GpuBackend(nv, CUDA_DECODE_BACKENDS).build(nv.make) == "codec on hw"
+
     nv = FakeNv(refused={"gpu", "hybrid", "hw"})
     with pytest.raises(RuntimeError) as e:
         GpuBackend(nv, CUDA_DECODE_BACKENDS).build(nv.make)
     assert "no GPU backend" in str(e.value) and "HW_GPU_ONLY: RuntimeError: Internal error" in str(e.value)
     assert "GPU_ONLY: RuntimeError" in str(e.value) and "HYBRID_CPU_GPU: RuntimeError" in str(e.value)
+
+    nv = FakeNv(refused={"gpu"})
+    backend = GpuBackend(nv, CUDA_ENCODE_BACKENDS)
+    backend.build(nv.make)
+    nv.refused.add("hybrid")  # a later thread's codec cannot be made (out of memory, say): said so
+    with pytest.raises(RuntimeError, match="could not create another codec on HYBRID_CPU_GPU, where this engine"):
+        backend.build(nv.make)

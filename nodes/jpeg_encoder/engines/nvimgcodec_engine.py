@@ -15,8 +15,12 @@ On CUDA, per batch, on a worker whose stream already waits on the frames' event
 Colour frames are written 4:2:0 or 4:4:4 (SUBSAMPLING), greyscale as one component (as equal RGB
 where the backend has no one-component encoder).
 
-On CUDA the encoders are built on a GPU backend named explicitly, the first this machine can
-create (common/nvimgcodec_backend: on an H100 GPU_ONLY cannot be, HYBRID_CPU_GPU can).
+On CUDA the encoders are built on GPU backends named explicitly, those this machine can create
+(common/nvimgcodec_backend: on an H100 GPU_ONLY cannot be, HYBRID_CPU_GPU can). Step 2's
+ordering was reasoned about for GPU_ONLY and has not run on HYBRID_CPU_GPU (whose CPU stage may
+read what the GPU stage wrote on its own terms): until a GPU run shows seed 002 passing on it, the
+worker also waits on the host for the frames' event before the call (host_waits_for_frames, one
+wait per batch, for frames the encode could not start before anyway).
 On the CPU (only when ENGINE=nvimgcodec is asked for) the same calls run on nvImageCodec's CPU
 backends with host frames.
 """
@@ -34,6 +38,7 @@ __all__ = ["NvImgCodecEngine"]
 
 class NvImgCodecEngine(PooledEngine):
     name = "nvimgcodec"
+    host_waits_for_frames = True  # on CUDA, until its backend's stream ordering is seen on a GPU (above)
 
     def __init__(self, device: torch.device, quality: int, subsampling: str, workers: int):
         device = torch.device(device)
