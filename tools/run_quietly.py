@@ -54,7 +54,7 @@ KNOWN = (
         "nodes end; nothing is wrong",
     ),
     Known(
-        "zenoh_shm::watchdog::periodic_task",
+        "error setting scheduling priority for thread",
         "zenoh's shared-memory watchdog threads could not get real-time priority (a container without "
         "CAP_SYS_NICE; seen on the GPU host, issue 37) and run at normal priority, which zenoh itself "
         "calls safe to ignore; nothing is wrong",

@@ -117,6 +117,7 @@ def produce(node):
 def consume(node):
     report = {"scenario": SCENARIO, "received": 0, "bad": [], "errors": [], "ways": {}, "after_close": 0}
     seen = set()  # the messages' indices, to name the missing ones
+    report["ended_by"] = "the event stream ended"
     small = make_many_small(SMALL) if SCENARIO in ("small", "floor") else None
     held = []
     started = False
@@ -133,9 +134,11 @@ def consume(node):
             # can take seconds on a loaded machine, the first one initialising CUDA.)
             quiet_ticks += 1
             if closed and quiet_ticks >= QUIET_TICKS:
+                report["ended_by"] = "quiet ticks after the close"
                 break
             continue
         if event["type"] == "STOP":
+            report["ended_by"] = "stop" + (" after the close" if closed else " before the close")
             break
         if event["type"] == "INPUT_CLOSED" and event["id"] == "data":
             closed = True
@@ -186,7 +189,6 @@ def consume(node):
     expected = SMALL if SCENARIO == "small" else None
     if expected is not None:  # which ones never came (the first 20): a run that lost some says which
         report["missing"] = [i for i in range(expected) if i not in seen][:20]
-    report["ended_by"] = "stop" if not closed else "quiet ticks after the close"
     write(report)
 
 

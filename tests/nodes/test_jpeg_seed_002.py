@@ -70,14 +70,17 @@ class Producer:
 def check(verifier, encoded, i, source, engine, what, every_source=None):
     """The JPEG of frame `i` decodes to `source`. When it does not, and `every_source` is given,
     the failure also says which source the JPEG is closest to: another frame's (the engine read a
-    block before the frame was written into it, or mixed up results) or none (a corrupt
-    bitstream), so one failing GPU run tells the two apart (issue 37)."""
+    block before the frame was written into it, or mixed up results), none, or that it does not
+    decode at all (a corrupt bitstream), so one failing GPU run tells them apart (issue 37)."""
     try:
         verifier.check(encoded.data, i, source, what)
     except AssertionError as e:
         if every_source is None:
             raise
-        decoded = reference_decode(encoded.data, 3)
+        try:
+            decoded = reference_decode(encoded.data, 3)
+        except Exception as d:  # a corrupt bitstream: no source to be closest to
+            raise AssertionError(f"{e}; the JPEG does not decode ({type(d).__name__}: {d})") from None
         scores = {j: compare(decoded, s.cpu())[0] for j, s in every_source.items()}
         best = max(scores, key=scores.get)
         raise AssertionError(
