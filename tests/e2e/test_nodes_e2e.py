@@ -356,7 +356,7 @@ def test_jpeg_round_trip_through_dora_counts_bad_frames_and_corrupt_jpegs(dora_c
         assert "received 15, encoded 12, bad 3, failed 0" in log
         assert "received 15, decoded 12, bad 3" in log
         assert "engine=torchcodec subsampling=420: torchcodec on cpu, quality 90" in log  # auto, said once at start
-        assert "engine=torchvision on cpu" in log
+        assert "engine=torchvision: torchvision on cpu, mode" in log  # the decoder: the choice, then the engine
         for reason in (
             "frame.dtype: expected torch.uint8, got torch.float32",
             "channels): expected 1 or 3, got 4",
