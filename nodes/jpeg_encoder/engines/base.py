@@ -81,11 +81,12 @@ class PooledEngine(JpegEngine):
 
     # True for an engine whose library reads the frames in a way our streams cannot order (a
     # private stream, or nvJPEG work not ordered after the worker's stream): the worker then waits
-    # on the host for the frames' own event before it encodes. Not for the worker's stream, which
-    # was the wait before issue 37: a stream holding only a wait on an event, nothing queued behind
-    # it, is no reliable host wait (on the H100 TorchCodec still encoded 1 frame in ~100 from stale
-    # memory with that stream synchronised before every batch); cudaEventSynchronize on the event
-    # recorded after the frame's last write is one by definition.
+    # on the host for the frames' own event before it encodes. Before issue 37 the wait was on the
+    # worker's stream, which held only the wait on that event, nothing queued behind it; with it
+    # TorchCodec still encoded 1 frame in ~100 from stale memory on the H100. Whether such a stream
+    # synchronize returns before the event has completed, or something else let the read through,
+    # is not known yet (seed 002 will tell on the next GPU run); cudaEventSynchronize on the event
+    # recorded after the frame's last write waits for that write by definition.
     host_waits_for_frames = False
 
     def __init__(self, device: torch.device, workers: int, subsampling: str):

@@ -12,7 +12,8 @@ tests/e2e/test_nodes_e2e.py showed the same frame error once in five runs; the f
 yet made when nvJPEG read it, so nvJPEG's work was not ordered after the worker's stream. A host
 wait for the worker's own stream before the encode did not stop it (the H100 run of issue 37: 1
 frame in 100 again, 14.10 dB): that stream held only the wait on the frames' event, nothing
-queued behind it. So, on a worker whose stream already waits on the frames' event
+queued behind it (base.PooledEngine says what is known of why). So, on a worker whose stream
+already waits on the frames' event
 (base.PooledEngine, host_waits_for_frames):
   1. the worker waits on the host for that event itself: the frames are complete in memory
      whichever stream nvJPEG then works on;
