@@ -70,7 +70,8 @@ def ipc_flush(timeout_s: float = 10.0) -> bool:
 
 
 def ipc_stats() -> dict:
-    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops, waits),
+    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops at the cap,
+    waits, messages lost on the way: given up unclaimed, as dora dropped them),
     its message buffers (made, reused, idle) and as a receiver (claims, releases, opened
     segments and events, cache hits)."""
     return _cuda_ipc().stats()

@@ -98,6 +98,7 @@ class Finished:
     slot: int
     events: list[bytes]
     token: object
+    unclaimed: int = 0  # expected claims it never got: > 0, given up for lost (dora dropped it, a receiver died)
 
 
 class _File:
@@ -241,16 +242,17 @@ class Ledger:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)
-            events = self._finish_if_done(slot, generation, self.progress[output], order, now)
-            if events is not None:
+            finished = self._finish_if_done(slot, generation, self.progress[output], order, now)
+            if finished is not None:
                 del self.live[slot]
                 self.seen.pop(slot, None)
-                done.append(Finished(slot, events, token))
+                done.append(Finished(slot, finished[0], token, finished[1]))
         return done
 
     def _finish_if_done(
         self, slot: int, generation: int, progress: OutputProgress, order: int, now: int
-    ) -> list[bytes] | None:
+    ) -> tuple[list[bytes], int] | None:
+        """-> (the receivers' release events, the expected claims it never got), once finished."""
         start = _slot_offset(slot)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
@@ -277,7 +279,7 @@ class Ledger:
                 self.seen[slot] = _signature(m, start)
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
-            return events
+            return events, max(0, expected - claimers.total())
 
     def _accounted_for(
         self, progress: OutputProgress, order: int, claimers: Counter, expected: int, published: int, now: int

@@ -56,6 +56,7 @@ class _Output:
     live_bytes: int = 0
     peak_bytes: int = 0
     sent: int = 0
+    lost: int = 0  # messages given up with claims missing: dora lost them on the way (or a receiver died)
     slots: set = field(default_factory=set)
 
 
@@ -146,7 +147,7 @@ class ProducerBook:
                 return 0
             finished = self._ledger.collect()
             for f in finished:
-                self._forget(f.slot)
+                self._forget(f.slot, f.unclaimed > 0)
         # After their slots are marked free (no receiver can claim them now), and outside the
         # lock: recycling may wait on the host for a retired buffer's last write.
         self._recycle_all([f.token for f in finished])
@@ -159,13 +160,14 @@ class ProducerBook:
             except Exception as e:  # one buffer's trouble must not keep the others from the pool
                 log.warning("cuda-ipc: could not recycle a message buffer: %s: %s", type(e).__name__, e)
 
-    def _forget(self, slot: int) -> None:
+    def _forget(self, slot: int, lost: bool = False) -> None:
         entry = self.slot_output.pop(slot, None)
         if entry is None:
             return
         out = self.outputs[entry[0]]
         out.slots.discard(slot)
         out.live_bytes -= entry[1]
+        out.lost += lost
 
     def stats(self) -> dict:
         with self.lock:
@@ -173,6 +175,7 @@ class ProducerBook:
                 output_id: {
                     "sent": out.sent,
                     "dropped": out.limit.dropped,
+                    "lost_on_the_way": out.lost,
                     "waits": out.limit.waits,
                     "waited_s": round(out.limit.waited_s, 6),
                     "bytes_in_flight": out.live_bytes,

@@ -213,6 +213,23 @@ def test_copy_out_to_host_releases_at_once(fake):
 # ---------------------------------------------------------------------------------- caps
 
 
+def test_a_message_dora_lost_on_the_way_is_taken_back_and_counted(fake):
+    """Three messages, the receiver gets the first and the third (dora dropped the second: it
+    delivers an input's messages in order, so the third says the second will never come). The
+    second's memory is taken back at once and counted per output (`lost_on_the_way`): what the
+    H100 run of issue 37 could not tell of a probe that got 279 of 300 messages."""
+    node = FakeNode(descriptor={})
+    cuda_ipc._get_state().producer.ledger.claim_timeout_ns = 1 << 62  # order alone must tell
+    for i in range(3):
+        assert tc.send(node, "lossy", torch.full((1000,), float(i)), transport="cuda-ipc")
+    got = [tc.decode(pa.array([], type=pa.uint8()), node.sent[i][2]) for i in (0, 2)]
+    assert [g[0].item() for g in got] == [0.0, 2.0]
+    del got
+    wait_live_bytes(0, "lossy")
+    stats = tc.ipc_stats()["outputs"]["lossy"]
+    assert stats["lost_on_the_way"] == 1 and stats["dropped"] == 0 and stats["sent"] == 3
+
+
 def test_cap_drop_policy_drops_and_counts_then_recovers(fake):
     node = FakeNode(descriptor={})
     # Unclaimed messages stay in flight for the whole test, however slowly it runs.
