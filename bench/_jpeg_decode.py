@@ -170,12 +170,14 @@ class DecodeBench:
         return node_fps(engine, self.events, c.n, c.batch, c.workers)
 
 
-def _names(engines: list[str], device: str) -> list[str]:
+def available(engines: list[str], device: str, what: str = "") -> list[str]:
+    """The engines of `engines` that can run on `device` here; says why each other one cannot
+    (`what`: the line's prefix, "decode, " for decoding). jpeg_fps.py's encoding rows use it too."""
     out = []
     for name in engines:
         reason = unavailable(name, device)
         if reason:
-            print(f"  decode, {name} on {device}: not available ({reason})")
+            print(f"  {what}{name} on {device}: not available ({reason})")
         else:
             out.append(name)
     return out
@@ -189,8 +191,8 @@ def measure(
     from _rounds import interleaved
 
     bench = DecodeBench(cuda)
-    cpu_names = _names(engines, "cpu") if on_cpu else []
-    gpu_names = _names(engines, "cuda") if cuda is not None else []
+    cpu_names = available(engines, "cpu", "decode, ") if on_cpu else []
+    gpu_names = available(engines, "cuda", "decode, ") if cuda is not None else []
     cpu_n = max(frames, 2 * CPU_BATCH * cores)
     figures, table, sweeps, goals = {}, [], {}, []
     print(

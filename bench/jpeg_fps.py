@@ -62,7 +62,7 @@ from torchvision import tv_tensors  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
 from tensor_codec.transports import ENCODE_OUTPUT  # noqa: E402
-from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder, unavailable  # noqa: E402
+from tensor_codec_nodes.common.jpeg_engines import ENGINES, choose_encoder  # noqa: E402
 from tensor_codec_nodes.common.pattern import render  # noqa: E402
 from tensor_codec_nodes.jpeg_encoder.engines import make_engine  # noqa: E402
 
@@ -337,14 +337,7 @@ class Bench:
 
 def engine_names(args, device: str) -> list[str]:
     """The engines asked for that can run on `device` here; says why each other one cannot."""
-    out = []
-    for name in args.engines:
-        reason = unavailable(name, device)
-        if reason:
-            print(f"  {name} on {device}: not available ({reason})")
-        else:
-            out.append(name)
-    return out
+    return _jpeg_decode.available(args.engines, device)
 
 
 def subsampling_of(name: str, device) -> str:
