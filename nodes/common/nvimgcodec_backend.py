@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["CUDA_ENCODE_BACKENDS", "CUDA_DECODE_BACKENDS", "GpuBackend"]
+__all__ = ["CUDA_ENCODE_BACKENDS", "CUDA_DECODE_BACKENDS", "GpuBackend", "CodecPerThread"]
 
 CUDA_ENCODE_BACKENDS = ("GPU_ONLY", "HYBRID_CPU_GPU")
 CUDA_DECODE_BACKENDS = ("GPU_ONLY", "HYBRID_CPU_GPU", "HW_GPU_ONLY")
@@ -85,3 +85,30 @@ class GpuBackend:
         if not self.kinds:
             return "no backend yet"
         return f"{' + '.join(self.kinds)} backend{'s' if len(self.kinds) > 1 else ''}"
+
+
+class CodecPerThread:
+    """Each thread's own nvImageCodec `codec` (nv.Encoder or nv.Decoder: one shared by two threads
+    lost batches and corrupted the heap), made on its first call: on CUDA on the GPU backends of
+    `gpu_kinds` that GpuBackend finds, on the CPU on nvImageCodec's CPU backend."""
+
+    def __init__(self, nv: Any, codec: Callable[..., Any], device: Any, gpu_kinds: Sequence[str]):
+        self._nv = nv
+        self._codec = codec
+        self._index = device.index or 0
+        self._gpu = GpuBackend(nv, gpu_kinds) if device.type == "cuda" else None
+        self._local = threading.local()
+
+    def __call__(self) -> Any:
+        made = getattr(self._local, "codec", None)
+        if made is None:
+            nv, codec, index = self._nv, self._codec, self._index
+            if self._gpu is not None:
+                made = self._gpu.build(lambda backends: codec(device_id=index, backends=backends))
+            else:
+                made = codec(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+            self._local.codec = made
+        return made
+
+    def describe(self) -> str:
+        return self._gpu.describe() if self._gpu is not None else "CPU_ONLY backend"

@@ -16,13 +16,11 @@ decoder node accepts a frame whose sides are the header's, in either order.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
 from ..common.jpeg_engines import EngineChoice, unavailable
-from ..common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, GpuBackend
+from ..common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, CodecPerThread
 
 __all__ = ["JpegDecodeEngine", "make_decode_engine"]
 
@@ -132,11 +130,10 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
         from nvidia import nvimgcodec as nv
 
         self._nv = nv
-        self._local = threading.local()
-        # On CUDA a GPU backend, named: with none named nvImageCodec decoded on its CPU backend on
-        # an H100 (~200 fps against 1,500 on the GPU; see common/nvimgcodec_backend).
-        self._backend = GpuBackend(nv, CUDA_DECODE_BACKENDS)
-        self._decoder()
+        # One decoder per thread; on CUDA on GPU backends named: with none named nvImageCodec
+        # decoded on its CPU backend on an H100 (~200 fps against 1,500; common/nvimgcodec_backend).
+        self._decoder = CodecPerThread(nv, nv.Decoder, self.device, CUDA_DECODE_BACKENDS)
+        self._decoder()  # built now: a failure is the node's start-up error
         self._params = {
             1: nv.DecodeParams(
                 apply_exif_orientation=True, color_spec=nv.ColorSpec.GRAY, sample_format=nv.SampleFormat.I_Y
@@ -147,23 +144,8 @@ class NvImgCodecDecodeEngine(JpegDecodeEngine):
         }
 
     def describe(self) -> str:
-        on = f" ({self._backend.describe()})" if self.device.type == "cuda" else ""
+        on = f" ({self._decoder.describe()})" if self.device.type == "cuda" else ""
         return f"{self.name} on {self.device}{on}"
-
-    def _decoder(self):
-        """This thread's nvImageCodec Decoder (made on first use)."""
-        decoder = getattr(self._local, "decoder", None)
-        if decoder is None:
-            nv = self._nv
-            if self.device.type == "cuda":
-                index = self.device.index or 0
-                decoder = self._backend.build(lambda backends: nv.Decoder(device_id=index, backends=backends))
-            else:
-                decoder = nv.Decoder(
-                    device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
-                )
-            self._local.decoder = decoder
-        return decoder
 
     def decode_batch(self, jpegs, channels):
         nv = self._nv

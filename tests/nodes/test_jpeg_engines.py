@@ -418,3 +418,31 @@ def test_a_cuda_nvimgcodec_engine_builds_on_the_gpu_backends_that_can_be_created
     nv.refused.add("hybrid")  # a later thread's codec cannot be made (out of memory, say): said so
     with pytest.raises(RuntimeError, match="could not create another codec on HYBRID_CPU_GPU, where this engine"):
         backend.build(nv.make)
+
+
+def test_each_thread_gets_its_own_nvimgcodec_codec_on_the_backends_found_once():
+    """One codec per thread (one shared by two threads lost batches), the GPU backends found by
+    the first and used by the others; on the CPU, the CPU backend."""
+    import threading
+
+    from tensor_codec_nodes.common.nvimgcodec_backend import CUDA_DECODE_BACKENDS, CodecPerThread
+
+    nv = FakeNv(refused={"gpu"})
+    nv.NVIMGCODEC_DEVICE_CPU_ONLY = -99
+    made = []
+
+    def codec(device_id, backends):
+        made.append((device_id, tuple(backends)))
+        return nv.make(backends)
+
+    per_thread = CodecPerThread(nv, codec, torch.device("cuda", 1), CUDA_DECODE_BACKENDS)
+    first = per_thread()
+    assert per_thread() is first  # the same thread: the same codec
+    other = []
+    worker = threading.Thread(target=lambda: other.append(per_thread()))
+    worker.start()
+    worker.join()
+    assert other[0] is not first and other[0] == first == "codec on hybrid+hw"
+    assert made[-1] == (1, ("hybrid", "hw")) and per_thread.describe() == "HYBRID_CPU_GPU + HW_GPU_ONLY backends"
+    on_cpu = CodecPerThread(nv, codec, torch.device("cpu"), CUDA_DECODE_BACKENDS)
+    assert on_cpu() == "codec on cpu" and made[-1] == (-99, ("cpu",)) and on_cpu.describe() == "CPU_ONLY backend"

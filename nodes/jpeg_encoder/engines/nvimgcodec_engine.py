@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from ...common.jpeg_engines import unavailable
-from ...common.nvimgcodec_backend import CUDA_ENCODE_BACKENDS, GpuBackend
+from ...common.nvimgcodec_backend import CUDA_ENCODE_BACKENDS, CodecPerThread
 from .base import PooledEngine, as_rgb3
 
 __all__ = ["NvImgCodecEngine"]
@@ -57,28 +57,13 @@ class NvImgCodecEngine(PooledEngine):
             3: nvimgcodec.EncodeParams(**quality_params, chroma_subsampling=css[subsampling]),
             1: nvimgcodec.EncodeParams(**quality_params, chroma_subsampling=nvimgcodec.ChromaSubsampling.CSS_GRAY),
         }
-        self._backend = GpuBackend(nvimgcodec, CUDA_ENCODE_BACKENDS)
+        self._encoder = CodecPerThread(nvimgcodec, nvimgcodec.Encoder, device, CUDA_ENCODE_BACKENDS)
         super().__init__(device, workers, subsampling)
         self._encoder()  # built now: a failure is the node's start-up error, not every batch's
 
     def describe(self) -> str:
-        on = f", {self._backend.describe()}" if self.device.type == "cuda" else ""
+        on = f", {self._encoder.describe()}" if self.device.type == "cuda" else ""
         return f"{self.name} on {self.device} (batched, {self.subsampling}{on})"
-
-    def _encoder(self):
-        """This worker's nvImageCodec encoder (made on first use; one per thread)."""
-        encoder = getattr(self._local, "encoder", None)
-        if encoder is None:
-            nv = self._nv
-            if self.device.type == "cuda":
-                index = self.device.index or 0
-                encoder = self._backend.build(lambda backends: nv.Encoder(device_id=index, backends=backends))
-            else:
-                encoder = nv.Encoder(
-                    device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, backends=[nv.Backend(nv.BackendKind.CPU_ONLY)]
-                )
-            self._local.encoder = encoder
-        return encoder
 
     def _image(self, frame: torch.Tensor, stream: int):
         """Step 1: the frame as an nvImageCodec image, without a copy where its layout allows."""
