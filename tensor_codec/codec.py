@@ -76,10 +76,19 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     restores every tensor onto that device with its exact strides (one copy of the whole
     message; such tensors own their memory). `name` (an input id) appears in error messages.
     """
-    target = None if device is None else _target_device(device)
     transport_name, text = read_metadata(metadata)
-    transport = transport_for_message(transport_name)
     compiled = received.cached(text, transport_name)
+    if compiled is not None and compiled.viewer is not None and not copy and device is None:
+        # Most messages: a stream of one plain tensor, its header seen before, viewed where it
+        # lies. Every step runs with the caches cold (between messages), so this is the whole
+        # path: no materialized record, no tree, one registration.
+        viewed = compiled.viewer(value)
+        if viewed is not None:
+            leaf, borrowed = viewed
+            lifetimes.register_leaf(name, leaf, borrowed, compiled.leaves, compiled.header["tree"])
+            return leaf
+    target = None if device is None else _target_device(device)
+    transport = transport_for_message(transport_name)
     if compiled is not None and compiled.nodes <= received.SMALL_NODES:
         # A stream's small header, seen before: a few objects made, nothing for the collector.
         materialized = transport.materialize(

@@ -37,7 +37,7 @@ from .errors import ReleasedError, SharedViewWriteError, format_path
 from .layout import clone_exact, leaf_view
 from .tree import iter_tensors, leaf_paths, map_tensors
 
-__all__ = ["Scope", "scope", "release", "keep", "register_message", "is_borrowed"]
+__all__ = ["Scope", "scope", "release", "keep", "register_message", "register_leaf", "is_borrowed"]
 
 log = logging.getLogger("tensor_codec")
 
@@ -45,29 +45,20 @@ log = logging.getLogger("tensor_codec")
 class Message:
     """One zero-copy decoded message: what it borrows and the leaves handed out from it.
 
-    `lock` orders release against keep across threads; `layouts` are the leaves' dtype, shape
-    and strides as handed out, so keep never depends on a leaf's live (mutable) metadata.
+    `versions` are the leaves' version counters at hand-out; `layouts` are the leaves' dtype,
+    shape and strides as handed out, so keep never depends on a leaf's live (mutable) metadata.
+    One is made per message received, with the caches cold (between messages): its fields are
+    given, not computed, and it holds no lock of its own (`_lock` orders release against keep).
     """
 
-    __slots__ = (
-        "name",
-        "borrowed",
-        "leaves",
-        "versions",
-        "locations",
-        "layouts",
-        "tree",
-        "released",
-        "lock",
-        "__weakref__",
-    )
+    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "layouts", "tree", "released", "__weakref__")
 
     def __init__(
         self,
         name: str | None,
         borrowed: Any,
         refs: list[weakref.ref],
-        plain_leaves: list[torch.Tensor],
+        versions: list[int],
         locations: list[int],
         layouts: list,
         tree: Any,
@@ -75,14 +66,11 @@ class Message:
         self.name = name
         self.borrowed: Any = borrowed  # None once released
         self.leaves = refs  # weak references to the leaves as handed out
-        # A TVTensor and its plain alias share one version counter; reading the plain one skips
-        # __torch_function__.
-        self.versions = list(map(_VERSION, plain_leaves))
+        self.versions = versions
         self.locations = locations
         self.layouts = layouts
         self.tree = tree  # the received tree, for paths in error messages
         self.released = False
-        self.lock = threading.Lock()
 
     def path(self, index: int) -> str:
         return format_path(leaf_paths(self.tree)[index])
@@ -92,7 +80,7 @@ class Message:
 
     def release(self) -> list[str]:
         """Detach every leaf; -> a description of each leaf written in place since hand-out."""
-        with self.lock:
+        with _lock:
             return self._release()
 
     def _release(self) -> list[str]:
@@ -130,6 +118,10 @@ def _detach(leaf: torch.Tensor) -> None:
 
 
 _VERSION = operator.attrgetter("_version")
+# Orders a message's release against a keep of it in another thread. One for all messages: a
+# release holds it for a version read and a set_() per leaf, a keep only to take the message's
+# buffer (it copies outside), so threads hardly meet on it, and no message pays for a lock.
+_lock = threading.Lock()
 
 # id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
 _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
@@ -158,8 +150,9 @@ def register_message(
     tree: Any,
 ) -> Message:
     """Track the leaves handed out from one zero-copy message (`leaves`: as handed out, maybe
-    TVTensors; `plain_leaves`: the same tensors as plain aliases; `layouts`: the validated leaf
-    table, with each leaf's dtype, shape and strides)."""
+    TVTensors; `plain_leaves`: the same tensors as plain aliases, whose version counters they
+    share and read without __torch_function__; `layouts`: the validated leaf table, with each
+    leaf's dtype, shape and strides)."""
     # One weak reference per leaf serves both the message and the hand-out table (whose entry it
     # removes when the leaf dies).
     # Every step here runs per message, with the caches cold (between messages): no Python call
@@ -169,7 +162,7 @@ def register_message(
         ref = _HandedOut(leaf, _forget)
         ref.key = id(leaf)
         refs.append(ref)
-    message = Message(name, borrowed, refs, plain_leaves, locations, layouts, tree)
+    message = Message(name, borrowed, refs, list(map(_VERSION, plain_leaves)), locations, layouts, tree)
     for i, leaf in enumerate(leaves):
         _handouts[id(leaf)] = (refs[i], message, i)
     stack = getattr(_local, "scopes", None)
@@ -178,6 +171,24 @@ def register_message(
         scope._messages.append(message)
         scope._leaves.extend(leaves)
     return message
+
+
+_AT_START = [0]
+
+
+def register_leaf(name: str | None, leaf: torch.Tensor, borrowed: Any, layouts: list, tree: Any) -> None:
+    """`register_message` for a message that is one plain tensor viewing `borrowed` from its
+    start (most messages: codec.decode's shortcut), in fewer steps."""
+    key = id(leaf)
+    ref = _HandedOut(leaf, _forget)
+    ref.key = key
+    message = Message(name, borrowed, [ref], [leaf._version], _AT_START, layouts, tree)
+    _handouts[key] = (ref, message, 0)
+    stack = getattr(_local, "scopes", None)
+    if stack:
+        scope = stack[-1]
+        scope._messages.append(message)
+        scope._leaves.append(leaf)
 
 
 def _message_of(t: torch.Tensor) -> tuple[Message, int] | None:
@@ -286,14 +297,16 @@ def keep(obj: Any) -> Any:
             message, index = hit
             block = copies.get(id(message))
             if block is None:
-                with message.lock:  # a release in another thread cannot interleave
-                    if message.released:
-                        raise ReleasedError(
-                            f"{message.describe()} at `{message.path(index)}`: the message was "
-                            "already released; call tc.keep() inside the scope that received it"
-                        )
-                    # Not released: `borrowed` is still set.
-                    block = copies[id(message)] = _copy_of(message.borrowed)
+                with _lock:  # a release in another thread cannot interleave
+                    borrowed = message.borrowed  # still set unless released
+                if message.released or borrowed is None:
+                    raise ReleasedError(
+                        f"{message.describe()} at `{message.path(index)}`: the message was "
+                        "already released; call tc.keep() inside the scope that received it"
+                    )
+                # Copied outside the lock: holding `borrowed` keeps its memory from going back to
+                # dora (which reuses it only once every reference is dropped), released or not.
+                block = copies[id(message)] = _copy_of(borrowed)
             layout = message.layouts[index]
             out = leaf_view(
                 block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides

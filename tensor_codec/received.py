@@ -32,6 +32,9 @@ class Compiled(NamedTuple):
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
     plain: bool  # the object is the one leaf itself (a plain tensor, no grad): nothing to build
+    # For a plain header, the transport's shortcut (Transport.viewer): value -> (the tensor, what
+    # it borrows) or None. A stream of one tensor, header seen before: most messages.
+    viewer: Any
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
@@ -104,7 +107,8 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
     plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
-    compiled = Compiled(header, leaves, build, prepared, cost, plain)
+    viewer = transport.viewer(prepared) if plain else None
+    compiled = Compiled(header, leaves, build, prepared, cost, plain, viewer)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _cache.keep(key, compiled, cost, bounds)
     return compiled

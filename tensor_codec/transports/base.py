@@ -87,6 +87,12 @@ class Transport(Protocol):
         Runs once per distinct header (its result is cached with the header).
         """
 
+    def viewer(self, prepared: Any) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
+        """For a header whose object is one plain tensor: a function that views a message's value
+        where it lies, -> (the tensor, what it borrows), or None for a value it does not take
+        (which `materialize` then takes, naming what is wrong); None when the transport has no
+        such shortcut for this header. Asked once per distinct header (cached with it)."""
+
     def materialize(
         self,
         value: Any,

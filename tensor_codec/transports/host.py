@@ -19,6 +19,7 @@ them onto that GPU, where CUDA IPC would have put them, unless it asks for a dev
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,24 @@ class HostTransport:
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
 
+    def viewer(self, prepared: tuple) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
+        """For a header of one leaf that a zero-copy receive views where dora put it (no GPU to
+        restore onto, not a small message, which is copied): `value` -> (the leaf, what it
+        borrows), or None for anything else, which `materialize` then takes (naming what is
+        wrong). A stream's messages share it with their header (codec.decode)."""
+        _, total, _, single, gpu = prepared
+        if single is None or gpu is not None or total < SMALL_MESSAGE_BYTES:
+            return None
+        units = buffer_layout.UNITS
+
+        def view(value: Any) -> tuple[torch.Tensor, Any] | None:
+            width = units.get(type(value), 0)  # the class gives the Arrow type (see _check_value)
+            if not width or len(value) * width != total or value.null_count:
+                return None
+            return _view_where_it_lies(value, single)
+
+        return view
+
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
@@ -138,18 +157,9 @@ class HostTransport:
         offsets, total, padding, single, gpu = prepared
         width = _check_value(value, total)
         if single is not None and device is None and gpu is None and not copy and total >= SMALL_MESSAGE_BYTES:
-            # Most messages: one tensor, viewed where dora put it in as few torch calls as can be
-            # (each costs tens of microseconds with the caches cold, as between messages): the
-            # value's DLPack view, shaped in place when it has the leaf's dtype already.
-            leaf = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
-            if not leaf.data_ptr() % ALIGNMENT:
-                if leaf.dtype is single.dtype.torch_dtype:  # the value is typed as the leaf (tc.send)
-                    leaf.as_strided_(single.shape, single.strides)  # in bounds: the header was checked
-                    # keep() copies the value itself: the registry must not hold the leaf alive.
-                    return Materialized([leaf], value, offsets)
-                # Not a view of DLPack's tensor (whose base a released leaf would keep alive).
-                view = leaf_view(leaf.untyped_storage(), single.dtype, 0, single.shape, single.strides)
-                return Materialized([view], leaf, offsets)
+            viewed = _view_where_it_lies(value, single)
+            if viewed is not None:
+                return Materialized([viewed[0]], viewed[1], offsets)
         if gpu is not None and device is None:
             device = _gpu_device(gpu)
         if device is not None and device.type != "cpu":
@@ -196,6 +206,22 @@ class HostTransport:
                 on_device.copy_(base)  # one plain copy (bench/host_staging.py: staging did not pay)
             base, borrowed = on_device, None
         return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
+
+
+def _view_where_it_lies(value: Any, single: ReceivedLeaf) -> tuple[torch.Tensor, Any] | None:
+    """A checked one-leaf value (most messages) viewed where dora put it, in as few torch calls as
+    can be (each costs tens of microseconds with the caches cold, as between messages): the
+    value's DLPack view, shaped in place when it has the leaf's dtype already. -> (the leaf, what
+    it borrows: what `keep` copies, and what the registry holds instead of the leaf), or None when
+    the bytes are not aligned for a view (the caller copies them)."""
+    leaf = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
+    if leaf.data_ptr() % ALIGNMENT:
+        return None
+    if leaf.dtype is single.dtype.torch_dtype:  # the value is typed as the leaf (tc.send)
+        leaf.as_strided_(single.shape, single.strides)  # in bounds: the header was checked
+        return leaf, value  # keep() copies the value itself
+    # Not a view of DLPack's tensor (whose base a released leaf would keep alive).
+    return leaf_view(leaf.untyped_storage(), single.dtype, 0, single.shape, single.strides), leaf
 
 
 def _gpu_device(uuid: str) -> torch.device:

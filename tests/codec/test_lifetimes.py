@@ -280,3 +280,86 @@ def test_keep_racing_release_never_returns_released_memory():
             assert kept["a"].shape == (64, 32) and kept["b"].shape == (2048,)
             outcomes["kept first"] += 1
     assert sum(outcomes.values()) == 300
+
+
+# ---------------------------------------------------------------------------- a stream of one tensor
+
+
+def _as_float32(value: pa.Array) -> pa.Array:
+    """The same bytes typed as float32: the value tc.send hands dora for a float32 tensor."""
+    return pa.Array.from_buffers(pa.float32(), len(value) // 4, [None, value.buffers()[1]])
+
+
+def _counting(monkeypatch, module, name, counts):
+    real = getattr(module, name)
+
+    def call(*args, **kwargs):
+        counts[name] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, call)
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["typed-as-leaf", "uint8"])
+def test_a_stream_of_one_tensor_is_viewed_in_one_step_after_its_first_message(monkeypatch, typed):
+    """The steady state of a receiving stream (structural: counted, not timed): once its header
+    was seen, a message of one plain tensor is neither materialized by the transport nor built
+    as a tree; it is viewed where it lies and registered in one step. Each is still a borrowed
+    view with this message's bytes, released at scope exit, checked for writes, kept exactly."""
+    from tensor_codec import lifetimes, received
+    from tensor_codec.transports.host import HostTransport
+
+    counts = collections.Counter()
+    _counting(monkeypatch, HostTransport, "materialize", counts)
+    _counting(monkeypatch, lifetimes, "register_message", counts)
+    _counting(monkeypatch, lifetimes, "register_leaf", counts)
+    received.forget_all()
+    frames = [torch.randn(256, 64, generator=torch.Generator().manual_seed(i)).t() for i in range(5)]
+    for i, frame in enumerate(frames):
+        value, metadata = tc.encode(frame)
+        if typed:
+            value = _as_float32(value)
+        with tc.scope():
+            got = tc.decode(value, metadata, name="frames")
+            assert is_borrowed(got) and got._base is None
+            assert_identical(got, frame, strides="exact")
+            if i == 3:
+                kept = tc.keep(got)
+        assert got.numel() == 0  # released: detached from the message's memory
+    assert counts == {"materialize": 1, "register_message": 1, "register_leaf": 4}
+    assert_identical(kept, frames[3], strides="exact")
+    assert not is_borrowed(kept)
+    value, metadata = tc.encode(frames[0])
+    with pytest.raises(tc.SharedViewWriteError, match="input 'frames'"):
+        with tc.scope():
+            tc.decode(value, metadata, name="frames").add_(1)
+
+
+def test_a_seen_header_with_a_wrong_value_is_refused_as_the_first_message_would_be():
+    """The one-step view takes only a value that is exactly what the header describes; any other
+    goes the full way, which names what is wrong (or copies what it cannot view in place)."""
+    from tensor_codec import received
+
+    frame = torch.randn(64, 64)
+    value, metadata = tc.encode(frame)
+    received.forget_all()
+    tc.decode(value, metadata)  # the header is seen: the next messages may take the shortcut
+    data = value.buffers()[1]
+    short = pa.Array.from_buffers(pa.uint8(), len(value) - 8, [None, data])
+    with pytest.raises(tc.DecodeError, match="value: expected 16384 bytes"):
+        tc.decode(short, metadata)
+    nulls = pa.array([1] * 4095 + [None], pa.float32())
+    with pytest.raises(tc.DecodeError, match="value: expected no nulls, got 1"):
+        tc.decode(nulls, metadata)
+    with pytest.raises(tc.DecodeError, match="value: expected Arrow type"):
+        tc.decode(pa.array(["x"] * 16384), metadata)
+    # Bytes one past an aligned address: not viewable in place, so copied, exactly.
+    shifted = pa.py_buffer(b"\0" + value.buffers()[1].to_pybytes())
+    unaligned = pa.Array.from_buffers(pa.uint8(), len(value), [None, shifted], offset=1)
+    with tc.scope():
+        got = tc.decode(unaligned, metadata)
+        assert_identical(got, frame)
+        assert not is_borrowed(got)
+    for kwargs in ({"copy": True}, {"device": "cpu"}):  # owned tensors, never the borrowed view
+        got = tc.decode(value, metadata, **kwargs)
+        assert_identical(got, frame) and not is_borrowed(got)
