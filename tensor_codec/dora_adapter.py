@@ -848,28 +848,49 @@ def _write_and_send(
 
 
 def _check_user_metadata(metadata: Any) -> None:
-    """The caller's metadata: a dict whose keys are not the codec's nor dora's image keys and
-    whose text UTF-8 can carry. One pass that calls no Python function for the usual entries
-    (numbers, ASCII text, lists of numbers): it runs on every message."""
+    """The caller's metadata: a dict whose keys are not the codec's nor dora's image keys, and
+    that UTF-8 can carry. It runs on every message, with the caches cold, so it checks the keys
+    once per set of keys (a stream repeats its keys message after message) and leaves the
+    values to dora: dora refuses text UTF-8 cannot carry before it sends anything (a
+    UnicodeEncodeError, dora 1.1), and `_unencodable` then names the field."""
     if metadata is None:
         return
     if not isinstance(metadata, dict):
         raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
-    for key, value in metadata.items():
-        kind = type(value)
+    keys = tuple(metadata)
+    if keys not in _keys_checked and not _keys_pass(keys):
+        _refuse_user_metadata(metadata)  # raises, naming what is wrong, unless nothing is
+
+
+# Key tuples whose every key is text UTF-8 carries, not reserved, not dora's image key (what a
+# stream's metadata repeats); emptied when full (keys that change every message gain nothing).
+_keys_checked: set[tuple] = set()
+_KEYS_CHECKED_MAX = 256
+
+
+def _keys_pass(keys: tuple) -> bool:
+    for key in keys:
         if not (
             type(key) is str
-            and key.isascii()
             and not key.startswith(RESERVED_PREFIX)
             and key not in _DORA_IMAGE_KEY_SET
-            and (
-                kind in _NO_TEXT
-                or (kind is str and value.isascii())
-                or ((kind is list or kind is tuple) and _NO_TEXT.issuperset(map(type, value)))
-            )
+            and (key.isascii() or not lone_surrogate(key))
         ):
-            _refuse_user_metadata(metadata)  # raises, naming what is wrong, unless nothing is
-            return
+            return False
+    if len(_keys_checked) >= _KEYS_CHECKED_MAX:
+        _keys_checked.clear()
+    _keys_checked.add(keys)
+    return True
+
+
+def _unencodable(metadata: dict | None, error: UnicodeEncodeError) -> EncodeError | UnicodeEncodeError:
+    """What to raise when dora refused `metadata`'s text (see `_check_user_metadata`): the field
+    named, or dora's own error where the caller's metadata holds no such text."""
+    try:
+        _refuse_user_metadata(metadata or {})
+    except EncodeError as named:
+        return named
+    return error
 
 
 def _refuse_user_metadata(metadata: dict) -> None:
@@ -966,6 +987,9 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         # dora's words are in the message; its error (eyre's location and a Rust stack
         # backtrace) is not chained: it would print below ours and bury it.
         raise translated from None
+    except UnicodeEncodeError as e:
+        chosen.abandon(outgoing)
+        raise _unencodable(metadata, e) from None
     except BaseException:
         chosen.abandon(outgoing)
         raise
@@ -979,55 +1003,70 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 class _Repeat:
     """What an output's message of a plain host tensor fixed, for the next one of the same dtype,
     shape and strides: the codec's metadata (the same header) and its bytes (the tensor's dense
-    span, which `send_output` copies; dora surely carries them). A stream sends the same layout
-    message after message (or a few layouts in turn); the plan, the transport's rule, the layout
-    and the route check gave these once and would give them again (a host tensor goes as host
-    bytes whatever the transport asked for), so a repeat skips them. Only the tensor's own state
-    is checked again."""
+    span, which `send_output` copies; dora surely carries them).
+    A stream sends the same layout message after message (or a few layouts in turn); the plan,
+    the transport's rule, the layout and the route check gave these once and would give them
+    again (a host tensor goes as host bytes whatever the transport asked for), so a repeat skips
+    them. Only the tensor's own state is checked again, with what the dtype fixed kept here (each
+    torch call costs microseconds with the caches cold, as between messages)."""
 
     metadata: dict
     nbytes: int
+    element_size: int
+    complex: bool  # the lazy conjugate bit exists only on complex tensors
+    # What _held holds for the node (see node_key): its weak reference, or the node itself where
+    # it takes none (held strongly, so its id is never another node's). A node whose id is
+    # another's now takes the full path, whose node_key purges what was cached for the old one.
+    held: Any
 
 
-# (node_key(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
+# (id(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
 _REPEATS_KEPT = 4096
 
 
-def _repeat_key(node: Any, output_id: str, t: torch.Tensor) -> tuple:
-    return (node_key(node), output_id, t.dtype, t.shape, t.stride())
-
-
 def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
     """Keep what `t`'s message fixed, when `t`'s own bytes were the value (not a broadcast tensor
-    narrowed, nor lazy bits resolved into a copy) and dora surely carries them."""
-    if leaf.broadcast or t.is_neg() or t.is_conj() or not _surely_carried(node, output_id, outgoing.nbytes):
+    narrowed, nor lazy bits resolved into a copy), its header is a plain tensor's (no autograd)
+    and dora surely carries them."""
+    if (
+        leaf.broadcast
+        or t.requires_grad  # its header says so; a repeat's tensor is taken to need no autograd
+        or t.is_neg()
+        or t.is_conj()
+        or not _surely_carried(node, output_id, outgoing.nbytes)
+    ):
         return
     if len(_repeats) >= _REPEATS_KEPT:
         try:
             del _repeats[next(iter(_repeats))]
         except (RuntimeError, StopIteration, KeyError):  # another thread's send changed it meanwhile
             pass
-    _repeats[_repeat_key(node, output_id, t)] = _Repeat(outgoing.metadata, outgoing.nbytes)
+    key = node_key(node)
+    _repeats[(key, output_id, t.dtype, t.shape, t.stride())] = _Repeat(
+        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), _held[key]
+    )
 
 
 def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None) -> bool:
     """Send `t` as this output's last message of its layout was sent, if there was one; False
     (nothing sent) if not: the full path then plans it."""
     try:
-        repeat = _repeats.get(_repeat_key(node, output_id, t))
+        repeat = _repeats.get((id(node), output_id, t.dtype, t.shape, t.stride()))
     except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
         return False
-    # Lazy bits: the storage does not hold the values. A repeat whose size is no longer below the
-    # threshold (the benchmark's forced rows move it): tc writes this one.
-    if repeat is None or not t.is_cpu or t.is_neg() or t.is_conj() or repeat.nbytes >= DORA_COPIES_BELOW:
+    if repeat is None or (repeat.held is not node and repeat.held() is not node):
+        return False
+    # Autograd: another header. Lazy bits: the storage does not hold the values.
+    if not t.is_cpu or t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()):
         return False
     nbytes = repeat.nbytes
+    if nbytes >= DORA_COPIES_BELOW:  # the threshold moved since (the benchmark's forced rows)
+        return False
     # A storage resized or freed after the view was made would be read at a dangling address.
-    if not holds_dense_span(t, nbytes):
+    if not holds_dense_span(t, nbytes, repeat.element_size):
         return False  # the full path names the problem
-    merged = dict(metadata) if metadata else {}
-    merged.update(repeat.metadata)
+    merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
     # Dense layouts address bytes from data_ptr() up (strides are never negative).
     value = value_of(t.data_ptr(), nbytes, t.dtype, t)
     try:
@@ -1037,6 +1076,8 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
         if translated is None:
             raise
         raise translated from None  # dora's words are in the message (see `send`)
+    except UnicodeEncodeError as e:
+        raise _unencodable(metadata, e) from None
     return True
 
 

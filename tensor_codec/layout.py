@@ -67,7 +67,7 @@ class LeafLayout:
         """`with_source` for a tensor its plan's key shows to need nothing resolved (no autograd,
         no lazy conj / neg bits): only its storage is checked, in fewer calls where the layout is
         dense (every step runs per message)."""
-        if not (self.raw_span and holds_dense_span(t, self.nbytes)):
+        if not (self.raw_span and holds_dense_span(t, self.nbytes, self.dtype.itemsize)):
             _check_storage(t, ())  # the general check, which names a storage too small
         for d in self.broadcast:
             t = t.narrow(d, 0, 1)
@@ -87,11 +87,11 @@ def values_of(t: torch.Tensor, path: tuple) -> torch.Tensor:
     return t
 
 
-def holds_dense_span(t: torch.Tensor, nbytes: int) -> bool:
+def holds_dense_span(t: torch.Tensor, nbytes: int, element_size: int) -> bool:
     """Whether the storage of `t`, a dense layout whose span is `nbytes`, still holds it: the quick
     form of `_check_storage` for the per-message paths (a dense span starts at the tensor's
-    offset; strides are never negative)."""
-    return t.untyped_storage().nbytes() >= t.storage_offset() * t.element_size() + nbytes
+    offset; strides are never negative). `element_size`: its dtype's, which the caller knows."""
+    return t.untyped_storage().nbytes() >= t.storage_offset() * element_size + nbytes
 
 
 def _check_storage(t: torch.Tensor, path: tuple) -> None:

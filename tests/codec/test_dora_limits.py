@@ -346,6 +346,36 @@ def test_a_freed_nodes_id_reused_by_a_new_node_brings_none_of_its_cache():
     dora_adapter.forget_routes()
 
 
+def test_a_freed_nodes_id_reused_by_a_new_node_sends_none_of_its_repeats(monkeypatch):
+    """A stream's repeats are keyed by id(node) too: the new node at a freed one's address plans
+    its first message afresh (and sends it itself), rather than repeating the old node's."""
+    import gc
+
+    dora_adapter.forget_routes()
+    plans = []
+    real_plan = dora_adapter.make_plan
+    monkeypatch.setattr(dora_adapter, "make_plan", lambda obj: plans.append(obj) or real_plan(obj))
+    frame = torch.randn(64, 64)
+    old = FakeNode()
+    tc.send(old, "out", frame)
+    tc.send(old, "out", frame)
+    assert len(plans) == 1  # the second was a repeat
+    key = dora_adapter.node_key(old)
+    del old
+    gc.collect()
+    new = FakeNode()
+    real_id = id
+    try:  # the new node at the freed one's address, as CPython gives it
+        dora_adapter.id = lambda obj: key if obj is new else real_id(obj)  # type: ignore[attr-defined]
+        tc.send(new, "out", frame)
+        assert len(plans) == 2 and len(new.sent) == 1
+        tc.send(new, "out", frame)  # now its own repeat
+        assert len(plans) == 2 and len(new.sent) == 2
+    finally:
+        del dora_adapter.id  # type: ignore[attr-defined]
+    dora_adapter.forget_routes()
+
+
 class Unreferenceable:
     """A node that takes no weak reference, as dora's Node."""
 

@@ -438,13 +438,22 @@ def test_a_string_with_a_character_outside_the_bmp_still_encodes():
      ({"names": ["a", "b\udfff"]}, "metadata['names']: expected a value")],
     ids=["value", "key", "in-a-list"],
 )  # fmt: skip
-def test_send_refuses_a_lone_surrogate_in_its_metadata_before_dora_sees_it(metadata, fragment):
+@pytest.mark.parametrize("repeat", [False, True], ids=["first", "repeat"])
+def test_send_refuses_a_lone_surrogate_in_its_metadata_naming_the_field(metadata, fragment, repeat):
+    """A key is checked before anything is sent; a value is refused by dora (as the fake does),
+    before it sends anything, and tc names the field: on the full path and on a stream's repeat,
+    and also when the same keys came before with text UTF-8 carries."""
     from tests.support.fakes import FakeNode
 
     node = FakeNode()
-    with pytest.raises(tc.EncodeError, match=re.escape(fragment)):
-        tc.send(node, "out", torch.zeros(2), metadata)
-    assert node.sent == []
+    t = torch.zeros(2048)  # 8 KiB: a stream's repeat
+    if repeat:
+        tc.send(node, "out", t, {key: "fine" for key in metadata if key.isascii()})
+    with pytest.raises(tc.EncodeError, match=re.escape(fragment)) as info:
+        tc.send(node, "out", t, metadata)
+    error = info.value
+    assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)  # not dora's
+    assert len(node.sent) == repeat
 
 
 def test_non_zero_padding_between_any_two_leaves_is_refused():

@@ -105,6 +105,26 @@ def test_reserved_metadata_keys_are_refused():
         tc.send(FakeNode(), "out", torch.zeros(1), {"tc.header": "mine"})
 
 
+def test_a_streams_metadata_keys_are_checked_once_and_a_bad_key_every_time(monkeypatch):
+    """Structural (counted, not timed): the caller's keys, which a stream repeats message after
+    message, are checked once per set of keys; a set with a reserved, image or unencodable key
+    is never taken as checked, so every message carrying it is refused."""
+    checked = []
+    real = dora_adapter._keys_pass
+    monkeypatch.setattr(dora_adapter, "_keys_pass", lambda keys: checked.append(keys) or real(keys))
+    dora_adapter._keys_checked.clear()
+    node = FakeNode()
+    frame = torch.randn(64, 64)
+    for seq in range(5):
+        tc.send(node, "out", frame, {"seq": seq, "label": f"frame {seq}", "shape": [64, 64]})
+    assert checked == [("seq", "label", "shape")] and len(node.sent) == 5
+    for bad in ({"tc.header": "mine"}, {"encoding": "rgb8"}, {"\udc00": 1}):
+        for _ in range(2):
+            with pytest.raises(tc.EncodeError):
+                tc.send(node, "out", frame, {"seq": 0, **bad})
+    assert len(node.sent) == 5
+
+
 @pytest.mark.parametrize("key", ["encoding", "width", "height"])
 def test_dora_image_keys_are_refused_on_codec_messages(key):
     """dora-hub image nodes read any message with these keys as flat interleaved pixels: a codec
@@ -217,8 +237,9 @@ def test_a_stream_of_one_layout_is_planned_once_and_sends_each_tensors_current_b
         lambda t: t._neg_view(),  # a lazy bit: the storage does not hold the values
         lambda t: t.expand(2, 64, 64),  # broadcast: sent once
         lambda t: tc_image(t),  # a TVTensor: its own header
+        lambda t: t.clone().requires_grad_(True),  # autograd: its own header
     ],
-    ids=["shape", "strides", "dtype", "crop", "neg-view", "expand", "tvtensor"],
+    ids=["shape", "strides", "dtype", "crop", "neg-view", "expand", "tvtensor", "requires-grad"],
 )
 def test_anything_but_a_repeat_takes_the_full_path(monkeypatch, second):
     made = _counting_plans(monkeypatch)
@@ -230,6 +251,20 @@ def test_anything_but_a_repeat_takes_the_full_path(monkeypatch, second):
     assert len(made) == 2
     got = tc.receive(as_event(node.sent[1]))
     assert_identical(got, other.resolve_neg() if other.is_neg() else other)
+
+
+def test_a_tensor_requiring_grad_is_never_a_repeat_nor_repeated():
+    """Its header says `grad`: a plain tensor after it, of the same layout, has its own header
+    (and a second one requiring grad is planned again, keeping its flag)."""
+    node = FakeNode()
+    graded = torch.randn(64, 64, requires_grad=True)
+    plain = torch.randn(64, 64)
+    for t in (graded, plain, plain, graded):
+        tc.send(node, "out", t)
+    got = [tc.receive(as_event(sent)) for sent in node.sent]
+    assert [g.requires_grad for g in got] == [True, False, False, True]
+    for g, t in zip(got, (graded, plain, plain, graded)):
+        assert torch.equal(g.detach(), t.detach())
 
 
 def tc_image(t):

@@ -29,3 +29,24 @@ def test_a_message_too_big_for_any_route_is_refused_inside_a_real_node(dora_cli,
         outcome = json.loads(result.read_text())
         assert outcome["raised"] == "MessageTooLargeError", outcome
         assert "shared_memory_pool_size" in outcome["message"] and "'sender'" in outcome["message"], outcome
+
+
+def test_metadata_text_dora_cannot_carry_is_refused_naming_its_field_inside_a_real_node(dora_cli, tmp_path):
+    """tc.send leaves the metadata's values to dora, which refuses text UTF-8 cannot carry
+    before it sends anything: tc names the field, on the full path and on a stream's repeat."""
+    result = tmp_path / "result.json"
+    node = python_node(
+        "sender",
+        TESTS / "dora_nodes" / "unencodable_sender.py",
+        inputs={"tick": "dora/timer/millis/50"},
+        outputs=["out"],
+        env={"RESULT": result},
+    )
+    run = run_dataflow(dora_cli, tmp_path, [node])
+    assert run.returncode == 0, run.explain()
+    with run.explained():
+        assert result.exists(), f"the sender wrote no result to {result}"
+        outcome = json.loads(result.read_text())
+        assert outcome["first"].startswith("EncodeError: metadata['label']: expected a value UTF-8 can carry"), outcome
+        assert outcome["good"] == "sent", outcome
+        assert outcome["repeat"].startswith("EncodeError: metadata['names']: expected a value UTF-8 can carry"), outcome

@@ -85,6 +85,7 @@ class FakeNode(MockNode):
 
     def send_output(self, output_id: str, data: Any, metadata: dict | None = None) -> None:
         self._refuse()
+        _convert_as_dora_does(metadata)
         if metadata and "tc.header" in metadata and type(data) in UNITS and len(data):
             # A tc message's value, which dora copies as it sends: recorded as its bytes then (as
             # send_output_raw's are), not as a view of memory the sender may change afterwards.
@@ -94,6 +95,7 @@ class FakeNode(MockNode):
 
     def send_output_raw(self, output_id: str, data_length: int, metadata: dict | None = None) -> FakeSample:
         self._refuse()
+        _convert_as_dora_does(metadata)
         return FakeSample(self, output_id, data_length, metadata)
 
     def dataflow_descriptor(self) -> Any:
@@ -122,6 +124,15 @@ class FakeNode(MockNode):
 
     def is_empty(self) -> bool:
         return not self.events
+
+
+def _convert_as_dora_does(metadata: dict | None) -> None:
+    """dora 1.1 turns metadata text into UTF-8 before it sends anything, and raises
+    UnicodeEncodeError for text UTF-8 cannot carry (a lone surrogate), in a value or in a list."""
+    for value in (metadata or {}).values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, str):
+                item.encode("utf-8")
 
 
 def _event(item: dict | tuple | None) -> dict | None:
