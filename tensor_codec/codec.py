@@ -12,7 +12,7 @@ import contextlib
 import gc
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import torch
@@ -24,6 +24,9 @@ from .plan import make_plan
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
 from .transports.names import HOST
 from .wire import read_metadata
+
+if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
+    from .transports.host import HostTransport
 
 __all__ = ["encode", "decode"]
 
@@ -53,6 +56,10 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     outgoing = chosen.lay_out(plan, _ENCODE)
     if outgoing is None:
         raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
+    if chosen.name == HOST:
+        small = cast("HostTransport", chosen).small_copy(outgoing)  # most small messages
+        if small is not None:
+            return small, dict(outgoing.metadata)
     nbytes = outgoing.nbytes
     buf = pa.allocate_buffer(nbytes)  # Arrow's allocator aligns to 64 bytes
     if nbytes:

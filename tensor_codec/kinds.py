@@ -116,7 +116,9 @@ class _BoundingBoxesKind(TensorKind):
         self.optional_attribute_names = ("clamping_mode",)
 
     def attribute_key(self, x):
-        return (_attribute(x, "format"), tuple(_attribute(x, "canvas_size")), getattr(x, "clamping_mode", None))
+        fmt = _attribute(x, "format")
+        # The format's name, not the member: an Enum hashes in Python (a per-message cost).
+        return (getattr(fmt, "_name_", fmt), tuple(_attribute(x, "canvas_size")), getattr(x, "clamping_mode", None))
 
     def attributes(self, x):
         attrs = {"format": _attribute(x, "format").name, "canvas_size": _canvas_to_json(_attribute(x, "canvas_size"))}

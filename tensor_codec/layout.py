@@ -246,14 +246,15 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     if leaf.nbytes == 0:
         return
     src = leaf.source
+    if leaf.raw_span and dest.host and leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu:
+        # Most leaves: one byte copy. Dense layouts address bytes from data_ptr() up (strides
+        # are never negative).
+        ctypes.memmove(dest.address + start, src.data_ptr(), leaf.nbytes)
+        return
     if src.is_cuda and dest.host:
         _write_from_gpu(leaf, dest, start)
         return
     if leaf.raw_span:
-        if leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu and dest.host:
-            # Dense layouts address bytes from data_ptr() up (strides are never negative).
-            ctypes.memmove(dest.address + start, src.data_ptr(), leaf.nbytes)
-            return
         src_bytes = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
             src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
         )

@@ -234,3 +234,34 @@ def test_a_namedtuple_registered_after_its_header_was_seen_is_used():
     assert type(first) is not Late
     tc.register_namedtuple(Late)
     assert type(round_trip(Late(2))) is Late
+
+
+def test_a_small_one_tensor_message_is_encoded_by_one_copy_without_a_destination(monkeypatch):
+    """Structural (counted, not timed): a small message (under 4 KiB) that is one dense host
+    tensor is copied by one call into its value, with no buffer allocated and no destination set
+    up; anything else (a crop, two tensors, 4 KiB and more) is written as before. Either way the
+    bytes are the tensor's, and decode restores it exactly (it copies small messages, so the
+    value's alignment does not matter)."""
+    import pyarrow as pa
+    from torchvision import tv_tensors as tvt
+
+    from tensor_codec import codec
+
+    made = collections.Counter()
+    real_destination, real_allocate = codec.Destination, codec.pa.allocate_buffer
+    monkeypatch.setattr(codec, "Destination", lambda *a: made.update(["destination"]) or real_destination(*a))
+    monkeypatch.setattr(codec.pa, "allocate_buffer", lambda n: made.update(["buffer"]) or real_allocate(n))
+    boxes = tvt.BoundingBoxes(torch.rand(64, 4), format="XYXY", canvas_size=(480, 640))
+    cases = {
+        "boxes": (boxes, 0),
+        "transposed": (torch.randn(16, 8).t(), 0),
+        "crop": (torch.randn(16, 16)[::2], 1),
+        "two tensors": ([torch.ones(3), torch.zeros(5)], 1),
+        "4 KiB": (torch.randn(1024), 1),
+    }
+    for name, (obj, written) in cases.items():
+        made.clear()
+        value, metadata = tc.encode(obj)
+        assert made == ({"destination": 1, "buffer": 1} if written else {}), name
+        assert value.type == pa.uint8()
+        assert_identical(tc.decode(value, metadata), obj)
