@@ -63,11 +63,11 @@ from . import routing
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
 from .header_json import describe_surrogate, lone_surrogate
-from .layout import Destination, holds_dense_span, values_of
+from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
-from .transports.buffer_layout import value_of
+from .transports.buffer_layout import arrow_type_of, value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 from .wire import RESERVED_PREFIX
@@ -1014,6 +1014,7 @@ class _Repeat:
     nbytes: int
     element_size: int
     complex: bool  # the lazy conjugate bit exists only on complex tensors
+    unit: pa.DataType | None  # the Arrow type of the dtype (buffer_layout.value_of), None: it has none
     # What _held holds for the node (see node_key): its weak reference, or the node itself where
     # it takes none (held strongly, so its id is never another node's). A node whose id is
     # another's now takes the full path, whose node_key purges what was cached for the old one.
@@ -1044,7 +1045,7 @@ def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outg
             pass
     key = node_key(node)
     _repeats[(key, output_id, t.dtype, t.shape, t.stride())] = _Repeat(
-        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), _held[key]
+        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), _held[key]
     )
 
 
@@ -1064,11 +1065,19 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
     if nbytes >= DORA_COPIES_BELOW:  # the threshold moved since (the benchmark's forced rows)
         return False
     # A storage resized or freed after the view was made would be read at a dangling address.
-    if not holds_dense_span(t, nbytes, repeat.element_size):
+    # (layout.holds_dense_span and buffer_layout.value_of, inlined: a Python call costs about a
+    # microsecond here, with the caches cold between messages; bench/dora_latency.py.)
+    if t.untyped_storage().nbytes() < t.storage_offset() * repeat.element_size + nbytes:
         return False  # the full path names the problem
     merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
     # Dense layouts address bytes from data_ptr() up (strides are never negative).
-    value = value_of(t.data_ptr(), nbytes, t.dtype, t)
+    address = t.data_ptr()
+    unit = repeat.unit
+    if unit is not None and not address % repeat.element_size:
+        data = pa.foreign_buffer(address, nbytes, base=t)
+        value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
+    else:
+        value = value_of(address, nbytes, t.dtype, t)
     try:
         node.send_output(output_id, value, merged)
     except RuntimeError as e:

@@ -24,6 +24,7 @@ __all__ = [
     "UNITS",
     "UNIT_NAMES",
     "value_of",
+    "arrow_type_of",
     "bytes_value",
     "view_of",
 ]
@@ -101,6 +102,12 @@ _ARROW_TYPE = {
     torch.uint64: pa.uint64(),
     torch.float64: pa.float64(),
 }
+
+
+def arrow_type_of(dtype: torch.dtype) -> pa.DataType | None:
+    """The Arrow type `value_of` types a leaf of `dtype` as, when its address is aligned to it
+    (its width is the dtype's item size); None for a dtype that goes as `bytes_value`."""
+    return _ARROW_TYPE.get(dtype)
 
 
 def value_of(address: int, nbytes: int, dtype: torch.dtype, owner: Any) -> pa.Array:
