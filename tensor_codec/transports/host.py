@@ -127,29 +127,16 @@ class HostTransport:
 
     def viewer(self, prepared: tuple) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
         """For a header of one leaf that a zero-copy receive views where dora put it (no GPU to
-        restore onto, not a small message, which is copied): `value` -> (the leaf, what it
-        borrows), or None for anything else, which `materialize` then takes (naming what is
-        wrong). A stream's messages share it with their header (codec.decode)."""
-        _, total, _, single, gpu = prepared
-        if single is None or gpu is not None or total < SMALL_MESSAGE_BYTES:
-            return None
-        units = buffer_layout.UNITS
-
-        def view(value: Any) -> tuple[torch.Tensor, Any] | None:
-            width = units.get(type(value), 0)  # the class gives the Arrow type (see _check_value)
-            if not width or len(value) * width != total or value.null_count:
-                return None
-            return _view_where_it_lies(value, single)
-
-        return view
+        restore onto, not a small message, which is copied): made once by `prepare`."""
+        return prepared[5]
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
-        or None), after checking every offset is the canonical one. Cached with the header: a
-        stream's messages share it. (Zero-copy leaves stay `leaf_view`s of the storage, not
-        views of a view: a released leaf must not keep the message's buffer alive through a
-        view's base.)"""
+        or None, the view of such a message where it lies or None: `viewer`), after checking
+        every offset is the canonical one. Cached with the header: a stream's messages share it.
+        (Zero-copy leaves stay `leaf_view`s of the storage, not views of a view: a released leaf
+        must not keep the message's buffer alive through a view's base.)"""
         offsets, total = buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
@@ -160,7 +147,8 @@ class HostTransport:
             from ..cuda_ipc.fields import check_gpu_uuid  # no CUDA: a string check
 
             check_gpu_uuid(gpu, f"tc.header.{KEY_GPU}")
-        return offsets, total, Padding(leaves, offsets), only, gpu
+        view = _one_leaf_view(only, total) if only is not None and gpu is None else None
+        return offsets, total, Padding(leaves, offsets), only, gpu, view
 
     def materialize(
         self,
@@ -172,10 +160,10 @@ class HostTransport:
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        offsets, total, padding, single, gpu = prepared
+        offsets, total, padding, single, gpu, view = prepared
         width = _check_value(value, total)
-        if single is not None and device is None and gpu is None and not copy and total >= SMALL_MESSAGE_BYTES:
-            viewed = _view_where_it_lies(value, single)
+        if view is not None and device is None and not copy:
+            viewed = view(value)  # most messages: one tensor, viewed where dora put it
             if viewed is not None:
                 return Materialized([viewed[0]], viewed[1], offsets)
         if gpu is not None and device is None:
@@ -226,20 +214,34 @@ class HostTransport:
         return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
 
 
-def _view_where_it_lies(value: Any, single: ReceivedLeaf) -> tuple[torch.Tensor, Any] | None:
-    """A checked one-leaf value (most messages) viewed where dora put it, in as few torch calls as
-    can be (each costs tens of microseconds with the caches cold, as between messages): the
-    value's DLPack view, shaped in place when it has the leaf's dtype already. -> (the leaf, what
-    it borrows: what `keep` copies, and what the registry holds instead of the leaf), or None when
-    the bytes are not aligned for a view (the caller copies them)."""
-    leaf = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
-    if leaf.data_ptr() % ALIGNMENT:
+def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
+    """For a one-leaf header: `value` -> (the leaf viewed where dora put it, what it borrows:
+    what `keep` copies, and what the registry holds instead of the leaf), or None for a value it
+    does not take (its type, length or nulls not what the header says, which `materialize`
+    names; bytes not aligned for a view, which it copies). In as few torch calls as can be (each
+    costs tens of microseconds with the caches cold, as between messages): the value's DLPack
+    view, shaped in place when it has the leaf's dtype already. None for a small message (dora
+    delivers those inline, unaligned; they are copied)."""
+    if total < SMALL_MESSAGE_BYTES:
         return None
-    if leaf.dtype is single.dtype.torch_dtype:  # the value is typed as the leaf (tc.send)
-        leaf.as_strided_(single.shape, single.strides)  # in bounds: the header was checked
-        return leaf, value  # keep() copies the value itself
-    # Not a view of DLPack's tensor (whose base a released leaf would keep alive).
-    return leaf_view(leaf.untyped_storage(), single.dtype, 0, single.shape, single.strides), leaf
+    units = buffer_layout.UNITS
+    view_of = buffer_layout.view_of
+    dtype, shape, strides = single.dtype.torch_dtype, single.shape, single.strides
+
+    def view(value: Any) -> tuple[torch.Tensor, Any] | None:
+        width = units.get(type(value), 0)  # the class gives the Arrow type (see _check_value)
+        if not width or len(value) * width != total or value.null_count:
+            return None
+        leaf = view_of(value)  # its storage keeps the Arrow buffer alive
+        if leaf.data_ptr() % ALIGNMENT:
+            return None
+        if leaf.dtype is dtype:  # the value is typed as the leaf (tc.send)
+            leaf.as_strided_(shape, strides)  # in bounds: the header was checked
+            return leaf, value  # keep() copies the value itself
+        # Not a view of DLPack's tensor (whose base a released leaf would keep alive).
+        return leaf_view(leaf.untyped_storage(), single.dtype, 0, shape, strides), leaf
+
+    return view
 
 
 def _gpu_device(uuid: str) -> torch.device:
