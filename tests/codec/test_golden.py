@@ -187,3 +187,25 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--regenerate"]:
         sys.exit("usage: python tests/codec/test_golden.py --regenerate")
     regenerate()
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"t": "tv.BoundingBoxes", "leaf": 0, "format": "XYXY", "canvas_size": [480, 640], "clamping_mode": "soft"},
+        {"t": "dict", "items": [["é\U0001f600", {"t": "float", "v": 1.5e-300}], ["k", None], ['"q\\', [True, -2]]]},
+        [{"dtype": "float32", "shape": [2, 3], "strides": [3, 1], "nbytes": 24, "offset": 0}],
+        {"gpu": "GPU-0a1b"},
+    ],
+    ids=["boxes-tree", "text-floats-nesting", "leaf-table", "transport-keys"],
+)
+def test_header_text_is_jsonencoders_text_with_its_encoder_made_once(obj):
+    """The writer keeps one C encoder (wire._encode) instead of the one JSONEncoder.encode makes
+    per call: the same text for every kind of value a header holds, and the same refusal of a
+    float JSON cannot carry."""
+    from tensor_codec import wire
+
+    assert wire._encode(obj) == wire._JSON.encode(obj)
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            wire._encode({"v": bad})
