@@ -69,7 +69,11 @@ def _compact_encoder() -> Callable[[Any], str]:
     if make is None:
         return _JSON.encode
     encoder = make(None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
-    return lambda obj: "".join(encoder(obj, 0))
+
+    def encode(obj: Any) -> str:
+        return "".join(encoder(obj, 0))
+
+    return encode
 
 
 _encode = _compact_encoder()
