@@ -81,7 +81,9 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     (see `tc.scope`, `tc.release`, `tc.keep`) and must not be written in place. ``copy=True``
     returns tensors that own their memory. `device` ("cpu", "cuda", "cuda:1", a torch.device)
     restores every tensor onto that device with its exact strides (one copy of the whole
-    message; such tensors own their memory). `name` (an input id) appears in error messages.
+    message; such tensors own their memory), except where the message's bytes are there already:
+    host bytes restored onto "cpu" are viewed as without `device` (``copy=True`` copies them).
+    `name` (an input id) appears in error messages.
     """
     transport_name, text = read_metadata(metadata)
     compiled = received.cached(text, transport_name)

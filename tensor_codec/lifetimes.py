@@ -28,6 +28,7 @@ import logging
 import operator
 import threading
 import weakref
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -59,7 +60,7 @@ class Message:
         borrowed: Any,
         refs: list[weakref.ref],
         versions: list[int],
-        locations: list[int],
+        locations: Sequence[int],
         layouts: list,
         tree: Any,
     ) -> None:
@@ -81,12 +82,16 @@ class Message:
     def release(self) -> list[str]:
         """Detach every leaf; -> a description of each leaf written in place since hand-out."""
         with _lock:
-            return self._release()
+            written = self._release()
+        # Described outside the lock: a path walks the received tree.
+        return [self._written(index, version, now) for index, version, now in written]
 
-    def _release(self) -> list[str]:
+    def _release(self) -> list[tuple[int, int, int]]:
+        """-> (leaf index, version at hand-out, version now) of each leaf written in place."""
         if self.released:
             return []
-        problems = []
+        self.released = True  # first: a release re-entered from this thread (a finalizer) is a no-op
+        written = []
         for index, (ref, version) in enumerate(zip(self.leaves, self.versions)):
             leaf = ref()
             if leaf is None:
@@ -94,17 +99,16 @@ class Message:
             if type(leaf) is torch.Tensor and not leaf.requires_grad:
                 # Most leaves: no subclass to step around, no autograd to keep out of set_().
                 if leaf._version != version:
-                    problems.append(self._written(index, version, leaf._version))
+                    written.append((index, version, leaf._version))
                 leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see _detach)
                 continue
             with torch._C.DisableTorchFunctionSubclass():
                 now = leaf._version
             if now != version:
-                problems.append(self._written(index, version, now))
+                written.append((index, version, now))
             _detach(leaf)
-        self.released = True
         self.borrowed = None
-        return problems
+        return written
 
     def _written(self, index: int, version: int, now: int) -> str:
         where = f"{self.describe()} at `{self.path(index)}`"
@@ -119,9 +123,11 @@ def _detach(leaf: torch.Tensor) -> None:
 
 _VERSION = operator.attrgetter("_version")
 # Orders a message's release against a keep of it in another thread. One for all messages: a
-# release holds it for a version read and a set_() per leaf, a keep only to take the message's
-# buffer (it copies outside), so threads hardly meet on it, and no message pays for a lock.
-_lock = threading.Lock()
+# release holds it for a version read and a set_() per leaf (what it found is described after),
+# a keep only to take the message's buffer (it copies outside), so threads hardly meet on it, and
+# no message pays for a lock. Re-entrant: a finalizer that releases, run by a set_() on this
+# thread, must not wait for itself.
+_lock = threading.RLock()
 
 # id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
 _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
@@ -173,7 +179,7 @@ def register_message(
     return message
 
 
-_AT_START = [0]
+_AT_START = (0,)  # the one leaf's location: it views `borrowed` from its start
 
 
 def register_leaf(name: str | None, leaf: torch.Tensor, borrowed: Any, layouts: list, tree: Any) -> None:

@@ -360,6 +360,10 @@ def test_a_seen_header_with_a_wrong_value_is_refused_as_the_first_message_would_
         got = tc.decode(unaligned, metadata)
         assert_identical(got, frame)
         assert not is_borrowed(got)
-    for kwargs in ({"copy": True}, {"device": "cpu"}):  # owned tensors, never the borrowed view
-        got = tc.decode(value, metadata, **kwargs)
-        assert_identical(got, frame) and not is_borrowed(got)
+    got = tc.decode(value, metadata, copy=True)  # an owned tensor, never the borrowed view
+    assert_identical(got, frame)
+    assert not is_borrowed(got)
+    with tc.scope():  # host bytes onto "cpu": where they are, viewed by the full path
+        got = tc.decode(value, metadata, device="cpu")
+        assert_identical(got, frame)
+        assert is_borrowed(got)
