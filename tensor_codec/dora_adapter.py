@@ -59,7 +59,7 @@ import pyarrow as pa
 import torch
 import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installed unless types-PyYAML is)
 
-from . import routing
+from . import limits, routing
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
 from .header_json import describe_surrogate, lone_surrogate
@@ -1024,6 +1024,8 @@ class _Repeat:
 # (id(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
 _REPEATS_KEPT = 4096
+# A repeat skips the limits' checks its header passed: under other limits, it is checked again.
+limits.on_change(_repeats.clear)
 
 
 def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
@@ -1044,8 +1046,11 @@ def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outg
         except (RuntimeError, StopIteration, KeyError):  # another thread's send changed it meanwhile
             pass
     key = node_key(node)
+    held = _held.get(key)
+    if held is None:  # another thread forgot the node meanwhile: nothing to remember it by
+        return
     _repeats[(key, output_id, t.dtype, t.shape, t.stride())] = _Repeat(
-        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), _held[key]
+        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), held
     )
 
 

@@ -267,6 +267,24 @@ def test_a_tensor_requiring_grad_is_never_a_repeat_nor_repeated():
         assert torch.equal(g.detach(), t.detach())
 
 
+def test_a_repeat_is_checked_again_under_new_limits():
+    """A repeat skips the checks its header passed under the limits of its first message:
+    set_limits forgets the repeats, so the next message is checked under the new ones."""
+    node = FakeNode()
+    frame = torch.randn(64, 64)  # 16 KiB of logical bytes
+    tc.send(node, "out", frame)
+    tc.send(node, "out", frame)  # a repeat
+    previous = tc.set_limits(leaf_logical_bytes=4096)
+    try:
+        with pytest.raises(tc.EncodeError, match="leaf_logical_bytes"):
+            tc.send(node, "out", frame)
+    finally:
+        tc.set_limits(previous)
+    assert len(node.sent) == 2
+    tc.send(node, "out", frame)
+    assert len(node.sent) == 3
+
+
 def tc_image(t):
     from torchvision import tv_tensors
 
