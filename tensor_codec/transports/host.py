@@ -92,18 +92,14 @@ class HostTransport:
 
     def value_in_place(self, outgoing: Outgoing) -> pa.Array | None:
         """The message's value as an Arrow array over the source tensor's own memory, when the
-        whole value is one dense host tensor's span (one leaf at offset 0, no padding: most
-        messages). Nothing is copied; the array keeps the tensor alive. None otherwise: the
-        bytes must be compacted, padded or brought off a GPU by `write`."""
-        leaves = outgoing.plan.leaves
-        if len(leaves) != 1:
-            return None
-        leaf = leaves[0]
-        src = leaf.source
-        if not (leaf.raw_span and src.is_cpu):
+        whole value is one dense host tensor's span (most messages). Nothing is copied; the
+        array keeps the tensor alive. None otherwise: the bytes must be compacted, padded or
+        brought off a GPU by `write`."""
+        src = _dense_host_source(outgoing)
+        if src is None:
             return None
         # Dense layouts address bytes from data_ptr() up (strides are never negative).
-        return buffer_layout.value_of(src.data_ptr(), leaf.nbytes, src.dtype, src)
+        return buffer_layout.value_of(src.data_ptr(), outgoing.nbytes, src.dtype, src)
 
     def small_copy(self, outgoing: Outgoing) -> pa.Array | None:
         """A copy of a small message (under SMALL_MESSAGE_BYTES) that is one dense host tensor's
@@ -111,13 +107,9 @@ class HostTransport:
         value), with no buffer to allocate and no destination to set up (about 1 us of the 15 a
         small message costs, bench/small_message.py). The bytes are not 64-byte aligned and need
         not be: receivers copy small messages (`materialize`). None for any other message."""
-        leaves = outgoing.plan.leaves
         nbytes = outgoing.nbytes
-        if len(leaves) != 1 or not 0 < nbytes < SMALL_MESSAGE_BYTES:
-            return None
-        leaf = leaves[0]
-        src = leaf.source
-        if not (leaf.raw_span and src.is_cpu):
+        src = _dense_host_source(outgoing) if 0 < nbytes < SMALL_MESSAGE_BYTES else None
+        if src is None:
             return None
         # Dense layouts address bytes from data_ptr() up (strides are never negative).
         return pa.Array.from_buffers(_UINT8, nbytes, [None, pa.py_buffer(ctypes.string_at(src.data_ptr(), nbytes))])
@@ -212,6 +204,17 @@ class HostTransport:
                 on_device.copy_(base)  # one plain copy (bench/host_staging.py: staging did not pay)
             base, borrowed = on_device, None
         return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
+
+
+def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
+    """The host tensor whose dense span is the whole value (one leaf at offset 0, no padding),
+    or None: the value must be compacted, padded or brought off a GPU."""
+    leaves = outgoing.plan.leaves
+    if len(leaves) != 1:
+        return None
+    leaf = leaves[0]
+    src = leaf.source
+    return src if leaf.raw_span and src is not None and src.is_cpu else None
 
 
 def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
