@@ -9,7 +9,8 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
   in particular (tc / pa.array p50 <= 1.0x; 1.06 to 1.18x before its redesign);
 * issue 33: that at every contiguous size, tc's own cost over the faster of dora's primitives under
   20 us at 1 MB, and tc picking the faster primitive and the faster type for send_output's bytes
-  (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead.
+  (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead;
+  `--split` takes tc's cost over the floor apart (its metadata in dora, its sender, its receiver).
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
 contenders are interleaved round by round, each round shuffled, so drift in machine load and
@@ -277,6 +278,39 @@ def attribute(path: Path, roots: list[tuple[str, str]], messages: int) -> tuple[
     return total * us, sorted(((f, n * us) for f, n in inside.items()), key=lambda fn: -fn[1])
 
 
+# --split: tc's cost over the floor (send_output) taken apart, per size (bench/_latency_node.py,
+# SPLIT): dora carrying tc's metadata, tc's sender, tc's receiver, each added to the floor alone.
+SPLIT_CONTENDERS = ["send_output", "send_output+tc-metadata", "tc.send-only", "tc.receive-only", "tc"]
+
+
+def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict, int]:
+    """Contiguous tensors through one dataflow, the floor and tc's parts interleaved: per size,
+    each contender's p50 latency over the floor's, and its receiver's p50 time to a usable tensor
+    (the sender's share is what the latency adds beyond it). -> (the table, as printed, how many
+    messages arrived with a wrong shape or dtype)."""
+    rows = run(sizes_mb, reps, warmup, pool, {"contiguous": SPLIT_CONTENDERS})
+    print("tc's cost taken apart, contiguous, p50: latency over the floor (send_output) and the receive's own time")
+    print(f"{'size':>6s}  " + "  ".join(f"{c:>24s}" for c in SPLIT_CONTENDERS))
+    table: dict = {}
+    for size in sizes_mb:
+        sel = {c: [r for r in rows if r["size_mb"] == size and r["contender"] == c] for c in SPLIT_CONTENDERS}
+        floor = statistics.median(r["latency_ns"] for r in sel["send_output"]) / 1e3
+        cells = {}
+        for c, mine in sel.items():
+            latency = statistics.median(r["latency_ns"] for r in mine) / 1e3
+            receive = statistics.median(r["receive_ns"] for r in mine) / 1e3
+            cells[c] = {"latency_us": latency, "over_floor_us": latency - floor, "receive_us": receive}
+        table[f"{size}MB"] = cells
+        print(
+            f"{size:>4d}MB  "
+            + "  ".join(f"{v['over_floor_us']:+8.1f} us (rx {v['receive_us']:5.1f})" for v in cells.values())
+        )
+    floors = ", ".join(f"{size} {cells['send_output']['latency_us']:.0f} us" for size, cells in table.items())
+    wrong = sum(1 for r in rows if not r["ok"])
+    print(f"  (the floor's latency: {floors}; messages measured: {len(rows)}, wrong shape or dtype: {wrong})")
+    return table, wrong
+
+
 OWN_COST_GOAL_US = 20.0  # issue 33: tc's own cost over the best dora primitive, contiguous 1 MB
 PICK_TOLERANCE = 1.05  # the primitive tc picks may be this much slower than the other (noise)
 
@@ -373,6 +407,11 @@ def main(argv=None) -> dict:
         help="instead: sample tc's sender and receiver with py-spy, one dataflow per size, raw samples into DIR",
     )
     parser.add_argument("--top", type=int, default=8, help="with --profile: frames listed per side (default 8)")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="instead: tc's cost over the floor taken apart (its metadata carried by dora, its sender, its receiver)",
+    )
     add_json_option(parser, "dora_latency")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -380,6 +419,12 @@ def main(argv=None) -> dict:
         found = profile(sizes, args.reps, args.warmup, args.pool, args.profile, args.top)
         figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "sample_hz": SAMPLE_HZ, "profile": found}
         return save("dora_latency_profile", "none: where tc's time goes, sampled", figures, args.json)
+    if args.split:
+        found, wrong = split(sizes, args.reps, args.warmup, args.pool)
+        figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "split": found, "wrong": wrong}
+        return save(
+            "dora_latency_split", "the floor: send_output of the same bytes, typed as the tensor", figures, args.json
+        )
     rows = run(sizes, args.reps, args.warmup, args.pool)
     summary, table, goals = report(rows, sizes)
     figures = {

@@ -46,6 +46,22 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
     assert row["picked"] in ("send_output", "send_output_raw") and positive(row["tc:send_output_raw"]), row
 
 
+def test_split_takes_tcs_cost_apart_in_one_dataflow(dora_cli, tmp_path):
+    """--split: the floor and tc's parts (its metadata carried by dora, its sender alone, its
+    receiver alone, both) through one dataflow; each row has its latency over the floor's and
+    its receiver's own time, and every message arrived usable."""
+    data = run_script(
+        "dora_latency", ["--split", "--sizes", "1", "--reps", "2", "--warmup", "0"], tmp_path / "split.json"
+    )
+    check_envelope(data, "dora_latency_split")
+    assert data["wrong"] == 0
+    (cells,) = data["split"].values()
+    assert list(cells) == ["send_output", "send_output+tc-metadata", "tc.send-only", "tc.receive-only", "tc"]
+    assert cells["send_output"]["over_floor_us"] == 0
+    for name, row in cells.items():
+        assert positive(row["latency_us"]) and positive(row["receive_us"]), (name, row)
+
+
 def test_profile_attributes_samples_to_tc_frames_and_leaves_imports_out(tmp_path, monkeypatch):
     """--profile's reading of py-spy's raw samples: only stacks under tc's frames count, an import
     (the first message's, once) is left out, and each sample is placed at its innermost Python
