@@ -13,6 +13,7 @@ lifts it; `size_error` does the same for dora's own errors; `tc.max_send_bytes` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -322,6 +323,18 @@ def test_a_small_message_on_a_pinned_output_skips_the_rule_once_the_output_was_l
     assert calls == []
 
 
+@contextlib.contextmanager
+def at_freed_address(node, key: int):
+    """`node` given a freed node's id (`key`) inside dora_adapter, as CPython gives a new object
+    the address of one just freed."""
+    real_id = id
+    dora_adapter.id = lambda obj: key if obj is node else real_id(obj)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del dora_adapter.id  # type: ignore[attr-defined]
+
+
 def test_a_freed_nodes_id_reused_by_a_new_node_brings_none_of_its_cache():
     """The caches are keyed by id(node) (dora's Node takes no weak reference or attribute): a node
     freed while cached would hand its id, and with it its route, to the next object allocated at
@@ -336,13 +349,9 @@ def test_a_freed_nodes_id_reused_by_a_new_node_brings_none_of_its_cache():
     del unpinned
     gc.collect()
     pinned = backpressured()
-    real_id = id
-    try:  # the new node at the freed one's address, as CPython gave it
-        dora_adapter.id = lambda obj: key if obj is pinned else real_id(obj)  # type: ignore[attr-defined]
+    with at_freed_address(pinned, key):
         assert dora_adapter.node_key(pinned) == key
         assert tc.max_send_bytes(pinned, "out") == DAEMON_PATH_MAX_PAYLOAD
-    finally:
-        del dora_adapter.id  # type: ignore[attr-defined]
     dora_adapter.forget_routes()
 
 
@@ -364,15 +373,11 @@ def test_a_freed_nodes_id_reused_by_a_new_node_sends_none_of_its_repeats(monkeyp
     del old
     gc.collect()
     new = FakeNode()
-    real_id = id
-    try:  # the new node at the freed one's address, as CPython gives it
-        dora_adapter.id = lambda obj: key if obj is new else real_id(obj)  # type: ignore[attr-defined]
+    with at_freed_address(new, key):
         tc.send(new, "out", frame)
         assert len(plans) == 2 and len(new.sent) == 1
         tc.send(new, "out", frame)  # now its own repeat
         assert len(plans) == 2 and len(new.sent) == 2
-    finally:
-        del dora_adapter.id  # type: ignore[attr-defined]
     dora_adapter.forget_routes()
 
 
