@@ -34,7 +34,8 @@ from torch.nn.utils.rnn import pack_sequence  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
-from tensor_codec import header_json, limits, received  # noqa: E402  (modules)
+from tensor_codec import limits, received  # noqa: E402  (modules)
+from tensor_codec.wire import header_json  # noqa: E402
 
 GOAL_SECONDS = 0.050
 GOAL_BYTES = 32 << 20

@@ -89,7 +89,7 @@ from .metadata import carry, stamp
 from .pinning import pin_memory
 from .plain import plain_bytes
 from .tree import map_tensors, register_namedtuple
-from .wire import VERSION as WIRE_VERSION
+from .wire.header import VERSION as WIRE_VERSION
 
 __version__ = "0.1.0"
 

@@ -23,7 +23,7 @@ from .layout import Destination
 from .plan import make_plan
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
 from .transports.names import HOST
-from .wire import read_metadata
+from .wire.header import read_metadata
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .transports.host import HostTransport

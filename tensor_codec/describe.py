@@ -32,8 +32,8 @@ from . import received
 from .errors import DecodeError, UsageError
 from .transports import transport_for_message
 from .transports.names import HOST
-from .walk import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
-from .wire import ReceivedLeaf, read_metadata
+from .wire.header import ReceivedLeaf, read_metadata
+from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
 __all__ = ["Description", "describe", "MAX_CHARS"]
 

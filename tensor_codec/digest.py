@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .layout import values_of
-from .walk import DICT, LIST, NAMEDTUPLE, PACKED, fold
+from .walk import fold
+from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED
 
 __all__ = ["content_digest", "logical_bytes"]
 

@@ -62,7 +62,6 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installe
 from . import limits, routing
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
-from .header_json import describe_surrogate, lone_surrogate
 from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
@@ -70,7 +69,8 @@ from .transports import Output, get_transport
 from .transports.buffer_layout import arrow_type_of, value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
-from .wire import RESERVED_PREFIX
+from .wire.header import RESERVED_PREFIX
+from .wire.header_json import describe_surrogate, lone_surrogate
 
 if TYPE_CHECKING:
     from .cuda_ipc.transport import CudaIpcTransport

@@ -1,17 +1,11 @@
-"""How one tensor lies on the wire: shape, element strides and the bytes that back them.
+"""How one tensor is laid on the wire and read back: the writer's half of the layout rule
+(wire/leaf.py states the rule and holds the receiver's check), and the copies.
 
-The rule (docs/wire-format.md, "Leaf layout"):
-
-* Dims of size > 1 with stride 0 are *broadcast* dims (``expand``): they keep stride 0 on the wire
-  and their data is sent once.
-* If the remaining dims form a dense layout (every element of the byte span is addressed exactly
-  once, in any dim order: contiguous, transposed, channels_last, ...), the tensor travels with its
-  own strides and its span is copied byte for byte.
+* Broadcast dims (size > 1, stride 0; ``expand``) keep stride 0 on the wire: their data is sent once.
+* A tensor whose other dims are dense (wire.leaf.dense_span) travels with its own strides and its
+  span is copied byte for byte.
 * Otherwise (gaps, such as a strided crop, or overlap) it is compacted: row-major strides, and one
   strided copy straight into the destination.
-
-`check_leaf_layout` is the receiver's half: it accepts exactly the layouts a writer may produce, so
-every addressable element lies inside the leaf's bytes.
 """
 
 from __future__ import annotations
@@ -21,26 +15,19 @@ from dataclasses import dataclass
 
 import torch
 
-from .dtypes import WireDType, by_torch
-from .errors import DecodeError, EncodeError, format_path
+from .errors import EncodeError, format_path
+from .wire.dtypes import WireDType, by_torch
+from .wire.leaf import MAX_RANK, contiguous_strides, dense_span
 
 __all__ = [
-    "MAX_RANK",
-    "MAX_DIM",
     "LeafLayout",
     "values_of",
     "plan_leaf",
     "write_leaf",
     "Destination",
-    "check_leaf_layout",
-    "contiguous_strides",
     "leaf_view",
-    "dense_span",
     "clone_exact",
 ]
-
-MAX_RANK = 64  # dims per tensor accepted on the wire
-MAX_DIM = 1 << 62  # upper bound for any size or stride value (fits int64 with room to multiply)
 
 
 @dataclass(slots=True)
@@ -114,15 +101,6 @@ def _check_storage(t: torch.Tensor, path: tuple) -> None:
         )
 
 
-def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    strides = [0] * len(shape)
-    step = 1
-    for i in range(len(shape) - 1, -1, -1):
-        strides[i] = step
-        step *= max(shape[i], 1)
-    return tuple(strides)
-
-
 def leaf_view(storage: torch.UntypedStorage, dtype: WireDType, byte_offset: int, shape, strides) -> torch.Tensor:
     """A tensor of `dtype` viewing `storage` from `byte_offset` (a multiple of the item size)."""
     # Viewing an empty uint8 tensor as complex32 avoids torch's "ComplexHalf is experimental" warning.
@@ -132,26 +110,6 @@ def leaf_view(storage: torch.UntypedStorage, dtype: WireDType, byte_offset: int,
     else:
         t = torch.empty(0, dtype=dtype.torch_dtype, device=device)
     return t.set_(storage, byte_offset // dtype.itemsize, shape, strides)
-
-
-def _is_row_major(shape, strides) -> bool:
-    step = 1
-    for i in range(len(shape) - 1, -1, -1):
-        if shape[i] != 1 and strides[i] != step:
-            return False
-        step *= shape[i]
-    return True
-
-
-def dense_span(shape, strides) -> int | None:
-    """Elements spanned if the non-broadcast dims are dense in some order, else None."""
-    dims = sorted((st, sz) for sz, st in zip(shape, strides) if sz > 1 and st != 0)
-    expected = 1
-    for st, sz in dims:
-        if st != expected:
-            return None
-        expected *= sz
-    return expected
 
 
 def clone_exact(t: torch.Tensor) -> torch.Tensor:
@@ -279,35 +237,3 @@ def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
         dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
         dense.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
     dest.tensor()[start : start + leaf.nbytes].copy_(dense)
-
-
-def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> None:
-    """Receiver-side validation of one leaf's layout; raises DecodeError naming the field."""
-    if len(strides) != len(shape):
-        raise DecodeError(f"{where}.strides: expected {len(shape)} entries (one per dim of shape), got {len(strides)}")
-    # The product of the non-zero sizes bounds every partial product torch forms (it multiplies
-    # sizes left to right), so an empty tensor cannot smuggle in sizes that overflow int64.
-    numel, nonzero = 1, 1
-    for sz in shape:
-        numel *= sz
-        if sz:
-            nonzero *= sz
-    if nonzero * dtype.itemsize > MAX_DIM:
-        raise DecodeError(
-            f"{where}.shape: expected at most {MAX_DIM} logical bytes (product of the non-zero sizes "
-            f"times the item size), got {nonzero * dtype.itemsize}"
-        )
-    if numel == 0:
-        if nbytes != 0:
-            raise DecodeError(f"{where}.nbytes: expected 0 for a tensor with no elements, got {nbytes}")
-        return
-    if nbytes == numel * dtype.itemsize and _is_row_major(shape, strides):
-        return  # the common case, checked in one pass
-    span = dense_span(shape, strides)
-    if span is None:
-        raise DecodeError(
-            f"{where}.strides: expected a dense layout (each stride of a non-broadcast dim equal to the "
-            f"product of the sizes of the dims with smaller strides), got shape {list(shape)} strides {list(strides)}"
-        )
-    if span * dtype.itemsize != nbytes:
-        raise DecodeError(f"{where}.nbytes: expected {span * dtype.itemsize} ({span} x {dtype.name}), got {nbytes}")

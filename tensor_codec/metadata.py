@@ -25,7 +25,7 @@ from typing import Any
 
 from .digest import content_digest
 from .errors import EncodeError
-from .wire import RESERVED_PREFIX
+from .wire.header import RESERVED_PREFIX
 
 __all__ = ["CHECKSUM", "SENT_NS", "DESCRIBES_INPUT", "stamp", "carry"]
 

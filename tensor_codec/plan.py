@@ -16,9 +16,10 @@ import torch
 
 from . import limits
 from .errors import EncodeError, format_path
-from .kinds import kind_of
 from .layout import LeafLayout, plan_leaf
 from .tree import flatten, tensor_node
+from .wire.kinds import kind_of
+from .wire.limits import check_logical_sizes
 
 __all__ = ["Plan", "make_plan"]
 
@@ -114,7 +115,7 @@ def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple)
     layout = _layout_cache.get(layout_key)
     if layout is None:
         leaf = plan_leaf(plain, ())
-        limits.check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
+        check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
         template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
         layout = (template, {})
         _remember(_layout_cache, layout_key, layout)
@@ -137,5 +138,5 @@ def _make_plan(obj: Any) -> Plan:
             f"too many tensors at `$`: expected at most {bounds.leaves} per message (limits.leaves), got {len(found)}"
         )
     leaves = [plan_leaf(tensor, path) for tensor, path in found]
-    limits.check_logical_sizes(leaves, bounds, EncodeError, lambda i: f"tensor at `{format_path(found[i][1])}`")
+    check_logical_sizes(leaves, bounds, EncodeError, lambda i: f"tensor at `{format_path(found[i][1])}`")
     return Plan(tree, leaves, [path for _, path in found], None, any(on_gpu(leaf.source) for leaf in leaves))

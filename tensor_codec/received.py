@@ -9,7 +9,7 @@ entries and text size; a change of limits empties it.
 
 A stream whose tree changes while its layout stays (a new canvas size, a new timestamp in a dict,
 every frame) sends a new header each time with the same leaf table. The leaf table, validated and
-prepared by the transport, is kept too, by the text before the tree (wire.split_header): such a
+prepared by the transport, is kept too, by the text before the tree (wire_header.split_header): such a
 header costs the parse and compile of its tree alone.
 """
 
@@ -19,15 +19,16 @@ import collections
 import threading
 from typing import Any, NamedTuple
 
-from . import limits, wire
+from . import limits
 from .tree import compile_tree
+from .wire import header as wire_header
 
 __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
 
 
 class Compiled(NamedTuple):
     header: dict
-    leaves: list[wire.ReceivedLeaf]
+    leaves: list[wire_header.ReceivedLeaf]
     build: Any  # (tensors, handed_out) -> the object
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
@@ -100,7 +101,7 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     if len(text) <= _CACHE_MAX_TEXT:
         table = _leaf_table(text, transport_name, transport, bounds)
     if table is None:  # any other text: read whole, and every problem named
-        header, leaves = wire.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
+        header, leaves = wire_header.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
         prepared = transport.prepare(header, leaves)
     else:
         header, leaves, prepared = table
@@ -119,14 +120,14 @@ def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.L
     the encoder writes one, what comes before its tree taken from the cache when its text was
     seen under these limits; None for any other text. `prepare` reads the leaf table and the
     transport's keys, all of them before the tree: it is kept with them."""
-    split = wire.split_header(text, bounds)
+    split = wire_header.split_header(text, bounds)
     if split is None:
         return None
     table_text, tree = split
     key = (transport_name, table_text)
     hit = _tables.get(key)
     if hit is None or hit[0][3] is not bounds:  # checked under other limits: checked again
-        parsed = wire.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
+        parsed = wire_header.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
         if parsed is None:
             return None
         header, leaves = parsed

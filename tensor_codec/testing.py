@@ -19,10 +19,11 @@ from typing import Any
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_sequence
 
-from .dtypes import supported_torch_dtypes
 from .errors import format_path
 from .layout import plan_leaf
-from .walk import DICT, LIST, NAMEDTUPLE, TUPLE, children, fold
+from .walk import children, fold
+from .wire.dtypes import supported_torch_dtypes
+from .wire.structure import DICT, LIST, NAMEDTUPLE, TUPLE
 
 __all__ = [
     "make_layout_cases",

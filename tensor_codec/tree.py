@@ -29,10 +29,10 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import walk
 from .errors import DecodeError, UsageError, Where, some_keys
-from .kinds import PLAIN, TensorKind, kind_by_tag
-from .walk import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
-from .walk import INT64_MAX as _INT64_MAX
-from .walk import INT64_MIN as _INT64_MIN
+from .wire.kinds import PLAIN, TensorKind, kind_by_tag
+from .wire.structure import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .wire.structure import INT64_MAX as _INT64_MAX
+from .wire.structure import INT64_MIN as _INT64_MIN
 
 __all__ = [
     "MAX_DEPTH",
@@ -49,7 +49,6 @@ __all__ = [
 _MAX_NAME = 256
 _MAX_FIELDS = 1024  # namedtuple fields accepted from the network (building a class costs O(fields))
 
-_PACKED_FIELDS = walk.PACKED_FIELDS
 _NAMEDTUPLES: dict[str, type[Any]] = {}
 # (name, fields) -> class, LRU
 _GENERIC_NAMEDTUPLES: collections.OrderedDict[tuple[str, tuple[str, ...]], type] = collections.OrderedDict()
@@ -102,7 +101,7 @@ def _encode_container(x: Any, tag: str, values: list, path: tuple) -> dict:
     if tag is NAMEDTUPLE:
         tx = type(x)
         return {"t": tag, "name": _registered_name(tx), "fields": list(tx._fields), "items": values}
-    return {"t": tag, **dict(zip(_PACKED_FIELDS, values))}  # PackedSequence
+    return {"t": tag, **dict(zip(PACKED_FIELDS, values))}  # PackedSequence
 
 
 def leaf_paths(tree: Any) -> list[tuple]:
@@ -128,7 +127,7 @@ def leaf_paths(tree: Any) -> list[tuple]:
             for field, item in zip(node["fields"], node["items"]):
                 visit(item, path + (field,))  # noqa: F821  (itself; deleted after the walk)
         elif tag == PACKED:
-            for field in _PACKED_FIELDS:
+            for field in PACKED_FIELDS:
                 visit(node[field], path + (field,))  # noqa: F821  (itself; deleted after the walk)
 
     try:
@@ -387,7 +386,7 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
 
 
 def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
-    fields = _PACKED_FIELDS
+    fields = PACKED_FIELDS
     _expect_keys(node, {"t", *fields}, where)
     parts: list[Builder | None] = []
     for f in fields:

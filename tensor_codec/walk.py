@@ -30,33 +30,22 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from .errors import EncodeError, format_path
-from .kinds import PLAIN, TensorKind, kind_of
+from .wire.kinds import PLAIN, TensorKind, kind_of
+from .wire.structure import DICT, INT64_MAX, INT64_MIN, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, TUPLE
 
 __all__ = [
-    "MAX_DEPTH",
     "SUPPORTED",
-    "PACKED_FIELDS",
-    "DICT",
-    "LIST",
-    "TUPLE",
-    "NAMEDTUPLE",
-    "PACKED",
     "fold",
     "children",
     "plain_of",
 ]
 
-MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 SUPPORTED = (
     "a torch.Tensor, a TVTensor (Image, Video, Mask, BoundingBoxes, KeyPoints), a PackedSequence, "
     "dict, list, tuple, namedtuple, int, float, bool, str or None"
 )
 
-# Container tags: the same strings as the wire tree's "t" of each container.
-DICT, LIST, TUPLE, NAMEDTUPLE, PACKED = "dict", "list", "tuple", "namedtuple", "PackedSequence"
-PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
 
 _SCALAR, _INT = object(), object()  # leaves other than tensors; int has a range to check
 

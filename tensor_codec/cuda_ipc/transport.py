@@ -28,13 +28,14 @@ from typing import Any
 import pyarrow as pa
 import torch
 
+from .. import limits
 from ..errors import DecodeError, EncodeError, UsageError, format_path
 from ..layout import Destination, write_leaf
 from ..plan import Plan
 from ..transports.base import Materialized, Outgoing, Output
 from ..transports.buffer_layout import check_canonical_offsets, layout_offsets, leaf_views
 from ..transports.names import CUDA_IPC
-from ..wire import ReceivedLeaf, header_metadata, leaf_table
+from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
 from .identity import host_identity, pid_namespace
 from .pool import BufferPool
@@ -213,7 +214,11 @@ class CudaIpcTransport:
         leaf_fields = [{"offset": o} for o in offsets]
         entry = (
             header_metadata(
-                plan.tree, leaf_table(plan.leaves, leaf_fields), self.name, {"producer": producer.header()}
+                plan.tree,
+                leaf_table(plan.leaves, leaf_fields),
+                self.name,
+                limits.current(),
+                {"producer": producer.header()},
             ),
             offsets,
             total,
@@ -313,7 +318,7 @@ class CudaIpcTransport:
         the producer hold each message's GPU memory until the claim timeout. DecodeError for a
         malformed message or a slot that cannot be claimed."""
         from .. import received
-        from ..wire import read_metadata
+        from ..wire.header import read_metadata
 
         transport_name, text = read_metadata(metadata)
         if transport_name != self.name:

@@ -13,7 +13,7 @@ import torch
 
 from ..layout import Destination
 from ..plan import Plan
-from ..wire import ReceivedLeaf
+from ..wire.header import ReceivedLeaf
 
 __all__ = ["ENCODE_OUTPUT", "Output", "Outgoing", "Materialized", "Transport"]
 

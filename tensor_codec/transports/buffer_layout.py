@@ -14,7 +14,7 @@ import torch
 
 from ..errors import DecodeError
 from ..layout import leaf_view
-from ..wire import ReceivedLeaf
+from ..wire.header import ReceivedLeaf
 
 __all__ = [
     "layout_offsets",

@@ -26,10 +26,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from .. import limits
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
 from ..plan import Plan
-from ..wire import ReceivedLeaf, header_metadata, leaf_table
+from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from . import buffer_layout, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
 from .names import CUDA_IPC, HOST
@@ -72,7 +73,7 @@ class HostTransport:
                 layout_memo[HOST] = table
         text, offsets, total = table
         extra = None if output.onto_gpu is None else {KEY_GPU: output.onto_gpu}
-        metadata = header_metadata(plan.tree, text, HOST, extra)
+        metadata = header_metadata(plan.tree, text, HOST, limits.current(), extra)
         if memo is not None:
             memo[key] = (metadata, offsets, total)
         return Outgoing(plan, metadata, total, offsets)

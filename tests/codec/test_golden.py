@@ -203,7 +203,7 @@ def test_header_text_is_jsonencoders_text_with_its_encoder_made_once(obj):
     """The writer keeps one C encoder (wire._encode) instead of the one JSONEncoder.encode makes
     per call: the same text for every kind of value a header holds, and the same refusal of a
     float JSON cannot carry."""
-    from tensor_codec import wire
+    from tensor_codec.wire import header as wire
 
     assert wire._encode(obj) == wire._JSON.encode(obj)
     for bad in (math.nan, math.inf):

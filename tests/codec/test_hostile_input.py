@@ -21,8 +21,9 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import header_json, limits, received
+from tensor_codec import limits, received
 from tensor_codec.testing import assert_identical
+from tensor_codec.wire import header_json
 
 EMPTY = pa.array([], pa.uint8())
 
@@ -517,7 +518,7 @@ def _outcome(value, metadata):
 @pytest.mark.parametrize("table_seen", [False, True], ids=["new table", "table seen"])
 @pytest.mark.parametrize("case", sorted(_SPLIT_CASES))
 def test_a_header_read_in_two_parts_reads_as_the_whole_text(case, table_seen, monkeypatch):
-    from tensor_codec import wire
+    from tensor_codec.wire import header as wire
 
     text = _SPLIT_CASES[case]
     data = torch.arange(4.0).reshape(2, 2)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec.dtypes import supported_torch_dtypes
 from tensor_codec.testing import assert_identical, expected_wire_strides, make_many_small
+from tensor_codec.wire.dtypes import supported_torch_dtypes
 
 
 def make_tensor(dtype: torch.dtype, shape: tuple[int, ...], *, seed: int = 0) -> torch.Tensor:

@@ -166,8 +166,9 @@ def test_a_stream_of_new_attributes_writes_and_validates_its_leaf_table_once(mon
     every message still restores its own attributes (structural: counted, not timed)."""
     from torchvision import tv_tensors as tvt
 
-    from tensor_codec import plan, received, wire
+    from tensor_codec import plan, received
     from tensor_codec.transports import host
+    from tensor_codec.wire import header as wire
 
     counts = collections.Counter()
 

@@ -11,8 +11,8 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tensor_codec import header_json
-from tensor_codec.walk import MAX_DEPTH
+from tensor_codec.wire import header_json
+from tensor_codec.wire.structure import MAX_DEPTH
 
 
 def message(obj=None):

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import testing, tree, walk
+from tensor_codec import testing, tree
 from tensor_codec.digest import content_digest
+from tensor_codec.wire.structure import MAX_DEPTH
 
 P = collections.namedtuple("P", "x y")
 
@@ -47,7 +48,7 @@ REFUSED = [
     ({"a": (1, {1.5: 2})}, "unsupported dict key at `$.a[1]`"),
     ({"a": {1 << 63: 0}}, "dict key out of range at `$.a`"),
     ({"a": P(1, 1 << 64)}, "integer out of range at `$.a.y`"),
-    (_nest(walk.MAX_DEPTH + 1), "structure too deep at `$" + "[0]" * (walk.MAX_DEPTH + 1) + "`"),
+    (_nest(MAX_DEPTH + 1), "structure too deep at `$" + "[0]" * (MAX_DEPTH + 1) + "`"),
 ]
 
 
@@ -61,7 +62,7 @@ def test_every_walk_refuses_the_same_objects_naming_the_same_path(name, obj, mes
 
 @pytest.mark.parametrize("name", list(_walks()))
 def test_every_walk_takes_the_deepest_structure_encode_takes(name):
-    _walks()[name](_nest(walk.MAX_DEPTH))
+    _walks()[name](_nest(MAX_DEPTH))
 
 
 def test_self_referencing_structure_stops_every_walk():

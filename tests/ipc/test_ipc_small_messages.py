@@ -12,7 +12,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec import routing
 from tensor_codec.errors import DecodeError, EncodeError
-from tensor_codec.wire import KEY_HEADER, KEY_TRANSPORT
+from tensor_codec.wire.header import KEY_HEADER, KEY_TRANSPORT
 from tests.support.fakes import FakeNode
 
 THE_GPU = "GPU-00000000-1111-2222-3333-444444444444"  # the stand-in's one GPU

@@ -26,11 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import header_json, limits
+from ..errors import DecodeError, EncodeError, Where, format_path, some_keys
+from . import header_json
 from .dtypes import WireDType, by_name
-from .errors import DecodeError, EncodeError, Where, format_path, some_keys
-from .layout import MAX_DIM, MAX_RANK, check_leaf_layout
-from .walk import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .leaf import MAX_DIM, MAX_RANK, check_leaf_layout
+from .limits import Limits, check_logical_sizes
+from .structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
 __all__ = [
     "VERSION",
@@ -101,17 +102,18 @@ def leaf_table(leaf_layouts: list, leaf_fields: list[dict]) -> str:
     return _encode(leaves)
 
 
-def header_metadata(tree: Any, table: str, transport: str, extra: dict | None = None) -> dict:
+def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra: dict | None = None) -> dict:
     """The codec's metadata for a message: its leaf table (`leaf_table`), the transport's
     top-level keys (`extra`) and its tree, as header text: ``{"leaves":...,"tree":...}`` with
-    `extra`'s members between the two (the order `split_header` reads)."""
+    `extra`'s members between the two (the order `split_header` reads). A header receivers would
+    refuse under `bounds` is refused here."""
     text = '{"leaves":' + table
     if extra:
         text += "," + _encode(extra)[1:-1]  # its members, without their braces
     text += _TREE_MEMBER + _encode(tree) + "}"
     if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
         _refuse_surrogates(text, tree)
-    header_json.check_outgoing(text, limits.current())
+    header_json.check_outgoing(text, bounds)
     return {KEY_VERSION: VERSION, KEY_TRANSPORT: transport, KEY_HEADER: text}
 
 
@@ -210,7 +212,7 @@ def read_metadata(metadata: Any) -> tuple[str, str]:
 
 
 def parse_header(
-    text: str, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits
+    text: str, leaf_keys: frozenset, header_keys: frozenset, bounds: Limits
 ) -> tuple[dict, list[ReceivedLeaf]]:
     """Header text -> (header object, validated leaf table), for a transport that adds `leaf_keys`
     to each leaf and `header_keys` to the header. Its cost is checked before it is parsed."""
@@ -221,7 +223,7 @@ def parse_header(
     return header, parse_leaves(header, leaf_keys, header_keys, bounds)
 
 
-def split_header(text: str, bounds: limits.Limits) -> tuple[str, Any] | None:
+def split_header(text: str, bounds: Limits) -> tuple[str, Any] | None:
     """-> (the text before the tree, the tree) of a header written as `header_metadata` writes
     one, the tree last, its cost checked first as `parse_header` does; None for any other text
     (`parse_header` then reads it and names any problem)."""
@@ -234,7 +236,7 @@ def split_header(text: str, bounds: limits.Limits) -> tuple[str, Any] | None:
 
 
 def parse_leaf_table(
-    table_text: str, tree: Any, leaf_keys: frozenset, header_keys: frozenset, bounds: limits.Limits
+    table_text: str, tree: Any, leaf_keys: frozenset, header_keys: frozenset, bounds: Limits
 ) -> tuple[dict, list[ReceivedLeaf]] | None:
     """The header of a split text (`split_header`) and its validated leaf table; None when the
     text before the tree, closed by a brace, is not an object with ``leaves`` and without
@@ -251,10 +253,9 @@ def parse_leaf_table(
 
 
 def parse_leaves(
-    header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset, bounds: limits.Limits | None = None
+    header: dict, transport_leaf_keys: frozenset, transport_header_keys: frozenset, bounds: Limits
 ) -> list[ReceivedLeaf]:
     """Validate the leaf table (and the header's top-level keys) without touching any data."""
-    bounds = bounds or limits.current()
     allowed_top = _allowed_top_keys(transport_header_keys)
     if not header.keys() <= allowed_top:
         extra = header.keys() - allowed_top
@@ -289,7 +290,7 @@ def parse_leaves(
         total += logical
         if logical > leaf_cap or total > message_cap:
             candidate = out + [ReceivedLeaf(dtype, shape, strides, nbytes, entry)]
-            limits.check_logical_sizes(candidate, bounds, DecodeError, lambda j: f"tc.header.leaves[{j}].shape")
+            check_logical_sizes(candidate, bounds, DecodeError, lambda j: f"tc.header.leaves[{j}].shape")
         # `entry` itself carries the transport's keys (validated by the transport).
         out.append(ReceivedLeaf(dtype, shape, strides, nbytes, entry))
     return out

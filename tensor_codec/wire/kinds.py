@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .errors import DecodeError, EncodeError
+from ..errors import DecodeError, EncodeError
 
 __all__ = ["TensorKind", "PLAIN", "kind_of", "kind_by_tag", "all_kinds"]
 

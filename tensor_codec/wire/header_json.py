@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DecodeError, EncodeError
+from ..errors import DecodeError, EncodeError
 from .limits import Limits
-from .walk import MAX_DEPTH
+from .structure import MAX_DEPTH
 
 __all__ = [
     "HeaderCost",

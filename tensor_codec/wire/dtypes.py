@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import DecodeError, EncodeError, format_path
+from ..errors import DecodeError, EncodeError, format_path
 
 __all__ = ["WireDType", "WIRE_DTYPES", "by_name", "by_torch", "supported_torch_dtypes"]
 

@@ -1,0 +1,16 @@
+"""The tree of a message (docs/wire-format.md, "Tree"): the container tags (a node's "t"), the
+fields of a PackedSequence, how deep a structure may nest and the range of its integers. The
+encoder's walk (walk.py) and the receiver's compiler (tree.py) both read them here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_DEPTH", "INT64_MIN", "INT64_MAX", "DICT", "LIST", "TUPLE", "NAMEDTUPLE", "PACKED", "PACKED_FIELDS"]
+
+MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# Container tags: the tree's "t" of each container.
+DICT, LIST, TUPLE, NAMEDTUPLE, PACKED = "dict", "list", "tuple", "namedtuple", "PackedSequence"
+# A PackedSequence node's tensor fields, in torch's order (the namedtuple's own field order).
+PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
