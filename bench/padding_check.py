@@ -20,7 +20,7 @@ from _results import add_json_option, save  # noqa: E402
 from _timing import fmt_us, per_call_seconds  # noqa: E402
 
 import tensor_codec as tc  # noqa: E402
-from tensor_codec.transports import host  # noqa: E402
+from tensor_codec.wire.buffer import Padding  # noqa: E402
 
 BASELINE = "the same decode with the padding check switched off"
 GOAL_RATIO = 1.10
@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.batch_leaves < 1:
         parser.error("--rounds and --batch-leaves: expected at least 1")
-    original = host.Padding.check
+    original = Padding.check
     rows = []
     print(f"{'message':34s} {'with check':>12s} {'without':>12s} {'ratio':>6s}")
     for count, size in CASES:
@@ -66,11 +66,11 @@ def main(argv=None) -> dict:
         with_check, without = [], []
         for _ in range(args.rounds):
             with_check.append(per_call_seconds(decode, batch=batch, batches=5, warmup=1))
-            host.Padding.check = lambda *a: None  # the baseline: everything else the same
+            Padding.check = lambda *a: None  # the baseline: everything else the same
             try:
                 without.append(per_call_seconds(decode, batch=batch, batches=5, warmup=1))
             finally:
-                host.Padding.check = original
+                Padding.check = original
         with_check, without = min(with_check), min(without)
         ratio = with_check / without
         rows.append(

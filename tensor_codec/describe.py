@@ -76,9 +76,9 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     if transport_name == HOST:
         gpu = prepared[4]
         if value is not None:
-            from .transports.host import _check_value
+            from .wire.buffer import check_value
 
-            _check_value(value, total)
+            check_value(value, total)
     else:
         gpu = prepared[2].gpu
         if value is not None:
@@ -105,7 +105,7 @@ def _check_bounds(width: Any, depth: Any, max_chars: Any) -> None:
 def _check_ipc(value: Any, metadata: dict, total: int) -> None:
     import pyarrow as pa
 
-    from .cuda_ipc.fields import parse_ipc_fields  # no CUDA: field checks
+    from .wire.cuda_ipc import parse_ipc_fields  # no CUDA: field checks
 
     if not isinstance(value, pa.Array) or len(value) != 0:
         what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__

@@ -66,7 +66,7 @@ from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output, get_transport
-from .transports.buffer_layout import arrow_type_of, value_of
+from .transports.arrow_values import arrow_type_of, value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 from .wire.header import RESERVED_PREFIX
@@ -1014,7 +1014,7 @@ class _Repeat:
     nbytes: int
     element_size: int
     complex: bool  # the lazy conjugate bit exists only on complex tensors
-    unit: pa.DataType | None  # the Arrow type of the dtype (buffer_layout.value_of), None: it has none
+    unit: pa.DataType | None  # the Arrow type of the dtype (arrow_values.value_of), None: it has none
     # What _held holds for the node (see node_key): its weak reference, or the node itself where
     # it takes none (held strongly, so its id is never another node's). A node whose id is
     # another's now takes the full path, whose node_key purges what was cached for the old one.
@@ -1070,7 +1070,7 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
     if nbytes >= DORA_COPIES_BELOW:  # the threshold moved since (the benchmark's forced rows)
         return False
     # A storage resized or freed after the view was made would be read at a dangling address.
-    # (layout.holds_dense_span and buffer_layout.value_of, inlined: a Python call costs about a
+    # (layout.holds_dense_span and arrow_values.value_of, inlined: a Python call costs about a
     # microsecond here, with the caches cold between messages; bench/dora_latency.py.)
     if t.untyped_storage().nbytes() < t.storage_offset() * repeat.element_size + nbytes:
         return False  # the full path names the problem

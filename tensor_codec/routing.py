@@ -45,6 +45,7 @@ from typing import Any
 
 from .errors import EncodeError
 from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST, HOST_TO_GPU
+from .wire.cuda_ipc import HOLDERS
 
 __all__ = [
     "ENV_TRANSPORT",
@@ -65,7 +66,7 @@ __all__ = [
 log = logging.getLogger("tensor_codec")
 
 ENV_TRANSPORT = "TC_TRANSPORT"
-MAX_IPC_CONSUMERS = 16  # receivers one CUDA IPC ledger slot tracks
+MAX_IPC_CONSUMERS = HOLDERS  # receivers one CUDA IPC ledger slot tracks
 
 ENV_IPC_MIN_BYTES = "TC_IPC_MIN_BYTES"
 # Messages under this many tensor bytes take host bytes instead of CUDA IPC. 0: CUDA IPC at every

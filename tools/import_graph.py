@@ -32,14 +32,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Mechanics every path uses: process-wide limits, strides and copies, the encoder's walk.
     (
         "core",
-        ("limits", "versions", "layout", "walk", "plain", "digest", "pinning"),
+        ("limits", "versions", "layout", "walk", "plain", "digest"),
     ),
-    # An object taken apart (plan), received trees compiled, lifetimes; what a header describes.
-    ("structure", ("plan", "tree", "received", "lifetimes", "metadata", "describe", "testing")),
+    # An object taken apart (plan), received trees compiled, lifetimes, the helpers over a whole
+    # structure (pinning, stamps, the sample suite).
+    ("structure", ("plan", "tree", "received", "lifetimes", "metadata", "pinning", "testing")),
     # The transports: how bytes travel (host bytes, CUDA IPC) and the host<->GPU copies they make.
     ("transports", ("transports", "cuda_ipc")),
-    # The paths one way and back, and the rule that picks a transport.
-    ("paths", ("routing", "send_pipeline", "codec")),
+    # The paths one way and back, the rule that picks a transport, and `describe` (a message
+    # checked as decode checks it, through its transport's keys, without restoring it).
+    ("paths", ("routing", "send_pipeline", "codec", "describe")),
     ("dora", ("dora_adapter",)),
     ("api", ("__init__",)),
 )

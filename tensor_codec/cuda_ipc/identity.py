@@ -14,7 +14,18 @@ import functools
 import os
 import socket
 
-__all__ = ["host_identity", "host_name", "pid_namespace", "pid_alive", "gpu_uuid", "local_index_of_uuid"]
+from ..errors import DecodeError
+from ..wire.cuda_ipc import ProducerIdentity
+
+__all__ = [
+    "host_identity",
+    "host_name",
+    "pid_namespace",
+    "pid_alive",
+    "gpu_uuid",
+    "local_index_of_uuid",
+    "check_same_machine",
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,3 +80,23 @@ def local_index_of_uuid(uuid: str) -> int | None:
         if gpu_uuid(index) == uuid:
             return index
     return None
+
+
+def check_same_machine(
+    producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None
+) -> None:
+    """CUDA IPC only works between processes of one kernel, and never inside one process."""
+    host = host_identity() if host is None else host
+    if producer.host != host:
+        raise DecodeError(
+            f"tc.header.producer.host: CUDA IPC needs sender and receiver on one machine, but the "
+            f"message comes from {host_name(producer.host)!r} ({producer.host}) and this is "
+            f"{host_name(host)!r} ({host}); across machines send host bytes (transport='auto', the default, "
+            f"does when the dataflow deploys the receiver on another machine; or transport='host')"
+        )
+    same_ns = producer.pidns == (pid_namespace() if pidns is None else pidns)
+    if same_ns and producer.pid == (os.getpid() if pid is None else pid):
+        raise DecodeError(
+            "tc.header.producer.pid: a CUDA IPC message cannot be opened by the process that sent it; "
+            "inside one process pass tensors directly"
+        )

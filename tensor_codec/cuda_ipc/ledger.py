@@ -56,16 +56,15 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import CodecError, UsageError
+from ..wire.cuda_ipc import EVENT_HANDLE_BYTES, HOLDERS
 from .identity import pid_alive, pid_namespace
 from .progress import OutputProgress
 
-__all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers"]
+__all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
 MAGIC = b"tcledg01"
 HEADER_BYTES = 64
-HOLDERS = 16
 HOLDER_BYTES = 80
-EVENT_HANDLE_BYTES = 64
 SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, published_ns, nbytes
 HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
 SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES

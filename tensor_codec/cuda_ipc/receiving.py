@@ -93,7 +93,7 @@ class Receiver:
             raise DecodeError(
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
             )
-        ref = fields.slot_ref(producer.ledger)
+        ref = SlotRef(producer.ledger, fields.slot, fields.generation)
         try:
             ledger = self._ledger(producer.ledger)
             ledger.claim(ref)

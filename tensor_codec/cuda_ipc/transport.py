@@ -32,19 +32,19 @@ from .. import limits
 from ..errors import DecodeError, EncodeError, UsageError, format_path
 from ..layout import Destination, write_leaf
 from ..plan import Plan
+from ..transports.arrow_values import leaf_views
 from ..transports.base import Materialized, Outgoing, Output
-from ..transports.buffer_layout import check_canonical_offsets, layout_offsets, leaf_views
 from ..transports.names import CUDA_IPC
+from ..wire.buffer import CUDA_IPC_ALIGNMENT as ALIGNMENT
+from ..wire.buffer import check_canonical_offsets, layout_offsets
+from ..wire.cuda_ipc import IpcFields, ProducerIdentity, ipc_metadata, parse_ipc_fields, parse_producer
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
-from .fields import IpcFields, ProducerIdentity, check_same_machine, ipc_metadata, parse_ipc_fields, parse_producer
-from .identity import host_identity, pid_namespace
+from .identity import check_same_machine, host_identity, pid_namespace
 from .pool import BufferPool
 from .producing import OutputSettings, ProducerBook
 from .receiving import Receiver
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend"]
-
-ALIGNMENT = 256  # every dtype's alignment, and the caching allocator's granularity is a multiple
 
 
 class _State:

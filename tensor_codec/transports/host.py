@@ -22,7 +22,6 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import torch
 
@@ -30,19 +29,15 @@ from .. import limits
 from ..errors import DecodeError
 from ..layout import Destination, leaf_view, write_leaf
 from ..plan import Plan
+from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
+from ..wire.buffer import UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
-from . import buffer_layout, get_transport  # the package is loaded before any transport module
+from . import arrow_values, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
 from .names import CUDA_IPC, HOST
 
-ALIGNMENT = 64
 _UINT8 = pa.uint8()
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
-
-
-def layout_offsets(nbytes: list[int]) -> tuple[list[int], int]:
-    """Canonical offsets for leaves of the given sizes, and the total buffer length."""
-    return buffer_layout.layout_offsets(nbytes, ALIGNMENT)
 
 
 KEY_GPU = "gpu"  # header: the GPU (UUID) the receiver restores the tensors onto
@@ -67,7 +62,7 @@ class HostTransport:
         layout_memo = plan.layout_memo
         table = None if layout_memo is None else layout_memo.get(HOST)
         if table is None:
-            offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves])
+            offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
             table = (leaf_table(plan.leaves, [{"offset": o} for o in offsets]), offsets, total)
             if layout_memo is not None:
                 layout_memo[HOST] = table
@@ -100,7 +95,7 @@ class HostTransport:
         if src is None:
             return None
         # Dense layouts address bytes from data_ptr() up (strides are never negative).
-        return buffer_layout.value_of(src.data_ptr(), outgoing.nbytes, src.dtype, src)
+        return arrow_values.value_of(src.data_ptr(), outgoing.nbytes, src.dtype, src)
 
     def small_copy(self, outgoing: Outgoing) -> pa.Array | None:
         """A copy of a small message (under SMALL_MESSAGE_BYTES) that is one dense host tensor's
@@ -130,14 +125,14 @@ class HostTransport:
         every offset is the canonical one. Cached with the header: a stream's messages share it.
         (Zero-copy leaves stay `leaf_view`s of the storage, not views of a view: a released leaf
         must not keep the message's buffer alive through a view's base.)"""
-        offsets, total = buffer_layout.check_canonical_offsets(leaves, ALIGNMENT)
+        offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
         if only is not None and (only.nbytes == 0 or only.dtype.is_bool or only.dtype.name == "complex32"):
             only = None
         gpu = header.get(KEY_GPU)
         if KEY_GPU in header:  # present, then a UUID: ``null`` is no GPU name either
-            from ..cuda_ipc.fields import check_gpu_uuid  # no CUDA: a string check
+            from ..wire.cuda_ipc import check_gpu_uuid  # no CUDA: a string check
 
             check_gpu_uuid(gpu, f"tc.header.{KEY_GPU}")
         view = _one_leaf_view(only, total) if only is not None and gpu is None else None
@@ -154,7 +149,7 @@ class HostTransport:
         device: torch.device | None = None,
     ) -> Materialized:
         offsets, total, padding, single, gpu, view = prepared
-        width = _check_value(value, total)
+        width = check_value(value, total)
         if view is not None and device is None and not copy:
             viewed = view(value)  # most messages: one tensor, viewed where dora put it
             if viewed is not None:
@@ -185,9 +180,9 @@ class HostTransport:
                 ctypes.memmove(base.data_ptr(), address, total)
             borrowed = None
         else:
-            base = buffer_layout.view_of(value)  # its storage keeps the Arrow buffer alive
+            base = arrow_values.view_of(value)  # its storage keeps the Arrow buffer alive
             if width != 1:
-                base = base.view(torch.uint8)  # the same bytes (other types: buffer_layout.UNITS)
+                base = base.view(torch.uint8)  # the same bytes (other types: wire.buffer.UNITS)
             if base.data_ptr() % ALIGNMENT:
                 base = base.clone()  # torch's allocator aligns to 64 bytes
                 borrowed = None
@@ -204,7 +199,7 @@ class HostTransport:
             if total:
                 on_device.copy_(base)  # one plain copy (bench/host_staging.py: staging did not pay)
             base, borrowed = on_device, None
-        return Materialized(buffer_layout.leaf_views(base, leaves, offsets), borrowed, offsets)
+        return Materialized(arrow_values.leaf_views(base, leaves, offsets), borrowed, offsets)
 
 
 def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
@@ -228,12 +223,12 @@ def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[to
     delivers those inline, unaligned; they are copied)."""
     if total < SMALL_MESSAGE_BYTES:
         return None
-    units = buffer_layout.UNITS
-    view_of = buffer_layout.view_of
+    units = UNITS
+    view_of = arrow_values.view_of
     dtype, shape, strides = single.dtype.torch_dtype, single.shape, single.strides
 
     def view(value: Any) -> tuple[torch.Tensor, Any] | None:
-        width = units.get(type(value), 0)  # the class gives the Arrow type (see _check_value)
+        width = units.get(type(value), 0)  # the class gives the Arrow type (see check_value)
         if not width or len(value) * width != total or value.null_count:
             return None
         leaf = view_of(value)  # its storage keeps the Arrow buffer alive
@@ -252,53 +247,3 @@ def _gpu_device(uuid: str) -> torch.device:
     """This process's device for the GPU a header names (the CUDA IPC transport keeps that
     mapping, and the CPU stand-in of the tests replaces it)."""
     return get_transport(CUDA_IPC).device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
-
-
-_ZEROS = bytes(ALIGNMENT)
-
-
-class Padding:
-    """Where the padding between leaves lies, and the check that it is zero, as the format says
-    (a writer that leaks memory there, or hides data in it, is refused). At most ALIGNMENT - 1
-    bytes per leaf: a few gaps are compared one by one (memcmp through a memoryview), many in one
-    numpy gather over positions worked out once per header (bench/padding_check.py)."""
-
-    _ONE_BY_ONE = 64  # measured: a memoryview compare costs ~0.35 us a gap, the numpy gather ~10 us plus 0.1 a gap
-
-    def __init__(self, leaves: list[ReceivedLeaf], offsets: list[int]):
-        self.gaps = []  # (leaf index, start, end)
-        for i in range(1, len(offsets)):
-            end = offsets[i - 1] + leaves[i - 1].nbytes
-            if offsets[i] > end:
-                self.gaps.append((i, end, offsets[i]))
-        self.positions = None
-        if len(self.gaps) > self._ONE_BY_ONE:
-            self.positions = np.concatenate([np.arange(start, end) for _, start, end in self.gaps])
-
-    def check(self, buffer: pa.Buffer, base: int) -> None:
-        if self.positions is not None and not np.frombuffer(buffer, dtype=np.uint8)[base:][self.positions].any():
-            return
-        data = memoryview(buffer).cast("B")  # unsigned bytes: compared with memcmp
-        for i, start, end in self.gaps:  # a few gaps, or finding which one is not zero
-            if data[base + start : base + end] != _ZEROS[: end - start]:
-                raise DecodeError(
-                    f"value: expected zero padding before tc.header.leaves[{i}] (bytes {start}..{end}), got non-zero "
-                    "bytes"
-                )
-
-
-def _check_value(value: Any, total: int) -> int:
-    """The Arrow value must be exactly what the header describes. -> its unit in bytes."""
-    width = buffer_layout.UNITS.get(type(value), 0)
-    if width and len(value) * width == total and not (total and value.null_count):
-        return width  # every message that is right: one lookup for the class and the Arrow type
-    if not isinstance(value, pa.Array):
-        raise DecodeError(
-            f"value: expected a pyarrow.Array of {buffer_layout.UNIT_NAMES}, got "
-            f"{type(value).__module__}.{type(value).__qualname__}"
-        )
-    if not width:
-        raise DecodeError(f"value: expected Arrow type {buffer_layout.UNIT_NAMES}, got {value.type}")
-    if len(value) * width != total:
-        raise DecodeError(f"value: expected {total} bytes (the end of the last leaf), got {len(value) * width}")
-    raise DecodeError(f"value: expected no nulls, got {value.null_count}")

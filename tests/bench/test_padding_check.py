@@ -9,11 +9,11 @@ def test_padding_check_measures_every_message_with_and_without_the_check(tmp_pat
     """Each message of the script's CASES is decoded with and without the check (one round, one
     decode per batch) and written as a row with both times and their ratio; the check itself is
     back in place afterwards."""
-    from tensor_codec.transports import host
+    from tensor_codec.wire.buffer import Padding
 
-    check = host.Padding.check
+    check = Padding.check
     data = run_script("padding_check", ["--rounds", "1", "--batch-leaves", "1"], tmp_path / "padding_check.json")
-    assert host.Padding.check is check
+    assert Padding.check is check
     check_envelope(data, "padding_check")
     assert [(r["leaves"], r["leaf_bytes"]) for r in data["rows"]] == [
         (2, 3),

@@ -12,7 +12,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec import dora_adapter
 from tensor_codec.testing import assert_identical, make_suite
-from tensor_codec.transports.buffer_layout import UNIT_NAMES, UNIT_TYPES
+from tensor_codec.wire.buffer import UNIT_NAMES, UNIT_TYPES
 from tests.support.fakes import FakeNode
 from tools.fuzz import execute as fuzz_execute
 

@@ -9,14 +9,13 @@ import os
 import pytest
 
 import tensor_codec as tc
-from tensor_codec.cuda_ipc.fields import (
+from tensor_codec.cuda_ipc.identity import check_same_machine, host_identity, pid_namespace
+from tensor_codec.wire.cuda_ipc import (
     IpcFields,
-    check_same_machine,
     ipc_metadata,
     parse_ipc_fields,
     parse_producer,
 )
-from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace
 
 HANDLE = b"\x03c" + bytes(range(64))
 EVENT = bytes(range(64, 128))

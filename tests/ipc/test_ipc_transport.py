@@ -15,7 +15,7 @@ from torchvision import tv_tensors
 
 import tensor_codec as tc
 from tensor_codec import dora_adapter
-from tensor_codec.cuda_ipc import fields as ipc_fields
+from tensor_codec.cuda_ipc import identity
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.testing import (
     assert_identical,
@@ -26,6 +26,7 @@ from tensor_codec.testing import (
     make_tvtensor_cases,
 )
 from tensor_codec.transports import ENCODE_OUTPUT
+from tensor_codec.wire.cuda_ipc import ProducerIdentity
 from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
 
@@ -414,15 +415,15 @@ def test_hostile_producer_fields(fake, field, bad, match):
 
 def test_the_sending_process_itself_is_refused():
     # The real identity check, without the test stand-in's exemption.
-    producer = ipc_fields.ProducerIdentity(
-        ipc_fields.host_identity(),
-        ipc_fields.pid_namespace(),
+    producer = ProducerIdentity(
+        identity.host_identity(),
+        identity.pid_namespace(),
         __import__("os").getpid(),
         "GPU-0000000000",
         "tc-1-000000000000",
     )
     with pytest.raises(tc.DecodeError, match="cannot be opened by the process that sent it"):
-        ipc_fields.check_same_machine(producer)
+        identity.check_same_machine(producer)
 
 
 # ---------------------------------------------------------------------------------- without a GPU

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from dora.testing import MockNode
 
-from tensor_codec.transports.buffer_layout import UNITS
+from tensor_codec.wire.buffer import UNITS
 
 
 class FakeSample:

@@ -223,12 +223,12 @@ def installed(monkeypatch, directory) -> Iterator[FakeBackend]:
     """The stand-in installed as tensor_codec's CUDA IPC backend for one test, this process both
     producer and receiver; torn down after (a fixture body: `yield from installed(...)`)."""
     from tensor_codec import plan
-    from tensor_codec.cuda_ipc import fields as ipc_fields
+    from tensor_codec.cuda_ipc import identity
     from tensor_codec.cuda_ipc import transport as cuda_ipc
 
     backend = FakeBackend(directory=str(directory))
     cuda_ipc.use_backend(backend)
-    real_check = ipc_fields.check_same_machine
+    real_check = identity.check_same_machine
     # One process plays producer and receiver: lift only the same-process refusal.
     monkeypatch.setattr(cuda_ipc, "check_same_machine", lambda producer: real_check(producer, pid=-1))
     # Its "GPU" memory is CPU memory: a message holds GPU data when it holds what it can share

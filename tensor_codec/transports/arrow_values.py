@@ -1,9 +1,7 @@
-"""The message buffer's layout, shared by every transport: leaves one after another in depth-first
-order, each at the previous leaf's end aligned up (leaf 0 at 0), zero padding between them, the
-buffer ending at the last leaf's end. Only the alignment differs per transport (host 64, CUDA IPC
-256). The layout is canonical, so a receiver checks every offset by recomputing it. Also the Arrow
-types a host value may hold the buffer's bytes in (`UNITS`), and the one tc.send picks
-(`value_of`)."""
+"""A message buffer's bytes as tensors and as Arrow values, without copying: each leaf viewed at
+its offset (`leaf_views`, host or GPU), a host value viewed through DLPack (`view_of`), and a
+tensor's bytes made the value tc.send hands dora (`value_of`, `bytes_value`). What the buffer and
+the value must be is the wire format's (wire/buffer.py)."""
 
 from __future__ import annotations
 
@@ -17,42 +15,12 @@ from ..layout import leaf_view
 from ..wire.header import ReceivedLeaf
 
 __all__ = [
-    "layout_offsets",
-    "check_canonical_offsets",
     "leaf_views",
-    "UNIT_TYPES",
-    "UNITS",
-    "UNIT_NAMES",
     "value_of",
     "arrow_type_of",
     "bytes_value",
     "view_of",
 ]
-
-
-def layout_offsets(nbytes: list[int], alignment: int) -> tuple[list[int], int]:
-    """Canonical offsets for leaves of the given sizes, and the total buffer length."""
-    mask = alignment - 1
-    offsets = []
-    end = 0
-    for n in nbytes:
-        start = (end + mask) & ~mask if offsets else 0
-        offsets.append(start)
-        end = start + n
-    return offsets, end
-
-
-def check_canonical_offsets(leaves: list[ReceivedLeaf], alignment: int) -> tuple[list[int], int]:
-    """-> (offsets, total length), after checking each leaf's `offset` is the canonical one."""
-    offsets, total = layout_offsets([leaf.nbytes for leaf in leaves], alignment)
-    for i, (leaf, expected) in enumerate(zip(leaves, offsets)):
-        got = leaf.fields["offset"]
-        if type(got) is not int or got != expected:
-            raise DecodeError(
-                f"tc.header.leaves[{i}].offset: expected {expected} (previous leaf's end aligned "
-                f"to {alignment} bytes), got {got!r:.80}"
-            )
-    return offsets, total
 
 
 def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int]) -> list[torch.Tensor]:
@@ -68,24 +36,7 @@ def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int
     return tensors
 
 
-# The value's Arrow type (wire-format.md, section 5): any fixed-width integer or floating-point
-# type without nulls; its bytes are the buffer's bytes whatever the type, and offsets count in its
-# units. tc.encode makes UInt8. tc.send picks a type for dora's send_output (`value_of`).
-UNIT_TYPES = (
-    pa.uint8(),
-    pa.int8(),
-    pa.uint16(),
-    pa.int16(),
-    pa.float16(),
-    pa.uint32(),
-    pa.int32(),
-    pa.float32(),
-    pa.uint64(),
-    pa.int64(),
-    pa.float64(),
-)
-UNITS = {type(pa.array([], unit)): unit.bit_width >> 3 for unit in UNIT_TYPES}  # array class -> width
-UNIT_NAMES = ", ".join(map(str, UNIT_TYPES))  # as Arrow names them, and errors name what came
+# The Arrow type tc.send picks for a leaf (`value_of`); the types a value may hold: wire/buffer.py.
 _WIDEST_FIRST = ((8, pa.uint64()), (4, pa.uint32()), (2, pa.uint16()), (1, pa.uint8()))
 # A one-leaf value typed as its leaf: a receiver's DLPack view of it then has the leaf's dtype, so
 # shaping it is one in-place call (each torch call costs tens of microseconds with the caches cold,

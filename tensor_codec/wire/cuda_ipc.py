@@ -1,23 +1,21 @@
-"""The CUDA IPC transport's message fields, validated before anything is opened.
+"""The CUDA IPC transport's message fields (docs/wire-format.md, "CUDA IPC transport";
+docs/cuda-ipc-design.md), validated before anything is opened.
 
-Two parts (see docs/cuda-ipc-design.md): the producer's identity, inside the cached header
-(`producer`), and the fields that change with every message, as flat metadata keys
-(`tc.ipc.*`). A receiver treats both as hostile: types, sizes, ranges, encodings, and only then
-the identity checks (same kernel, not the receiving process itself).
+Two parts: the producer's identity, inside the cached header (`producer`), and the fields that
+change with every message, as flat metadata keys (`tc.ipc.*`). A receiver treats both as hostile:
+types, sizes, ranges, encodings; only then does the transport check the identity (same kernel,
+not the receiving process itself: cuda_ipc/identity.py's `check_same_machine`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DecodeError
-from .identity import host_identity, host_name, pid_namespace
-from .ledger import SlotRef
 
 __all__ = [
     "IpcFields",
@@ -27,11 +25,14 @@ __all__ = [
     "ipc_metadata",
     "parse_producer",
     "check_gpu_uuid",
-    "check_same_machine",
     "EVENT_HANDLE_BYTES",
+    "HOLDERS",
 ]
 
-EVENT_HANDLE_BYTES = 64
+EVENT_HANDLE_BYTES = 64  # cudaIpcEventHandle_t, carried in tc.ipc.event and in a ledger holder
+# Receivers one message's ledger slot tracks (its holders, cuda_ipc/ledger.py): an output with
+# more consumers goes as host bytes (routing.py).
+HOLDERS = 16
 CUDA_IPC_HANDLE_BYTES = 64
 MAX_HANDLE_BYTES = 1 << 20  # an expandable-segments handle lists one entry per page
 MAX_BUFFER_BYTES = 1 << 48
@@ -58,9 +59,6 @@ class IpcFields:
     event: bytes  # interprocess event recorded after the producer's last write
     slot: int
     generation: int
-
-    def slot_ref(self, ledger: str) -> SlotRef:
-        return SlotRef(ledger, self.slot, self.generation)
 
 
 @dataclass(frozen=True)
@@ -166,23 +164,3 @@ def parse_producer(value: Any, where: str = "tc.header.producer") -> ProducerIde
     if type(ledger) is not str or not _LEDGER.fullmatch(ledger):
         raise DecodeError(f"{where}.ledger: expected a ledger name like 'tc-<pid>-<12 hex>', got {ledger!r:.80}")
     return ProducerIdentity(host, pidns, pid, gpu, ledger)
-
-
-def check_same_machine(
-    producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None
-) -> None:
-    """CUDA IPC only works between processes of one kernel, and never inside one process."""
-    host = host_identity() if host is None else host
-    if producer.host != host:
-        raise DecodeError(
-            f"tc.header.producer.host: CUDA IPC needs sender and receiver on one machine, but the "
-            f"message comes from {host_name(producer.host)!r} ({producer.host}) and this is "
-            f"{host_name(host)!r} ({host}); across machines send host bytes (transport='auto', the default, "
-            f"does when the dataflow deploys the receiver on another machine; or transport='host')"
-        )
-    same_ns = producer.pidns == (pid_namespace() if pidns is None else pidns)
-    if same_ns and producer.pid == (os.getpid() if pid is None else pid):
-        raise DecodeError(
-            "tc.header.producer.pid: a CUDA IPC message cannot be opened by the process that sent it; "
-            "inside one process pass tensors directly"
-        )
