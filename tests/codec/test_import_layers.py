@@ -1,0 +1,63 @@
+"""The codec's layering (tools/import_graph.py's LAYERS), held by its own imports: the wire format
+rests only on errors, nothing imports a layer above its own, no module-level cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools import import_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_module_has_a_layer():
+    for name in import_graph.module_names(ROOT):
+        import_graph.layer_of(name)  # raises, naming the module, for one in no layer
+
+
+def test_no_import_points_upward_and_none_makes_a_cycle():
+    found = import_graph.summary(ROOT)
+    assert found["upward"] == []
+    assert found["cycles"] == []
+
+
+def test_the_wire_format_rests_only_on_errors():
+    _, arrows = import_graph.arrows(ROOT)
+    from_wire = {a.target for a in arrows if a.source.split(".")[0] == "wire"}
+    assert {t for t in from_wire if t.split(".")[0] != "wire"} == {"errors"}
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "tensor_codec" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_tool_finds_an_upward_import_a_lazy_one_and_a_cycle(tmp_path):
+    """What the checks above rely on: an import from the wire package up into the codec (at
+    module level and inside a function) is upward, a TYPE_CHECKING one is no arrow, and two
+    modules importing each other (through wire.header too) make a cycle."""
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "wire/__init__.py": "",
+            "wire/header.py": (
+                "from typing import TYPE_CHECKING\n"
+                "from ..errors import X\n"
+                "from ..codec import encode\n"
+                "if TYPE_CHECKING:\n    from ..plan import Plan\n"
+                "def f():\n    from .. import routing\n"
+            ),
+            "codec.py": "from .wire import header\nfrom . import routing\n",
+            "routing.py": "from . import codec\n",
+            "plan.py": "",
+        },
+    )
+    found = import_graph.summary(root)
+    assert sorted(found["upward"]) == ["wire.header -> codec", "wire.header -> routing (lazy)"]
+    assert found["cycles"] == [["codec", "routing", "wire.header"]]  # one group: each reaches the others
+    assert ("wire.header", "plan") not in {(a.source, a.target) for a in import_graph.arrows(root)[1]}
