@@ -36,6 +36,8 @@ from torchvision import tv_tensors  # noqa: E402
 import tensor_codec as tc  # noqa: E402
 from tensor_codec import limits, received  # noqa: E402  (modules)
 from tensor_codec.wire import header_json  # noqa: E402
+from tensor_codec.wire.structure import MAX_DEPTH  # noqa: E402
+from tensor_codec.wire.tree import forget_generated_classes  # noqa: E402
 
 GOAL_SECONDS = 0.050
 GOAL_BYTES = 32 << 20
@@ -132,7 +134,7 @@ def accepted_cases():
 
     def nested(n):
         x = 0
-        for _ in range(tc.tree.MAX_DEPTH - 1):
+        for _ in range(MAX_DEPTH - 1):
             x = [x]
         return [x] * n
 
@@ -151,14 +153,14 @@ def accepted_cases():
 
 def _deep_tuple(t):
     x = t
-    for _ in range(tc.tree.MAX_DEPTH - 1):
+    for _ in range(MAX_DEPTH - 1):
         x = (x,)
     return x
 
 
 def _handle(value, metadata):
     received.forget_all()  # a header never seen, and namedtuple classes never made
-    tc.tree.forget_generated_classes()
+    forget_generated_classes()
     try:
         obj = tc.decode(value, metadata, copy=True)
         del obj

@@ -88,8 +88,9 @@ from .describe import Description, describe
 from .metadata import carry, stamp
 from .pinning import pin_memory
 from .plain import plain_bytes
-from .tree import map_tensors, register_namedtuple
+from .tree import map_tensors
 from .wire.header import VERSION as WIRE_VERSION
+from .wire.tree import register_namedtuple
 
 __version__ = "0.1.0"
 

@@ -20,8 +20,8 @@ import threading
 from typing import Any, NamedTuple
 
 from . import limits
-from .tree import compile_tree
 from .wire import header as wire_header
+from .wire.tree import compile_tree
 
 __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
 

@@ -140,7 +140,7 @@ def test_many_distinct_namedtuple_types_cost_a_unit_budget_even_without_fields()
 
 
 def test_the_cache_of_generated_namedtuple_classes_stays_bounded_across_messages():
-    from tensor_codec import tree
+    from tensor_codec.wire import tree
 
     for batch in range(40):
         nodes = ",".join(f'{{"t":"namedtuple","name":"B{batch}_{i}","fields":["a"],"items":[1]}}' for i in range(60))
