@@ -1,12 +1,17 @@
 """The wire format: what one message is, and the receiver's checks of it. docs/wire-format.md is
-its specification, section by section in these modules:
+its specification; each of its sections has one module here (the table at its top):
 
 * ``header.py``: the message's metadata keys (``tc.version``, ``tc.transport``, ``tc.header``),
   the header object <-> its text, the leaf table and the receiver's checks of it;
 * ``header_json.py``: the header's strict JSON, its cost counted before it is parsed;
+* ``structure.py``, ``tree.py``, ``kinds.py``: the tree (container tags, the receiver's checks and
+  builder, namedtuple names), tensor kinds and TVTensor attributes;
 * ``dtypes.py``: the dtype names on the wire;
-* ``kinds.py``: tensor kinds (plain, the TVTensors) and their attributes;
+* ``leaf.py``: how one tensor's bytes are laid out, and the reader's check;
+* ``buffer.py``: the message buffer (offsets, alignments, zero padding) and the host value;
+* ``cuda_ipc.py``: the CUDA IPC transport's fields;
+* ``limits.py``: what one message may cost a receiver.
 
-The package rests only on ``tensor_codec.errors`` (tools/import_graph.py checks it): it says what
-a message is, never how one is made or moved.
+The package rests only on ``tensor_codec.errors`` (tests/codec/test_import_layers.py): it says
+what a message is, never how one is made or moved.
 """
