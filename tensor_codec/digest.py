@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .layout import values_of
-from .walk import fold
+from .walk import fold, plain_of
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED
 
 __all__ = ["content_digest", "logical_bytes"]
@@ -92,7 +92,7 @@ def _tensor(t: torch.Tensor, feed) -> None:
             attrs.append(f"{name}={getattr(value, 'name', value)!r}")
     dtype = str(t.dtype).removeprefix("torch.")
     feed(f"T:{type(t).__name__}:{dtype}:{tuple(t.shape)}:{t.requires_grad}:{';'.join(attrs)}".encode())
-    plain = values_of(t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor), ())
+    plain = values_of(plain_of(t), ())
     if plain.numel() == 0:
         return
     _feed_values(plain, feed)

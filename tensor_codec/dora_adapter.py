@@ -69,6 +69,7 @@ from .transports import Output, get_transport
 from .transports.arrow_values import arrow_type_of, value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
+from .walk import plain_of
 from .wire.header import RESERVED_PREFIX
 from .wire.header_json import describe_surrogate, lone_surrogate
 
@@ -1125,7 +1126,7 @@ def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict |
         raise EncodeError(
             f"tensor: expected a dense strided tensor with data, got layout {tensor.layout} on {tensor.device}"
         )
-    plain = values_of(tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor), ())
+    plain = values_of(plain_of(tensor), ())
     nbytes = plain.numel() * plain.element_size()
     check_route(node, output_id, nbytes, metadata)
 

@@ -18,6 +18,7 @@ from . import limits
 from .errors import EncodeError, format_path
 from .layout import LeafLayout, plan_leaf
 from .tree import flatten, tensor_node
+from .walk import plain_of
 from .wire.kinds import kind_of
 from .wire.limits import check_logical_sizes
 
@@ -71,7 +72,7 @@ def make_plan(obj: Any) -> Plan:
     kind = kind_of(obj)
     plain = None
     if kind is not None:
-        plain = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
+        plain = plain_of(obj)
     # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
     # quantized, other devices) takes the general path and its errors.
     if (

@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_sequence
 
 from .errors import format_path
 from .layout import plan_leaf
-from .walk import children, fold
+from .walk import children, fold, plain_of
 from .wire.dtypes import supported_torch_dtypes
 from .wire.structure import DICT, LIST, NAMEDTUPLE, TUPLE
 
@@ -184,7 +184,7 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
         t = t.resolve_conj()
     if t.is_neg():
         t = t.resolve_neg()
-    plain = t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+    plain = plain_of(t)
     if plain.numel() == 0:
         return b""
     fresh = torch.empty(plain.shape, dtype=plain.dtype)  # row-major strides, even for size-1 dims
@@ -194,7 +194,7 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
 
 def expected_wire_strides(t: torch.Tensor) -> tuple[int, ...]:
     """The strides a receiver gets for `t` (its own where the layout is dense, else compacted)."""
-    plain = t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+    plain = plain_of(t)
     return plan_leaf(plain, "$").strides
 
 

@@ -35,8 +35,7 @@ def flatten(obj: Any) -> tuple[Any, list[tuple[torch.Tensor, tuple]]]:
     leaves: list[tuple[torch.Tensor, tuple]] = []
 
     def on_tensor(x: torch.Tensor, kind: TensorKind, path: tuple) -> dict:
-        # A plain alias: property reads on a TVTensor go through __torch_function__ (slow).
-        plain = x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+        plain = walk.plain_of(x)
         leaves.append((plain, path))
         return tensor_node(kind, x, plain, len(leaves) - 1)
 
@@ -124,7 +123,7 @@ def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: A
     """
 
     def on_tensor(x: torch.Tensor, kind: TensorKind, path: tuple) -> torch.Tensor:
-        return kind.wrap_like(fn(x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor), x), x)
+        return kind.wrap_like(fn(walk.plain_of(x), x), x)
 
     return walk.fold(obj, on_tensor, None, _rebuild)
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 import torch
 
 import tensor_codec as tc
+from tensor_codec.walk import plain_of
 
 from . import values
 from .headers import tensor_nodes
@@ -158,7 +159,7 @@ def _span(plain: torch.Tensor) -> tuple[int, int]:
 
 
 def _touch_one(i: int, t: torch.Tensor, leaf: dict, node_tag: str | None, raw: bytes | None, rng: random.Random) -> int:
-    plain = t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+    plain = plain_of(t)
     where = f"leaf {i}"
     dtype = str(plain.dtype).removeprefix("torch.")
     if dtype != leaf["dtype"] or list(plain.shape) != leaf["shape"] or list(plain.stride()) != leaf["strides"]:
@@ -216,7 +217,7 @@ def _keep(obj: Any) -> None:
         return
     kept = tc.keep(obj)
     for t in _tensors(kept, []):
-        plain = t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+        plain = plain_of(t)
         if plain.numel():
             lo, hi = _span(plain)
             if hi > plain.untyped_storage().nbytes():

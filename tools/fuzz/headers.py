@@ -15,12 +15,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .jsongen import BOX_FORMATS, DTYPE_NAMES, TENSOR_TAGS
+from .jsongen import BOX_FORMATS, DTYPE_NAMES, ITEMSIZE, TENSOR_TAGS
 from .values import uint8_recipe
 
 __all__ = [
     "ITEMSIZE",
     "ALIGNMENT",
+    "PACKED_FIELDS",
     "MAX_FIXUP_BYTES",
     "tensor_nodes",
     "leaf_table",
@@ -32,34 +33,12 @@ __all__ = [
     "random_tensor_node",
 ]
 
-ITEMSIZE = {
-    "bool": 1,
-    "uint8": 1,
-    "int8": 1,
-    "uint16": 2,
-    "int16": 2,
-    "uint32": 4,
-    "int32": 4,
-    "uint64": 8,
-    "int64": 8,
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "complex32": 4,
-    "complex64": 8,
-    "complex128": 16,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1,
-    "float4_e2m1fn_x2": 1,
-}
+# The fuzzer's own oracle, written independently of the codec on purpose (a slip in one shows as a
+# disagreement with the other); tests/codec/test_fuzz_oracle.py ties each to the codec's table.
 ALIGNMENT = {"host": 64, "cuda-ipc": 256}
 MAX_FIXUP_BYTES = 4 << 20  # an Arrow value rebuilt by fixup stays under this
 _LOW_BIT = bytes(b & 1 for b in range(256))
-_PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
+PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
 
 
 def tensor_nodes(node: Any, out: list | None = None, depth: int = 0) -> list[dict]:
@@ -82,7 +61,7 @@ def tensor_nodes(node: Any, out: list | None = None, depth: int = 0) -> list[dic
                 if type(pair) is list and len(pair) == 2:
                     tensor_nodes(pair[1], out, depth + 1)
     elif tag == "PackedSequence":
-        for field in _PACKED_FIELDS:
+        for field in PACKED_FIELDS:
             tensor_nodes(node.get(field), out, depth + 1)
     return out
 

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "DTYPE_NAMES",
+    "ITEMSIZE",
     "BAD_DTYPE_NAMES",
     "TENSOR_TAGS",
     "TREE_TAGS",
@@ -28,30 +29,33 @@ __all__ = [
     "HeaderText",
 ]
 
-DTYPE_NAMES = [
-    "bool",
-    "uint8",
-    "int8",
-    "uint16",
-    "int16",
-    "uint32",
-    "int32",
-    "uint64",
-    "int64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex32",
-    "complex64",
-    "complex128",
-    "float8_e4m3fn",
-    "float8_e4m3fnuz",
-    "float8_e5m2",
-    "float8_e5m2fnuz",
-    "float8_e8m0fnu",
-    "float4_e2m1fn_x2",
-]
+# Every dtype name of the format, with its item size (the fuzzer's oracle: tied to the codec's
+# table by tests/codec/test_fuzz_oracle.py).
+ITEMSIZE = {
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "uint16": 2,
+    "int16": 2,
+    "uint32": 4,
+    "int32": 4,
+    "uint64": 8,
+    "int64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex32": 4,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,
+}
+DTYPE_NAMES = list(ITEMSIZE)
 BAD_DTYPE_NAMES = [
     "qint8",
     "quint8",

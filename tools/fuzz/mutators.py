@@ -537,7 +537,7 @@ def _node_packed(ctx: Ctx) -> bool:
         return False
     node = rng.choice(nodes)
     op = rng.randrange(5)
-    fields = ["data", "batch_sizes", "sorted_indices", "unsorted_indices"]
+    fields = list(hd.PACKED_FIELDS)
     if op == 0:
         a, b = rng.sample(fields, 2)
         node[a], node[b] = node.get(b), node.get(a)

@@ -24,12 +24,12 @@ import torch
 import tensor_codec as tc
 from tensor_codec import testing
 
+from .headers import ALIGNMENT
 from .values import uint8_recipe
 
-__all__ = ["Seed", "build_seeds", "HOST_ALIGNMENT", "IPC_ALIGNMENT"]
+__all__ = ["Seed", "build_seeds"]
 
-HOST_ALIGNMENT = 64
-IPC_ALIGNMENT = 256
+IPC_ALIGNMENT = ALIGNMENT["cuda-ipc"]
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
 Wide = collections.namedtuple("Wide", [f"f{i}" for i in range(40)])
