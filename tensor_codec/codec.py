@@ -1,9 +1,9 @@
 """encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport.
 
-The path one way: plan.py takes the object apart, routing.py picks the transport, the transport
-lays the message out and writes it into an Arrow buffer (dora_adapter.py has it write into dora's
-send buffer instead). Back: wire.py reads the metadata keys, received.py compiles the header
-(cached), the transport materializes the leaves, the compiled tree builds the object.
+The path one way: send_pipeline.py (plan, transport, layout, write), into an Arrow buffer here
+(dora_adapter.py has it write into dora's send buffer instead). Back: wire/header.py reads the
+metadata keys, received.py compiles the header (cached), the transport materializes the leaves,
+the compiled tree builds the object.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import torch
 
-from . import lifetimes, received, routing
+from . import lifetimes, received, send_pipeline
 from .errors import EncodeError, UsageError
 from .layout import Destination
-from .plan import make_plan
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
 from .transports.names import HOST
 from .wire.header import read_metadata
@@ -41,23 +40,13 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     retained: later in-place changes to `obj` do not change the message. A message without any
     CUDA tensor asked for as ``"cuda-ipc"`` is made of host bytes (logged once; see routing.py).
     """
-    chosen = get_transport(transport)  # an unknown name is the caller's error, whatever the message
-    plan = make_plan(obj)
-    if transport != HOST:  # host bytes are what "host" resolves to, always (routing.resolve)
-        # No route: `route` is asked only for transport='auto', which get_transport refused above.
-        name, _ = routing.resolve(
-            transport,
-            plan.has_cuda,
-            lambda: None,  # type: ignore[arg-type, return-value]
-            key=None,
-            output=ENCODE_OUTPUT,
-        )
-        chosen = get_transport(name)
-    outgoing = chosen.lay_out(plan, _ENCODE)
-    if outgoing is None:
+    get_transport(transport)  # an unknown name (and "auto": no dataflow here) is the caller's error
+    laid = send_pipeline.lay_out(obj, transport, _ENCODE)
+    if laid is None:
         raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
-    if chosen.name == HOST:
-        small = cast("HostTransport", chosen).small_copy(outgoing)  # most small messages
+    outgoing = laid.outgoing
+    if laid.transport.name == HOST:
+        small = cast("HostTransport", laid.transport).small_copy(outgoing)  # most small messages
         if small is not None:
             return small, dict(outgoing.metadata)
     nbytes = outgoing.nbytes
@@ -65,10 +54,8 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     if nbytes:
         dest = Destination(buf.address, lambda: torch.frombuffer(buf, dtype=torch.uint8))
         try:
-            chosen.write(outgoing, dest)
-        except BaseException:
-            chosen.abandon(outgoing)
-            raise
+            with laid:
+                send_pipeline.write(laid, dest)
         finally:
             dest.release()
     return pa.Array.from_buffers(_UINT8, nbytes, [None, buf]), dict(outgoing.metadata)

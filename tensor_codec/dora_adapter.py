@@ -52,29 +52,29 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installed unless types-PyYAML is)
 
-from . import limits, routing
+from . import limits, routing, send_pipeline
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
 from .layout import Destination, values_of
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
-from .transports import Output, get_transport
+from .transports import Output
 from .transports.arrow_values import arrow_type_of, value_of
 from .transports.names import CHOICES as TRANSPORT_CHOICES
-from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
+from .transports.names import HOST, HOST_TO_GPU
 from .walk import plain_of
 from .wire.header import RESERVED_PREFIX
 from .wire.header_json import describe_surrogate, lone_surrogate
 
 if TYPE_CHECKING:
-    from .cuda_ipc.transport import CudaIpcTransport
+    pass
 
 __all__ = [
     "send",
@@ -956,44 +956,35 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
     if type(obj) is torch.Tensor and _repeats and _send_repeat(node, output_id, obj, metadata):
         return True
-    plan = make_plan(obj)
-    name, _ = _resolve(node, output_id, plan, transport)
     output = Output(output_id, lambda: expected_receivers(node, output_id))
-    if name == HOST_TO_GPU:
-        # Host bytes on the wire, the GPU in the header: receivers restore onto it.
-        ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))  # it maps GPUs to UUIDs (and the stand-in's)
-        name, output.onto_gpu = HOST, ipc.gpu_of(plan)
-    chosen = get_transport(name)
-    outgoing = chosen.lay_out(plan, output)
-    if outgoing is None:
+    laid = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
+    if laid is None:
         return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)
+    outgoing = laid.outgoing
     merged = dict(metadata) if metadata else {}
     merged.update(outgoing.metadata)
     nbytes = outgoing.nbytes
-    try:
-        check_route(node, output_id, nbytes, merged)
-        if not outgoing.in_value:
-            node.send_output(output_id, _EMPTY, merged)
-        elif (in_place := _value_for_dora_to_copy(chosen, outgoing)) is not None:
-            node.send_output(output_id, in_place, merged)
-            if type(obj) is torch.Tensor and not plan.has_cuda:  # host bytes whatever was asked
-                _remember_repeat(node, output_id, obj, plan.leaves[0], outgoing)
-        else:
-            _write_and_send(node, output_id, nbytes, merged, lambda dest: chosen.write(outgoing, dest))
-    except RuntimeError as e:
-        chosen.abandon(outgoing)  # never left: what the layout holds (a CUDA IPC slot) is freed now
-        translated = size_error(node, output_id, nbytes, e, merged)
-        if translated is None:
-            raise
-        # dora's words are in the message; its error (eyre's location and a Rust stack
-        # backtrace) is not chained: it would print below ours and bury it.
-        raise translated from None
-    except UnicodeEncodeError as e:
-        chosen.abandon(outgoing)
-        raise _unencodable(metadata, e) from None
-    except BaseException:
-        chosen.abandon(outgoing)
-        raise
+    # Until it has left, what the layout holds (a CUDA IPC slot) is freed on any failure.
+    with laid:
+        try:
+            check_route(node, output_id, nbytes, merged)
+            if not outgoing.in_value:
+                node.send_output(output_id, _EMPTY, merged)
+            elif (in_place := _value_for_dora_to_copy(laid.transport, outgoing)) is not None:
+                node.send_output(output_id, in_place, merged)
+                if type(obj) is torch.Tensor and not laid.plan.has_cuda:  # host bytes whatever was asked
+                    _remember_repeat(node, output_id, obj, laid.plan.leaves[0], outgoing)
+            else:
+                _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(laid, dest))
+        except RuntimeError as e:
+            translated = size_error(node, output_id, nbytes, e, merged)
+            if translated is None:
+                raise
+            # dora's words are in the message; its error (eyre's location and a Rust stack
+            # backtrace) is not chained: it would print below ours and bury it.
+            raise translated from None
+        except UnicodeEncodeError as e:
+            raise _unencodable(metadata, e) from None
     return True
 
 

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import EncodeError
+from .errors import EncodeError, UsageError
 from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST, HOST_TO_GPU
 from .wire.cuda_ipc import HOLDERS
 
@@ -179,7 +179,7 @@ def ipc_min_bytes() -> int:
 def resolve(
     requested: str,
     has_cuda: bool,
-    route: Callable[[], OutputRoute],
+    route: Callable[[], OutputRoute] | None,
     *,
     key: Any,
     output: str,
@@ -195,6 +195,11 @@ def resolve(
     if name == CUDA_IPC and not has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
     elif name == AUTO:
+        if route is None:
+            raise UsageError(
+                f"transport: 'auto' picks by the consumers of a dora output; without one (output "
+                f"'{output}') ask for 'host' or 'cuda-ipc'"
+            )
         name, why = choose(route(), has_cuda, size)
     elif name != requested:
         return name, f"forced by {ENV_TRANSPORT}={name}"

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter
+from tensor_codec import dora_adapter, send_pipeline
 from tensor_codec.dora_adapter import (
     CAP_PAYLOAD,
     DAEMON_PATH_MAX_PAYLOAD,
@@ -362,8 +362,8 @@ def test_a_freed_nodes_id_reused_by_a_new_node_sends_none_of_its_repeats(monkeyp
 
     dora_adapter.forget_routes()
     plans = []
-    real_plan = dora_adapter.make_plan
-    monkeypatch.setattr(dora_adapter, "make_plan", lambda obj: plans.append(obj) or real_plan(obj))
+    real_plan = send_pipeline.make_plan  # the send path's one planning step
+    monkeypatch.setattr(send_pipeline, "make_plan", lambda obj: plans.append(obj) or real_plan(obj))
     frame = torch.randn(64, 64)
     old = FakeNode()
     tc.send(old, "out", frame)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter
+from tensor_codec import dora_adapter, send_pipeline
 from tensor_codec.testing import assert_identical, make_suite
 from tensor_codec.wire.buffer import UNIT_NAMES, UNIT_TYPES
 from tests.support.fakes import FakeNode
@@ -98,6 +98,32 @@ def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, dora_copies_below
     assert len(raw) == (dora_copies_below == 0)
     received = tc.receive(as_event(node.sent[0]))
     assert torch.equal(received, big) and received.stride() == big.stride()
+
+
+@pytest.mark.parametrize("path", ["encode", "send"])
+def test_encode_and_send_go_one_pipeline_and_give_the_layout_up_when_a_write_fails(monkeypatch, path):
+    """Both paths lay the message out through send_pipeline once and write through it; a write
+    that fails (after the layout was made) gives the layout up once and reaches the caller."""
+    from tensor_codec.transports.host import HostTransport
+
+    laid, abandoned = [], []
+    real_lay_out = send_pipeline.lay_out
+    monkeypatch.setattr(send_pipeline, "lay_out", lambda *a, **k: laid.append(a[1]) or real_lay_out(*a, **k))
+    monkeypatch.setattr(HostTransport, "abandon", lambda self, outgoing: abandoned.append(outgoing))
+    node = FakeNode(pool=1 << 30)
+    big = torch.arange(64 * 1024, dtype=torch.float32)[::2]  # compacted: written, never a value dora copies
+    go = (lambda obj: tc.encode(obj)) if path == "encode" else (lambda obj: tc.send(node, "out", obj))
+    go(big)
+    assert laid == (["host"] if path == "encode" else ["auto"]) and abandoned == []  # each default
+
+    def failing(self, outgoing, dest):
+        raise RuntimeError("the write failed")
+
+    monkeypatch.setattr(HostTransport, "write", failing)
+    with pytest.raises(RuntimeError, match="the write failed"):
+        go(big)
+    assert len(laid) == 2 and len(abandoned) == 1
+    assert path == "encode" or len(node.sent) == 1  # nothing more left
 
 
 def test_reserved_metadata_keys_are_refused():
@@ -203,8 +229,8 @@ def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplo
 
 def _counting_plans(monkeypatch) -> list:
     made = []
-    real = dora_adapter.make_plan
-    monkeypatch.setattr(dora_adapter, "make_plan", lambda obj: made.append(obj) or real(obj))
+    real = send_pipeline.make_plan  # the send path's one planning step
+    monkeypatch.setattr(send_pipeline, "make_plan", lambda obj: made.append(obj) or real(obj))
     return made
 
 
