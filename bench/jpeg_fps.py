@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -422,7 +422,10 @@ def show_goals(goals: list[dict]) -> None:
             print_goals([g])
 
 
-def main(argv=()):
+# -- the command line -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -440,6 +443,13 @@ def main(argv=()):
     )
     parser.add_argument("--codec", default="encode,decode", help="comma-separated: encode, decode (default both)")
     add_json_option(parser, "jpeg_fps")
+    return parser
+
+
+def parse_args(argv) -> argparse.Namespace:
+    """The options, the comma-separated ones split into lists; a value out of range (or --device
+    cuda without CUDA) stops here with argparse's usage error, checked in this order."""
+    parser = build_parser()
     args = parser.parse_args(list(argv))
     args.codec = [c for c in args.codec.split(",") if c]
     if not args.codec or any(c not in ("encode", "decode") for c in args.codec):
@@ -456,234 +466,289 @@ def main(argv=()):
         parser.error("--frames: expected at least 1")
     if args.rounds < 1:
         parser.error("--rounds: expected at least 1")
-    has_cuda = torch.cuda.is_available()
-    if args.device == "cuda" and not has_cuda:
+    if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available on this machine")
-    cuda = torch.device("cuda", torch.cuda.current_device()) if has_cuda and args.device != "cpu" else None
-    on_cpu = args.device in ("cpu", "all")
+    return args
 
-    began = time.monotonic()
-    bench = Bench(args, cuda)
+
+def cuda_of(args) -> torch.device | None:
+    """The GPU the CUDA contenders run on; None without CUDA or with --device cpu."""
+    if torch.cuda.is_available() and args.device != "cpu":
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def gpu_name(cuda: torch.device | None) -> str | None:
+    return torch.cuda.get_device_name(cuda) if cuda is not None else None
+
+
+def print_header(rounds: int, cores: int, cuda: torch.device | None) -> None:
     print(
-        f"JPEG encoding at quality {QUALITY}: frames per second (median of {args.rounds} interleaved rounds), "
+        f"JPEG encoding at quality {QUALITY}: frames per second (median of {rounds} interleaved rounds), "
         "ratio against PIL"
     )
-    print(
-        f"  CPU: {bench.cores} cores; GPU: {torch.cuda.get_device_name(cuda) if cuda is not None else 'none'}; "
-        f"torch {torch.__version__}"
+    print(f"  CPU: {cores} cores; GPU: {gpu_name(cuda) if cuda is not None else 'none'}; torch {torch.__version__}")
+
+
+# -- one size's contenders ------------------------------------------------------------------------
+
+
+def cpu_contenders(names: list[str], cores: int, n: int) -> list[Contender]:
+    """Each CPU engine alone, then each one's node path: the node paths next to each other, as the
+    goal compares them round by round."""
+    engines, nodes = [], []
+    for name in names:
+        where = f"{setting(CPU_BATCH, cores)}, {subsampling_of(name, 'cpu')}"
+        engines.append(Contender(f"{name}, CPU, engine alone ({where})", "cpu", name, "engine", CPU_BATCH, cores, n))
+        nodes.append(Contender(f"{name}, CPU, node path ({where})", "cpu", name, "node", CPU_BATCH, cores, n))
+    return engines + nodes
+
+
+def gpu_contenders(bench: Bench, names: list[str], frames: int, sweeps: dict) -> list[Contender]:
+    """Each CUDA engine swept over BATCH x WORKERS (its figures into `sweeps`, printed), then at its
+    best setting: the engines alone, then the node paths. An engine with no setting that ran is left out."""
+    engines, nodes = [], []
+    for name in names:
+        best, sweeps[name] = sweep_gpu(bench, name, frames)
+        if sweeps[name]:
+            print(
+                f"    sweep, {name} CUDA node path: "
+                + ", ".join(f"{k} {v:.0f}" for k, v in sweeps[name].items())
+                + " fps"
+            )
+        if best is None:
+            continue
+        batch, workers = best
+        n = max(GPU_FRAMES * frames, 2 * batch * workers)
+        where = f"{setting(batch, workers)}, {subsampling_of(name, bench.cuda)}"
+        source = "CUDA IPC frames" if bench.feeder is not None else "host messages"
+        engines.append(Contender(f"{name}, CUDA, engine alone ({where})", "cuda", name, "engine", batch, workers, n))
+        nodes.append(Contender(f"{name}, CUDA, node path ({where}; {source})", "cuda", name, "node", batch, workers, n))
+    return engines + nodes
+
+
+def feed_contender(frames: int) -> Contender:
+    """The CUDA IPC producer's own rate: what the GPU node paths' input costs without encoding."""
+    label = "CUDA IPC messages alone (receive + release, no encode)"
+    return Contender(label, "cuda", "", "feed", 1, 1, GPU_FRAMES * frames)
+
+
+# -- the rounds and what they print ---------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """One size's rounds: every round's figures per label (PIL's included), their medians, why
+    each failed contender failed, and PIL's median (what the ratios are against)."""
+
+    size: str
+    rows: list[Contender]
+    results: dict[str, list[float]]
+    fps: dict[str, float]
+    failed: dict[str, str]
+    base: float
+
+    def node_label(self, name: str, device: str) -> str | None:
+        """The label of engine `name`'s node path on `device`, if it was measured."""
+        return next(
+            (
+                c.label
+                for c in self.rows
+                if c.engine == name and c.device == device and c.kind == "node" and c.label in self.fps
+            ),
+            None,
+        )
+
+    def node_fps(self, name: str, device: str) -> float | None:
+        label = self.node_label(name, device)
+        return None if label is None else self.fps[label]
+
+
+def run_rounds(bench: Bench, size: str, rows: list[Contender], rounds: int, frames: int) -> Measured:
+    """The contenders and PIL, interleaved over `rounds`; -> their figures, the medians printed."""
+    results, failed = interleaved(rows, rounds, bench.measure, PIL_LABEL, lambda: pil_fps(bench.hwc, frames))
+    base = statistics.median(results[PIL_LABEL])
+    fps = {label: statistics.median(values) for label, values in results.items()}
+    for label, value in fps.items():
+        print(f"    {label:<84} {value:8.1f} fps  {value / base:6.2f}x PIL")
+    for label, why in failed.items():
+        print(f"    {label:<84}   failed: {why}")
+    return Measured(size, rows, results, fps, failed, base)
+
+
+def node_path_breakdowns(bench: Bench, m: Measured) -> dict:
+    """Where each measured node path's main thread spent its time, in its typical round (the median
+    by rate; the warm-up's left out): printed, and -> {label: {"per_frame_us", "batches"}}."""
+    out = {}
+    for c in m.rows:
+        timings = bench.timings.pop(c.label, [])[1:]
+        if c.kind == "node" and timings and c.label in m.fps:
+            typical = sorted(timings, key=lambda t: t.fps)[len(timings) // 2]
+            print(f"    {c.label}: {typical.describe()}")
+            out[c.label] = {"per_frame_us": typical.per_frame_us(), "batches": dict(typical.batches)}
+    bench.timings.clear()  # the sweeps' timings too: the next size starts empty
+    return out
+
+
+# -- goals ----------------------------------------------------------------------------------------
+
+TITLE_4K_FPS = f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps"
+TITLE_4K_RATIO = f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path"
+
+
+def cpu_goal(m: Measured, cores: int) -> dict:
+    """TorchCodec's CPU node path at least as fast as torchvision's at this size."""
+    title = f"{m.size} CPU node path: torchcodec >= torchvision"
+    labels = {name: m.node_label(name, "cpu") for name in ("torchcodec", "torchvision")}
+    if labels["torchcodec"] is None or labels["torchvision"] is None:
+        missing = [name for name, label in labels.items() if label is None]
+        return not_measured(title, ">= 1", "x", f"no CPU node path figure for {' and '.join(missing)} in this run")
+    tcodec, tvision = m.fps[labels["torchcodec"]], m.fps[labels["torchvision"]]
+    # paired by round (the two run back to back): the machine's drift cancels out
+    pairs = zip(m.results[labels["torchcodec"]], m.results[labels["torchvision"]])
+    ratios = sorted(a / b for a, b in pairs)
+    ratio = statistics.median(ratios)
+    detail = (
+        f"{ratio:.3f}x: the median of {len(ratios)} rounds' ratios, {ratios[0]:.2f} to {ratios[-1]:.2f}; "
+        f"medians {tcodec:.1f} vs {tvision:.1f} fps, {cores} workers each"
     )
-    encoding = "encode" in args.codec
-    cpu_names = engine_names(args, "cpu") if on_cpu and encoding else []
-    gpu_names = engine_names(args, "cuda") if cuda is not None and encoding else []
+    return goal(title, ratio, ">=", 1, "x", detail)
+
+
+def gpu_goals_4k(m: Measured, cuda: torch.device | None, cores: int) -> list[dict]:
+    """The best CUDA engine's 4K node path: its rate, and its ratio to the best CPU node path."""
+    cpu_best = max((v for v in (m.node_fps(n, "cpu") for n in ENGINES) if v is not None), default=None)
+    gpu = {n: v for n in ENGINES if (v := m.node_fps(n, "cuda")) is not None}
+    if not gpu:
+        if not torch.cuda.is_available():
+            why = "no CUDA on this machine"
+        else:
+            why = "--device cpu" if cuda is None else "no CUDA engine measured"
+        return unmeasured_4k_goals(why)
+    best_name = max(gpu, key=gpu.__getitem__)
+    best_fps = gpu[best_name]
+    goals = [
+        goal(TITLE_4K_FPS, best_fps, ">=", GOAL_4K_FPS, "fps", f"{best_name}: {best_fps:.0f} fps on {gpu_name(cuda)}")
+    ]
+    if cpu_best is None:
+        goals.append(
+            not_measured(TITLE_4K_RATIO, f">= {GOAL_GPU_OVER_CPU}", "x", "no CPU node path figure in this run")
+        )
+    else:
+        detail = f"{best_name}: {best_fps:.0f} fps vs {cpu_best:.0f} fps on {cores} CPU cores"
+        goals.append(goal(TITLE_4K_RATIO, best_fps / cpu_best, ">=", GOAL_GPU_OVER_CPU, "x", detail))
+    return goals
+
+
+def unmeasured_4k_goals(why: str) -> list[dict]:
+    return [
+        not_measured(TITLE_4K_FPS, f">= {GOAL_4K_FPS}", "fps", why),
+        not_measured(TITLE_4K_RATIO, f">= {GOAL_GPU_OVER_CPU}", "x", why),
+    ]
+
+
+# -- the whole run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Encoding:
+    """The encoding half's results, per size: medians, GPU sweeps, node path breakdowns; the
+    table's rows and the goals, every size's in turn."""
+
+    figures: dict = field(default_factory=dict)
+    sweeps: dict = field(default_factory=dict)
+    breakdowns: dict = field(default_factory=dict)
+    table: list = field(default_factory=list)
+    goals: list = field(default_factory=list)
+
+
+def measure_encoding(bench: Bench, args) -> Encoding:
+    """Every encoding contender at every size of --sizes, then the 4K goals if 4K was not among them."""
+    out = Encoding()
+    if "encode" not in args.codec:
+        out.goals += report_goals(unmeasured_4k_goals("--codec without encode"))
+        return out
+    cpu_names = engine_names(args, "cpu") if args.device in ("cpu", "all") else []
+    gpu_names = engine_names(args, "cuda") if bench.cuda is not None else []
     if gpu_names:
         bench.start_feeder()
     cpu_n = max(args.frames, 2 * CPU_BATCH * bench.cores)
-    figures, sweeps, goals, table, breakdowns = {}, {}, [], [], {}
-    try:
-        for size in args.sizes if encoding else []:
-            h, w = SIZES[size]
-            bench.set_size(h, w)
-            print(f"\n  {size} ({w}x{h})")
-            rows: list[Contender] = []
-            node_rows: list[Contender] = []
-            for name in cpu_names:
-                sub = subsampling_of(name, "cpu")
-                where = f"{setting(CPU_BATCH, bench.cores)}, {sub}"
-                rows.append(
-                    Contender(
-                        f"{name}, CPU, engine alone ({where})", "cpu", name, "engine", CPU_BATCH, bench.cores, cpu_n
-                    )
-                )
-                node_rows.append(
-                    Contender(f"{name}, CPU, node path ({where})", "cpu", name, "node", CPU_BATCH, bench.cores, cpu_n)
-                )
-            rows += node_rows  # the node paths next to each other: the goal compares them round by round
-            node_rows = []
-            sweeps[size] = {}
-            for name in gpu_names:
-                best, sweeps[size][name] = sweep_gpu(bench, name, args.frames)
-                if sweeps[size][name]:
-                    print(
-                        f"    sweep, {name} CUDA node path: "
-                        + ", ".join(f"{k} {v:.0f}" for k, v in sweeps[size][name].items())
-                        + " fps"
-                    )
-                if best is None:
-                    continue
-                batch, workers = best
-                n = max(GPU_FRAMES * args.frames, 2 * batch * workers)
-                where = f"{setting(batch, workers)}, {subsampling_of(name, cuda)}"
-                source = "CUDA IPC frames" if bench.feeder is not None else "host messages"
-                rows.append(
-                    Contender(f"{name}, CUDA, engine alone ({where})", "cuda", name, "engine", batch, workers, n)
-                )
-                node_rows.append(
-                    Contender(f"{name}, CUDA, node path ({where}; {source})", "cuda", name, "node", batch, workers, n)
-                )
-            rows += node_rows
-            if bench.feeder is not None and gpu_names:
-                rows.append(
-                    Contender(
-                        "CUDA IPC messages alone (receive + release, no encode)",
-                        "cuda",
-                        "",
-                        "feed",
-                        1,
-                        1,
-                        GPU_FRAMES * args.frames,
-                    )
-                )
-            results, failed = interleaved(
-                rows, args.rounds, bench.measure, PIL_LABEL, lambda: pil_fps(bench.hwc, args.frames)
-            )
-            base = statistics.median(results[PIL_LABEL])
-            figures[size] = {}
-            for label, values in results.items():
-                fps = statistics.median(values)
-                figures[size][label] = fps
-                print(f"    {label:<84} {fps:8.1f} fps  {fps / base:6.2f}x PIL")
-            for label, why in failed.items():
-                print(f"    {label:<84}   failed: {why}")
-            breakdowns[size] = {}
-            for c in rows:
-                timings = bench.timings.pop(c.label, [])[1:]  # the warm-up's left out
-                if c.kind == "node" and timings and c.label in figures[size]:
-                    typical = sorted(timings, key=lambda t: t.fps)[len(timings) // 2]
-                    print(f"    {c.label}: {typical.describe()}")
-                    breakdowns[size][c.label] = {
-                        "per_frame_us": typical.per_frame_us(),
-                        "batches": dict(typical.batches),
-                    }
-            bench.timings.clear()
-            table += table_rows(size, rows, figures[size], base, failed)
+    for size in args.sizes:
+        measure_size(bench, args, size, cpu_names, gpu_names, cpu_n, out)
+    if "4k" not in args.sizes:
+        out.goals += report_goals(unmeasured_4k_goals("4k not in --sizes"))
+    return out
 
-            def label_of(name: str, device: str) -> str | None:
-                return next(
-                    (
-                        c.label
-                        for c in rows
-                        if c.engine == name and c.device == device and c.kind == "node" and c.label in figures[size]
-                    ),
-                    None,
-                )
 
-            def node(name: str, device: str) -> float | None:
-                label = label_of(name, device)
-                return None if label is None else figures[size][label]
+def measure_size(
+    bench: Bench, args, size: str, cpu_names: list[str], gpu_names: list[str], cpu_n: int, out: Encoding
+) -> None:
+    """One size: its contenders (the GPU ones swept first), the rounds, the breakdowns, the goals, into `out`."""
+    h, w = SIZES[size]
+    bench.set_size(h, w)
+    print(f"\n  {size} ({w}x{h})")
+    out.sweeps[size] = {}
+    rows = cpu_contenders(cpu_names, bench.cores, cpu_n)
+    rows += gpu_contenders(bench, gpu_names, args.frames, out.sweeps[size])
+    if bench.feeder is not None and gpu_names:
+        rows.append(feed_contender(args.frames))
+    m = run_rounds(bench, size, rows, args.rounds, args.frames)
+    out.figures[size] = m.fps
+    out.breakdowns[size] = node_path_breakdowns(bench, m)
+    out.table += table_rows(size, rows, m.fps, m.base, m.failed)
+    goals = [cpu_goal(m, bench.cores)]
+    if size == "4k":
+        goals += gpu_goals_4k(m, bench.cuda, bench.cores)
+    out.goals += report_goals(goals)
 
-            here = []
-            title = f"{size} CPU node path: torchcodec >= torchvision"
-            tcodec, tvision = node("torchcodec", "cpu"), node("torchvision", "cpu")
-            if tcodec is not None and tvision is not None:
-                # paired by round (the two run back to back): the machine's drift cancels out
-                ratios = sorted(
-                    a / b
-                    for a, b in zip(results[label_of("torchcodec", "cpu")], results[label_of("torchvision", "cpu")])
-                )
-                ratio = statistics.median(ratios)
-                here.append(
-                    goal(
-                        title,
-                        ratio,
-                        ">=",
-                        1,
-                        "x",
-                        f"{ratio:.3f}x: the median of {len(ratios)} rounds' ratios, {ratios[0]:.2f} to "
-                        f"{ratios[-1]:.2f}; "
-                        f"medians {tcodec:.1f} vs {tvision:.1f} fps, {bench.cores} workers each",
-                    )
-                )
-            else:
-                missing = [n for n, v in (("torchcodec", tcodec), ("torchvision", tvision)) if v is None]
-                here.append(
-                    not_measured(title, ">= 1", "x", f"no CPU node path figure for {' and '.join(missing)} in this run")
-                )
-            if size == "4k":
-                cpu_best = max((v for v in (node(n, "cpu") for n in ENGINES) if v is not None), default=None)
-                gpu = {n: node(n, "cuda") for n in ENGINES if node(n, "cuda") is not None}
-                title_fps = f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps"
-                title_ratio = f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path"
-                if gpu:
-                    best_name = max(gpu, key=gpu.get)
-                    best_fps = gpu[best_name]
-                    here.append(
-                        goal(
-                            title_fps,
-                            best_fps,
-                            ">=",
-                            GOAL_4K_FPS,
-                            "fps",
-                            f"{best_name}: {best_fps:.0f} fps on {torch.cuda.get_device_name(cuda)}",
-                        )
-                    )
-                    if cpu_best is not None:
-                        here.append(
-                            goal(
-                                title_ratio,
-                                best_fps / cpu_best,
-                                ">=",
-                                GOAL_GPU_OVER_CPU,
-                                "x",
-                                f"{best_name}: {best_fps:.0f} fps vs {cpu_best:.0f} fps on {bench.cores} CPU cores",
-                            )
-                        )
-                    else:
-                        here.append(
-                            not_measured(
-                                title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", "no CPU node path figure in this run"
-                            )
-                        )
-                else:
-                    why = (
-                        "no CUDA on this machine"
-                        if not has_cuda
-                        else ("--device cpu" if cuda is None else "no CUDA engine measured")
-                    )
-                    here.append(not_measured(title_fps, f">= {GOAL_4K_FPS}", "fps", why))
-                    here.append(not_measured(title_ratio, f">= {GOAL_GPU_OVER_CPU}", "x", why))
-            show_goals(here)
-            goals += here
-        if "4k" not in args.sizes or not encoding:
-            why = "4k not in --sizes" if encoding else "--codec without encode"
-            extra = [
-                not_measured(f"4K GPU node path, best engine: >= {GOAL_4K_FPS} fps", f">= {GOAL_4K_FPS}", "fps", why),
-                not_measured(
-                    f"4K GPU node path, best engine: >= {GOAL_GPU_OVER_CPU}x the best CPU node path",
-                    f">= {GOAL_GPU_OVER_CPU}",
-                    "x",
-                    why,
-                ),
-            ]
-            show_goals(extra)
-            goals += extra
-    finally:
-        bench.close()
-    decoding = (
-        _jpeg_decode.measure(
-            {s: SIZES[s] for s in args.sizes}, args.engines, cuda, on_cpu, args.frames, args.rounds, bench.cores
-        )
-        if "decode" in args.codec
-        else None
+
+def report_goals(goals: list[dict]) -> list[dict]:
+    show_goals(goals)
+    return goals
+
+
+def measure_decoding(args, cuda: torch.device | None, cores: int) -> dict | None:
+    """The decoding half (bench/_jpeg_decode.py), or None without `decode` in --codec."""
+    if "decode" not in args.codec:
+        return None
+    sizes = {s: SIZES[s] for s in args.sizes}
+    return _jpeg_decode.measure(
+        sizes, args.engines, cuda, args.device in ("cpu", "all"), args.frames, args.rounds, cores
     )
-    if decoding is not None:
-        goals += decoding["goals"]
-    print(f"  ({time.monotonic() - began:.0f} s)")
-    result = {
-        "device": torch.cuda.get_device_name(cuda) if cuda is not None else None,
+
+
+def results_json(args, bench: Bench, encoding: Encoding, decoding: dict | None) -> dict:
+    """What is written to --json (beside bench/_results.py's envelope), in the order it was always written."""
+    return {
+        "device": gpu_name(bench.cuda),
         "cpu_cores": bench.cores,
-        "fps": figures,
-        "gpu_sweep_fps": sweeps,
+        "fps": encoding.figures,
+        "gpu_sweep_fps": encoding.sweeps,
         "gpu_node_input": None
-        if cuda is None
+        if bench.cuda is None
         else ("cuda-ipc" if bench.feed_error is None else f"host messages ({bench.feed_error})"),
         "rounds": args.rounds,
-        "node_path_breakdown": breakdowns,
+        "node_path_breakdown": encoding.breakdowns,
         "codec": args.codec,
         "decode": decoding,
-        "rows": table,
-        "goals": goals,
+        "rows": encoding.table,
+        "goals": encoding.goals + (decoding["goals"] if decoding is not None else []),
     }
-    return save("jpeg_fps", BASELINE, result, args.json)
+
+
+def main(argv=()):
+    args = parse_args(argv)
+    cuda = cuda_of(args)
+    began = time.monotonic()
+    bench = Bench(args, cuda)
+    print_header(args.rounds, bench.cores, cuda)
+    try:
+        encoding = measure_encoding(bench, args)
+    finally:
+        bench.close()  # engines and the CUDA IPC producer go before decoding starts, also on failure
+    decoding = measure_decoding(args, cuda, bench.cores)
+    print(f"  ({time.monotonic() - began:.0f} s)")
+    return save("jpeg_fps", BASELINE, results_json(args, bench, encoding, decoding), args.json)
 
 
 if __name__ == "__main__":
