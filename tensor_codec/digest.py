@@ -111,7 +111,7 @@ def _feed_values(t: torch.Tensor, feed) -> None:
             flat = flat.cpu()
         if flat.stride(0) != 1:  # a single element with an odd stride
             flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
-        feed(memoryview(flat.view(torch.uint8).numpy()))
+        feed(flat.view(torch.uint8).numpy().data)  # a memoryview over the bytes
         return
     row = nbytes // t.shape[0]
     step = max(1, _BLOCK_BYTES // max(row, 1))

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -105,10 +106,12 @@ def leaf_view(storage: torch.UntypedStorage, dtype: WireDType, byte_offset: int,
     """A tensor of `dtype` viewing `storage` from `byte_offset` (a multiple of the item size)."""
     # Viewing an empty uint8 tensor as complex32 avoids torch's "ComplexHalf is experimental" warning.
     device = storage.device
+    torch_dtype = dtype.torch_dtype
+    assert torch_dtype is not None  # wire.dtypes.by_name refuses a dtype this torch lacks
     if dtype.name == "complex32":
-        t = torch.empty(0, dtype=torch.uint8, device=device).view(dtype.torch_dtype)
+        t = torch.empty(0, dtype=torch.uint8, device=device).view(torch_dtype)
     else:
-        t = torch.empty(0, dtype=dtype.torch_dtype, device=device)
+        t = torch.empty(0, dtype=torch_dtype, device=device)
     return t.set_(storage, byte_offset // dtype.itemsize, shape, strides)
 
 
@@ -183,16 +186,17 @@ class Destination:
 
     __slots__ = ("address", "host", "_make", "_tensor")
 
-    def __init__(self, address: int, make_tensor, host: bool = True):
+    def __init__(self, address: int, make_tensor: Callable[[], torch.Tensor], host: bool = True):
         self.address = address
         self.host = host
         self._make = make_tensor
-        self._tensor = None
+        self._tensor: torch.Tensor | None = None
 
     def tensor(self) -> torch.Tensor:
-        if self._tensor is None:
-            self._tensor = self._make()
-        return self._tensor
+        tensor = self._tensor
+        if tensor is None:
+            tensor = self._tensor = self._make()
+        return tensor
 
     def release(self) -> None:
         self._tensor = None
@@ -204,6 +208,7 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     if leaf.nbytes == 0:
         return
     src = leaf.source
+    assert src is not None  # a sender's layout (plan_leaf) holds its tensor
     if leaf.raw_span and dest.host and leaf.nbytes <= _MEMMOVE_MAX and src.is_cpu:
         # Most leaves: one byte copy. Dense layouts address bytes from data_ptr() up (strides
         # are never negative).
@@ -221,7 +226,7 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     # Compact: `src` has broadcast dims narrowed to size 1, so the wire strides (0 there) address
     # every byte of the destination exactly once. torch's strided copy compacts in a single pass.
     dst = dest.tensor()[start : start + leaf.nbytes]
-    dst.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
+    dst.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)  # src.dtype: the leaf's own
 
 
 def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
@@ -229,11 +234,12 @@ def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
     our own measured slower at every size, bench/host_staging.py); a non-dense leaf is compacted
     on the GPU first, where it is cheap."""
     src = leaf.source
+    assert src is not None  # a sender's layout (plan_leaf) holds its tensor
     if leaf.raw_span:
         dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
             src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
         )
     else:
         dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
-        dense.view(leaf.dtype.torch_dtype).as_strided(src.shape, leaf.strides).copy_(src)
+        dense.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)
     dest.tensor()[start : start + leaf.nbytes].copy_(dense)

@@ -70,13 +70,12 @@ def _remember(cache: collections.OrderedDict, key: Any, entry: Any) -> None:
 
 def make_plan(obj: Any) -> Plan:
     kind = kind_of(obj)
-    plain = None
-    if kind is not None:
-        plain = plain_of(obj)
+    plain = None if kind is None else plain_of(obj)
     # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
     # quantized, other devices) takes the general path and its errors.
     if (
-        plain is not None
+        kind is not None
+        and plain is not None
         and plain.layout is torch.strided
         and (plain.is_cpu or plain.is_cuda)
         and not (plain.is_nested or plain.is_quantized)
@@ -140,4 +139,5 @@ def _make_plan(obj: Any) -> Plan:
         )
     leaves = [plan_leaf(tensor, path) for tensor, path in found]
     check_logical_sizes(leaves, bounds, EncodeError, lambda i: f"tensor at `{format_path(found[i][1])}`")
-    return Plan(tree, leaves, [path for _, path in found], None, any(on_gpu(leaf.source) for leaf in leaves))
+    has_cuda = any(leaf.source is not None and on_gpu(leaf.source) for leaf in leaves)
+    return Plan(tree, leaves, [path for _, path in found], None, has_cuda)

@@ -195,7 +195,7 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
 def expected_wire_strides(t: torch.Tensor) -> tuple[int, ...]:
     """The strides a receiver gets for `t` (its own where the layout is dense, else compacted)."""
     plain = plain_of(t)
-    return plan_leaf(plain, "$").strides
+    return plan_leaf(plain, ()).strides
 
 
 def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path: str = "$") -> None:

@@ -24,7 +24,7 @@ objects, and checks far more.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.nn.utils.rnn import PackedSequence
@@ -163,7 +163,7 @@ def fold(
                 raise EncodeError(f"integer out of range at `{format_path(path)}`: expected int64, got {x}")
             return x if on_scalar is None else on_scalar(x, path)
         if type(what) is not str:  # a TensorKind
-            return x if on_tensor is None else on_tensor(x, what, path)
+            return x if on_tensor is None else on_tensor(x, cast(TensorKind, what), path)
         if on_enter is not None:
             on_enter(x, what, path)
         depth += 1

@@ -112,7 +112,7 @@ class CudaBackend:
         # ledger decides when the memory may be reused, and a buffer the pool retires returns to
         # the caching allocator at once instead of waiting in torch's limbo for ipc_collect().
         torch.UntypedStorage._release_ipc_counter_cuda(counter_handle, counter_offset)
-        return bytes(handle), int(offset) + buffer.storage_offset()
+        return bytes(handle), int(offset) + int(buffer.storage_offset())
 
     def new_event(self, index: int) -> tuple[Any, bytes]:
         """An interprocess event on GPU `index` and its 64-byte handle (exported once)."""

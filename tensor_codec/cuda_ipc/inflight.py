@@ -57,7 +57,7 @@ class InFlightLimit:
         self.waited_s = 0.0
         self._dropping = False  # inside a burst of drops (logged once)
 
-    def admit(self, nbytes: int, live_bytes: Callable[[], int], collect: Callable[[], None]) -> bool:
+    def admit(self, nbytes: int, live_bytes: Callable[[], int], collect: Callable[[], object]) -> bool:
         """True: send it (room is there). False: dropped by policy. Raises on timeout."""
         if nbytes > self.max_bytes:
             raise InFlightLimitError(

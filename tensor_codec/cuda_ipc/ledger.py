@@ -117,6 +117,8 @@ class _File:
             raise LedgerError(f"ledger: {name!r} cannot be opened: {e.strerror or e}") from None
         try:
             if create:
+                if size is None:
+                    raise UsageError("ledger: a new ledger file needs its size")
                 os.ftruncate(self.fd, size)
             actual = os.fstat(self.fd).st_size
             if actual < HEADER_BYTES:

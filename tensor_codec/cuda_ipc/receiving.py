@@ -187,7 +187,8 @@ class Receiver:
             # Take the list: a finalizer running on this thread inside the loop (the lock is
             # re-entrant) appends to a new one, which must not be lost.
             entries, self.pending = self.pending, []
-            ready, waiting = [], []
+            ready: list = []
+            waiting: list = []
             for entry in entries:
                 marker = entry[0]
                 try:

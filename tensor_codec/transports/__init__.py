@@ -47,12 +47,12 @@ def _load(name: str) -> Transport:
 
 def get_transport(name: object) -> Transport:
     """A transport for sending; unknown names are a caller error."""
-    transport = _loaded.get(name)  # type: ignore[arg-type]
+    transport = _loaded.get(name) if type(name) is str else None
     if transport is not None:
         return transport
-    if name not in _TABLE:
+    if type(name) is not str or name not in _TABLE:
         raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r:.80}")
-    return _load(name)  # type: ignore[arg-type]
+    return _load(name)
 
 
 def transport_for_message(name: str) -> Transport:

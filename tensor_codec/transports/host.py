@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import torch
@@ -35,6 +35,9 @@ from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from . import arrow_values, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
 from .names import CUDA_IPC, HOST
+
+if TYPE_CHECKING:  # loaded on first use, as every transport is
+    from ..cuda_ipc.transport import CudaIpcTransport
 
 _UINT8 = pa.uint8()
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
@@ -246,4 +249,5 @@ def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[to
 def _gpu_device(uuid: str) -> torch.device:
     """This process's device for the GPU a header names (the CUDA IPC transport keeps that
     mapping, and the CPU stand-in of the tests replaces it)."""
-    return get_transport(CUDA_IPC).device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
+    ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))
+    return ipc.device_of_gpu(uuid, f"tc.header.{KEY_GPU}")

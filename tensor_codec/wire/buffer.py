@@ -35,7 +35,7 @@ CUDA_IPC_ALIGNMENT = 256  # every dtype's alignment; the caching allocator's gra
 def layout_offsets(nbytes: list[int], alignment: int) -> tuple[list[int], int]:
     """Canonical offsets for leaves of the given sizes, and the total buffer length."""
     mask = alignment - 1
-    offsets = []
+    offsets: list[int] = []
     end = 0
     for n in nbytes:
         start = (end + mask) & ~mask if offsets else 0

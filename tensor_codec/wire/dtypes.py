@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import DecodeError, EncodeError, format_path
+from ..errors import DecodeError, EncodeError, Where, format_path
 
 __all__ = ["WireDType", "WIRE_DTYPES", "by_name", "by_torch", "supported_torch_dtypes"]
 
@@ -85,7 +85,7 @@ def by_torch(dtype: torch.dtype, path: tuple) -> WireDType:
         ) from None
 
 
-def by_name(name: object, where: str) -> WireDType:
+def by_name(name: object, where: str | Where) -> WireDType:
     entry = WIRE_DTYPES.get(name) if isinstance(name, str) else None
     if entry is None:
         raise DecodeError(

@@ -268,7 +268,7 @@ def parse_leaves(
     if len(raw) > bounds.leaves:
         raise DecodeError(f"tc.header.leaves: expected at most {bounds.leaves} entries (limits.leaves), got {len(raw)}")
     allowed = _allowed_leaf_keys(transport_leaf_keys)
-    out = []
+    out: list[ReceivedLeaf] = []
     leaf_cap, message_cap, total = bounds.leaf_logical_bytes, bounds.message_logical_bytes, 0
     for i, entry in enumerate(raw):
         if type(entry) is not dict or entry.keys() != allowed:

@@ -9,7 +9,7 @@ so every addressable element lies inside the leaf's bytes.
 
 from __future__ import annotations
 
-from ..errors import DecodeError
+from ..errors import DecodeError, Where
 from .dtypes import WireDType
 
 __all__ = ["MAX_RANK", "MAX_DIM", "contiguous_strides", "dense_span", "check_leaf_layout"]
@@ -47,7 +47,7 @@ def dense_span(shape, strides) -> int | None:
     return expected
 
 
-def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str) -> None:
+def check_leaf_layout(dtype: WireDType, shape, strides, nbytes, where: str | Where) -> None:
     """Receiver-side validation of one leaf's layout; raises DecodeError naming the field."""
     if len(strides) != len(shape):
         raise DecodeError(f"{where}.strides: expected {len(shape)} entries (one per dim of shape), got {len(strides)}")
