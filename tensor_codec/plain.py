@@ -13,10 +13,9 @@ import pyarrow as pa
 import torch
 
 from .errors import DecodeError
+from .wire.buffer import HOST_ALIGNMENT
 
 __all__ = ["plain_bytes"]
-
-_ALIGNMENT = 64
 
 
 def plain_bytes(value: Any, *, name: str = "value") -> torch.Tensor:
@@ -32,6 +31,6 @@ def plain_bytes(value: Any, *, name: str = "value") -> torch.Tensor:
     if len(value) == 0:
         return torch.empty(0, dtype=torch.uint8)
     address = value.buffers()[1].address + value.offset
-    if address % _ALIGNMENT == 0:
+    if address % HOST_ALIGNMENT == 0:  # as a host message is viewed
         return torch.from_dlpack(value)
     return torch.from_numpy(value.to_numpy(zero_copy_only=False).copy())

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..wire.cuda_ipc import EVENT_HANDLE_BYTES
 from .identity import gpu_uuid, local_index_of_uuid
 
 __all__ = ["CudaBackend", "Segment"]
@@ -36,7 +37,7 @@ __all__ = ["CudaBackend", "Segment"]
 log = logging.getLogger("tensor_codec")
 
 _NO_COUNTER = b"/tc-no-torch-counter"  # receivers never touch torch's ref counter: see open_segment
-_ZERO_EVENT = bytes(64)
+_ZERO_EVENT = bytes(EVENT_HANDLE_BYTES)
 
 
 @dataclass
