@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..common.delivery import ack_settings
+from ..common.delivery import DELIVERY_SETTINGS
 from ..common.settings import Setting, SettingError, settings_dataclass
 
 OUTPUT = "image"
@@ -68,7 +68,7 @@ SETTINGS = (
         ("planar", "interleaved"),
     ),
     Setting("DEVICE", "device", "auto", "Where frames are made: auto (CUDA when present), cpu, cuda or cuda:N."),
-    *ack_settings("frame"),
+    *DELIVERY_SETTINGS,
 )
 
 

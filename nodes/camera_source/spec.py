@@ -17,14 +17,7 @@ SPEC = NodeSpec(
             "Optional. When wired (e.g. dora/timer/millis/33), one frame per tick instead of pacing at FPS.",
             optional=True,
         ),
-        ack_inputs_port(
-            "Optional. Acknowledged delivery: one input per consumer of `image` whose id starts with `ack` "
-            "(`ack_encoder`, `ack_receiver`, ...), wired to that consumer's `ack` output. A frame counts as "
-            "delivered when every one of them acknowledged it; at most WINDOW frames are unacknowledged (a slow "
-            "consumer slows the camera down instead of losing frames), one unacknowledged for RETRY_S is resent, and "
-            "one past ACK_TIMEOUT_S is given up and makes the node exit with status 1, logging how many frames were "
-            "not acknowledged.",
-        ),
+        ack_inputs_port(OUTPUT),
     ),
     outputs=(
         Port(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..common.delivery import ack_settings
+from ..common.delivery import DELIVERY_SETTINGS
 from ..common.jpeg_engines import ENGINE_CHOICES
 from ..common.settings import Setting, settings_dataclass
 
@@ -91,7 +91,7 @@ SETTINGS = (
         "`torchcodec`, `torchvision` (deprecated since 0.29) or `nvimgcodec` (the optional extra `nvimgcodec`).",
         ENGINE_CHOICES,
     ),
-    *ack_settings("frame"),
+    *DELIVERY_SETTINGS,
 )
 
 

@@ -22,11 +22,9 @@ SPEC = NodeSpec(
             "that sends JPEG.",
         ),
         ack_inputs_port(
-            "Optional. Acknowledged delivery of the frames: one input per consumer of `image` whose id starts with "
-            "`ack`, wired to its `ack` output. At most WINDOW frames are unacknowledged: JPEGs wait, unacknowledged, "
-            "until there is room, so a slow consumer slows the JPEGs' sender down. Unacknowledged frames are resent "
-            "after RETRY_S and given up after ACK_TIMEOUT_S (the node then exits with status 1). The node ends when "
-            "`jpeg` closed and every frame was acknowledged.",
+            OUTPUT,
+            "JPEGs wait, unacknowledged, until there is room in the window, so a slow consumer slows the JPEGs' "
+            "sender down. The node ends when `jpeg` closed and every frame was acknowledged.",
         ),
     ),
     outputs=(

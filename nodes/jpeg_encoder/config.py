@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..common.delivery import ack_settings
+from ..common.delivery import DELIVERY_SETTINGS
 from ..common.jpeg_engines import ENGINE_CHOICES, SUBSAMPLING_CHOICES
 from ..common.settings import Setting, settings_dataclass
 
@@ -53,7 +53,7 @@ SETTINGS = (
         "(with ENGINE=auto, an engine that can is chosen).",
         SUBSAMPLING_CHOICES,
     ),
-    *ack_settings("JPEG"),
+    *DELIVERY_SETTINGS,
 )
 
 

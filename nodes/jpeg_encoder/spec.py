@@ -19,11 +19,9 @@ SPEC = NodeSpec(
             "plain dora image message (rgb8, bgr8, mono8). Anything else is logged, counted and skipped.",
         ),
         ack_inputs_port(
-            "Optional. Acknowledged delivery of the JPEGs: one input per consumer of `jpeg` whose id starts with "
-            "`ack` (`ack_decoder`, `ack_sink`), wired to its `ack` output. At most WINDOW JPEGs (plus frames being "
-            "encoded) are unacknowledged: frames wait, unacknowledged, until there is room, so a slow consumer slows "
-            "the frames' sender down. Unacknowledged JPEGs are resent after RETRY_S and given up after ACK_TIMEOUT_S "
-            "(the node then exits with status 1). The node ends when `frames` closed and every JPEG was "
+            OUTPUT,
+            "Frames being encoded come on top of WINDOW; frames wait, unacknowledged, until there is room, so a "
+            "slow consumer slows the frames' sender down. The node ends when `frames` closed and every JPEG was "
             "acknowledged.",
         ),
     ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..common.delivery import ack_settings
+from ..common.delivery import DELIVERY_SETTINGS
 from ..common.settings import Setting, SettingError, settings_dataclass
 
 OUTPUT = "tensors"
@@ -50,7 +50,7 @@ SETTINGS = (
     Setting(
         "RATE", "float", "0", "Messages per second; 0 = as fast as dora (and, with acks, WINDOW) allows.", minimum=0
     ),
-    *ack_settings("message"),
+    *DELIVERY_SETTINGS,
     Setting(
         "CORRUPT",
         "bool",

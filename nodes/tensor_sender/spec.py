@@ -13,13 +13,10 @@ SPEC = NodeSpec(
     ),
     inputs=(
         ack_inputs_port(
-            "Optional. Wire it to the receiver's `ack` output for acknowledged delivery, the only lossless kind in "
-            "dora 1.1 (a consumer's queue drops the oldest past queue_size, or past 10 x queue_size with "
-            "queue_policy: backpressure): at most WINDOW messages unacknowledged, so a slow receiver slows the "
-            "sender down; one unacknowledged for RETRY_S is resent, one past ACK_TIMEOUT_S given up. A run that ends "
-            "with messages not acknowledged (given up, receiver gone, STOP) exits with status 1 and logs how many. "
-            "With several receivers, give each its own input whose id starts with `ack` (`ack_local`, `ack_remote`, "
-            "...): a message is delivered when all of them acknowledged it.",
+            OUTPUT,
+            "Without it dora 1.1 delivers nothing for sure (a consumer's queue drops the oldest past queue_size, or "
+            "past 10 x queue_size with queue_policy: backpressure). Acks of every other declared output's consumers "
+            "count the same.",
         ),
     ),
     outputs=(
