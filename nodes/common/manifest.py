@@ -15,18 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from .registry import node_packages
 from .settings import Setting
 
-NODE_PACKAGES = (
-    "camera_source",
-    "tensor_sender",
-    "tensor_receiver",
-    "jpeg_encoder",
-    "jpeg_decoder",
-    "jpeg_sink",
-    "rerun_sink",
-    "monitor",
-)
 MANIFEST = "dora-node.yml"
 
 
@@ -105,7 +96,7 @@ _Dumper.add_representer(str, _str)
 
 def manifests() -> dict[Path, str]:
     out = {}
-    for package in NODE_PACKAGES:
+    for package in node_packages():
         module = importlib.import_module(f"tensor_codec_nodes.{package}.spec")
         path = Path(module.__file__).with_name(MANIFEST)
         out[path] = render(module.SPEC)

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tensor_codec_nodes.common.manifest import NODE_PACKAGES, manifests
+from tensor_codec_nodes.common.manifest import manifests
+from tensor_codec_nodes.common.registry import node_packages
 from tensor_codec_nodes.common.startup import close_setting_names, help_text, preflight, wiring_problems
 from tests.support.dora import ROOT, node_script
 from tests.support.fakes import FakeNode
 
+NODE_PACKAGES = node_packages()
 SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.spec").SPEC for package in NODE_PACKAGES}
 ENCODER, CAMERA, RECEIVER, SENDER = (
     SPECS[p] for p in ("jpeg_encoder", "camera_source", "tensor_receiver", "tensor_sender")

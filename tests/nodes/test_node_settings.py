@@ -13,10 +13,11 @@ import yaml
 from tensor_codec_nodes.common import manifest
 from tensor_codec_nodes.common.delivery import DELIVERY_DOC, DELIVERY_SETTINGS, window_of
 from tensor_codec_nodes.common.device import resolve_device
+from tensor_codec_nodes.common.registry import node_packages, node_scripts, scripts_of
 from tensor_codec_nodes.common.settings import Setting, SettingError, load_settings, parse_size, parse_sizes
 from tests.support.paths import ROOT
 
-CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in manifest.NODE_PACKAGES}
+CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in node_packages()}
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def test_every_manifest_names_an_installed_console_script():
         assert target == f"tensor_codec_nodes.{name}.main:main"
 
 
-SPECS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.spec").SPEC for name in manifest.NODE_PACKAGES}
+SPECS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.spec").SPEC for name in node_packages()}
 PRODUCERS = [name for name, spec in SPECS.items() if any(p.id.startswith("ack*") for p in spec.inputs)]
 
 
@@ -208,3 +209,26 @@ def test_docs_delivery_md_documents_the_delivery_group_as_the_code_has_it():
         document = yaml.safe_load((ROOT / "nodes" / name / "dora-node.yml").read_text())
         assert DELIVERY_DOC in document["inputs"]["ack*"]["description"]
         assert DELIVERY_DOC in document["env"]["WINDOW"]["description"]
+
+
+def test_the_installed_node_registration_is_pyprojects_and_names_every_node_package():
+    """The nodes are registered once, by their console scripts in pyproject.toml; the registry
+    reads what the install made of them. A script added or renamed there without reinstalling, or a
+    node package without one, fails here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    registered = scripts_of(project["project"]["scripts"].items())
+    assert node_scripts() == registered, "the installed console scripts are not pyproject.toml's: run make install"
+    assert set(node_packages()) == {main.parent.name for main in (ROOT / "nodes").glob("*/main.py")}
+    listed = set(project["tool"]["setuptools"]["packages"])
+    assert {f"tensor_codec_nodes.{name}" for name in node_packages()} <= listed, "add to [tool.setuptools] packages"
+
+
+def test_the_registry_takes_only_scripts_that_run_a_nodes_main():
+    scripts = {
+        "tc-b": "tensor_codec_nodes.b_node.main:main",
+        "tc-a": "tensor_codec_nodes.a_node.main:main",
+        "tc-tool": "tensor_codec_nodes.common.manifest:main",
+        "other": "somewhere.else.main:main",
+        "tc-c": "tensor_codec_nodes.c_node.main:run",
+    }
+    assert scripts_of(scripts.items()) == {"a_node": "tc-a", "b_node": "tc-b"}
