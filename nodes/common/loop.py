@@ -105,7 +105,7 @@ class NodeLogic:
     """A node's own logic: the hooks the loop calls, each with a default (a sink that blocks for
     each event and has nothing else to do needs only `on_input` and `finish`)."""
 
-    spec: Any  # the node's NodeSpec (spec.py): its name, for the logs and for joining
+    spec: Any  # the node's NodeSpec (config.py's SPEC): its name, for the logs and for joining
     load_config: Any  # staticmethod: env -> the node's config (config.py)
     SENDS_WITH_TC = False  # True: the node sends with tc.send, so CUDA IPC is flushed before it exits
 

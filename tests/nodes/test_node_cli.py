@@ -21,7 +21,7 @@ from tests.support.dora import ROOT, node_script
 from tests.support.fakes import FakeNode
 
 NODE_PACKAGES = node_packages()
-SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.spec").SPEC for package in NODE_PACKAGES}
+SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.config").SPEC for package in NODE_PACKAGES}
 ENCODER, CAMERA, RECEIVER, SENDER = (
     SPECS[p] for p in ("jpeg_encoder", "camera_source", "tensor_receiver", "tensor_sender")
 )
@@ -65,7 +65,7 @@ def test_importing_the_nodes_package_leaves_the_environment_alone():
         "before = dict(os.environ)\n"
         "import tensor_codec_nodes, tensor_codec_nodes.common.loop, tensor_codec_nodes.common.startup\n"
         f"for package in {list(NODE_PACKAGES)!r}:\n"
-        "    for module in ('main', 'spec', 'config'):\n"
+        "    for module in ('main', 'config'):\n"
         "        __import__(f'tensor_codec_nodes.{package}.{module}')\n"
         "after = dict(os.environ)\n"
         "print(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))\n"
@@ -98,7 +98,7 @@ def test_a_node_start_sets_omp_wait_policy_before_the_node_and_torch_load(tmp_pa
     code = (
         "import sys\n"
         "from tensor_codec_nodes.common.loop import console_main\n"
-        "from tensor_codec_nodes.tensor_sender.spec import SPEC\n"
+        "from tensor_codec_nodes.tensor_sender.config import SPEC\n"
         "sys.argv = ['tc-tensor-sender']\n"
         "sys.exit(console_main(SPEC, 'standin_node'))\n"
     )
@@ -388,7 +388,7 @@ def test_version_names_the_node_the_project_and_its_libraries_without_importing_
     code = (
         "import sys\n"
         "from tensor_codec_nodes.common.startup import answer_command_line\n"
-        "from tensor_codec_nodes.camera_source.spec import SPEC\n"
+        "from tensor_codec_nodes.camera_source.config import SPEC\n"
         "assert answer_command_line(SPEC, ['--version']) == 0\n"
         "print(sorted(m for m in ('torch', 'torchvision', 'dora', 'tensor_codec') if m in sys.modules))\n"
     )

@@ -167,7 +167,7 @@ def test_every_manifest_names_an_installed_console_script():
         assert target == f"tensor_codec_nodes.{name}.main:main"
 
 
-SPECS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.spec").SPEC for name in node_packages()}
+SPECS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config").SPEC for name in node_packages()}
 PRODUCERS = [name for name, spec in SPECS.items() if any(p.id.startswith("ack*") for p in spec.inputs)]
 
 
