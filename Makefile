@@ -59,7 +59,7 @@ run: install
 # checked, and only the processes it started torn down, by PID, also on Ctrl-C.
 run-cluster: install
 	@mkdir -p out
-	$(BIN)/python -m tensor_codec_nodes.local_cluster dataflow-cluster.yml \
+	$(BIN)/python -m tools.local_cluster dataflow-cluster.yml \
 		--report out/cluster-report-A.json --report out/cluster-report-B.json
 
 # Everything (what CI runs): tests/{codec,ipc,nodes,bench} then tests/e2e (real dora dataflows, installs);

@@ -2,7 +2,7 @@
 measured in the same run (issue 6). Goal: cross-daemon throughput within 2x of same-daemon host
 bytes.
 
-A coordinator and two daemons run on this host (tensor_codec_nodes.local_cluster). A sender on A
+A coordinator and two daemons run on this host (tools.local_cluster). A sender on A
 has two outputs: `local` to a receiver on A (same daemon: dora's shared memory) and `remote` to a
 receiver on B (another daemon). Per size, the two take turns: latency p50 with one message in
 flight (acked), then throughput of a stream of COUNT messages with WINDOW in flight (acked; MB/s
@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from _goals import goal  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
 
-from tensor_codec_nodes.local_cluster import LOOPBACK, ClusterError, LocalCluster  # noqa: E402
+from tools.local_cluster import LOOPBACK, ClusterError, LocalCluster  # noqa: E402
 
 BASELINE = "the same-daemon path of the same sender, measured in turns with it"
 GOAL_RATIO = 2.0  # same-daemon over cross-daemon throughput

@@ -13,9 +13,8 @@ from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, sized_
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, CannotStart, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs
 from .camera import Camera
-from .config import OUTPUT, TICK_INPUT, load_config
+from .config import OUTPUT, SPEC, TICK_INPUT, load_config
 from .sources import SourceError, open_source
-from .spec import SPEC
 
 MAX_FAILURES_IN_A_ROW = 30  # then the source is broken, not glitching: stop with an error
 

@@ -72,7 +72,8 @@ __all__ = [
     "Delivery",
     "Outbox",
     "Relay",
-    "ack_settings",
+    "DELIVERY_SETTINGS",
+    "DELIVERY_DOC",
     "ack_inputs_port",
     "ack_output_port",
     "ackers_of",
@@ -103,40 +104,46 @@ MAX_BACKLOG = 256  # messages a relay holds taken from dora and not yet worked o
 MAX_STREAM_CHARS = 64  # stream ids are 16 hex characters (protocol.new_stream_id); a longer one is not ours
 
 
-def ack_settings(what: str = "message") -> tuple[Setting, ...]:
-    """The settings of a node with acknowledged outputs (`what`: how its messages are called)."""
-    return (
-        Setting(
-            "WINDOW",
-            "int",
-            "8",
-            f"With an `ack*` input wired: {what}s sent but not yet acknowledged, at most. It must fit the queue "
-            "of every consumer input wired to the output (queue_size; 10 x queue_size, at least 100, with "
-            "queue_policy: backpressure; dora's default queue_size is 10), or the node refuses to start; resends "
-            "are held back so that no queue ever holds more copies than that.",
-            minimum=1,
-        ),
-        Setting(
-            "RETRY_S",
-            "float",
-            "1.0",
-            f"With an `ack*` input wired: resend a {what} unacknowledged for this many seconds (dora can drop "
-            "messages on a congested link).",
-            minimum=0.01,
-        ),
-        Setting(
-            "ACK_TIMEOUT_S",
-            "float",
-            "30",
-            f"With an `ack*` input wired: give up on a {what} unacknowledged for this many seconds (logged and "
-            "counted; the node then exits with status 1).",
-            minimum=0.1,
-        ),
-    )
+# Where acknowledged delivery and its settings are documented, once, for every producer node.
+DELIVERY_DOC = "docs/delivery.md"
+
+# The settings of acknowledged delivery: one group, the same in every producer node (camera, tensor
+# sender, JPEG encoder and decoder), whose settings tables include it as it is (`*DELIVERY_SETTINGS`),
+# so names, defaults, help and bounds are written here only; a node's config then has window,
+# retry_s and ack_timeout_s (`window_of`). DELIVERY_DOC says what they do; a test keeps its table
+# of names and defaults in step with this one.
+DELIVERY_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "WINDOW",
+        "int",
+        "8",
+        "Acknowledged delivery (with an `ack*` input wired; docs/delivery.md): messages sent but not yet "
+        "acknowledged, at most. It must fit the queue of every consumer input wired to the output (queue_size; "
+        "10 x queue_size, at least 100, with queue_policy: backpressure; dora's default queue_size is 10), or the "
+        "node refuses to start; resends are held back so that no queue ever holds more copies than that.",
+        minimum=1,
+    ),
+    Setting(
+        "RETRY_S",
+        "float",
+        "1.0",
+        "Acknowledged delivery: resend a message unacknowledged for this many seconds (dora can drop messages "
+        "on a congested link).",
+        minimum=0.01,
+    ),
+    Setting(
+        "ACK_TIMEOUT_S",
+        "float",
+        "30",
+        "Acknowledged delivery: give up on a message unacknowledged for this many seconds (logged and counted; "
+        "the node then exits with status 1).",
+        minimum=0.1,
+    ),
+)
 
 
 def window_of(config: Any) -> dict:
-    """The AckWindow arguments of a node's `ack_settings` (its config's window, retry_s, ack_timeout_s)."""
+    """The AckWindow arguments of a node's DELIVERY_SETTINGS (its config's window, retry_s, ack_timeout_s)."""
     return {"window": config.window, "retry_s": config.retry_s, "give_up_s": config.ack_timeout_s}
 
 
@@ -240,9 +247,19 @@ def sized_window(node: Any, config: Any, ackers: Iterable[str], outputs: Iterabl
     return args
 
 
-def ack_inputs_port(description: str) -> Port:
-    """A producer's `ack*` inputs, as its spec declares them (optional: without, no acks)."""
-    return Port(f"{P.ACK_INPUT}*", description, optional=True)
+def ack_inputs_port(output: str, more: str = "") -> Port:
+    """A producer's `ack*` inputs, acknowledging what it sends on `output`, as its spec declares
+    them (optional: without, no acks): what acknowledged delivery does, the same for every producer
+    (DELIVERY_SETTINGS), then `more`, what is the node's own."""
+    description = (
+        f"Optional. Acknowledged delivery ({DELIVERY_DOC}): one input per consumer of `{output}` whose id starts "
+        f"with `{P.ACK_INPUT}` (`ack_receiver`, `ack_remote`, ...), wired to that consumer's `{P.ACK_OUTPUT}` "
+        "output; a message is delivered when every one of them acknowledged it. At most WINDOW messages are "
+        "unacknowledged (a slow consumer slows this node down instead of losing messages), one unacknowledged for "
+        "RETRY_S is resent, one past ACK_TIMEOUT_S is given up; a run that ends with messages not acknowledged "
+        "(given up, a consumer gone, STOP) exits with status 1 and logs how many."
+    )
+    return Port(f"{P.ACK_INPUT}*", f"{description} {more}".strip(), optional=True)
 
 
 def ack_output_port(what: str, when: str, wire_to: str, every: str = "each") -> Port:

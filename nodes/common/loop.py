@@ -54,6 +54,7 @@ import importlib
 import logging
 import os
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from .hostile import Refusals
@@ -65,6 +66,8 @@ __all__ = [
     "EventLoop",
     "run",
     "console_main",
+    "NODE_PROCESS_DEFAULTS",
+    "node_process_defaults",
     "is_timeout",
     "EXIT_OK",
     "EXIT_FAILED",
@@ -102,7 +105,7 @@ class NodeLogic:
     """A node's own logic: the hooks the loop calls, each with a default (a sink that blocks for
     each event and has nothing else to do needs only `on_input` and `finish`)."""
 
-    spec: Any  # the node's NodeSpec (spec.py): its name, for the logs and for joining
+    spec: Any  # the node's NodeSpec (config.py's SPEC): its name, for the logs and for joining
     load_config: Any  # staticmethod: env -> the node's config (config.py)
     SENDS_WITH_TC = False  # True: the node sends with tc.send, so CUDA IPC is flushed before it exits
 
@@ -314,12 +317,30 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
+# Environment defaults of a node process. Idle OpenMP workers of torch spin-wait by default; a
+# dora pipeline runs several such processes side by side, and the spinning of one steals the cores
+# the others need: measured on 2 cores, a 1080p camera at 60 fps missed deadlines and its receiver
+# burnt ~6 ms of CPU per frame just spinning (bench/README.md, camera_fps). Passive waiting keeps
+# the thread pool for big copies without that. OpenMP reads it once, when torch loads, so it is set
+# here, before the node (and torch) is imported; an explicit setting in the dataflow's env wins.
+# Here and not on importing the package: a library import must not change its importer's process.
+NODE_PROCESS_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def node_process_defaults(environ: MutableMapping[str, str]) -> None:
+    """Set NODE_PROCESS_DEFAULTS in `environ` (os.environ) where it does not say otherwise."""
+    for name, value in NODE_PROCESS_DEFAULTS.items():
+        environ.setdefault(name, value)
+
+
 def console_main(spec: Any, package: str) -> int:
     """A node's console script: `--help`, `--version` (and a stray argument) answered from `spec`
     and package metadata alone, instantly and without a dora daemon; else the node itself
-    (`package`.node: torch, dora, tensor_codec)."""
+    (`package`.node: torch, dora, tensor_codec), in a process with NODE_PROCESS_DEFAULTS set
+    first."""
     from .startup import answer_command_line
 
+    node_process_defaults(os.environ)
     answered = answer_command_line(spec)
     if answered is not None:
         return answered

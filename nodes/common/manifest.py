@@ -15,18 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from .registry import node_packages
 from .settings import Setting
 
-NODE_PACKAGES = (
-    "camera_source",
-    "tensor_sender",
-    "tensor_receiver",
-    "jpeg_encoder",
-    "jpeg_decoder",
-    "jpeg_sink",
-    "rerun_sink",
-    "monitor",
-)
 MANIFEST = "dora-node.yml"
 
 
@@ -85,7 +76,7 @@ def render(spec: NodeSpec) -> str:
         "example": spec.example,
     }
     header = (
-        "# Generated from the node's spec.py and settings table: python -m tensor_codec_nodes.common.manifest --write\n"
+        "# Generated from the node's config.py (SPEC, settings): python -m tensor_codec_nodes.common.manifest --write\n"
     )
     return header + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 
@@ -105,8 +96,8 @@ _Dumper.add_representer(str, _str)
 
 def manifests() -> dict[Path, str]:
     out = {}
-    for package in NODE_PACKAGES:
-        module = importlib.import_module(f"tensor_codec_nodes.{package}.spec")
+    for package in node_packages():
+        module = importlib.import_module(f"tensor_codec_nodes.{package}.config")
         path = Path(module.__file__).with_name(MANIFEST)
         out[path] = render(module.SPEC)
     return out

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .manifest import NodeSpec, Port
+from .registry import PROJECT
 from .settings import Setting
 
 __all__ = [
@@ -76,9 +77,8 @@ _OTHER_PREFIXES = (
     "UV_",
 )
 _OTHER_NAMES = frozenset({"PATH", "HOME", "USER", "SHELL", "TERM", "TZ", "TMPDIR", "DISPLAY", "PWD"})
-# The libraries `--version` names, after the project itself (distribution names, read from their
-# metadata: importing torch for it would cost seconds).
-PROJECT = "dora-tensor-codec"
+# The libraries `--version` names, after the project itself (PROJECT; distribution names, read from
+# their metadata: importing torch for it would cost seconds).
 VERSIONED = ("dora-rs", "torch", "torchvision", "pyarrow")
 
 

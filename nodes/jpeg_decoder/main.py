@@ -1,11 +1,11 @@
-"""Console script `tc-jpeg-decoder`: `--help` from spec.py (dora-node.yml says the same), the node itself in node.py."""
+"""Console script `tc-jpeg-decoder`: `--help` from config.py (as dora-node.yml), the node itself in node.py."""
 
 from __future__ import annotations
 
 import sys
 
 from ..common.loop import console_main
-from .spec import SPEC
+from .config import SPEC
 
 
 def main() -> int:

@@ -16,10 +16,9 @@ from ..common.delivery import ackers_of, relayed_output
 from ..common.jpeg_engines import choose_decoder, start_engine
 from ..common.loop import CannotStart, NodeLogic, run
 from ..common.runtime import declared_inputs
-from .config import INPUT, OUTPUT, load_config
+from .config import INPUT, OUTPUT, SPEC, load_config
 from .decoder import JpegDecoder
 from .engines import make_decode_engine
-from .spec import SPEC
 
 POLL_S = 0.002  # while batches are being decoded: how long to wait for one before looking for input
 

@@ -12,10 +12,9 @@ from ..common.delivery import Relay, ackers_of, relayed_output
 from ..common.jpeg_engines import start_engine
 from ..common.loop import CannotStart, NodeLogic, run
 from ..common.runtime import declared_inputs
-from .config import INPUT, OUTPUT, load_config
+from .config import INPUT, OUTPUT, SPEC, load_config
 from .encoder import JpegEncoder
 from .engines import choose_encoder, make_engine
-from .spec import SPEC
 
 POLL_S = 0.002  # while batches are in flight: how long to wait for one before looking for input
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from ..common.delivery import SinkIntake, ack_sender
 from ..common.loop import EXIT_OK, NodeLogic, run
-from .config import INPUT, load_config
+from .config import INPUT, SPEC, load_config
 from .sink import JpegSink
-from .spec import SPEC
 
 
 class JpegSinkNode(NodeLogic):

@@ -8,9 +8,8 @@ import time
 
 from ..common.loop import EXIT_OK, NodeLogic, run
 from ..common.runtime import declared_inputs
-from .config import load_config
+from .config import SPEC, load_config
 from .monitor import Monitor, echo_line
-from .spec import SPEC
 
 
 def pass_ipc(metadata: dict) -> None:

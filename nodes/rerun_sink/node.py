@@ -12,8 +12,7 @@ from ..common import protocol as P
 from ..common.delivery import SinkIntake, ack_sender
 from ..common.loop import EXIT_FAILED, EXIT_OK, CannotStart, NodeLogic, run
 from . import sdk
-from .config import load_config
-from .spec import SPEC
+from .config import SPEC, load_config
 
 
 class RerunSinkNode(NodeLogic):

@@ -1,9 +1,12 @@
-"""Settings of the tensor receiver (the table is also its `dora-node.yml` env section)."""
+"""The tensor receiver's settings table (its config class) and interface (SPEC): what its `dora-node.yml`
+and `--help` are written from; no torch or dora here, so main.py answers `--help` at once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..common.delivery import ack_output_port
+from ..common.manifest import NodeSpec, Port
 from ..common.settings import Setting, SettingError, settings_dataclass
 
 SETTINGS = (
@@ -77,3 +80,41 @@ def load_config(env: Mapping[str, str]) -> ReceiverConfig:
         # each idle wake-up costs dora ~5 ms (it builds a backtrace): keep it a report, not a spin
         raise SettingError(f"PROGRESS_S: expected 0 (off) or at least 0.1 seconds, got {config.progress_s:g}")
     return config
+
+
+# The node's interface, as its manifest (dora-node.yml) and --help show it.
+SPEC = NodeSpec(
+    name="tc-tensor-receiver",
+    description=(
+        "Restores every message through tensor_codec (or a dora image message: flat rgb8/bgr8/mono8 with width and "
+        "height) onto DEVICE, verifies it (checksum, type, TVTensor attributes, synthetic frames byte for byte, "
+        "sequence), measures latency from send to usable tensor, prints progress and a summary table, and writes "
+        "a JSON report. A bad message is logged and counted; the node goes on."
+    ),
+    inputs=(
+        Port(
+            "<any id>",
+            "Any number of inputs, each counted and reported separately (e.g. frames, tensors). Give them a "
+            "queue_size: dora's default is small and drops the oldest messages.",
+        ),
+    ),
+    outputs=(
+        ack_output_port(
+            "message", " (empty value, metadata seq and stream)", "the senders' `ack` inputs", every="every"
+        ),
+    ),
+    settings=SETTINGS,
+    example="""\
+nodes:
+  - id: receiver
+    path: tc-tensor-receiver
+    inputs:
+      frames: {source: camera/image, queue_size: 64}
+      tensors: {source: sender/tensors, queue_size: 256}
+    outputs: [ack]
+    env:
+      DEVICE: auto
+      REPORT: out/receiver-report.json
+      STRICT: "1"
+""",
+)

@@ -1,4 +1,4 @@
-"""Console script `tc-tensor-receiver`: `--help` from spec.py (dora-node.yml says the same), the node
+"""Console script `tc-tensor-receiver`: `--help` from config.py (as dora-node.yml), the node
 itself in node.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..common.loop import console_main
-from .spec import SPEC
+from .config import SPEC
 
 
 def main() -> int:

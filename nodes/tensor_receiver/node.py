@@ -11,10 +11,9 @@ from pathlib import Path
 from ..common.delivery import ack_for, ack_sender
 from ..common.loop import EXIT_FAILED, EXIT_OK, NodeLogic, run
 from ..common.runtime import declared_inputs
-from .config import load_config
+from .config import SPEC, load_config
 from .receiver import Receiver
 from .report import progress_line, summary_table
-from .spec import SPEC
 from .verify import LossyBounds
 
 

@@ -14,11 +14,10 @@ from ..common.hostile import Refusals
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs, declared_outputs
 from ..common.settings import SettingError
-from .config import OUTPUT, load_config
+from .config import OUTPUT, SPEC, load_config
 from .delivery import Delivery
 from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
-from .spec import SPEC
 
 MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room): stop
 MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the count covers the rest

@@ -25,7 +25,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.dora
 
-RUNNER = [sys.executable, "-m", "tensor_codec_nodes.local_cluster"]
+RUNNER = [sys.executable, "-m", "tools.local_cluster"]
 
 
 def copy_cluster_flow(tmp_path: Path) -> Path:
@@ -220,7 +220,7 @@ def test_a_dataflow_without_machines_is_refused_clearly(tmp_path):
 
 
 def test_a_cluster_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
-    from tensor_codec_nodes.local_cluster import ClusterError, LocalCluster
+    from tools.local_cluster import ClusterError, LocalCluster
 
     with pytest.raises(ClusterError, match="machines: expected distinct machine ids, got \\['A', 'A'\\]"):
         LocalCluster(["A", "A"], tmp_path, dora="/bin/false").start()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, registered_node_scripts
 from tests.support.wheels import tiny_wheel
 from tools import install_env as installer
 
@@ -125,16 +125,7 @@ def test_offline_install_over_this_interpreter_then_nodes_run_a_dataflow(layered
     needed, and they run a real dataflow with the dora the environment provides (linked into
     .venv/bin)."""
     bindir = layered.bindir
-    for script in (
-        "tc-camera-source",
-        "tc-tensor-sender",
-        "tc-tensor-receiver",
-        "tc-jpeg-encoder",
-        "tc-jpeg-decoder",
-        "tc-jpeg-sink",
-        "tc-rerun-sink",
-        "tc-monitor",
-    ):
+    for script in registered_node_scripts().values():  # every node's, from pyproject.toml
         assert (bindir / script).exists(), script
     bad = subprocess.run(
         [bindir / "tc-tensor-sender"], env={**os.environ, "MODE": "bogus"}, capture_output=True, text=True

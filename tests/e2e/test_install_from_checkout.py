@@ -12,17 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = (
-    "tc-camera-source",
-    "tc-tensor-sender",
-    "tc-tensor-receiver",
-    "tc-jpeg-encoder",
-    "tc-jpeg-decoder",
-    "tc-jpeg-sink",
-    "tc-rerun-sink",
-    "tc-monitor",
-)
+from tests.support.paths import ROOT, registered_node_scripts
+
+SCRIPTS = tuple(registered_node_scripts().values())  # every node's, from pyproject.toml
 
 
 def fresh_checkout(dest: Path) -> Path:

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tensor_codec_nodes.common.manifest import NODE_PACKAGES, manifests
+from tensor_codec_nodes.common.manifest import manifests
+from tensor_codec_nodes.common.registry import node_packages
 from tensor_codec_nodes.common.startup import close_setting_names, help_text, preflight, wiring_problems
 from tests.support.dora import ROOT, node_script
 from tests.support.fakes import FakeNode
 
-SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.spec").SPEC for package in NODE_PACKAGES}
+NODE_PACKAGES = node_packages()
+SPECS = {package: importlib.import_module(f"tensor_codec_nodes.{package}.config").SPEC for package in NODE_PACKAGES}
 ENCODER, CAMERA, RECEIVER, SENDER = (
     SPECS[p] for p in ("jpeg_encoder", "camera_source", "tensor_receiver", "tensor_sender")
 )
@@ -49,6 +51,64 @@ def test_a_scripts_entry_point_imports_neither_torch_nor_dora():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[0] == "[]", proc.stdout
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_importing_the_nodes_package_leaves_the_environment_alone():
+    """A library import must not change its importer's process: importing the package, its common
+    modules and every node's entry point, spec and settings leaves os.environ as it was (it used
+    to set OMP_WAIT_POLICY)."""
+    import sys
+
+    code = (
+        "import os\n"
+        "before = dict(os.environ)\n"
+        "import tensor_codec_nodes, tensor_codec_nodes.common.loop, tensor_codec_nodes.common.startup\n"
+        f"for package in {list(NODE_PACKAGES)!r}:\n"
+        "    for module in ('main', 'config'):\n"
+        "        __import__(f'tensor_codec_nodes.{package}.{module}')\n"
+        "after = dict(os.environ)\n"
+        "print(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"changed on import: {proc.stdout}"
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_a_node_start_sets_omp_wait_policy_before_the_node_and_torch_load(tmp_path, given, expected):
+    """OpenMP reads OMP_WAIT_POLICY once, when torch loads: a node's console script sets the
+    passive default (bench/README.md: spinning workers of one node steal the others' cores) before
+    it imports the node; a value the dataflow gives wins. The stand-in node records what its
+    import saw."""
+    import sys
+
+    package = tmp_path / "standin_node"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "node.py").write_text(
+        "import os, sys\n"
+        "SEEN = (os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "def main():\n"
+        "    print(SEEN)\n"
+        "    return 0\n"
+    )
+    code = (
+        "import sys\n"
+        "from tensor_codec_nodes.common.loop import console_main\n"
+        "from tensor_codec_nodes.tensor_sender.config import SPEC\n"
+        "sys.argv = ['tc-tensor-sender']\n"
+        "sys.exit(console_main(SPEC, 'standin_node'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == repr((expected, False)), proc.stdout
 
 
 def answered(package: str, flag: str):
@@ -328,7 +388,7 @@ def test_version_names_the_node_the_project_and_its_libraries_without_importing_
     code = (
         "import sys\n"
         "from tensor_codec_nodes.common.startup import answer_command_line\n"
-        "from tensor_codec_nodes.camera_source.spec import SPEC\n"
+        "from tensor_codec_nodes.camera_source.config import SPEC\n"
         "assert answer_command_line(SPEC, ['--version']) == 0\n"
         "print(sorted(m for m in ('torch', 'torchvision', 'dora', 'tensor_codec') if m in sys.modules))\n"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 
 import pytest
@@ -10,11 +11,13 @@ import torch
 import yaml
 
 from tensor_codec_nodes.common import manifest
+from tensor_codec_nodes.common.delivery import DELIVERY_DOC, DELIVERY_SETTINGS, window_of
 from tensor_codec_nodes.common.device import resolve_device
+from tensor_codec_nodes.common.registry import node_packages, node_scripts, scripts_of
 from tensor_codec_nodes.common.settings import Setting, SettingError, load_settings, parse_size, parse_sizes
 from tests.support.paths import ROOT
 
-CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in manifest.NODE_PACKAGES}
+CONFIGS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config") for name in node_packages()}
 
 
 @pytest.mark.parametrize(
@@ -162,3 +165,70 @@ def test_every_manifest_names_an_installed_console_script():
         document = yaml.safe_load((ROOT / "nodes" / name / "dora-node.yml").read_text())
         target = scripts[document["entrypoint"]]
         assert target == f"tensor_codec_nodes.{name}.main:main"
+
+
+SPECS = {name: importlib.import_module(f"tensor_codec_nodes.{name}.config").SPEC for name in node_packages()}
+PRODUCERS = [name for name, spec in SPECS.items() if any(p.id.startswith("ack*") for p in spec.inputs)]
+
+
+def test_the_producers_are_the_nodes_with_ack_inputs():
+    assert sorted(PRODUCERS) == ["camera_source", "jpeg_decoder", "jpeg_encoder", "tensor_sender"]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_node_with_ack_inputs_has_the_delivery_group_as_it_is_and_no_other_node_has_any_of_it(name):
+    """Acknowledged delivery's settings are one group (DELIVERY_SETTINGS), written once: a
+    producer's table includes it whole and unchanged, in one piece; nothing else redefines a name."""
+    table = CONFIGS[name].SETTINGS
+    names = {s.name for s in DELIVERY_SETTINGS}
+    if name in PRODUCERS:
+        at = [s.name for s in table].index(DELIVERY_SETTINGS[0].name)
+        assert table[at : at + len(DELIVERY_SETTINGS)] == DELIVERY_SETTINGS
+        assert sum(s.name in names for s in table) == len(DELIVERY_SETTINGS)
+    else:
+        assert not names & {s.name for s in table}
+
+
+@pytest.mark.parametrize("name", PRODUCERS)
+def test_delivery_settings_keep_their_env_names_and_defaults(name):
+    """Users' dataflows set WINDOW, RETRY_S and ACK_TIMEOUT_S by these names; unset, 8, 1 s, 30 s."""
+    load = CONFIGS[name].load_config
+    assert window_of(load({})) == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0}
+    given = {"WINDOW": "3", "RETRY_S": "0.5", "ACK_TIMEOUT_S": "2"}
+    assert window_of(load(given)) == {"window": 3, "retry_s": 0.5, "give_up_s": 2.0}
+    with pytest.raises(SettingError, match=r"^RETRY_S: expected a number >= 0.01, got '0'$"):
+        load({"RETRY_S": "0"})
+
+
+def test_docs_delivery_md_documents_the_delivery_group_as_the_code_has_it():
+    """The group's one page: its table has each setting's default and lower bound as the code's."""
+    text = (ROOT / DELIVERY_DOC).read_text()
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| `(\w+)` \| ([^|]+) \| an? \w+ >= ([^ |]+) \|", text, re.M)}
+    assert rows == {s.name: (s.default, f"{s.minimum:g}") for s in DELIVERY_SETTINGS}
+    for name in PRODUCERS:  # each producer's manifest points there
+        document = yaml.safe_load((ROOT / "nodes" / name / "dora-node.yml").read_text())
+        assert DELIVERY_DOC in document["inputs"]["ack*"]["description"]
+        assert DELIVERY_DOC in document["env"]["WINDOW"]["description"]
+
+
+def test_the_installed_node_registration_is_pyprojects_and_names_every_node_package():
+    """The nodes are registered once, by their console scripts in pyproject.toml; the registry
+    reads what the install made of them. A script added or renamed there without reinstalling, or a
+    node package without one, fails here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    registered = scripts_of(project["project"]["scripts"].items())
+    assert node_scripts() == registered, "the installed console scripts are not pyproject.toml's: run make install"
+    assert set(node_packages()) == {main.parent.name for main in (ROOT / "nodes").glob("*/main.py")}
+    listed = set(project["tool"]["setuptools"]["packages"])
+    assert {f"tensor_codec_nodes.{name}" for name in node_packages()} <= listed, "add to [tool.setuptools] packages"
+
+
+def test_the_registry_takes_only_scripts_that_run_a_nodes_main():
+    scripts = {
+        "tc-b": "tensor_codec_nodes.b_node.main:main",
+        "tc-a": "tensor_codec_nodes.a_node.main:main",
+        "tc-tool": "tensor_codec_nodes.common.manifest:main",
+        "other": "somewhere.else.main:main",
+        "tc-c": "tensor_codec_nodes.c_node.main:run",
+    }
+    assert scripts_of(scripts.items()) == {"a_node": "tc-a", "b_node": "tc-b"}

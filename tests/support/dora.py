@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tensor_codec_nodes.local_cluster import descendants
 from tests.support.paths import DORA_NODES, NODES, ROOT, TESTS  # noqa: F401 (re-exported)
 from tests.support.waiting import wait_until
+from tools.local_cluster import descendants
 
 
 def dora_executable() -> str | None:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tensor_codec_nodes.local_cluster import descendants  # the one walk of a process tree
+from tools.local_cluster import descendants  # the one walk of a process tree
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the hostile node imports tools.fuzz_nodes
 

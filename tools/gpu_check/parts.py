@@ -267,7 +267,7 @@ def cluster(ctx: Context) -> tuple[Part, list[Goal]]:
         [
             ctx.python,
             "-m",
-            "tensor_codec_nodes.local_cluster",
+            "tools.local_cluster",
             flow,
             "--report",
             reports["A"],

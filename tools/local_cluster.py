@@ -2,7 +2,7 @@
 all on loopback, to run a dataflow whose nodes are deployed on different machines
 (`deploy: {machine: A}`) exactly as dora runs it across real machines, without them.
 
-    python -m tensor_codec_nodes.local_cluster dataflow-cluster.yml --machines A,B
+    python -m tools.local_cluster dataflow-cluster.yml --machines A,B
 
 Ports are chosen free at run time. Every process it starts runs in its own process group and is
 torn down by PID (group) when the dataflow ends, fails, or the run is interrupted (Ctrl-C,
@@ -101,7 +101,7 @@ def resolve_dataflow(flow: Path, target: Path) -> list[str]:
         if deploy.get("working_dir") is None:
             deploy["working_dir"] = str(flow.parent.resolve())
     target.write_text(
-        f"# Written by tensor_codec_nodes.local_cluster from {flow.name} for one run; removed afterwards.\n"
+        f"# Written by tools.local_cluster from {flow.name} for one run; removed afterwards.\n"
         + yaml.safe_dump(data, sort_keys=False)
     )
     return machines
@@ -455,9 +455,7 @@ def _interrupts_raise() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tensor_codec_nodes.local_cluster", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m tools.local_cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataflow", type=Path)
     parser.add_argument("--machines", help="machine ids, comma-separated (default: those the dataflow deploys to)")
     parser.add_argument(
