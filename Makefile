@@ -100,9 +100,9 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not e2e and not slow" tests/codec tests/ipc tests/nodes tests/bench $(PYTEST_ARGS)
 
 # Lint, format and types (what CI runs before the tests): ruff check and ruff format --check over
-# the tree, mypy over the codec (pyproject.toml's [tool.ruff] and [tool.mypy]); all three run,
-# then make check fails if any found something. The tools come with the `lint` extra, which
-# `make install` installs where it can be had.
+# the tree, mypy over tensor_codec and nodes/common (pyproject.toml's [tool.ruff] and [tool.mypy]);
+# all three run, then make check fails if any found something. The tools come with the `lint`
+# extra, which `make install` installs where it can be had.
 LINT_TOOLS := ruff mypy
 check: install
 	@missing=$$(for tool in $(LINT_TOOLS); do \

@@ -610,7 +610,8 @@ class Delivery(AckWindow):
     def undelivered(self) -> list[int]:
         """Every message of the run not acknowledged: given up, still waiting, or never sent."""
         untaken = range(self.next_seq, self.total) if self.total else ()
-        return sorted(set(self.lost) | set(self.unacked) | set(untaken))
+        undelivered: set[Any] = set(self.lost) | set(self.unacked) | set(untaken)  # a Delivery's keys are ints
+        return sorted(undelivered)
 
 
 # -- nodes that make their messages as they go --------------------------------------------------
@@ -640,7 +641,7 @@ class Outbox:
         self.log = log
         self.clock = clock
         self.refusals = refusals if refusals is not None else Refusals(log)
-        self.kept: dict[tuple[str, int], _Kept] = {}
+        self.kept: dict[tuple[str, Any], _Kept] = {}  # (stream, the sequence number the sender gave)
         # The streams this output numbered lately: an ack of one of them with nothing in flight (a
         # late duplicate) still says copies left the queue; an ack of another stream is not about
         # this output at all (a consumer acknowledges every producer it takes from on one `ack`
@@ -662,7 +663,7 @@ class Outbox:
         the message is counted lost and the error raised for the caller to log. With acks, a
         message that finds a consumer's queue counted full (or resends waiting for room) is kept
         and sent by `resend_due` once there is room."""
-        key = (str(metadata.get(P.STREAM, "")), metadata.get(P.SEQ))
+        key: tuple[str, Any] = (str(metadata.get(P.STREAM, "")), metadata.get(P.SEQ))
         if self.reliable:
             metadata[P.WANTS_ACK] = True
             self.streams.state(key[0])
@@ -821,7 +822,7 @@ class Relay:
         if event.get("type") == "INPUT":
             return self.on_input(event)
         if event.get("type") == "INPUT_CLOSED":
-            self.on_closed(event.get("id"))
+            self.on_closed(str(event.get("id", "")))
         return False
 
     def on_input(self, event: dict) -> bool:
@@ -893,7 +894,7 @@ class Relay:
 
     def take(self, limit: int) -> list[dict]:
         """Up to `limit` messages from the backlog, in arrival order, each acknowledged upstream."""
-        taken = []
+        taken: list[dict] = []
         while self.backlog and len(taken) < limit:
             event = self.backlog.popleft()
             metadata = event.get("metadata") or {}

@@ -34,10 +34,7 @@ def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:
     encoding = metadata.get(P.ENCODING)
     if encoding not in CHANNELS:
         raise tc.DecodeError(f"metadata.encoding: expected one of {', '.join(CHANNELS)}, got {encoding!r}")
-    width, height = metadata.get(P.WIDTH), metadata.get(P.HEIGHT)
-    for name, v in ((P.WIDTH, width), (P.HEIGHT, height)):
-        if type(v) is not int or v <= 0:
-            raise tc.DecodeError(f"metadata.{name}: expected a positive integer, got {v!r}")
+    width, height = _positive_int(metadata, P.WIDTH), _positive_int(metadata, P.HEIGHT)
     channels = CHANNELS[encoding]
     flat = tc.plain_bytes(value)
     if flat.numel() != width * height * channels:
@@ -79,3 +76,10 @@ def check_frame(obj: Any) -> torch.Tensor:
 
 def encoding_for(channels: int) -> str:
     return "mono8" if channels == 1 else "rgb8"
+
+
+def _positive_int(metadata: dict, name: str) -> int:
+    v = metadata.get(name)
+    if type(v) is not int or v <= 0:
+        raise tc.DecodeError(f"metadata.{name}: expected a positive integer, got {v!r}")
+    return v

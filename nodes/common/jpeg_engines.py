@@ -174,7 +174,7 @@ def choose_encoder(engine: str, subsampling: str, device, failed: Mapping[str, s
                 f"use SUBSAMPLING=auto{'' if engine == 'nvimgcodec' else ', or ENGINE=nvimgcodec, which writes both'}"
             )
         return EngineChoice(engine, subsampling if subsampling != "auto" else offered[0], None)
-    passed = []
+    passed: list[str] = []
     for name in _PREFERRED[kind]:
         reason = _usable(name, kind, failed)
         if reason is None:
@@ -198,7 +198,7 @@ def choose_decoder(engine: str, device, failed: Mapping[str, str] | None = None)
         if reason:
             raise EngineError(f"ENGINE={engine}: cannot be used on {kind}: {reason}")
         return EngineChoice(engine, None, None)
-    passed = []
+    passed: list[str] = []
     for name in _PREFERRED[kind]:
         reason = _usable(name, kind, failed)
         if reason is None:

@@ -103,7 +103,7 @@ def _bytes_of(data) -> memoryview:
             )
         data = data.numpy() if data.is_contiguous() else data.contiguous().numpy()
     if isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data  # a memoryview of its bytes
     return memoryview(data).cast("B")
 
 

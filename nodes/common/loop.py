@@ -245,9 +245,10 @@ class EventLoop:
             except Exception as e:  # one hostile input must not end the node: refused, counted
                 self.logic.refusals.raised(f"{str(event.get('id'))[:64]}: {type(e).__name__}", e)
         elif kind == "INPUT_CLOSED":
-            self.closed.add(event.get("id"))
-            self.log.debug("input %s closed", event.get("id"))
-            self.logic.on_input_closed(event.get("id"))
+            input_id = str(event.get("id", ""))  # dora's own event: an input's id
+            self.closed.add(input_id)
+            self.log.debug("input %s closed", input_id)
+            self.logic.on_input_closed(input_id)
         elif kind == "STOP":
             self.logic.on_stop()
         elif kind == "ERROR":

@@ -98,7 +98,7 @@ def manifests() -> dict[Path, str]:
     out = {}
     for package in node_packages():
         module = importlib.import_module(f"tensor_codec_nodes.{package}.config")
-        path = Path(module.__file__).with_name(MANIFEST)
+        path = Path(str(module.__file__)).with_name(MANIFEST)
         out[path] = render(module.SPEC)
     return out
 

@@ -81,7 +81,7 @@ def drain(node: Any) -> list[dict]:
     `node.next(timeout=...)` is not used for waiting: in dora 1.1 each timeout builds an error
     event with a backtrace and costs about 5 ms.
     """
-    events = []
+    events: list[dict] = []
     while True:
         event = node.try_recv()
         if event is None:
