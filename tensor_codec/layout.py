@@ -204,7 +204,8 @@ class Destination:
 
 def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     """Copy `leaf.source` into `dest` at byte `start` (`leaf.nbytes` bytes). One pass: a dense
-    source is one byte copy of its span, anything else one strided copy that compacts it."""
+    source is one byte copy of its span, anything else one strided copy that compacts it. (A GPU
+    leaf into host bytes is the host transport's: transports/host.py.)"""
     if leaf.nbytes == 0:
         return
     src = leaf.source
@@ -213,9 +214,6 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
         # Most leaves: one byte copy. Dense layouts address bytes from data_ptr() up (strides
         # are never negative).
         ctypes.memmove(dest.address + start, src.data_ptr(), leaf.nbytes)
-        return
-    if src.is_cuda and dest.host:
-        _write_from_gpu(leaf, dest, start)
         return
     if leaf.raw_span:
         src_bytes = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
@@ -227,19 +225,3 @@ def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     # every byte of the destination exactly once. torch's strided copy compacts in a single pass.
     dst = dest.tensor()[start : start + leaf.nbytes]
     dst.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)  # src.dtype: the leaf's own
-
-
-def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """GPU leaf -> host bytes: one plain copy off the GPU (staging it through pinned buffers of
-    our own measured slower at every size, bench/host_staging.py); a non-dense leaf is compacted
-    on the GPU first, where it is cheap."""
-    src = leaf.source
-    assert src is not None  # a sender's layout (plan_leaf) holds its tensor
-    if leaf.raw_span:
-        dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
-            src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
-        )
-    else:
-        dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
-        dense.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)
-    dest.tensor()[start : start + leaf.nbytes].copy_(dense)

@@ -27,7 +27,7 @@ import torch
 
 from .. import limits
 from ..errors import DecodeError
-from ..layout import Destination, leaf_view, write_leaf
+from ..layout import Destination, LeafLayout, leaf_view, write_leaf
 from ..plan import Plan
 from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
@@ -78,15 +78,16 @@ class HostTransport:
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
         leaves = outgoing.plan.leaves
+        write = _write_any_leaf if outgoing.plan.has_cuda else write_leaf
         if len(leaves) == 1:  # most messages: one leaf at offset 0, no padding
-            write_leaf(leaves[0], dest, 0)
+            write(leaves[0], dest, 0)
             return
         end = 0
         for leaf, start in zip(outgoing.plan.leaves, outgoing.offsets):
             if start > end:
                 # Padding is zero: deterministic bytes, and no stale memory leaks to receivers.
                 ctypes.memset(dest.address + end, 0, start - end)
-            write_leaf(leaf, dest, start)
+            write(leaf, dest, start)
             end = start + leaf.nbytes
 
     def value_in_place(self, outgoing: Outgoing) -> pa.Array | None:
@@ -251,3 +252,34 @@ def _gpu_device(uuid: str) -> torch.device:
     mapping, and the CPU stand-in of the tests replaces it)."""
     ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))
     return ipc.device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
+
+
+# ---------------------------------------------------------------------------- host <-> GPU
+# Host bytes of GPU tensors, both ways, are this transport's: off the GPU when a sender's CUDA
+# tensors go as host bytes (`write`), onto a GPU when a receiver restores them there
+# (`materialize`'s device).
+
+
+def _write_any_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
+    """`write_leaf`, or `_write_from_gpu` for a leaf on a GPU (a message that holds one)."""
+    source = leaf.source
+    if source is not None and source.is_cuda:
+        _write_from_gpu(leaf, dest, start)
+    else:
+        write_leaf(leaf, dest, start)
+
+
+def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
+    """GPU leaf -> host bytes: one plain copy off the GPU (staging it through pinned buffers of
+    our own measured slower at every size, bench/host_staging.py); a non-dense leaf is compacted
+    on the GPU first, where it is cheap."""
+    src = leaf.source
+    assert src is not None  # a sender's layout (plan_leaf) holds its tensor
+    if leaf.raw_span:
+        dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
+            src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
+        )
+    else:
+        dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
+        dense.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)
+    dest.tensor()[start : start + leaf.nbytes].copy_(dense)
