@@ -30,7 +30,7 @@ from ..errors import DecodeError
 from ..layout import Destination, LeafLayout, leaf_view, write_leaf
 from ..plan import Plan
 from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
-from ..wire.buffer import UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
+from ..wire.buffer import KEY_GPU, UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from . import arrow_values, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
@@ -41,9 +41,6 @@ if TYPE_CHECKING:  # loaded on first use, as every transport is
 
 _UINT8 = pa.uint8()
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
-
-
-KEY_GPU = "gpu"  # header: the GPU (UUID) the receiver restores the tensors onto
 
 
 class HostTransport:

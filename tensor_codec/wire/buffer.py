@@ -17,6 +17,7 @@ from ..errors import DecodeError
 from .header import ReceivedLeaf
 
 __all__ = [
+    "KEY_GPU",
     "HOST_ALIGNMENT",
     "CUDA_IPC_ALIGNMENT",
     "layout_offsets",
@@ -27,6 +28,10 @@ __all__ = [
     "UNIT_NAMES",
     "check_value",
 ]
+
+# The host transport's own (optional) header key: the GPU, by UUID, that receivers restore the
+# tensors onto (host bytes standing in for CUDA IPC on one machine; routing.py).
+KEY_GPU = "gpu"
 
 HOST_ALIGNMENT = 64  # what Arrow's and torch's allocators give: a received buffer is viewed in place
 CUDA_IPC_ALIGNMENT = 256  # every dtype's alignment; the caching allocator's granularity is a multiple

@@ -1,7 +1,7 @@
 """Golden fixtures: the exact bytes and metadata of wire format v1 for a set of objects.
 
 A change to the format must be deliberate: bump the version, document it in
-docs/wire-format.md, and regenerate with `python tests/codec/test_golden.py --regenerate`.
+docs/wire-format.md, and regenerate with `.venv/bin/python tests/codec/test_golden.py --regenerate`.
 Each fixture is checked both ways: encoding the object gives exactly the stored message, and
 decoding the stored message gives exactly the object.
 

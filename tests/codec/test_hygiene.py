@@ -35,16 +35,35 @@ def test_no_pickle_eval_or_torch_load(path):
 
 
 @pytest.mark.slow  # a fresh interpreter
-def test_import_and_host_round_trip_never_initialize_cuda():
+def test_import_loads_no_transport_and_a_host_round_trip_never_initializes_cuda():
     code = (
-        "import json, sys, torch, tensor_codec as tc\n"
-        "loaded_at_import = 'tensor_codec.transports.host' in sys.modules\n"
+        "import importlib.util, json, sys, torch, tensor_codec as tc\n"
+        "from tensor_codec import transports\n"
+        "modules = [importlib.util.resolve_name(t.partition(':')[0], 'tensor_codec.transports')"
+        " for t in transports._TABLE.values()]\n"
+        "loaded_at_import = sorted(m for m in modules if m in sys.modules)\n"
         "v, m = tc.encode({'x': torch.ones(3)}); tc.decode(v, m)\n"
-        "print(json.dumps({'host_at_import': loaded_at_import, 'cuda_initialized': torch.cuda.is_initialized()}))\n"
+        "print(json.dumps({'transports_at_import': loaded_at_import,"
+        " 'cuda_initialized': torch.cuda.is_initialized()}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result == {"host_at_import": False, "cuda_initialized": False}
+    assert result == {"transports_at_import": [], "cuda_initialized": False}  # every transport, loaded on first use
+
+
+def test_every_transport_of_the_table_loads_and_answers_to_its_name():
+    """What a message's tc.transport can select (transports._TABLE): each entry's module loads,
+    and its class has the Transport interface under the name it is registered by."""
+    from tensor_codec import transports
+    from tensor_codec.transports.base import Transport
+
+    assert tuple(transports._TABLE) == transports.NAMES
+    for name in transports.NAMES:
+        transport = transports.transport_for_message(name)
+        assert transport.name == name
+        assert type(transport.leaf_keys) is frozenset and type(transport.header_keys) is frozenset
+        missing = [m for m in Transport.__dict__ if not m.startswith("_") and not callable(getattr(transport, m, None))]
+        assert missing == [], f"{name}: {missing}"
 
 
 @pytest.mark.slow  # fresh interpreters

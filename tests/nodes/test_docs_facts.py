@@ -39,3 +39,14 @@ def test_examples_readme_lists_every_example_and_the_test_that_runs_it():
     assert set(rows) == {p.name for p in EXAMPLES.glob("*.yml")}
     for example, test in rows.items():
         assert example in (ROOT / test).read_text(), f"{test} does not run {example}"
+
+
+def test_the_readmes_node_table_lists_every_registered_node():
+    """A node added by its registration (CONTRIBUTING.md, "Add a node") shows in the README's
+    table, with a link to its manifest."""
+    from tensor_codec_nodes.common.registry import node_scripts
+
+    readme = (ROOT / "README.md").read_text()
+    row = re.compile(r"^\| `(tc-[a-z-]+)` \|.*\]\((nodes/[^)]+)\) \|$", re.M)
+    rows = {m.group(1): m.group(2) for m in row.finditer(readme)}
+    assert {script: f"nodes/{package}/dora-node.yml" for package, script in node_scripts().items()} == rows
