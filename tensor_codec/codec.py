@@ -40,13 +40,13 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     retained: later in-place changes to `obj` do not change the message. A message without any
     CUDA tensor asked for as ``"cuda-ipc"`` is made of host bytes (logged once; see routing.py).
     """
-    get_transport(transport)  # an unknown name (and "auto": no dataflow here) is the caller's error
-    laid = send_pipeline.lay_out(obj, transport, _ENCODE)
-    if laid is None:
+    if transport != HOST:
+        get_transport(transport)  # an unknown name (and "auto": no dataflow here) is the caller's error
+    outgoing = send_pipeline.lay_out(obj, transport, _ENCODE)
+    if outgoing is None:
         raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
-    outgoing = laid.outgoing
-    if laid.transport.name == HOST:
-        small = cast("HostTransport", laid.transport).small_copy(outgoing)  # most small messages
+    if outgoing.transport.name == HOST:
+        small = cast("HostTransport", outgoing.transport).small_copy(outgoing)  # most small messages
         if small is not None:
             return small, dict(outgoing.metadata)
     nbytes = outgoing.nbytes
@@ -54,8 +54,8 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     if nbytes:
         dest = Destination(buf.address, lambda: torch.frombuffer(buf, dtype=torch.uint8))
         try:
-            with laid:
-                send_pipeline.write(laid, dest)
+            with outgoing:
+                send_pipeline.write(outgoing, dest)
         finally:
             dest.release()
     return pa.Array.from_buffers(_UINT8, nbytes, [None, buf]), dict(outgoing.metadata)

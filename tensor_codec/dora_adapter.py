@@ -957,25 +957,24 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     if type(obj) is torch.Tensor and _repeats and _send_repeat(node, output_id, obj, metadata):
         return True
     output = Output(output_id, lambda: expected_receivers(node, output_id))
-    laid = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
-    if laid is None:
+    outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
+    if outgoing is None:
         return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)
-    outgoing = laid.outgoing
     merged = dict(metadata) if metadata else {}
     merged.update(outgoing.metadata)
     nbytes = outgoing.nbytes
     # Until it has left, what the layout holds (a CUDA IPC slot) is freed on any failure.
-    with laid:
+    with outgoing:
         try:
             check_route(node, output_id, nbytes, merged)
             if not outgoing.in_value:
                 node.send_output(output_id, _EMPTY, merged)
-            elif (in_place := _value_for_dora_to_copy(laid.transport, outgoing)) is not None:
+            elif (in_place := _value_for_dora_to_copy(outgoing.transport, outgoing)) is not None:
                 node.send_output(output_id, in_place, merged)
-                if type(obj) is torch.Tensor and not laid.plan.has_cuda:  # host bytes whatever was asked
-                    _remember_repeat(node, output_id, obj, laid.plan.leaves[0], outgoing)
+                if type(obj) is torch.Tensor and not outgoing.plan.has_cuda:  # host bytes whatever was asked
+                    _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
             else:
-                _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(laid, dest))
+                _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(outgoing, dest))
         except RuntimeError as e:
             translated = size_error(node, output_id, nbytes, e, merged)
             if translated is None:

@@ -4,7 +4,7 @@
 1. `lay_out`: the object taken apart (plan.py), its transport picked (routing.py), the message
    laid out by that transport (its metadata, its length, where each leaf goes);
 2. `write`: the leaves' bytes written into a destination the caller holds;
-3. the transport's `abandon` when anything fails before the message has left (``with laid:``;
+3. the transport's `abandon` when anything fails before the message has left (``with outgoing:``;
    what the layout holds, a CUDA IPC slot, is freed then).
 
 What differs between encode and send (the destination, dora's checks and primitives) stays with
@@ -14,40 +14,18 @@ each of them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from . import routing
 from .layout import Destination
-from .plan import Plan, make_plan
-from .transports import Outgoing, Output, Transport, get_transport
+from .plan import make_plan
+from .transports import Outgoing, Output, get_transport
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .cuda_ipc.transport import CudaIpcTransport
 
-__all__ = ["Laid", "lay_out", "write"]
-
-
-@dataclass(slots=True)
-class Laid:
-    """A message laid out by its transport, its bytes not yet written. Used as a context around
-    writing and sending it: the layout is given up if that raises (the message never left). A
-    class rather than a generator context: this runs on every message."""
-
-    transport: Transport
-    outgoing: Outgoing
-
-    @property
-    def plan(self) -> Plan:
-        return self.outgoing.plan
-
-    def __enter__(self) -> Laid:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
-        if kind is not None:
-            self.transport.abandon(self.outgoing)
+__all__ = ["lay_out", "write"]
 
 
 def lay_out(
@@ -56,10 +34,11 @@ def lay_out(
     output: Output,
     route: Callable[[], routing.OutputRoute] | None = None,
     key: Any = None,
-) -> Laid | None:
+) -> Outgoing | None:
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
-    out. None: the output's in-flight policy dropped it (CUDA IPC past its cap)."""
+    out (the Outgoing knows its transport). None: the output's in-flight policy dropped it (CUDA
+    IPC past its cap)."""
     plan = make_plan(obj)
     if requested == HOST:
         name = HOST  # host bytes are what "host" resolves to, always (routing.resolve): no call
@@ -73,9 +52,11 @@ def lay_out(
         name, output.onto_gpu = HOST, ipc.gpu_of(plan)
     chosen = get_transport(name)
     outgoing = chosen.lay_out(plan, output)
-    return None if outgoing is None else Laid(chosen, outgoing)
+    if outgoing is not None:
+        outgoing.transport = chosen
+    return outgoing
 
 
-def write(laid: Laid, dest: Destination) -> None:
-    """Write the message's leaves into `dest` (its value's bytes, `laid.outgoing.nbytes` long)."""
-    laid.transport.write(laid.outgoing, dest)
+def write(outgoing: Outgoing, dest: Destination) -> None:
+    """Write the message's leaves into `dest` (its value's bytes, `outgoing.nbytes` long)."""
+    outgoing.transport.write(outgoing, dest)
