@@ -7,7 +7,7 @@ decoding a tensor or reading a data byte (a monitor, a log line, a debugger).
     d.transport, d.leaves, d.nbytes, d.gpu
 
 The metadata is hostile input, validated exactly as `tc.decode` validates it before reading data
-(the same code: wire.read_metadata, then received.compile_header, whose result is cached for
+(the same code: wire.header.read_metadata, then received.compile_header, whose result is cached for
 decode as well): a bad one raises `DecodeError` naming the field, what was expected and what
 came. Nothing is evaluated or unpickled; a namedtuple is described by the name its header
 gives, never imported. Work and text are bounded: the header's cost is bounded by the limits

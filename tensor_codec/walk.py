@@ -17,7 +17,7 @@ so it is refused rather than silently turned into its base class.
   unsorted_indices``);
 * at most `MAX_DEPTH` levels below the root (a self-referencing structure ends there).
 
-The walk of a *received* tree (tree.compile_tree) is separate: it reads hostile JSON, not Python
+The walk of a *received* tree (wire/tree.py, compile_tree) is separate: it reads hostile JSON, not Python
 objects, and checks far more.
 """
 
@@ -64,7 +64,7 @@ _TYPES: dict[type, Any] = {
 _TYPES[torch.Tensor] = PLAIN  # TVTensor classes join on first sight (_other)
 
 # Namedtuple classes seen so far (a class is checked once). Bounded: classes made on the fly
-# (received namedtuples, tree._generic_namedtuple) must not be kept alive forever.
+# (received namedtuples, wire/tree.py's _generic_namedtuple) must not be kept alive forever.
 _NAMEDTUPLES: dict[type, str] = {}
 _MAX_REMEMBERED = 1024
 

@@ -9,7 +9,7 @@ that stream after the last write, and a ledger slot keeps the buffer in use unti
 is done. The Arrow value is empty; the metadata carries the segment's handle, the buffer's offset
 inside it, the message's size, the event's handle and the slot.
 
-Receiving: every field is validated first (fields.py), then the producer's identity (same
+Receiving: every field is validated first (wire/cuda_ipc.py), then the producer's identity (same
 machine, not this process, a GPU this process can see, by UUID), then the ledger claim; only then
 is anything opened. The current stream waits on the producer's event on the GPU; the leaves view
 ``[offset, offset + size)`` of the segment and nothing else. ``device=...`` copies out (and

@@ -74,7 +74,7 @@ def namedtuple_name(cls: type) -> str:
 #
 # A received tree is validated once and compiled into a builder: a function that turns the leaf
 # tensors of a message into the object. Messages of a stream repeat their header, so the header
-# cache (wire.parse_header) keeps the builder and later messages skip validation entirely.
+# cache (received.py) keeps the builder and later messages skip validation entirely.
 #
 # Compiling costs O(1) per node whatever the depth (a node's place in the tree, for errors, is a
 # chain of `Where` links rendered only when an error names it), and subtrees without tensors fold
@@ -112,7 +112,7 @@ class _Compiler:
     __slots__ = ("leaves", "next", "nodes", "namedtuple_types", "namedtuple_fields", "max_namedtuple_fields")
 
     def __init__(self, leaves: list, max_namedtuple_fields: int):
-        self.leaves = leaves  # the validated leaf table (wire.ReceivedLeaf)
+        self.leaves = leaves  # the validated leaf table (header.ReceivedLeaf)
         self.next = 0
         self.nodes = 0  # tree nodes compiled: what a cached builder costs to keep
         self.namedtuple_types: set = set()
