@@ -52,7 +52,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -72,9 +72,6 @@ from .transports.names import HOST, HOST_TO_GPU
 from .walk import plain_of
 from .wire.header import RESERVED_PREFIX
 from .wire.header_json import describe_surrogate, lone_surrogate
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "send",
@@ -1089,20 +1086,10 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
 def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
     """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
     consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
-    name, why = _resolve(node, output_id, make_plan(obj), "auto")
-    return (HOST if name == HOST_TO_GPU else name), why
-
-
-def _resolve(node: Any, output_id: str, plan: Any, transport: str) -> tuple[str, str]:
-    """routing.resolve for a send of `plan` on a node's output (HOST_TO_GPU included)."""
-    return routing.resolve(
-        transport,
-        plan.has_cuda,
-        lambda: route_of(node, output_id),
-        key=node_key(node),
-        output=output_id,
-        size=lambda: plan.data_bytes,
+    name, why = send_pipeline.resolve(
+        make_plan(obj), "auto", output_id, lambda: route_of(node, output_id), node_key(node)
     )
+    return (HOST if name == HOST_TO_GPU else name), why
 
 
 def send_plain(node: Any, output_id: str, tensor: torch.Tensor, metadata: dict | None = None) -> None:

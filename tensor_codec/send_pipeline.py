@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import routing
 from .layout import Destination
-from .plan import make_plan
+from .plan import Plan, make_plan
 from .transports import Outgoing, Output, get_transport
 from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .cuda_ipc.transport import CudaIpcTransport
 
-__all__ = ["lay_out", "write"]
+__all__ = ["lay_out", "resolve", "write"]
 
 
 def lay_out(
@@ -37,24 +37,32 @@ def lay_out(
 ) -> Outgoing | None:
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
-    out (the Outgoing knows its transport). None: the output's in-flight policy dropped it (CUDA
+    out (the Outgoing names the transport that laid it out). None: the output's in-flight policy dropped it (CUDA
     IPC past its cap)."""
     plan = make_plan(obj)
-    if requested == HOST:
-        name = HOST  # host bytes are what "host" resolves to, always (routing.resolve): no call
-    else:
-        name, _ = routing.resolve(
-            requested, plan.has_cuda, route, key=key, output=output.name, size=lambda: plan.data_bytes
-        )
+    name, _ = resolve(plan, requested, output.name, route, key)
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
         ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))  # it maps GPUs to UUIDs (and the stand-in's)
         name, output.onto_gpu = HOST, ipc.gpu_of(plan)
-    chosen = get_transport(name)
-    outgoing = chosen.lay_out(plan, output)
-    if outgoing is not None:
-        outgoing.transport = chosen
-    return outgoing
+    return get_transport(name).lay_out(plan, output)
+
+
+_ASKED_FOR_HOST = (HOST, "asked for by the code")
+
+
+def resolve(
+    plan: Plan,
+    requested: str,
+    output: str,
+    route: Callable[[], routing.OutputRoute] | None = None,
+    key: Any = None,
+) -> tuple[str, str]:
+    """-> (transport, why) of a message of `plan` on `output` (routing.resolve; HOST_TO_GPU
+    included): what `lay_out` uses, and what `tc.transport_for` reports."""
+    if requested == HOST:
+        return _ASKED_FOR_HOST  # what routing.resolve gives "host", always: no call per message
+    return routing.resolve(requested, plan.has_cuda, route, key=key, output=output, size=lambda: plan.data_bytes)
 
 
 def write(outgoing: Outgoing, dest: Destination) -> None:

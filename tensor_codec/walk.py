@@ -5,7 +5,7 @@ over its tensors, listing its leaves, the nodes' content digest, the tests' stri
 goes through `fold`, so they all accept the same objects, visit them in the same order, name
 places the same way (``("boxes", 2)``, rendered ``$.boxes[2]``) and stop at the same depth.
 
-The rule (what `encode` accepts; docs/wire-format.md, "The tree"), by *exact* type, never
+The rule (what `encode` accepts; docs/wire-format.md, section 3), by *exact* type, never
 isinstance: a subclass of dict or list, or of a tensor class, is not what the receiver rebuilds,
 so it is refused rather than silently turned into its base class.
 

@@ -8,7 +8,7 @@ package's structure is judged by.
 
 An arrow is one module importing another of the package, at module level or inside a function
 (a lazy import: counted, and shown as such). `LAYERS` is the intended layering, lowest first:
-a module may import its own layer and those below. tests/codec/test_hygiene.py holds the
+a module may import its own layer and those below. tests/codec/test_import_layers.py holds the
 package to it (no upward arrow, no cycle at module level).
 """
 

@@ -1,6 +1,6 @@
 """CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
 
-Sending (docs/wire-format.md, "CUDA IPC transport"): the message is laid out like a host message
+Sending (docs/wire-format.md, section 5a): the message is laid out like a host message
 (leaves in depth-first order, each at its offset, here aligned to 256 bytes) in a message buffer
 on the sender's GPU (pool.py: exported once, reused), written on the current stream: dense layouts
 keep their strides, broadcast dims travel once, anything else is compacted, CPU leaves (a
@@ -265,7 +265,7 @@ class CudaIpcTransport:
         fields = IpcFields(buffer.handle, buffer.offset, total, buffer.event_handle, ref.slot, ref.generation)
         metadata = dict(codec_metadata)
         metadata.update(ipc_metadata(fields))
-        return Outgoing(plan, metadata, 0, offsets, ref, in_value=False)
+        return Outgoing(plan, metadata, 0, offsets, self, ref, in_value=False)
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
         pass  # the Arrow value is empty: the bytes were written on the GPU by lay_out

@@ -47,10 +47,10 @@ def _load(name: str) -> Transport:
 
 def get_transport(name: object) -> Transport:
     """A transport for sending; unknown names are a caller error."""
-    transport = _loaded.get(name) if type(name) is str else None
+    transport = _loaded.get(name) if isinstance(name, str) else None  # a str Enum's member too
     if transport is not None:
         return transport
-    if type(name) is not str or name not in _TABLE:
+    if not isinstance(name, str) or name not in _TABLE:
         raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)
 

@@ -40,8 +40,7 @@ class Outgoing:
     handing it out); `nbytes` is the Arrow value's length; `offsets` where each leaf goes in it;
     `token` is the transport's own (a CUDA IPC ledger slot, freed by `abandon`). `in_value`:
     whether the bytes travel in the value (host); if not, the value is empty and nothing is
-    written (CUDA IPC: the bytes stay on the GPU). `transport`: the one that laid it out
-    (send_pipeline.lay_out sets it).
+    written (CUDA IPC: the bytes stay on the GPU). `transport`: the one that laid it out.
 
     A context around writing and sending it: the transport's `abandon` gives the layout up if
     that raises (the message never left). Not a generator context: this runs per message."""
@@ -50,9 +49,9 @@ class Outgoing:
     metadata: dict
     nbytes: int
     offsets: list[int]
+    transport: Transport
     token: Any = None
     in_value: bool = True
-    transport: Any = None
 
     def __enter__(self) -> Outgoing:
         return self

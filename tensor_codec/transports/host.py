@@ -1,6 +1,6 @@
 """Host transport: every leaf's bytes in the Arrow value, one flat buffer.
 
-Layout (docs/wire-format.md, "Host transport"): leaves in depth-first order, leaf i at
+Layout (docs/wire-format.md, section 5; wire/buffer.py): leaves in depth-first order, leaf i at
 ``offset[i] = align_up(offset[i-1] + nbytes[i-1], 64)`` with ``offset[0] = 0``; the padding is
 zero; the buffer ends exactly at the last leaf's end. A receiver requires exactly this layout, so
 offsets are in bounds and never overlap.
@@ -58,7 +58,7 @@ class HostTransport:
         if memo is not None:
             entry = memo.get(key)
             if entry is not None:
-                return Outgoing(plan, entry[0], entry[2], entry[1])
+                return Outgoing(plan, entry[0], entry[2], entry[1], self)
         layout_memo = plan.layout_memo
         table = None if layout_memo is None else layout_memo.get(HOST)
         if table is None:
@@ -71,7 +71,7 @@ class HostTransport:
         metadata = header_metadata(plan.tree, text, HOST, limits.current(), extra)
         if memo is not None:
             memo[key] = (metadata, offsets, total)
-        return Outgoing(plan, metadata, total, offsets)
+        return Outgoing(plan, metadata, total, offsets, self)
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
         leaves = outgoing.plan.leaves

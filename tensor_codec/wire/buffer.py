@@ -1,4 +1,4 @@
-"""The message buffer (docs/wire-format.md, "Message buffer" and "Host transport"): leaves one
+"""The message buffer (docs/wire-format.md, sections 5 and 5a): leaves one
 after another in depth-first order, each at the previous leaf's end aligned up (leaf 0 at 0), zero
 padding between them, the buffer ending at the last leaf's end. Only the alignment differs per
 transport. The layout is canonical, so a receiver checks every offset by recomputing it, and the
@@ -86,7 +86,7 @@ _ZEROS = bytes(max(HOST_ALIGNMENT, CUDA_IPC_ALIGNMENT))
 
 class Padding:
     """Where the padding between leaves lies, and the check that it is zero, as the format says
-    (a writer that leaks memory there, or hides data in it, is refused). At most ALIGNMENT - 1
+    (a writer that leaks memory there, or hides data in it, is refused). At most the alignment - 1
     bytes per leaf: a few gaps are compared one by one (memcmp through a memoryview), many in one
     numpy gather over positions worked out once per header (bench/padding_check.py)."""
 

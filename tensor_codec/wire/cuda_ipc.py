@@ -1,4 +1,4 @@
-"""The CUDA IPC transport's message fields (docs/wire-format.md, "CUDA IPC transport";
+"""The CUDA IPC transport's message fields (docs/wire-format.md, section 5a;
 docs/cuda-ipc-design.md), validated before anything is opened.
 
 Two parts: the producer's identity, inside the cached header (`producer`), and the fields that

@@ -1,4 +1,4 @@
-"""The layout rule of one leaf on the wire (docs/wire-format.md, "Leaf layout"): which shapes,
+"""The layout rule of one leaf on the wire (docs/wire-format.md, section 6): which shapes,
 strides and byte counts a writer may produce, and the receiver's check that accepts exactly those,
 so every addressable element lies inside the leaf's bytes.
 

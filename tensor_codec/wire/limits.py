@@ -1,4 +1,4 @@
-"""What one message may cost (docs/wire-format.md, "Limits"): the bounds a receiver holds every
+"""What one message may cost (docs/wire-format.md, section 7a): the bounds a receiver holds every
 header to, and the check of a message's logical sizes that both sides make. The limits in force
 in a process, and how a user changes them, are tensor_codec/limits.py's.
 """

@@ -1,6 +1,6 @@
-"""The tree of a message (docs/wire-format.md, "Tree"): the container tags (a node's "t"), the
+"""The tree of a message (docs/wire-format.md, section 3): the container tags (a node's "t"), the
 fields of a PackedSequence, how deep a structure may nest and the range of its integers. The
-encoder's walk (walk.py) and the receiver's compiler (tree.py) both read them here.
+encoder's walk (walk.py) and the receiver's compiler (wire/tree.py) both read them here.
 """
 
 from __future__ import annotations

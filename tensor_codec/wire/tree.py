@@ -1,4 +1,4 @@
-"""The tree of a message (docs/wire-format.md, "Tree"), as a receiver takes it: validated once
+"""The tree of a message (docs/wire-format.md, section 3), as a receiver takes it: validated once
 against its leaf table and compiled into a builder of its objects; and the names namedtuple
 classes travel by (`register_namedtuple`).
 

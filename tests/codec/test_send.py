@@ -126,6 +126,28 @@ def test_encode_and_send_go_one_pipeline_and_give_the_layout_up_when_a_write_fai
     assert path == "encode" or len(node.sent) == 1  # nothing more left
 
 
+def test_a_transport_named_by_a_str_enum_is_taken_as_its_text():
+    """A str subclass (an Enum of the caller's, numpy's str_) names a transport as its text does,
+    in encode and in send, and transport_for reports the same choice send makes."""
+    import enum
+
+    class Way(enum.StrEnum):
+        HOST = "host"
+        IPC = "cuda-ipc"
+        AUTO = "auto"
+
+    t = torch.arange(6.0)
+    value, metadata = tc.encode(t, transport=Way.IPC)  # no CUDA tensor: host bytes, as for "cuda-ipc"
+    assert metadata["tc.transport"] == "host"
+    assert_identical(tc.decode(value, metadata), t)
+    node = FakeNode()
+    assert tc.send(node, "out", t, transport=Way.AUTO) is True
+    assert tc.send(node, "out", t, transport=Way.HOST) is True
+    assert tc.transport_for(node, "out", t)[0] == "host"
+    with pytest.raises(tc.EncodeError, match="expected one of"):
+        tc.encode(t, transport=7)
+
+
 def test_reserved_metadata_keys_are_refused():
     with pytest.raises(tc.EncodeError, match="reserved"):
         tc.send(FakeNode(), "out", torch.zeros(1), {"tc.header": "mine"})

@@ -95,7 +95,7 @@ def test_nesting_is_counted_outside_string_literals():
 
 @pytest.mark.parametrize("container", ["dict", "list"])
 def test_the_deepest_structure_the_encoder_takes_fits_the_nesting_bound(container):
-    """The bound follows from the structure depth (walk.MAX_DEPTH): every header the encoder writes
+    """The bound follows from the structure depth (wire.structure.MAX_DEPTH): every header the encoder writes
     is within it, and decodes."""
     leaf_ = tv_tensors.BoundingBoxes(torch.zeros(1, 4), format="XYXY", canvas_size=(4, 4))
     obj = leaf_
