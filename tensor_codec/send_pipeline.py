@@ -40,7 +40,8 @@ def lay_out(
     out (the Outgoing names the transport that laid it out). None: the output's in-flight policy dropped it (CUDA
     IPC past its cap)."""
     plan = make_plan(obj)
-    name, _ = resolve(plan, requested, output.name, route, key)
+    # "host" is host bytes, always (`resolve`'s first line), without a call: this runs per message.
+    name = HOST if requested == HOST else resolve(plan, requested, output.name, route, key)[0]
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
         ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))  # it maps GPUs to UUIDs (and the stand-in's)
