@@ -62,7 +62,7 @@ import yaml  # type: ignore[import-untyped, unused-ignore]  # (no stubs installe
 from . import limits, routing, send_pipeline
 from .codec import decode
 from .errors import DecodeError, EncodeError, MessageTooLargeError, some_keys
-from .layout import Destination, values_of
+from .layout import Destination, LeafLayout, values_of, write_leaf
 from .plan import make_plan
 from .routing import Consumer, OutputRoute
 from .transports import Output
@@ -968,10 +968,10 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
                 node.send_output(output_id, _EMPTY, merged)
             elif (in_place := _value_for_dora_to_copy(outgoing.transport, outgoing)) is not None:
                 node.send_output(output_id, in_place, merged)
-                if type(obj) is torch.Tensor and not outgoing.plan.has_cuda:  # host bytes whatever was asked
-                    _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
             else:
                 _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(outgoing, dest))
+            if type(obj) is torch.Tensor and outgoing.transport.name == HOST and not outgoing.plan.has_cuda:
+                _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
         except RuntimeError as e:
             translated = size_error(node, output_id, nbytes, e, merged)
             if translated is None:
@@ -990,19 +990,25 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 @dataclass(frozen=True, slots=True)
 class _Repeat:
     """What an output's message of a plain host tensor fixed, for the next one of the same dtype,
-    shape and strides: the codec's metadata (the same header) and its bytes (the tensor's dense
-    span, which `send_output` copies; dora surely carries them).
+    shape and strides: the codec's metadata (the same header) and how its bytes go (the same
+    layout: a dense span, which `send_output` copies below DORA_COPIES_BELOW, or bytes tc writes
+    into `send_output_raw`'s buffer: a bigger span, or a strided crop compacted in one pass);
+    dora surely carries them.
     A stream sends the same layout message after message (or a few layouts in turn); the plan,
     the transport's rule, the layout and the route check gave these once and would give them
     again (a host tensor goes as host bytes whatever the transport asked for), so a repeat skips
-    them. Only the tensor's own state is checked again, with what the dtype fixed kept here (each
-    torch call costs microseconds with the caches cold, as between messages)."""
+    them: through dora, that path costs 100 to 200 us a message with the caches cold (a cropped
+    1 MB tensor went 1.16x the `pa.array` pattern's time on it; bench/dora_latency.py). Only the
+    tensor's own state is checked again, with what the dtype fixed kept here (each torch call
+    costs microseconds with the caches cold, as between messages)."""
 
     metadata: dict
     nbytes: int
     element_size: int
     complex: bool  # the lazy conjugate bit exists only on complex tensors
     unit: pa.DataType | None  # the Arrow type of the dtype (arrow_values.value_of), None: it has none
+    # The wire layout (no source tensor: the cache must not keep one alive); `raw_span`: a dense span.
+    layout: LeafLayout
     # What _held holds for the node (see node_key): its weak reference, or the node itself where
     # it takes none (held strongly, so its id is never another node's). A node whose id is
     # another's now takes the full path, whose node_key purges what was cached for the old one.
@@ -1017,7 +1023,7 @@ limits.on_change(_repeats.clear)
 
 
 def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
-    """Keep what `t`'s message fixed, when `t`'s own bytes were the value (not a broadcast tensor
+    """Keep what `t`'s message fixed, when `t`'s own bytes made the value (not a broadcast tensor
     narrowed, nor lazy bits resolved into a copy), its header is a plain tensor's (no autograd)
     and dora surely carries them."""
     if (
@@ -1037,8 +1043,9 @@ def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outg
     held = _held.get(key)
     if held is None:  # another thread forgot the node meanwhile: nothing to remember it by
         return
+    layout = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span)
     _repeats[(key, output_id, t.dtype, t.shape, t.stride())] = _Repeat(
-        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), held
+        outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), layout, held
     )
 
 
@@ -1055,24 +1062,33 @@ def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | No
     if not t.is_cpu or t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()):
         return False
     nbytes = repeat.nbytes
-    if nbytes >= DORA_COPIES_BELOW:  # the threshold moved since (the benchmark's forced rows)
-        return False
-    # A storage resized or freed after the view was made would be read at a dangling address.
-    # (layout.holds_dense_span and arrow_values.value_of, inlined: a Python call costs about a
-    # microsecond here, with the caches cold between messages; bench/dora_latency.py.)
-    if t.untyped_storage().nbytes() < t.storage_offset() * repeat.element_size + nbytes:
-        return False  # the full path names the problem
-    merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
-    # Dense layouts address bytes from data_ptr() up (strides are never negative).
-    address = t.data_ptr()
-    unit = repeat.unit
-    if unit is not None and not address % repeat.element_size:
-        data = pa.foreign_buffer(address, nbytes, base=t)
-        value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
+    layout = repeat.layout
+    if layout.raw_span and nbytes < DORA_COPIES_BELOW:
+        # dora copies the span from where it lies (send_output). A storage resized or freed after
+        # the view was made would be read at a dangling address. (layout.holds_dense_span and
+        # arrow_values.value_of, inlined: a Python call costs about a microsecond here, with the
+        # caches cold between messages; bench/dora_latency.py.)
+        if t.untyped_storage().nbytes() < t.storage_offset() * repeat.element_size + nbytes:
+            return False  # the full path names the problem
+        # Dense layouts address bytes from data_ptr() up (strides are never negative).
+        address = t.data_ptr()
+        unit = repeat.unit
+        if unit is not None and not address % repeat.element_size:
+            data = pa.foreign_buffer(address, nbytes, base=t)
+            value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
+        else:
+            value = value_of(address, nbytes, t.dtype, t)
+        leaf = None
     else:
-        value = value_of(address, nbytes, t.dtype, t)
+        # tc writes the bytes into send_output_raw's buffer (write_leaf: a span copied, a crop
+        # compacted), after the full path's storage check, which names a storage too small.
+        leaf = layout.with_plain_source(t)
+    merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
     try:
-        node.send_output(output_id, value, merged)
+        if leaf is None:
+            node.send_output(output_id, value, merged)
+        else:
+            _write_and_send(node, output_id, nbytes, merged, lambda dest: write_leaf(leaf, dest, 0))
     except RuntimeError as e:
         translated = size_error(node, output_id, nbytes, e, merged)
         if translated is None:

@@ -121,7 +121,7 @@ def test_encode_and_send_go_one_pipeline_and_give_the_layout_up_when_a_write_fai
 
     monkeypatch.setattr(HostTransport, "write", failing)
     with pytest.raises(RuntimeError, match="the write failed"):
-        go(big)
+        go(big[1:])  # another layout: not a stream's repeat, which skips the pipeline
     assert len(laid) == 2 and len(abandoned) == 1
     assert path == "encode" or len(node.sent) == 1  # nothing more left
 
@@ -273,6 +273,51 @@ def test_a_stream_of_one_layout_is_planned_once_and_sends_each_tensors_current_b
         got = tc.receive(as_event(sent))
         assert torch.equal(got, torch.arange(4096, dtype=torch.float32).reshape(64, 64).t() + frame)
         assert got.stride() == t.stride()
+
+
+@pytest.mark.parametrize("kind", ["crop", "span-over-dora-copies"])
+def test_a_stream_written_into_the_raw_buffer_is_planned_once_and_copied_once(monkeypatch, kind):
+    """The steady state of a stream whose bytes tc writes into send_output_raw's buffer (a crop,
+    compacted; a dense span from DORA_COPIES_BELOW up): after its first message, no plan, layout
+    or route check, one copy straight into the buffer (one aten::copy_ for the crop, one memmove
+    for the span), each message with the tensor's bytes at that time."""
+    made = _counting_plans(monkeypatch)
+    if kind == "span-over-dora-copies":
+        monkeypatch.setattr(dora_adapter, "DORA_COPIES_BELOW", 1024)
+        base = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)
+        t = base.t()  # dense, in another dim order: its span as it lies
+    else:
+        base = torch.arange(128 * 128, dtype=torch.float32).reshape(128, 128)
+        t = base[::2, 1::2]
+    node = FakeNode()
+    raw = []
+    real_raw = FakeNode.send_output_raw
+    monkeypatch.setattr(node, "send_output_raw", lambda *a, **k: raw.append(a) or real_raw(node, *a, **k))
+    tc.send(node, "out", t, {"frame": 0})
+    for frame in range(1, 4):
+        base.add_(1)  # written between messages: each message has the bytes of its time
+        ops = _aten_ops(lambda frame=frame: tc.send(node, "out", t, {"frame": frame}))
+        assert ops.count("aten::copy_") == (kind == "crop")
+        assert not {"aten::contiguous", "aten::clone", "aten::to", "aten::_to_copy"} & set(ops)
+    assert len(made) == 1 and len(raw) == 4
+    assert [m for _, _, m in node.sent][1:] == [node.sent[0][2] | {"frame": f} for f in range(1, 4)]
+    for frame, sent in enumerate(node.sent):
+        got = tc.receive(as_event(sent))
+        expected = t - 3 + frame
+        assert torch.equal(got, expected) and got.stride() == (expected.stride() if kind != "crop" else (64, 1))
+
+
+def test_a_cropped_repeat_whose_storage_was_freed_is_refused_naming_it_not_read():
+    """The crop's repeat checks its storage as the full path does (every element it addresses):
+    a storage resized away after the first message is named, and nothing is sent."""
+    node = FakeNode()
+    base = torch.randn(64, 64)
+    crop = base[::2, ::2]
+    tc.send(node, "out", crop)
+    base.untyped_storage().resize_(0)
+    with pytest.raises(tc.EncodeError, match="storage holds 0 bytes"):
+        tc.send(node, "out", crop)
+    assert len(node.sent) == 1
 
 
 @pytest.mark.parametrize(
