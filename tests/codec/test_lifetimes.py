@@ -216,6 +216,32 @@ def test_a_released_one_leaf_message_holds_nothing_whatever_type_its_value_has(u
     )
 
 
+def test_bytes_torch_will_not_retype_in_place_take_the_full_way(monkeypatch):
+    """A UInt8 value's leaf is its DLPack tensor retyped (a dtype view: no `_base`). Where torch
+    refused that view, the message goes the full way (materialize: the leaf set onto DLPack's
+    storage): the same exact, borrowed leaf, released at scope exit."""
+    frame = torch.randn(64, 32)
+    value, metadata = tc.encode(frame)  # a UInt8 value
+    real_view = torch.Tensor.view
+    refused = []
+
+    def view(self, *args):
+        if len(args) == 1 and isinstance(args[0], torch.dtype):
+            refused.append(args[0])
+            raise RuntimeError("refused for the test")
+        return real_view(self, *args)
+
+    for _ in range(2):
+        with tc.scope():
+            with monkeypatch.context() as patched:  # torch refuses while the message is decoded
+                patched.setattr(torch.Tensor, "view", view)
+                got = tc.decode(value, metadata, name="frame")
+            assert is_borrowed(got) and got._base is None
+            assert_identical(got, frame, strides="exact")
+        assert got.numel() == 0
+    assert refused  # the retyping was asked for, and refused
+
+
 def test_packed_sequence_released_as_one_unit():
     packed = torch.nn.utils.rnn.pack_sequence([torch.randn(40, 32), torch.randn(25, 32)])
     with tc.scope():
