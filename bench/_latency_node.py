@@ -38,6 +38,10 @@ def make_tensor(layout: str, nbytes: int) -> torch.Tensor:
         return torch.randn(cols, rows, generator=g).t()
     if layout == "strided_crop":
         return torch.randn(2 * rows, 2 * cols, generator=g)[::2, 1::2]
+    if layout == "image":  # what the project's camera and decoder send: a TVTensor (RGBA, float32)
+        from torchvision import tv_tensors
+
+        return tv_tensors.Image(torch.randn(4, rows // 4, cols, generator=g))
     raise ValueError(layout)
 
 
@@ -63,6 +67,8 @@ def tc_metadata(tensor: torch.Tensor) -> dict:
 
 def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> None:
     metadata["t0"] = time.monotonic_ns()
+    if type(tensor) is not torch.Tensor and not contender.startswith("tc"):
+        tensor = tensor.as_subclass(torch.Tensor)  # an Image's bytes, sent as plain senders do
     if contender in ("tc", "tc.send-only"):
         tc.send(node, "out", tensor, metadata)
     elif contender in ("send_output+tc-metadata", "tc.receive-only"):

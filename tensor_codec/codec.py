@@ -75,14 +75,16 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     transport_name, text = read_metadata(metadata)
     compiled = received.cached(text, transport_name)
     if compiled is not None and compiled.viewer is not None and not copy and device is None:
-        # Most messages: a stream of one plain tensor, its header seen before, viewed where it
-        # lies. Every step runs with the caches cold (between messages), so this is the whole
+        # Most messages: a stream of one plain tensor (or Image), its header seen before, viewed
+        # where it lies. Every step runs with the caches cold (between messages), so this is the whole
         # path: no materialized record, no tree, one registration.
         viewed = compiled.viewer(value)
         if viewed is not None:
             leaf, borrowed = viewed
-            lifetimes.register_leaf(name, leaf, borrowed, compiled.leaves, compiled.header["tree"])
-            return leaf
+            cls = compiled.handed_out_as  # kinds' wrap of an attribute-less TVTensor, inlined
+            obj = leaf if cls is torch.Tensor else leaf.as_subclass(cls)
+            lifetimes.register_leaf(name, obj, leaf, borrowed, compiled.leaves, compiled.header["tree"])
+            return obj
     target = None if device is None else _target_device(device)
     transport = transport_for_message(transport_name)
     if compiled is not None and compiled.nodes <= received.SMALL_NODES:

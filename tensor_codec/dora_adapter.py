@@ -951,7 +951,7 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     _check_user_metadata(metadata)
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
-    if type(obj) is torch.Tensor and _repeats and _send_repeat(node, output_id, obj, metadata):
+    if type(obj) in _REPEATABLE and _repeats and _send_repeat(node, output_id, obj, metadata):
         return True
     output = Output(output_id, lambda: expected_receivers(node, output_id))
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
@@ -970,7 +970,7 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
                 node.send_output(output_id, in_place, merged)
             else:
                 _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(outgoing, dest))
-            if type(obj) is torch.Tensor and outgoing.transport.name == HOST and not outgoing.plan.has_cuda:
+            if outgoing.transport.name == HOST and _one_plain_leaf(outgoing.plan):
                 _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
         except RuntimeError as e:
             translated = size_error(node, output_id, nbytes, e, merged)
@@ -1015,17 +1015,29 @@ class _Repeat:
     held: Any
 
 
-# (id(node), output, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
+# (id(node), output, type, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
+# The types a repeat may be: plain tensors, and each TVTensor class without attributes (Image,
+# Video, Mask: the project's own camera and decoder send Images) once one has been sent.
+_REPEATABLE: set[type] = {torch.Tensor}
 _REPEATS_KEPT = 4096
 # A repeat skips the limits' checks its header passed: under other limits, it is checked again.
 limits.on_change(_repeats.clear)
 
 
-def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outgoing: Any) -> None:
-    """Keep what `t`'s message fixed, when `t`'s own bytes made the value (not a broadcast tensor
-    narrowed, nor lazy bits resolved into a copy), its header is a plain tensor's (no autograd)
-    and dora surely carries them."""
+def _one_plain_leaf(plan: Any) -> bool:
+    """Whether a plan is one host tensor, plain or of a TVTensor class without attributes, with no
+    autograd: its tree is one tensor node holding nothing but its tag and leaf (a node with
+    `grad` or a class's attributes holds more)."""
+    tree = plan.tree
+    return not plan.has_cuda and len(plan.leaves) == 1 and type(tree) is dict and len(tree) == 2 and "leaf" in tree
+
+
+def _remember_repeat(node: Any, output_id: str, obj: Any, leaf: Any, outgoing: Any) -> None:
+    """Keep what `obj`'s message fixed (`_one_plain_leaf`), when its tensor's own bytes made the
+    value (not a broadcast tensor narrowed, nor lazy bits resolved into a copy) and dora surely
+    carries them."""
+    t = plain_of(obj)  # a TVTensor's property reads go through its __torch_function__
     if (
         leaf.broadcast
         or t.requires_grad  # its header says so; a repeat's tensor is taken to need no autograd
@@ -1044,16 +1056,19 @@ def _remember_repeat(node: Any, output_id: str, t: torch.Tensor, leaf: Any, outg
     if held is None:  # another thread forgot the node meanwhile: nothing to remember it by
         return
     layout = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span)
-    _repeats[(key, output_id, t.dtype, t.shape, t.stride())] = _Repeat(
+    _repeats[(key, output_id, type(obj), t.dtype, t.shape, t.stride())] = _Repeat(
         outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), arrow_type_of(t.dtype), layout, held
     )
+    _REPEATABLE.add(type(obj))
 
 
-def _send_repeat(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None) -> bool:
-    """Send `t` as this output's last message of its layout was sent, if there was one; False
-    (nothing sent) if not: the full path then plans it."""
+def _send_repeat(node: Any, output_id: str, obj: torch.Tensor, metadata: dict | None) -> bool:
+    """Send `obj` (a plain tensor or a TVTensor of `_REPEATABLE`) as this output's last message
+    of its type and layout was sent, if there was one; False (nothing sent) if not: the full path
+    then plans it."""
+    t = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)  # walk.plain_of, inlined
     try:
-        repeat = _repeats.get((id(node), output_id, t.dtype, t.shape, t.stride()))
+        repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
     except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
         return False
     if repeat is None or (repeat.held is not node and repeat.held() is not node):

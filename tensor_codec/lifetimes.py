@@ -182,13 +182,16 @@ def register_message(
 _AT_START = (0,)  # the one leaf's location: it views `borrowed` from its start
 
 
-def register_leaf(name: str | None, leaf: torch.Tensor, borrowed: Any, layouts: list, tree: Any) -> None:
-    """`register_message` for a message that is one plain tensor viewing `borrowed` from its
-    start (most messages: codec.decode's shortcut), in fewer steps."""
+def register_leaf(
+    name: str | None, leaf: torch.Tensor, plain: torch.Tensor, borrowed: Any, layouts: list, tree: Any
+) -> None:
+    """`register_message` for a message that is one tensor viewing `borrowed` from its start
+    (most messages: codec.decode's shortcut), in fewer steps: `leaf` as handed out (a plain
+    tensor, or an Image), `plain` the same tensor as a plain alias (`leaf` itself if plain)."""
     key = id(leaf)
     ref = _HandedOut(leaf, _forget)
     ref.key = key
-    message = Message(name, borrowed, [ref], [leaf._version], _AT_START, layouts, tree)
+    message = Message(name, borrowed, [ref], [plain._version], _AT_START, layouts, tree)
     _handouts[key] = (ref, message, 0)
     stack = getattr(_local, "scopes", None)
     if stack:

@@ -19,8 +19,11 @@ import collections
 import threading
 from typing import Any, NamedTuple
 
+import torch
+
 from . import limits
 from .wire import header as wire_header
+from .wire import kinds
 from .wire.tree import compile_tree
 
 __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
@@ -33,9 +36,13 @@ class Compiled(NamedTuple):
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
     plain: bool  # the object is the one leaf itself (a plain tensor, no grad): nothing to build
-    # For a plain header, the transport's shortcut (Transport.viewer): value -> (the tensor, what
-    # it borrows) or None. A stream of one tensor, header seen before: most messages.
+    # For a header of one tensor node without grad or attributes, the transport's shortcut
+    # (Transport.viewer): value -> (the tensor, what it borrows) or None. A stream of one tensor
+    # or Image, header seen before: most messages.
     viewer: Any
+    # The class that tensor is handed out as: torch.Tensor, or a TVTensor class without
+    # attributes (Image, Video, Mask); None where the object must be built (`build`).
+    handed_out_as: type | None
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
@@ -108,8 +115,9 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
     plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
-    viewer = transport.viewer(prepared) if plain else None
-    compiled = Compiled(header, leaves, build, prepared, cost, plain, viewer)
+    handed_out_as = _one_tensor_class(header["tree"])
+    viewer = None if handed_out_as is None else transport.viewer(prepared)
+    compiled = Compiled(header, leaves, build, prepared, cost, plain, viewer, handed_out_as)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _cache.keep(key, compiled, cost, bounds)
     return compiled
@@ -137,6 +145,20 @@ def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.L
         _tables.keep(key, hit[0], len(leaves), bounds)
     rest, leaves, prepared, _ = hit[0]
     return {**rest, "tree": tree}, leaves, prepared
+
+
+def _one_tensor_class(tree: Any) -> type | None:
+    """For a tree (compiled already, so valid) that is one tensor node holding nothing but its
+    tag and leaf (no grad, no attributes), the class its object is: torch.Tensor or an
+    attribute-less TVTensor class (Image, Video, Mask). None for any other tree."""
+    if type(tree) is not dict or len(tree) != 2 or "leaf" not in tree:
+        return None
+    if tree["t"] == "tensor":
+        return torch.Tensor
+    kind = kinds.kind_by_tag(tree["t"], "tc.header.tree")
+    if kind is None or kind.attribute_names or kind.optional_attribute_names:
+        return None
+    return kind.cls
 
 
 def cached_headers() -> int:

@@ -31,17 +31,18 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
             )
         ),
         *((layout, c) for layout in ("transposed", "strided_crop") for c in ("contiguous+raw", "tc", "pa.array")),
+        *(("image", c) for c in ("raw", "tc", "pa.array")),
     }
     rows = data["rows"]
     assert {(r["layout"], r["contender"]) for r in rows} == expected and len(rows) == len(expected)
     for row in rows:
         assert row["size_mb"] == 1 and row["messages"] == 2, row
         assert all(positive(row[k]) for k in ("p10_ms", "p50_ms", "p90_ms")), row
-    assert set(data["summary"]) == {"contiguous/1MB", "transposed/1MB", "strided_crop/1MB"}
+    assert set(data["summary"]) == {"contiguous/1MB", "transposed/1MB", "strided_crop/1MB", "image/1MB"}
     for figures in data["summary"].values():
         assert all(positive(v) for v in figures.values()), figures
     check_goals(data["goals"])
-    assert len(data["goals"]) == 9  # 6 of the ratios; the primitive and the unit tc picks, its own cost at 1 MB
+    assert len(data["goals"]) == 11  # 8 of the ratios; the primitive and the unit tc picks, its own cost at 1 MB
     (row,) = data["primitives"].values()
     assert row["picked"] in ("send_output", "send_output_raw") and positive(row["tc:send_output_raw"]), row
 

@@ -361,6 +361,56 @@ def test_a_stream_of_one_tensor_is_viewed_in_one_step_after_its_first_message(mo
             tc.decode(value, metadata, name="frames").add_(1)
 
 
+@pytest.mark.parametrize("cls", [tvt.Image, tvt.Video, tvt.Mask], ids=lambda c: c.__name__)
+def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkeypatch, cls):
+    """Image, Video and Mask carry no attributes: once the header was seen, a message of one is
+    viewed and registered in one step as a plain tensor's is, and handed out as its class.
+    Borrowed, released at scope exit (writes through it reported), kept exactly, as its class."""
+    from tensor_codec import lifetimes, received
+    from tensor_codec.transports.host import HostTransport
+
+    counts = collections.Counter()
+    _counting(monkeypatch, HostTransport, "materialize", counts)
+    _counting(monkeypatch, lifetimes, "register_message", counts)
+    _counting(monkeypatch, lifetimes, "register_leaf", counts)
+    received.forget_all()
+    shape = (2, 3, 32, 48) if cls is tvt.Video else (3, 32, 48) if cls is tvt.Image else (64, 96)  # over 4 KiB: viewed
+    frames = [cls(torch.randint(0, 255, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(i))) for i in range(5)]
+    for i, frame in enumerate(frames):
+        value, metadata = tc.encode(frame)
+        with tc.scope():
+            got = tc.decode(value, metadata, name="frames")
+            assert type(got) is cls and is_borrowed(got)
+            assert_identical(got, frame, strides="exact")
+            if i == 3:
+                kept = tc.keep(got)
+        assert got.as_subclass(torch.Tensor).numel() == 0  # released: detached from the message's memory
+    assert counts == {"materialize": 1, "register_message": 1, "register_leaf": 4}
+    assert type(kept) is cls and not is_borrowed(kept)
+    assert_identical(kept, frames[3], strides="exact")
+    value, metadata = tc.encode(frames[0])
+    with pytest.raises(tc.SharedViewWriteError, match="input 'frames'"):
+        with tc.scope():
+            tc.decode(value, metadata, name="frames").add_(1)
+
+
+def test_a_tvtensor_with_attributes_or_grad_is_built_not_viewed_in_one_step(monkeypatch):
+    """BoundingBoxes carry attributes and a tensor requiring grad its flag: their object is
+    built every time (no one-step view), and arrives whole."""
+    from tensor_codec import lifetimes, received
+
+    counts = collections.Counter()
+    _counting(monkeypatch, lifetimes, "register_leaf", counts)
+    received.forget_all()
+    boxes = tvt.BoundingBoxes(torch.rand(2048, 4) * 64, format="XYXY", canvas_size=(64, 64))
+    graded = torch.randn(64, 64, requires_grad=True)
+    for obj in (boxes, boxes, graded, graded):
+        value, metadata = tc.encode(obj)
+        with tc.scope():
+            assert_identical(tc.decode(value, metadata), obj)
+    assert counts == {}
+
+
 def test_a_seen_header_with_a_wrong_value_is_refused_as_the_first_message_would_be():
     """The one-step view takes only a value that is exactly what the header describes; any other
     goes the full way, which names what is wrong (or copies what it cannot view in place)."""

@@ -307,6 +307,47 @@ def test_a_stream_written_into_the_raw_buffer_is_planned_once_and_copied_once(mo
         assert torch.equal(got, expected) and got.stride() == (expected.stride() if kind != "crop" else (64, 1))
 
 
+@pytest.mark.parametrize("kind", ["Image", "Video", "Mask"])
+def test_a_stream_of_one_attributeless_tvtensor_is_planned_once(monkeypatch, kind):
+    """Image, Video and Mask carry no attributes (the project's camera and JPEG decoder send
+    Images): after the first message an output's next one of the same class and layout is a
+    repeat too, with its class's header and the tensor's current bytes."""
+    from torchvision import tv_tensors
+
+    cls = getattr(tv_tensors, kind)
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    shape = {"Image": (3, 32, 48), "Video": (2, 3, 32, 48), "Mask": (32, 48)}[kind]
+    base = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.int32).reshape(shape)
+    frame = cls(base)
+    for _ in range(4):
+        tc.send(node, "out", frame)
+        base.add_(1)
+    plain = base.clone()
+    tc.send(node, "out", plain)  # the plain tensor of the same layout: its own header
+    assert len(made) == 2
+    headers = [m["tc.header"] for _, _, m in node.sent]
+    assert len(set(headers[:4])) == 1 and headers[4] != headers[0]
+    for i, sent in enumerate(node.sent[:4]):
+        got = tc.receive(as_event(sent))
+        assert type(got) is cls and torch.equal(got.as_subclass(torch.Tensor), base - 4 + i)
+    assert type(tc.receive(as_event(node.sent[4]))) is torch.Tensor
+
+
+def test_a_tvtensor_with_attributes_is_planned_every_time(monkeypatch):
+    """BoundingBoxes carry attributes (format, canvas size) that may change with every message:
+    never a repeat."""
+    from torchvision import tv_tensors
+
+    made = _counting_plans(monkeypatch)
+    node = FakeNode()
+    boxes = tv_tensors.BoundingBoxes(torch.rand(512, 4) * 64, format="XYXY", canvas_size=(64, 64))
+    for _ in range(3):
+        tc.send(node, "out", boxes)
+    assert len(made) == 3
+    assert_identical(tc.receive(as_event(node.sent[2])), boxes)
+
+
 def test_a_cropped_repeat_whose_storage_was_freed_is_refused_naming_it_not_read():
     """The crop's repeat checks its storage as the full path does (every element it addresses):
     a storage resized away after the first message is named, and nothing is sent."""
