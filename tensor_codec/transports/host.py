@@ -27,7 +27,7 @@ import torch
 
 from .. import limits
 from ..errors import DecodeError
-from ..layout import Destination, LeafLayout, leaf_view, write_leaf
+from ..layout import Destination, LeafLayout, write_leaf
 from ..plan import Plan
 from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import KEY_GPU, UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
@@ -124,8 +124,9 @@ class HostTransport:
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
         or None, the view of such a message where it lies or None: `viewer`), after checking
         every offset is the canonical one. Cached with the header: a stream's messages share it.
-        (Zero-copy leaves stay `leaf_view`s of the storage, not views of a view: a released leaf
-        must not keep the message's buffer alive through a view's base.)"""
+        (Zero-copy leaves are never autograd views of another tensor (`leaf_view`s of the
+        storage, or DLPack's tensor shaped or retyped in place): a released leaf must not keep the
+        message's buffer alive through a view's base.)"""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
@@ -227,6 +228,7 @@ def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[to
     units = UNITS
     view_of = arrow_values.view_of
     dtype, shape, strides = single.dtype.torch_dtype, single.shape, single.strides
+    assert dtype is not None  # wire.dtypes.by_name refuses a dtype this torch lacks
 
     def view(value: Any) -> tuple[torch.Tensor, Any] | None:
         width = units.get(type(value), 0)  # the class gives the Arrow type (see check_value)

@@ -375,7 +375,10 @@ def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkey
     _counting(monkeypatch, lifetimes, "register_leaf", counts)
     received.forget_all()
     shape = (2, 3, 32, 48) if cls is tvt.Video else (3, 32, 48) if cls is tvt.Image else (64, 96)  # over 4 KiB: viewed
-    frames = [cls(torch.randint(0, 255, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(i))) for i in range(5)]
+    frames = [
+        cls(torch.randint(0, 255, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(i)))
+        for i in range(5)
+    ]
     for i, frame in enumerate(frames):
         value, metadata = tc.encode(frame)
         with tc.scope():
