@@ -23,6 +23,7 @@ from .layout import Destination
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
 from .transports.names import HOST
 from .wire.header import read_metadata
+from .wire.kinds import MAKE_SUBCLASS
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .transports.host import HostTransport
@@ -81,8 +82,8 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
         viewed = compiled.viewer(value)
         if viewed is not None:
             leaf, borrowed = viewed
-            cls = compiled.handed_out_as  # kinds' wrap of an attribute-less TVTensor, inlined
-            obj = leaf if cls is torch.Tensor else leaf.as_subclass(cls)
+            cls = compiled.handed_out_as  # an Image's wrap (wire.kinds.handed_out_as), inlined
+            obj = leaf if cls is torch.Tensor else MAKE_SUBCLASS(cls, leaf)
             lifetimes.register_leaf(name, obj, leaf, borrowed, compiled.leaves, compiled.header["tree"])
             return obj
     target = None if device is None else _target_device(device)

@@ -970,8 +970,6 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
                 node.send_output(output_id, in_place, merged)
             else:
                 _write_and_send(node, output_id, nbytes, merged, lambda dest: send_pipeline.write(outgoing, dest))
-            if outgoing.transport.name == HOST and _one_plain_leaf(outgoing.plan):
-                _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
         except RuntimeError as e:
             translated = size_error(node, output_id, nbytes, e, merged)
             if translated is None:
@@ -981,6 +979,9 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
             raise translated from None
         except UnicodeEncodeError as e:
             raise _unencodable(metadata, e) from None
+    # Sent: what it fixed is kept for the stream's next message (outside the error translation).
+    if outgoing.transport.name == HOST and _one_plain_leaf(outgoing.plan):
+        _remember_repeat(node, output_id, obj, outgoing.plan.leaves[0], outgoing)
     return True
 
 
@@ -989,11 +990,12 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
 
 @dataclass(frozen=True, slots=True)
 class _Repeat:
-    """What an output's message of a plain host tensor fixed, for the next one of the same dtype,
-    shape and strides: the codec's metadata (the same header) and how its bytes go (the same
-    layout: a dense span, which `send_output` copies below DORA_COPIES_BELOW, or bytes tc writes
-    into `send_output_raw`'s buffer: a bigger span, or a strided crop compacted in one pass);
-    dora surely carries them.
+    """What an output's message of a plain host tensor (or attribute-less TVTensor) fixed, for
+    the next one of the same class, dtype, shape and strides: the codec's metadata (the same
+    header) and how its bytes go (the same layout: a dense span, which `send_output` copies, or
+    bytes tc writes into `send_output_raw`'s buffer: a strided crop, compacted in one pass); dora
+    surely carries them (`_surely_carried`: up to 32 MiB, so a span from DORA_COPIES_BELOW up is
+    no repeat).
     A stream sends the same layout message after message (or a few layouts in turn); the plan,
     the transport's rule, the layout and the route check gave these once and would give them
     again (a host tensor goes as host bytes whatever the transport asked for), so a repeat skips

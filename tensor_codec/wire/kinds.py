@@ -2,9 +2,9 @@
 
 Each kind has a stable wire tag (never ``str(type(x))``), knows which attributes its class carries,
 turns them into JSON and back (validating what arrives), and rebuilds an instance around a plain
-tensor. Rebuilding uses ``Tensor.as_subclass`` plus the classes' public attributes, so it keeps any
-shape the sender had (torchvision's constructors would add dims to a 2-D Image or reject a
-batched BoundingBoxes) and does not copy.
+tensor. Rebuilding makes an instance of the class over the same tensor (`handed_out_as`) plus the
+classes' public attributes, so it keeps any shape the sender had (torchvision's constructors
+would add dims to a 2-D Image or reject a batched BoundingBoxes) and does not copy.
 
 torchvision is optional: without it only plain tensors are known, and a message carrying a
 TVTensor is refused with a clear error. Attributes an older torchvision lacks (``clamping_mode``)
@@ -25,7 +25,7 @@ import torch
 
 from ..errors import DecodeError, EncodeError
 
-__all__ = ["TensorKind", "PLAIN", "kind_of", "kind_by_tag", "all_kinds"]
+__all__ = ["TensorKind", "PLAIN", "kind_of", "kind_by_tag", "all_kinds", "handed_out_as", "MAKE_SUBCLASS"]
 
 _MAX_CANVAS = 1 << 31
 
@@ -67,6 +67,19 @@ class TensorKind:
         return plain
 
 
+# (cls, plain, requires_grad) -> `plain` as a `cls`: see handed_out_as, which per-message paths
+# inline. Untyped: torch's stub takes no TVTensor class.
+MAKE_SUBCLASS: Any = torch.Tensor._make_subclass
+
+
+def handed_out_as(plain: torch.Tensor, cls: type) -> Any:
+    """`plain` as an instance of `cls`, sharing its storage, version counter and autograd flag.
+    Not ``as_subclass``: its result is an autograd view of `plain` (``_base``), and a received
+    leaf must view nothing that releasing it leaves behind (tensor_codec/lifetimes.py empties the
+    handed-out tensor only: a `_base` kept the message's memory, dora's shared memory, alive)."""
+    return MAKE_SUBCLASS(cls, plain, plain.requires_grad)
+
+
 class _PlainSubclassKind(TensorKind):
     """TVTensors without attributes: Image, Video, Mask."""
 
@@ -75,7 +88,7 @@ class _PlainSubclassKind(TensorKind):
         self.tag = f"tv.{cls.__name__}"
 
     def wrap(self, plain, attrs):
-        return plain.as_subclass(self.cls)
+        return handed_out_as(plain, self.cls)
 
     def wrap_like(self, plain, like):
         return plain.as_subclass(self.cls)
@@ -141,7 +154,7 @@ class _BoundingBoxesKind(TensorKind):
         return attrs
 
     def wrap(self, plain, attrs):
-        out = plain.as_subclass(self.cls)
+        out = handed_out_as(plain, self.cls)
         out.format = attrs["format"]
         out.canvas_size = attrs["canvas_size"]
         if self.has_clamping:
@@ -175,7 +188,7 @@ class _KeyPointsKind(TensorKind):
         return {"canvas_size": _parse_canvas(node, where)}
 
     def wrap(self, plain, attrs):
-        out = plain.as_subclass(self.cls)
+        out = handed_out_as(plain, self.cls)
         out.canvas_size = attrs["canvas_size"]
         return out
 

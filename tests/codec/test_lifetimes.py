@@ -242,6 +242,37 @@ def test_bytes_torch_will_not_retype_in_place_take_the_full_way(monkeypatch):
     assert refused  # the retyping was asked for, and refused
 
 
+@pytest.mark.parametrize("kind", ["Image", "BoundingBoxes", "Image in a dict"])
+def test_a_released_tvtensor_holds_nothing_of_its_message(kind):
+    """A TVTensor handed out is no autograd view of the plain leaf it was made from (no `_base`,
+    which releasing would leave holding the message's memory): a stream whose released TVTensors
+    are retained pins nothing, whichever path built them (the first message's, the one step of
+    a stream's Image, a dict's)."""
+    if kind == "BoundingBoxes":
+        obj = tvt.BoundingBoxes(torch.rand(65536, 4) * 64, format="XYXY", canvas_size=(64, 64))  # 1 MiB
+    else:
+        obj = tvt.Image(torch.randn(4, 256, 256))  # 1 MiB
+        if kind == "Image in a dict":
+            obj = {"frame": obj}
+    gc.collect()
+    baseline = pa.total_allocated_bytes()
+    retained = []
+    for _ in range(60):
+        value, metadata = tc.encode(obj)
+        with tc.scope():
+            got = tc.decode(value, metadata, name="frames")
+            leaf = got["frame"] if isinstance(got, dict) else got
+            with torch._C.DisableTorchFunctionSubclass():
+                assert leaf._base is None
+            retained.append(got)
+        del value, metadata, got, leaf
+    wait_until(
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
+        lambda grown: grown < 4 << 20,
+        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
+    )
+
+
 def test_packed_sequence_released_as_one_unit():
     packed = torch.nn.utils.rnn.pack_sequence([torch.randn(40, 32), torch.randn(25, 32)])
     with tc.scope():
