@@ -93,7 +93,7 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
         materialized = transport.materialize(
             value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
         )
-        if compiled.plain:  # one plain tensor: the object is the leaf, handed out as it is
+        if compiled.handed_out_as is torch.Tensor:  # one plain tensor: the object is the leaf, handed out as it is
             handed_out: list = materialized.tensors
             obj = handed_out[0]
         else:

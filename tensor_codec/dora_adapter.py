@@ -72,6 +72,7 @@ from .transports.names import HOST, HOST_TO_GPU
 from .walk import plain_of
 from .wire.header import RESERVED_PREFIX
 from .wire.header_json import describe_surrogate, lone_surrogate
+from .wire.structure import is_bare_tensor
 
 __all__ = [
     "send",
@@ -1029,10 +1030,8 @@ limits.on_change(_repeats.clear)
 
 def _one_plain_leaf(plan: Any) -> bool:
     """Whether a plan is one host tensor, plain or of a TVTensor class without attributes, with no
-    autograd: its tree is one tensor node holding nothing but its tag and leaf (a node with
-    `grad` or a class's attributes holds more)."""
-    tree = plan.tree
-    return not plan.has_cuda and len(plan.leaves) == 1 and type(tree) is dict and len(tree) == 2 and "leaf" in tree
+    autograd (wire.structure.is_bare_tensor)."""
+    return not plan.has_cuda and is_bare_tensor(plan.tree)
 
 
 def _remember_repeat(node: Any, output_id: str, obj: Any, leaf: Any, outgoing: Any) -> None:

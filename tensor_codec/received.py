@@ -24,6 +24,7 @@ import torch
 from . import limits
 from .wire import header as wire_header
 from .wire import kinds
+from .wire.structure import is_bare_tensor
 from .wire.tree import compile_tree
 
 __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
@@ -35,18 +36,17 @@ class Compiled(NamedTuple):
     build: Any  # (tensors, handed_out) -> the object
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
-    plain: bool  # the object is the one leaf itself (a plain tensor, no grad): nothing to build
     # For a header of one tensor node without grad or attributes, the transport's shortcut
     # (Transport.viewer): value -> (the tensor, what it borrows) or None. A stream of one tensor
     # or Image, header seen before: most messages.
     viewer: Any
-    # The class that tensor is handed out as: torch.Tensor, or a TVTensor class without
-    # attributes (Image, Video, Mask); None where the object must be built (`build`).
+    # The class that tensor is handed out as: torch.Tensor (the object is the one leaf itself:
+    # nothing to build), or a TVTensor class without attributes (Image, Video, Mask); None where
+    # the object must be built (`build`).
     handed_out_as: type | None
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
-_PLAIN_TREE = {"t": "tensor", "leaf": 0}
 
 
 _CACHE_ENTRIES = 256
@@ -114,10 +114,9 @@ def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
         header, leaves, prepared = table
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
-    plain = header["tree"] == _PLAIN_TREE  # what most streams send: one plain tensor
-    handed_out_as = _one_tensor_class(header["tree"])
+    handed_out_as = _one_tensor_class(header["tree"])  # most streams: one plain tensor or Image
     viewer = None if handed_out_as is None else transport.viewer(prepared)
-    compiled = Compiled(header, leaves, build, prepared, cost, plain, viewer, handed_out_as)
+    compiled = Compiled(header, leaves, build, prepared, cost, viewer, handed_out_as)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _cache.keep(key, compiled, cost, bounds)
     return compiled
@@ -148,10 +147,10 @@ def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.L
 
 
 def _one_tensor_class(tree: Any) -> type | None:
-    """For a tree (compiled already, so valid) that is one tensor node holding nothing but its
-    tag and leaf (no grad, no attributes), the class its object is: torch.Tensor or an
-    attribute-less TVTensor class (Image, Video, Mask). None for any other tree."""
-    if type(tree) is not dict or len(tree) != 2 or "leaf" not in tree:
+    """For a tree (compiled already, so valid) that is one bare tensor node
+    (wire.structure.is_bare_tensor), the class its object is: torch.Tensor or an attribute-less
+    TVTensor class (Image, Video, Mask). None for any other tree."""
+    if not is_bare_tensor(tree):
         return None
     if tree["t"] == "tensor":
         return torch.Tensor

@@ -5,7 +5,18 @@ encoder's walk (walk.py) and the receiver's compiler (wire/tree.py) both read th
 
 from __future__ import annotations
 
-__all__ = ["MAX_DEPTH", "INT64_MIN", "INT64_MAX", "DICT", "LIST", "TUPLE", "NAMEDTUPLE", "PACKED", "PACKED_FIELDS"]
+__all__ = [
+    "MAX_DEPTH",
+    "INT64_MIN",
+    "INT64_MAX",
+    "DICT",
+    "LIST",
+    "TUPLE",
+    "NAMEDTUPLE",
+    "PACKED",
+    "PACKED_FIELDS",
+    "is_bare_tensor",
+]
 
 MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -14,3 +25,11 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 DICT, LIST, TUPLE, NAMEDTUPLE, PACKED = "dict", "list", "tuple", "namedtuple", "PackedSequence"
 # A PackedSequence node's tensor fields, in torch's order (the namedtuple's own field order).
 PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
+
+
+def is_bare_tensor(tree: object) -> bool:
+    """Whether a tree is one tensor node holding nothing but its tag and its leaf: no `grad`, no
+    class attributes (a plain tensor, or an Image, Video or Mask). A stream of these is what the
+    sender repeats and the receiver views in one step. (Leaves are numbered in order and used
+    once, so such a tree's leaf is the message's only one.)"""
+    return type(tree) is dict and len(tree) == 2 and "leaf" in tree
