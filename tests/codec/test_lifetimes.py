@@ -164,6 +164,15 @@ def test_scopes_are_per_thread():
         assert mine["features"].numel() == 64 * 64
 
 
+def _wait_for_arrow_allocations_back_to(baseline: int) -> None:
+    """Dropped buffers come back once the collector has run (whichever thread runs it)."""
+    wait_until(
+        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
+        lambda grown: grown < 4 << 20,
+        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
+    )
+
+
 def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
     """Releasing detaches every part, so a stream whose results are (accidentally) retained
     does not pin one message's memory per iteration."""
@@ -179,11 +188,7 @@ def test_memory_stays_bounded_over_a_long_stream_even_if_results_are_retained():
             retained.append(obj)
         del value, metadata, obj
     # Not 200 MiB. Dropped buffers come back once the collector has run (whichever thread runs it).
-    wait_until(
-        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
-        lambda grown: grown < 4 << 20,
-        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
-    )
+    _wait_for_arrow_allocations_back_to(baseline)
 
 
 @pytest.mark.parametrize("unit", [pa.float32(), pa.uint64(), pa.uint8()], ids=str)
@@ -209,11 +214,7 @@ def test_a_released_one_leaf_message_holds_nothing_whatever_type_its_value_has(u
         del value, metadata, got
     assert_identical(kept, frame, strides="exact")
     assert all(t.numel() == 0 for t in retained)
-    wait_until(
-        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
-        lambda grown: grown < 4 << 20,
-        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
-    )
+    _wait_for_arrow_allocations_back_to(baseline)
 
 
 def test_bytes_torch_will_not_retype_in_place_take_the_full_way(monkeypatch):
@@ -266,11 +267,7 @@ def test_a_released_tvtensor_holds_nothing_of_its_message(kind):
                 assert leaf._base is None
             retained.append(got)
         del value, metadata, got, leaf
-    wait_until(
-        lambda: (gc.collect(), pa.total_allocated_bytes() - baseline)[1],
-        lambda grown: grown < 4 << 20,
-        describe="Arrow's allocations to come back within 4 MiB of where they were (bytes above it observed)",
-    )
+    _wait_for_arrow_allocations_back_to(baseline)
 
 
 def test_packed_sequence_released_as_one_unit():
