@@ -71,11 +71,12 @@ def at_limit(name: str, make):
 
 
 def _host_message(header: str, nbytes: int = 0):
-    return pa.array(bytes(nbytes), type=pa.uint8()) if nbytes else pa.array([], type=pa.uint8()), {
-        "tc.version": 1,
-        "tc.transport": "host",
-        "tc.header": header,
-    }
+    """A host message whose header is `header` (an object, written without the members every
+    header starts with: they are put first here)."""
+    assert header.startswith("{")
+    envelope = f'{{"version":{tc.WIRE_VERSION},"transport":"host",'
+    value = pa.array(bytes(nbytes), type=pa.uint8()) if nbytes else pa.array([], type=pa.uint8())
+    return value, {"tc.header": envelope + header[1:]}
 
 
 def refused_cases(bounds: limits.Limits):

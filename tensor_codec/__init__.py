@@ -90,6 +90,7 @@ from .pinning import pin_memory
 from .plain import plain_bytes
 from .tree import map_tensors
 from .wire.header import VERSION as WIRE_VERSION
+from .wire.header import is_codec_message
 from .wire.tree import register_namedtuple
 
 __version__ = "0.1.0"
@@ -106,6 +107,7 @@ __all__ = [
     "carry",
     "describe",
     "Description",
+    "is_codec_message",
     "plain_bytes",
     "scope",
     "release",

@@ -73,8 +73,8 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     host bytes restored onto "cpu" are viewed as without `device` (``copy=True`` copies them).
     `name` (an input id) appears in error messages.
     """
-    transport_name, text = read_metadata(metadata)
-    compiled = received.cached(text, transport_name)
+    text = read_metadata(metadata)
+    compiled = received.cached(text)
     if compiled is not None and compiled.viewer is not None and not copy and device is None:
         # Most messages: a stream of one plain tensor (or Image), its header seen before, viewed
         # where it lies. Every step runs with the caches cold (between messages), so this is the whole
@@ -87,10 +87,9 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
             lifetimes.register_leaf(name, obj, leaf, borrowed, compiled.leaves, compiled.header["tree"])
             return obj
     target = None if device is None else _target_device(device)
-    transport = transport_for_message(transport_name)
     if compiled is not None and compiled.nodes <= received.SMALL_NODES:
         # A stream's small header, seen before: a few objects made, nothing for the collector.
-        materialized = transport.materialize(
+        materialized = compiled.transport.materialize(
             value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
         )
         if compiled.handed_out_as is torch.Tensor:  # one plain tensor: the object is the leaf, handed out as it is
@@ -102,8 +101,8 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     else:
         with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
             if compiled is None:
-                compiled = received.compile_header(text, transport_name, transport)
-            materialized = transport.materialize(
+                compiled = received.compile_header(text, transport_for_message)
+            materialized = compiled.transport.materialize(
                 value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
             )
             handed_out = []

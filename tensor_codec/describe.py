@@ -68,10 +68,10 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     levels shown (deeper ones counted: ``{...3 items}``); `max_chars`: the most characters of
     `structure` (cut with ``...``). DecodeError for a malformed or inconsistent message."""
     _check_bounds(width, depth, max_chars)
-    transport_name, text = read_metadata(metadata)
-    transport = transport_for_message(transport_name)
-    compiled = received.compile_header(text, transport_name, transport)
+    text = read_metadata(metadata)
+    compiled = received.compile_header(text, transport_for_message)
     prepared, leaves, header = compiled.prepared, compiled.leaves, compiled.header
+    transport_name = compiled.transport.name
     total = prepared[1]  # every transport's prepared layout: (offsets, total length, ...)
     if transport_name == HOST:
         gpu = prepared[4]
@@ -83,7 +83,7 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
         gpu = prepared[2].gpu
         if value is not None:
             _check_ipc(value, metadata, total)
-    key = (transport_name, text, width, depth, max_chars)
+    key = (text, width, depth, max_chars)
     structure = _cache.get(key)
     if structure is None:
         structure = _Writer(leaves, width, depth, max_chars).text(header["tree"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -44,6 +45,7 @@ class Compiled(NamedTuple):
     # nothing to build), or a TVTensor class without attributes (Image, Video, Mask); None where
     # the object must be built (`build`).
     handed_out_as: type | None
+    transport: Any  # the transport the header names (transports.base.Transport)
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
@@ -66,7 +68,7 @@ class _Bounded(collections.OrderedDict):
         super().__init__()
         self.cost = 0
 
-    def keep(self, key: tuple, value: Any, cost: int, bounds: limits.Limits) -> None:
+    def keep(self, key: str, value: Any, cost: int, bounds: limits.Limits) -> None:
         with _cache_lock:
             if bounds is not limits.current():
                 return  # the limits changed while it was validated: not kept under the new ones
@@ -85,65 +87,74 @@ class _Bounded(collections.OrderedDict):
             self.cost = 0
 
 
-_cache = _Bounded()  # (transport, text) -> (Compiled, tree nodes and leaves)
-# (transport, header text before the tree) -> ((the header without its tree, validated leaf table,
-# the transport's prepared layout, the limits they were checked under), leaves)
+_cache = _Bounded()  # header text -> (Compiled, tree nodes and leaves)
+# header text before the tree -> ((the header without its tree, validated leaf table, the
+# transport's prepared layout, the limits they were checked under, the transport), leaves)
 _tables = _Bounded()
+# A transport's name, from a header -> the transport (transports.transport_for_message, which
+# names an unknown one): given by the caller, so that this module stays below the transports.
+TransportOf = Callable[[str], Any]
 
 
-def cached(text: str, transport_name: str) -> Compiled | None:
+def cached(text: str) -> Compiled | None:
     """The compiled header if this text was seen (and kept) before, else None."""
-    hit = _cache.get((transport_name, text))
+    hit = _cache.get(text)
     return None if hit is None else hit[0]
 
 
-def compile_header(text: str, transport_name: str, transport: Any) -> Compiled:
-    """Parse, validate and compile one header for `transport` (cached)."""
-    key = (transport_name, text)
-    hit = _cache.get(key)
+def compile_header(text: str, transport_of: TransportOf) -> Compiled:
+    """Parse, validate and compile one header for the transport it names (cached)."""
+    hit = _cache.get(text)
     if hit is not None:
         return hit[0]
     bounds = limits.current()
     table = None
     if len(text) <= _CACHE_MAX_TEXT:
-        table = _leaf_table(text, transport_name, transport, bounds)
+        table = _leaf_table(text, transport_of, bounds)
     if table is None:  # any other text: read whole, and every problem named
-        header, leaves = wire_header.parse_header(text, transport.leaf_keys, transport.header_keys, bounds)
-        prepared = transport.prepare(header, leaves)
+        header = wire_header.parse_header(text, bounds)
+        header, leaves, prepared, transport = _validated(header, transport_of, bounds)
     else:
-        header, leaves, prepared = table
+        header, leaves, prepared, transport = table
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
     handed_out_as = _one_tensor_class(header["tree"])  # most streams: one plain tensor or Image
     viewer = None if handed_out_as is None else transport.viewer(prepared)
-    compiled = Compiled(header, leaves, build, prepared, cost, viewer, handed_out_as)
+    compiled = Compiled(header, leaves, build, prepared, cost, viewer, handed_out_as, transport)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
-        _cache.keep(key, compiled, cost, bounds)
+        _cache.keep(text, compiled, cost, bounds)
     return compiled
 
 
-def _leaf_table(text: str, transport_name: str, transport: Any, bounds: limits.Limits) -> tuple | None:
-    """(header, validated leaf table, the transport's prepared layout) of a header written as
-    the encoder writes one, what comes before its tree taken from the cache when its text was
-    seen under these limits; None for any other text. `prepare` reads the leaf table and the
-    transport's keys, all of them before the tree: it is kept with them."""
+def _validated(header: dict, transport_of: TransportOf, bounds: limits.Limits) -> tuple:
+    """A parsed header's version and transport checked, its leaf table validated with that
+    transport's keys and prepared by it. -> (header, leaves, prepared, transport)."""
+    transport = transport_of(wire_header.header_transport(header))
+    leaves = wire_header.parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
+    return header, leaves, transport.prepare(header, leaves), transport
+
+
+def _leaf_table(text: str, transport_of: TransportOf, bounds: limits.Limits) -> tuple | None:
+    """(header, validated leaf table, the transport's prepared layout, the transport) of a header
+    written as the encoder writes one, what comes before its tree taken from the cache when its
+    text was seen under these limits; None for any other text. `prepare` reads the version, the
+    transport, the leaf table and the transport's keys, all of them before the tree: it is kept
+    with them."""
     split = wire_header.split_header(text, bounds)
     if split is None:
         return None
     table_text, tree = split
-    key = (transport_name, table_text)
-    hit = _tables.get(key)
+    hit = _tables.get(table_text)
     if hit is None or hit[0][3] is not bounds:  # checked under other limits: checked again
-        parsed = wire_header.parse_leaf_table(table_text, tree, transport.leaf_keys, transport.header_keys, bounds)
-        if parsed is None:
+        header = wire_header.parse_leaf_table(table_text, tree)
+        if header is None:
             return None
-        header, leaves = parsed
-        prepared = transport.prepare(header, leaves)
+        header, leaves, prepared, transport = _validated(header, transport_of, bounds)
         del header["tree"]
-        hit = ((header, leaves, prepared, bounds), len(leaves))
-        _tables.keep(key, hit[0], len(leaves), bounds)
-    rest, leaves, prepared, _ = hit[0]
-    return {**rest, "tree": tree}, leaves, prepared
+        hit = ((header, leaves, prepared, bounds, transport), len(leaves))
+        _tables.keep(table_text, hit[0], len(leaves), bounds)
+    rest, leaves, prepared, _, transport = hit[0]
+    return {**rest, "tree": tree}, leaves, prepared, transport
 
 
 def _one_tensor_class(tree: Any) -> type | None:

@@ -25,7 +25,7 @@ class FrameError(ValueError):
 def is_plain_image(metadata: dict) -> bool:
     """A flat-bytes image message, not a tensor_codec one (restore_plain_image names an
     encoding it cannot take)."""
-    return P.ENCODING in metadata and "tc.version" not in metadata
+    return P.ENCODING in metadata and not tc.is_codec_message(metadata)
 
 
 def restore_plain_image(value: Any, metadata: dict) -> tv_tensors.Image:

@@ -62,7 +62,7 @@ def look(
     array). `pass_ipc(metadata)` takes part in a CUDA IPC message without reading it."""
     if not isinstance(metadata, dict):
         raise tc.DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
-    if "tc.version" in metadata:
+    if tc.is_codec_message(metadata):
         d = describe(metadata, value, width=width, depth=depth, max_chars=STRUCTURE_CHARS)
         if d.transport == "cuda-ipc":
             if pass_ipc is not None:

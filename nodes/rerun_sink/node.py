@@ -53,7 +53,7 @@ class RerunSinkNode(NodeLogic):
             self.taken += 1
             if self.sink is not None:
                 self.sink.handle(event["id"], event.get("value"), metadata)
-            elif "tc.version" in metadata:
+            elif tc.is_codec_message(metadata):
                 self.refused += _release_unshown(event, metadata, self.log)
         self.intake.acknowledge(metadata)
 

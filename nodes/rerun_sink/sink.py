@@ -28,7 +28,7 @@ _MAX_SPLIT_PARTS, _MAX_SPLIT_CHARS = 8, 200  # a SPLIT_BY value from the network
 
 def message_kind(metadata: dict, value: Any) -> str:
     """ "tensor_codec", "jpeg", "image" (a dora plain image), or "unknown"."""
-    if "tc.version" in metadata:
+    if tc.is_codec_message(metadata):
         return "tensor_codec"
     encoding = metadata.get(P.ENCODING)
     if encoding == "jpeg":
@@ -74,7 +74,7 @@ def message_views(value: Any, metadata: dict) -> tuple[list[View], list[str]]:
             )
         return [plain_image_view(flat, encoding, width, height)], []
     raise CannotShow(
-        "metadata: expected a tensor_codec message (tc.version), a dora image (encoding: rgb8, bgr8, mono8 or jpeg) "
+        "metadata: expected a tensor_codec message (tc.header), a dora image (encoding: rgb8, bgr8, mono8 or jpeg) "
         f"or JPEG bytes, got keys {some_keys(metadata)}"
     )
 

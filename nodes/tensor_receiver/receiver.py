@@ -115,7 +115,7 @@ class InputStats:
     first_ns: int | None = None
     last_ns: int | None = None
     failures: list[str] = field(default_factory=list)
-    transports: dict[str, int] = field(default_factory=dict)  # tc.transport of the decoded messages
+    transports: dict[str, int] = field(default_factory=dict)  # the transport of each decoded message
     why_unverified: dict[str, int] = field(default_factory=dict)  # reason -> messages (first few reasons)
 
     @property
@@ -245,8 +245,8 @@ class Receiver:
                 stats.why_unverified[why_not] = stats.why_unverified.get(why_not, 0) + 1
         # Which path the bytes took (host, cuda-ipc; "plain" for flat frames without codec keys):
         # what routing chose for this input, visible in the report.
-        transport = metadata.get("tc.transport")
-        key = transport if isinstance(transport, str) and len(transport) <= 32 else "plain"
+        # The header was validated (and cached) by the decode above: describing it reads the cache.
+        key = tc.describe(metadata).transport if tc.is_codec_message(metadata) else "plain"
         stats.transports[key] = stats.transports.get(key, 0) + 1
         return verdict
 

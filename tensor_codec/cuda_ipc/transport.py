@@ -318,12 +318,13 @@ class CudaIpcTransport:
         the producer hold each message's GPU memory until the claim timeout. DecodeError for a
         malformed message or a slot that cannot be claimed."""
         from .. import received
+        from ..transports import transport_for_message
         from ..wire.header import read_metadata
 
-        transport_name, text = read_metadata(metadata)
-        if transport_name != self.name:
-            raise DecodeError(f"tc.transport: expected {self.name!r}, got {transport_name!r:.80}")
-        _, total, producer = received.compile_header(text, transport_name, self).prepared
+        compiled = received.compile_header(read_metadata(metadata), transport_for_message)
+        if compiled.transport.name != self.name:
+            raise DecodeError(f"tc.header.transport: expected {self.name!r}, got {compiled.transport.name!r:.80}")
+        _, total, producer = compiled.prepared
         fields = _message_fields(metadata, total, producer)
         _get_state().receiver.pass_unread(producer, fields)
 

@@ -1,5 +1,5 @@
-"""The transport seam: one small interface (base.py), chosen per message by the ``tc.transport``
-tag.
+"""The transport seam: one small interface (base.py), chosen per message by the header's
+``transport`` member.
 
 A transport decides where a planned message's bytes live and how a receiver reaches them: host
 bytes in the Arrow value (``"host"``), or GPU memory shared across processes (``"cuda-ipc"``,
@@ -61,5 +61,5 @@ def transport_for_message(name: str) -> Transport:
     if transport is not None:
         return transport
     if name not in _TABLE:
-        raise DecodeError(f"tc.transport: expected one of {list(_TABLE)}, got {name!r:.80}")
+        raise DecodeError(f"tc.header.transport: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)

@@ -1,4 +1,4 @@
-"""The transports' names, defined once: what ``tc.transport`` may say and what `send` accepts.
+"""The transports' names, defined once: what a header's ``transport`` may say and what `send` accepts.
 
 Importing this module loads no transport (no CUDA code)."""
 
@@ -11,5 +11,5 @@ AUTO = "auto"
 # TC_IPC_MIN_BYTES; the message says ``host`` with the GPU in its header).
 HOST_TO_GPU = "host-to-gpu"
 
-NAMES = (HOST, CUDA_IPC)  # what a message's ``tc.transport`` may name
+NAMES = (HOST, CUDA_IPC)  # what a message header's ``transport`` may name
 CHOICES = (AUTO, *NAMES)  # what a sender may ask for (auto: routing.py picks one of NAMES)

@@ -1,7 +1,7 @@
 """The wire format: what one message is, and the receiver's checks of it. docs/wire-format.md is
 its specification; each of its sections has one module here (the table at its top):
 
-* ``header.py``: the message's metadata keys (``tc.version``, ``tc.transport``, ``tc.header``),
+* ``header.py``: the message's metadata key (``tc.header``: version, transport, leaves, tree),
   the header object <-> its text, the leaf table and the receiver's checks of it;
 * ``header_json.py``: the header's strict JSON, its cost counted before it is parsed;
 * ``structure.py``, ``tree.py``, ``kinds.py``: the tree (container tags, the receiver's checks and

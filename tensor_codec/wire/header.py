@@ -1,14 +1,18 @@
-"""Wire format v1: header objects to header text and back, and the checks every receiver runs.
+"""Wire format v2: header objects to header text and back, and the checks every receiver runs.
 
 This module turns text into objects and objects into text, nothing else: planning is plan.py's,
 the cache of received headers received.py's, the bytes the transports'.
 
 A message is an Arrow value plus flat metadata. The codec's metadata keys all start with ``tc.``
-so a caller's own keys (and dora's ``timestamp``) sit beside them:
+so a caller's own keys (and dora's ``timestamp``) sit beside them. Every message has one:
 
-* ``tc.version``   int, the format version (1);
-* ``tc.transport`` str, which transport laid out the bytes (``"host"``; later ``"cuda-ipc"``);
-* ``tc.header``    str, compact JSON: ``{"leaves": [...], "tree": ...}`` plus transport fields.
+* ``tc.header``  str, compact JSON: ``{"version": 2, "transport": ..., "leaves": [...], "tree": ...}``
+  plus the transport's fields (the CUDA IPC transport adds per-message ``tc.ipc.*`` keys).
+
+One key, because dora carries each metadata key at a cost of its own: folding version 1's
+``tc.version`` and ``tc.transport`` into the header took 3 us off every message in a dora node
+(bench/dora_latency.py --split), and a receiver checks the version and transport once per header
+text (received.py caches what it validated by that text), not once per message.
 
 Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
 own location fields (host: ``offset``). Everything is validated here before a single data byte
@@ -35,25 +39,28 @@ from .structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
 __all__ = [
     "VERSION",
-    "KEY_VERSION",
-    "KEY_TRANSPORT",
     "KEY_HEADER",
     "RESERVED_PREFIX",
     "ReceivedLeaf",
     "leaf_table",
     "header_metadata",
     "read_metadata",
+    "is_codec_message",
+    "header_transport",
     "parse_header",
     "split_header",
     "parse_leaf_table",
     "parse_leaves",
 ]
 
-VERSION = 1
+VERSION = 2
 RESERVED_PREFIX = "tc."
-KEY_VERSION = "tc.version"
-KEY_TRANSPORT = "tc.transport"
 KEY_HEADER = "tc.header"
+# Version 1's own key for its version, beside tc.header: a message that has it was written by a
+# version-1 sender, which this reader names rather than misreads.
+_V1_KEY_VERSION = "tc.version"
+# The header's members every transport has, in the order writers put them.
+_ENVELOPE = ("version", "transport")
 
 _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
@@ -103,18 +110,25 @@ def leaf_table(leaf_layouts: list, leaf_fields: list[dict]) -> str:
 
 
 def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra: dict | None = None) -> dict:
-    """The codec's metadata for a message: its leaf table (`leaf_table`), the transport's
-    top-level keys (`extra`) and its tree, as header text: ``{"leaves":...,"tree":...}`` with
-    `extra`'s members between the two (the order `split_header` reads). A header receivers would
-    refuse under `bounds` is refused here."""
-    text = '{"leaves":' + table
+    """The codec's metadata for a message: the version, the transport's name, its leaf table
+    (`leaf_table`), the transport's top-level keys (`extra`) and its tree, as header text:
+    ``{"version":2,"transport":...,"leaves":...,"tree":...}`` with `extra`'s members before the
+    tree (the order `split_header` reads). A header receivers would refuse under `bounds` is
+    refused here."""
+    text = _envelope(transport) + '"leaves":' + table
     if extra:
         text += "," + _encode(extra)[1:-1]  # its members, without their braces
     text += _TREE_MEMBER + _encode(tree) + "}"
     if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
         _refuse_surrogates(text, tree)
     header_json.check_outgoing(text, bounds)
-    return {KEY_VERSION: VERSION, KEY_TRANSPORT: transport, KEY_HEADER: text}
+    return {KEY_HEADER: text}
+
+
+@functools.cache
+def _envelope(transport: str) -> str:
+    """The header's text up to its leaf table: ``{"version":2,"transport":"host",``."""
+    return '{"version":' + str(VERSION) + ',"transport":' + _encode(transport) + ","
 
 
 def _refuse_surrogates(text: str, tree: Any) -> None:
@@ -191,36 +205,59 @@ class ReceivedLeaf:
     fields: dict  # the raw leaf entry; the transport reads and validates its own keys from it
 
 
-def read_metadata(metadata: Any) -> tuple[str, str]:
-    """Check the codec's metadata keys. -> (transport name, header JSON text)."""
+def read_metadata(metadata: Any) -> str:
+    """Check the codec's metadata key. -> the header's JSON text (its version and transport are
+    checked with the rest of it: `header_transport`)."""
     if not isinstance(metadata, dict):
         raise DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
-    version = metadata.get(KEY_VERSION)
-    if version is None:
-        raise DecodeError(
-            f"metadata: expected key {KEY_VERSION!r:.80} (not a tensor_codec message?), got keys {some_keys(metadata)}"
-        )
-    if type(version) is not int or version != VERSION:
-        raise DecodeError(f"{KEY_VERSION}: expected {VERSION}, got {version!r:.80}")
-    transport = metadata.get(KEY_TRANSPORT)
-    if type(transport) is not str:
-        raise DecodeError(f"{KEY_TRANSPORT}: expected a transport name string, got {transport!r:.80}")
     text = metadata.get(KEY_HEADER)
-    if type(text) is not str:
-        raise DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
-    return transport, text
+    if type(text) is not str or _V1_KEY_VERSION in metadata:
+        raise _metadata_error(metadata, text)
+    return text
 
 
-def parse_header(
-    text: str, leaf_keys: frozenset, header_keys: frozenset, bounds: Limits
-) -> tuple[dict, list[ReceivedLeaf]]:
-    """Header text -> (header object, validated leaf table), for a transport that adds `leaf_keys`
-    to each leaf and `header_keys` to the header. Its cost is checked before it is parsed."""
+def _metadata_error(metadata: dict, text: Any) -> DecodeError:
+    if _V1_KEY_VERSION in metadata:
+        return DecodeError(
+            f"{_V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
+            f"{metadata[_V1_KEY_VERSION]!r:.80}: the sender writes an older wire format; send with this tensor_codec"
+        )
+    if KEY_HEADER not in metadata:
+        return DecodeError(
+            f"metadata: expected key {KEY_HEADER!r:.80} (not a tensor_codec message?), got keys {some_keys(metadata)}"
+        )
+    return DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
+
+
+def is_codec_message(metadata: Any) -> bool:
+    """Whether a message's metadata says it is tensor_codec's (of any version: `read_metadata`
+    names one it cannot read). Nothing is validated."""
+    return isinstance(metadata, dict) and (KEY_HEADER in metadata or _V1_KEY_VERSION in metadata)
+
+
+def header_transport(header: dict) -> str:
+    """A parsed header's version, checked, and the transport name it gives (a string; which
+    names exist is the transports' table)."""
+    version = header.get("version")
+    if type(version) is not int or version != VERSION:
+        got = "missing" if "version" not in header else f"{version!r:.80}"
+        raise DecodeError(f"{KEY_HEADER}.version: expected {VERSION}, got {got}")
+    transport = header.get("transport")
+    if type(transport) is not str:
+        got = "missing" if "transport" not in header else f"{transport!r:.80}"
+        raise DecodeError(f"{KEY_HEADER}.transport: expected a transport name string, got {got}")
+    return transport
+
+
+def parse_header(text: str, bounds: Limits) -> dict:
+    """Header text -> the header object, its cost checked before it is parsed. Its version and
+    transport are `header_transport`'s to read, its leaf table `parse_leaves`' (with that
+    transport's keys)."""
     header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
     header = header_json.parse(text)
     if type(header) is not dict:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
-    return header, parse_leaves(header, leaf_keys, header_keys, bounds)
+    return header
 
 
 def split_header(text: str, bounds: Limits) -> tuple[str, Any] | None:
@@ -235,21 +272,19 @@ def split_header(text: str, bounds: Limits) -> tuple[str, Any] | None:
     return None if tree is None else (text[:cut], tree[0])
 
 
-def parse_leaf_table(
-    table_text: str, tree: Any, leaf_keys: frozenset, header_keys: frozenset, bounds: Limits
-) -> tuple[dict, list[ReceivedLeaf]] | None:
-    """The header of a split text (`split_header`) and its validated leaf table; None when the
-    text before the tree, closed by a brace, is not an object with ``leaves`` and without
-    ``tree``. The grammar makes the two parts one header then: an object's members, then
-    ``,"tree":`` and a value, then its closing brace, with no member named twice."""
+def parse_leaf_table(table_text: str, tree: Any) -> dict | None:
+    """The header of a split text (`split_header`), its leaf table not yet validated
+    (`parse_leaves`); None when the text before the tree, closed by a brace, is not an object
+    with ``leaves`` and without ``tree``. The grammar makes the two parts one header then: an
+    object's members, then ``,"tree":`` and a value, then its closing brace, with no member
+    named twice."""
     try:
         table = header_json.parse(table_text + "}")
     except DecodeError:
         return None  # the whole-text parse names the problem
     if type(table) is not dict or "leaves" not in table or "tree" in table:
         return None
-    header = {**table, "tree": tree}  # the members in the text's order
-    return header, parse_leaves(header, leaf_keys, header_keys, bounds)
+    return {**table, "tree": tree}  # the members in the text's order
 
 
 def parse_leaves(
@@ -298,7 +333,7 @@ def parse_leaves(
 
 @functools.cache
 def _allowed_top_keys(transport_header_keys: frozenset) -> frozenset:
-    return frozenset({"leaves", "tree"}) | transport_header_keys
+    return frozenset({*_ENVELOPE, "leaves", "tree"}) | transport_header_keys
 
 
 @functools.cache

@@ -52,7 +52,7 @@ def test_import_loads_no_transport_and_a_host_round_trip_never_initializes_cuda(
 
 
 def test_every_transport_of_the_table_loads_and_answers_to_its_name():
-    """What a message's tc.transport can select (transports._TABLE): each entry's module loads,
+    """What a message header's transport can select (transports._TABLE): each entry's module loads,
     and its class has the Transport interface under the name it is registered by."""
     from tensor_codec import transports
     from tensor_codec.transports.base import Transport

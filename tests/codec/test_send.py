@@ -14,6 +14,7 @@ from tensor_codec import dora_adapter, send_pipeline
 from tensor_codec.testing import assert_identical, make_suite
 from tensor_codec.wire.buffer import UNIT_NAMES, UNIT_TYPES
 from tests.support.fakes import FakeNode
+from tests.support.wire import transport_of
 from tools.fuzz import execute as fuzz_execute
 
 
@@ -138,7 +139,7 @@ def test_a_transport_named_by_a_str_enum_is_taken_as_its_text():
 
     t = torch.arange(6.0)
     value, metadata = tc.encode(t, transport=Way.IPC)  # no CUDA tensor: host bytes, as for "cuda-ipc"
-    assert metadata["tc.transport"] == "host"
+    assert transport_of(metadata) == "host"
     assert_identical(tc.decode(value, metadata), t)
     node = FakeNode()
     assert tc.send(node, "out", t, transport=Way.AUTO) is True
@@ -151,6 +152,34 @@ def test_a_transport_named_by_a_str_enum_is_taken_as_its_text():
 def test_reserved_metadata_keys_are_refused():
     with pytest.raises(tc.EncodeError, match="reserved"):
         tc.send(FakeNode(), "out", torch.zeros(1), {"tc.header": "mine"})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.arange(4096.0),  # sent again: the stream's repeat
+        lambda: torch.arange(8192, dtype=torch.int16).reshape(64, 128)[:, ::2],  # a crop, written by tc
+        lambda: {"boxes": torch.zeros(2, 4), "frame": 3},  # a structure: the full path every time
+    ],
+    ids=["repeat", "crop", "structure"],
+)
+def test_a_host_message_carries_one_codec_key_beside_the_callers(make):
+    """dora carries each metadata key at a cost of its own (docs/wire-format.md, section 1): the
+    codec adds `tc.header` alone, on the full path and on a stream's repeat alike."""
+    node = FakeNode()
+    for frame in range(3):
+        tc.send(node, "out", make(), {"frame": frame})
+    for sent in node.sent:
+        assert sorted(sent[2]) == ["frame", "tc.header"]
+        assert_identical(tc.receive(as_event(sent), copy=True), make())
+
+
+def test_which_metadata_is_a_codec_message():
+    assert tc.is_codec_message(tc.encode(torch.zeros(1))[1])
+    assert tc.is_codec_message({"tc.header": 7})  # its own, and malformed: decode names the problem
+    assert tc.is_codec_message({"tc.version": 1, "tc.header": "{}"})  # version 1's, refused by decode
+    for other in ({}, {"encoding": "rgb8", "width": 4}, {"tc.ipc.slot": 1}, [("tc.header", "{}")], None):
+        assert not tc.is_codec_message(other)
 
 
 def test_a_streams_metadata_keys_are_checked_once_and_a_bad_key_every_time(monkeypatch):
@@ -237,7 +266,7 @@ def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplo
     with caplog.at_level(logging.INFO, logger="tensor_codec"):
         for obj in ({}, {}, {"x": torch.arange(4)}):
             assert tc.send(node, "out", obj, transport="cuda-ipc")
-    assert [m["tc.transport"] for _, _, m in node.sent] == ["host"] * 3
+    assert [transport_of(m) for _, _, m in node.sent] == ["host"] * 3
     assert_identical(tc.receive(as_event(node.sent[2]), copy=True), {"x": torch.arange(4)})
     said = [r.getMessage() for r in caplog.records if "transport" in r.getMessage()]
     assert said == [

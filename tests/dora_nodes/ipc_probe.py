@@ -157,8 +157,9 @@ def consume(node):
             continue
         report["received"] += 1
         metadata = event["metadata"]
-        way = metadata["tc.transport"]
-        if way == "host" and "gpu" in json.loads(metadata["tc.header"]):  # top level: not producer.gpu
+        header = json.loads(metadata["tc.header"])
+        way = header["transport"]
+        if way == "host" and "gpu" in header:  # top level: not producer.gpu
             way = "host-to-gpu"
         report["ways"][way] = report["ways"].get(way, 0) + 1
         if got.device.type != "cuda":

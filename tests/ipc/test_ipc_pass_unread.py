@@ -10,6 +10,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.transports import ENCODE_OUTPUT, get_transport
+from tests.support.wire import with_transport
 
 DEVICE_OPS = {"open_segment", "open_event", "wait", "message_view", "new_marker", "record_marker"}
 
@@ -37,7 +38,9 @@ def test_a_message_passed_over_is_given_back_at_once_and_nothing_is_opened(fake)
         (lambda m: {**m, "tc.ipc.size": m["tc.ipc.size"] + 1}, r"^tc.ipc.size: expected 256 bytes"),
         (lambda m: {k: v for k, v in m.items() if k != "tc.ipc.event"}, r"^tc.ipc.event: expected base64"),
         (lambda m: {**m, "tc.ipc.generation": m["tc.ipc.generation"] + 1}, r"^tc.ipc.slot: message expired"),
-        (lambda m: {**m, "tc.transport": "host"}, r"^tc.transport: expected 'cuda-ipc', got 'host'"),
+        (lambda m: tc.encode(torch.zeros(64))[1], r"^tc.header.transport: expected 'cuda-ipc', got 'host'"),
+        # Relabelled, a CUDA IPC header is a host header with a key host headers lack.
+        (lambda m: with_transport(m, "host"), r"^tc.header: expected only keys .* unexpected \['producer'\]"),
     ],
 )
 def test_what_cannot_be_passed_over_is_a_decode_error_naming_the_field(fake, change, message):

@@ -12,8 +12,9 @@ import torch
 import tensor_codec as tc
 from tensor_codec import routing
 from tensor_codec.errors import DecodeError, EncodeError
-from tensor_codec.wire.header import KEY_HEADER, KEY_TRANSPORT
+from tensor_codec.wire.header import KEY_HEADER
 from tests.support.fakes import FakeNode
+from tests.support.wire import transport_of
 
 THE_GPU = "GPU-00000000-1111-2222-3333-444444444444"  # the stand-in's one GPU
 LOCAL = {
@@ -52,7 +53,7 @@ def test_under_the_floor_host_bytes_restored_onto_the_same_gpu(local_node, fake,
     assert "under TC_IPC_MIN_BYTES=8192 bytes" in why and "restored onto the same GPU" in why
     tc.send(local_node, "out", small)
     sent = local_node.sent[-1]
-    assert sent[2][KEY_TRANSPORT] == "host" and f'"gpu":"{THE_GPU}"' in header_of(sent)
+    assert transport_of(sent[2]) == "host" and f'"gpu":"{THE_GPU}"' in header_of(sent)
     # The receiver restores onto the GPU of that UUID (the stand-in's device for it: the CPU).
     got = tc.receive(as_event(sent))
     assert torch.equal(got, small) and fake.restored_onto == [0]  # the GPU of that UUID
@@ -69,7 +70,7 @@ def test_at_or_over_the_floor_cuda_ipc(local_node, monkeypatch):
         "all 1 consumer(s) on this machine and the data on a GPU, at least TC_IPC_MIN_BYTES=8192 bytes",
     )
     tc.send(local_node, "out", big)
-    assert local_node.sent[-1][2][KEY_TRANSPORT] == "cuda-ipc"
+    assert transport_of(local_node.sent[-1][2]) == "cuda-ipc"
 
 
 def test_the_default_floor_sends_cuda_ipc_at_every_size(local_node):
@@ -91,7 +92,7 @@ def test_the_floor_applies_to_auto_only(local_node, monkeypatch):
     monkeypatch.setenv(routing.ENV_IPC_MIN_BYTES, "1000000")
     small = torch.zeros(16)
     tc.send(local_node, "out", small, transport="cuda-ipc")
-    assert local_node.sent[-1][2][KEY_TRANSPORT] == "cuda-ipc"
+    assert transport_of(local_node.sent[-1][2]) == "cuda-ipc"
     monkeypatch.setenv(routing.ENV_TRANSPORT, "cuda-ipc")  # forced: as if the code asked for it
     assert tc.transport_for(local_node, "out", small)[0] == "cuda-ipc"
     monkeypatch.setenv(routing.ENV_TRANSPORT, "host")

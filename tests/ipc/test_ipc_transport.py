@@ -29,6 +29,7 @@ from tensor_codec.transports import ENCODE_OUTPUT
 from tensor_codec.wire.cuda_ipc import ProducerIdentity
 from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
+from tests.support.wire import transport_of
 
 
 def roundtrip(obj, **kw):
@@ -86,7 +87,7 @@ def test_stacked_0_to_11_arrives_whole(fake):
     got, value, metadata = roundtrip(torch.stack([a, b]))
     assert len(value) == 0  # the bytes never travel through the host
     assert got.tolist() == torch.arange(12, dtype=torch.float32).reshape(2, 2, 3).tolist()
-    assert metadata["tc.transport"] == "cuda-ipc"
+    assert transport_of(metadata) == "cuda-ipc"
     assert metadata["tc.ipc.offset"] % 512 == 0
 
 
@@ -439,7 +440,7 @@ def test_a_message_without_a_cuda_tensor_goes_as_host_bytes_logged_once(obj, cap
     with caplog.at_level(logging.INFO, logger="tensor_codec"):
         for _ in range(3):
             value, metadata = tc.encode(obj, transport="cuda-ipc")
-            assert metadata["tc.transport"] == "host"
+            assert transport_of(metadata) == "host"
             assert_identical(tc.decode(value, metadata, copy=True), obj)
     said = [r.getMessage() for r in caplog.records if "transport host" in r.getMessage()]
     assert said == [

@@ -27,6 +27,7 @@ from tensor_codec_nodes.monitor.monitor import Monitor, fmt_bytes, look
 from tensor_codec_nodes.monitor.node import MonitorNode, pass_ipc
 from tests.support.fakes import FakeNode
 from tests.support.ipc_fake_backend import installed
+from tests.support.wire import with_transport
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -123,9 +124,9 @@ GOOD = tc.encode(tv_tensors.BoundingBoxes(torch.zeros(2, 4), format="XYXY", canv
     "make, message",
     [
         (lambda m: ["not", "a", "dict"], r"^metadata: expected a dict, got list"),
-        (lambda m: {"encoding": "rgb8"}, r"^metadata: expected key 'tc.version'"),
-        (lambda m: {**m, "tc.version": 99}, r"^tc.version: expected 1, got 99"),
-        (lambda m: {**m, "tc.transport": "carrier-pigeon"}, r"^tc.transport: expected one of"),
+        (lambda m: {"encoding": "rgb8", "tc.header": 1}, r"^tc.header: expected a JSON string, got int"),
+        (lambda m: {**m, "tc.version": 99}, r"^tc.version: expected no such key .*older wire format"),
+        (lambda m: with_transport(m, "carrier-pigeon"), r"^tc.header.transport: expected one of"),
         (lambda m: {**m, "tc.header": "{not json"}, r"tc.header"),
         (lambda m: {**m, "tc.header": 5}, r"^tc.header: expected a JSON string, got int"),
         (
@@ -169,12 +170,13 @@ def test_a_value_that_does_not_match_the_header_is_refused():
     with pytest.raises(tc.DecodeError, match=r"^value: expected Arrow type uint8, int8, .*double, got string"):
         describe(metadata, pa.array(["x"] * 32))
     with pytest.raises(tc.DecodeError, match=r"^tc.ipc.handle: expected base64"):
-        describe({**metadata, "tc.transport": "cuda-ipc", "tc.header": _ipc_header(metadata)}, pa.array([], pa.uint8()))
+        describe({**metadata, "tc.header": _ipc_header(metadata)}, pa.array([], pa.uint8()))
 
 
 def _ipc_header(metadata: dict) -> str:
     """The host header made a CUDA IPC one (canonical offsets alike for one leaf), with a producer."""
     header = json.loads(metadata["tc.header"])
+    header["transport"] = "cuda-ipc"
     header["producer"] = {
         "host": "h",
         "pidns": "ns",
@@ -344,7 +346,7 @@ def test_the_node_reports_each_input_and_its_summary_then_exits_0(capsys):
             "metadata": {"encoding": "mono8", "width": 4, "height": 3},
         }
     ]
-    events += [{"type": "INPUT", "id": "det", "value": value, "metadata": {"tc.version": 1}}, None]
+    events += [{"type": "INPUT", "id": "det", "value": value, "metadata": {"tc.header": "{"}}, None]
     node = FakeNode(events, inputs=["det", "raw"])
     logic = MonitorNode(load_config({"PERIOD_S": "0"}), None, logging.getLogger("monitor-test"))
     logic.start(node)
@@ -363,7 +365,7 @@ def test_the_node_reports_each_input_and_its_summary_then_exits_0(capsys):
 def test_echo_prints_one_line_per_good_message(capsys):
     value, metadata = tc.encode([torch.zeros(2, dtype=torch.int16)])
     events = [("a", pa.array([1, 2, 3])), {"type": "INPUT", "id": "b", "value": value, "metadata": metadata}]
-    events += [{"type": "INPUT", "id": "b", "value": value, "metadata": {**metadata, "tc.version": 2}}, None]
+    events += [{"type": "INPUT", "id": "b", "value": value, "metadata": {**metadata, "tc.version": 1}}, None]
     node = FakeNode(events, inputs=["a", "b"])
     logic = MonitorNode(load_config({"PERIOD_S": "0", "ECHO": "1"}), None, logging.getLogger("monitor-test"))
     logic.start(node)

@@ -317,7 +317,7 @@ def test_bad_messages_are_logged_counted_and_skipped_and_the_next_is_shown(tmp_p
     box_shape = dict(good_metadata)
     messages = [
         ("in", good_value, bad_header),  # header cut short
-        ("in", pa.array([1, 2, 3], pa.int64()), {"tc.version": 1}),  # not a message
+        ("in", pa.array([1, 2, 3], pa.int64()), {"tc.header": "{"}),  # not a message
         ("in", pa.array(np.zeros(4, np.uint8), pa.uint8()), {"something": 1}),  # not a known kind
         ("in", not_jpeg, {"encoding": "jpeg"}),  # markers wrong
         ("in", wrong_size, {"encoding": "rgb8", "width": 4, "height": 4}),  # 10 of 48 bytes
