@@ -6,6 +6,7 @@ docs/fuzzing.md has the full campaign."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -157,3 +158,52 @@ def test_the_oracle_refuses_a_decoded_lone_surrogate_anywhere():
     for bad in ({"\ud800": 1}, {"k": ["\udfff"]}, point("\ud800")):
         with pytest.raises(Mismatch, match="lone surrogate"):
             _check_strings(bad)
+
+
+def test_the_oracle_refuses_a_decoded_message_a_reader_must_refuse():
+    """Wire format 2's envelope (tools/fuzz/execute.py): a message that decoded with version 1's
+    tc.version key, a header version other than the int 2, a transport no reader has, or a top-level
+    key its transport does not add, is a finding."""
+    from tools.fuzz.execute import Mismatch, _check_accepted
+
+    good = {"version": 2, "transport": "host", "leaves": [], "gpu": "GPU-0", "tree": None}
+    _check_accepted({"tc.header": "", "tc.transport": "host"}, good)  # a stray tc.transport: a caller's key
+    _check_accepted({}, {"version": 2, "transport": "cuda-ipc", "leaves": [], "producer": {}, "tree": None})
+    bad = [
+        ({"tc.version": 1}, good, "tc.version"),
+        ({}, {**good, "version": 1}, "version is 1"),
+        ({}, {**good, "version": 2.0}, "version is 2.0"),
+        ({}, {**good, "version": True}, "version is True"),
+        ({}, {k: v for k, v in good.items() if k != "version"}, "version is None"),
+        ({}, {**good, "transport": "HOST"}, "transport is 'HOST'"),
+        ({}, {**good, "transport": None}, "transport is None"),
+        ({}, {**good, "producer": {}}, "other keys: ['producer']"),
+        ({}, [good], "header is a list"),
+    ]
+    for metadata, header, words in bad:
+        with pytest.raises(Mismatch, match=re.escape(words)):
+            _check_accepted(metadata, header)
+
+
+def test_version_and_transport_mutations_exist_and_a_stray_tc_version_never_decodes():
+    """Version 1's mutations of its tc.version and tc.transport keys live on as mutations of the
+    header's `version` and `transport` members (top.version, top.transport; meta.transport swaps
+    the transport), and version 1's keys come back beside the header (meta.v1_keys): each is
+    applied in a short slice, and no case that carries tc.version decodes."""
+    from tools.fuzz.execute import run_case
+    from tools.fuzz.mutators import MUTATORS, make_case
+    from tools.fuzz.seeds import build_seeds
+
+    envelope = {"top.version", "top.transport", "meta.transport", "meta.v1_keys"}
+    assert envelope <= {m.name for m in MUTATORS}
+    seeds = build_seeds()
+    applied: set[str] = set()
+    stray = 0
+    for index in range(1500):
+        case = make_case(seeds, 11, index)
+        applied.update(case["mutators"])
+        if type(case["metadata"]) is dict and "tc.version" in case["metadata"]:
+            stray += 1
+            outcome = run_case(case, index)
+            assert outcome.outcome == "DecodeError", (index, case["mutators"], outcome)
+    assert envelope <= applied and stray > 10, (sorted(envelope - applied), stray)

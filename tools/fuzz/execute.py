@@ -4,7 +4,11 @@ classify the outcome.
 Outcomes: ``ok`` (decoded, and everything below held), ``DecodeError`` (the decode call refused
 the message), ``other:<ExceptionType>`` (anything else raised, at any stage: a finding).
 
-After a successful decode every tensor is *touched* so lazy faults show up here and not later:
+After a successful decode the message must be one the format lets a reader accept
+(`Mismatch` otherwise): no version-1 ``tc.version`` key beside the header, a header whose
+``version`` member is the int 2 and whose ``transport`` names a transport, with no top-level key
+but the envelope's and that transport's. Then every tensor is *touched* so lazy faults show up
+here and not later:
 
 * it must be a CPU tensor of the leaf's dtype, shape and strides, of the kind its tree node names,
   in the header's leaf order (`Mismatch` otherwise);
@@ -37,7 +41,7 @@ import tensor_codec as tc
 from tensor_codec.walk import plain_of
 
 from . import values
-from .headers import tensor_nodes
+from .headers import TRANSPORTS, VERSION, tensor_nodes, top_keys
 
 __all__ = ["Outcome", "run_case", "Mismatch", "ViewOutOfBounds", "KEEP_MAX_BYTES"]
 
@@ -194,14 +198,32 @@ def _touch_one(i: int, t: torch.Tensor, leaf: dict, node_tag: str | None, raw: b
     return total
 
 
+def _check_accepted(metadata: dict, header: Any) -> None:
+    """A decoded message is one wire format 2 lets a reader accept (its envelope: the oracle's
+    own reading of docs/wire-format.md, not the codec's checks)."""
+    if "tc.version" in metadata:
+        raise Mismatch(f"decoded a message with version 1's tc.version key ({metadata['tc.version']!r:.80})")
+    if type(header) is not dict:
+        raise Mismatch(f"decoded a message whose header is a {type(header).__name__}")
+    version, transport = header.get("version"), header.get("transport")
+    if type(version) is not int or version != VERSION:
+        raise Mismatch(f"decoded a message whose header's version is {version!r:.80}, not {VERSION}")
+    if type(transport) is not str or transport not in TRANSPORTS:
+        raise Mismatch(f"decoded a message whose header's transport is {transport!r:.80}")
+    extra = header.keys() - top_keys(transport)
+    if extra:
+        raise Mismatch(f"decoded a {transport} message whose header has other keys: {sorted(extra)!r:.200}")
+
+
 def _touch(obj: Any, metadata: dict, value: Any, rng: random.Random) -> int:
     header = json.loads(metadata["tc.header"])
+    _check_accepted(metadata, header)
     leaves = header["leaves"]
     tensors = _tensors(obj, [])
     if len(tensors) != len(leaves):
         raise Mismatch(f"{len(tensors)} tensors decoded, header has {len(leaves)} leaves")
     tags = [node["t"] for node in tensor_nodes(header["tree"])]
-    raw = _value_bytes(value) if metadata.get("tc.transport") == "host" else None
+    raw = _value_bytes(value) if header["transport"] == "host" else None
     checksum = 0
     for i, (t, leaf) in enumerate(zip(tensors, leaves)):
         checksum += _touch_one(i, t, leaf, tags[i] if len(tags) == len(leaves) else None, raw, rng)

@@ -7,7 +7,9 @@ be made consistent again and reach the decoder's deeper checks instead of its fi
 * `fixup`: recompute each leaf's `nbytes` from its layout where the layout is one a writer may
   produce, the canonical offsets, and an Arrow value of exactly the right length that keeps each
   leaf's old bytes (bool leaves 0/1);
-* `random_layout`, `random_leaf`, `random_tensor_node`: valid-looking pieces to insert.
+* `random_layout`, `random_leaf`, `random_tensor_node`: valid-looking pieces to insert;
+* `VERSION`, `TRANSPORTS`, `top_keys`, `transport_of`: the header's envelope (wire format 2 keeps
+  its version and transport in the header: ``{"version":2,"transport":...,"leaves":...,"tree":...}``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from .jsongen import BOX_FORMATS, DTYPE_NAMES, ITEMSIZE, TENSOR_TAGS
 from .values import uint8_recipe
 
 __all__ = [
+    "VERSION",
+    "TRANSPORTS",
+    "ENVELOPE_KEYS",
+    "V1_KEYS",
+    "top_keys",
+    "transport_of",
     "ITEMSIZE",
     "ALIGNMENT",
     "PACKED_FIELDS",
@@ -36,6 +44,12 @@ __all__ = [
 # The fuzzer's own oracle, written independently of the codec on purpose (a slip in one shows as a
 # disagreement with the other); tests/codec/test_fuzz_oracle.py ties each to the codec's table.
 ALIGNMENT = {"host": 64, "cuda-ipc": 256}
+VERSION = 2  # the wire format's version, the int the header's `version` member holds
+# Each transport's name, with the top-level header keys it adds to the envelope's.
+TRANSPORTS = {"host": ("gpu",), "cuda-ipc": ("producer",)}
+ENVELOPE_KEYS = ("version", "transport", "leaves", "tree")  # every header's, in the writers' order
+# Version 1's metadata keys beside tc.header: a message with `tc.version` is one a reader refuses.
+V1_KEYS = ("tc.version", "tc.transport")
 MAX_FIXUP_BYTES = 4 << 20  # an Arrow value rebuilt by fixup stays under this
 _LOW_BIT = bytes(b & 1 for b in range(256))
 PACKED_FIELDS = ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
@@ -64,6 +78,17 @@ def tensor_nodes(node: Any, out: list | None = None, depth: int = 0) -> list[dic
         for field in PACKED_FIELDS:
             tensor_nodes(node.get(field), out, depth + 1)
     return out
+
+
+def top_keys(transport: str) -> frozenset:
+    """The top-level keys a header of `transport` may have (a known transport)."""
+    return frozenset(ENVELOPE_KEYS) | frozenset(TRANSPORTS[transport])
+
+
+def transport_of(header: Any, default: str = "host") -> str:
+    """The header's `transport` member where it is a string, else `default`."""
+    transport = header.get("transport") if type(header) is dict else None
+    return transport if type(transport) is str else default
 
 
 def leaf_table(header: Any) -> list[dict]:

@@ -225,6 +225,8 @@ KEYS = [
     "strides",
     "nbytes",
     "offset",
+    "version",
+    "transport",
     "leaves",
     "tree",
     "producer",

@@ -8,13 +8,15 @@ phases so each sees the message in the form it edits:
    tree (any node replaced by other JSON types, huge / negative / float / bool numbers, long
    strings, deep nesting; keys deleted, added, renamed, duplicated in the text; leaves' dtype,
    shape, strides, nbytes, offsets; tensor kinds and their attributes; containers, namedtuples,
-   PackedSequences; whole subtrees moved, wrapped, dropped, inserted). Afterwards ``fixup`` (most
-   of the time) renumbers leaves and rebuilds nbytes, offsets and the value to match, so the
-   decoder's later checks and the data path are reached too;
+   PackedSequences; whole subtrees moved, wrapped, dropped, inserted; the envelope: the header's
+   ``version`` and ``transport`` members given other values and types, deleted, moved). Afterwards
+   ``fixup`` (most of the time) renumbers leaves and rebuilds nbytes, offsets and the value to
+   match, so the decoder's later checks and the data path are reached too;
 2. ``text.*``: on the header text (truncation, character and UTF-8 bit flips, inserted tokens,
    duplicated spans and keys, number tokens, whitespace, BOM, deep nesting, long strings);
 3. ``meta.*``: on the metadata dict (keys deleted, added, renamed; values of other types; the
-   ``tc.ipc.*`` keys; the metadata not a dict at all);
+   ``tc.ipc.*`` keys; the other transport; version 1's ``tc.version`` / ``tc.transport`` keys
+   beside the header, or a whole version-1 message; the metadata not a dict at all);
 4. ``value.*``: on the Arrow value recipe (truncated, extended, bit flips, bool and padding bytes,
    slices with offsets, misaligned buffers, validity bitmaps and nulls, other Arrow types,
    chunked arrays, non-Arrow objects).
@@ -55,7 +57,9 @@ from .values import ARROW_TYPES, logical_bytes, uint8_recipe
 
 __all__ = ["Mutator", "MUTATORS", "make_case", "case_rng"]
 
-CODEC_KEYS = ["tc.version", "tc.transport", "tc.header"]
+# Wire format 2 has one codec key: its version and transport are members of the header.
+CODEC_KEYS = ["tc.header"]
+V1_KEYS = list(hd.V1_KEYS)  # version 1's keys beside tc.header: tc.version makes a message refused
 IPC_KEYS = ["tc.ipc.handle", "tc.ipc.offset", "tc.ipc.size", "tc.ipc.event", "tc.ipc.slot", "tc.ipc.generation"]
 
 
@@ -72,8 +76,9 @@ class Ctx:
 
     @property
     def transport(self) -> str:
-        t = self.metadata.get("tc.transport") if type(self.metadata) is dict else None
-        return t if type(t) is str else "host"
+        """The transport the seed message was written for: fixup lays the leaves out for it (a
+        mutated ``transport`` member of the header does not move them)."""
+        return hd.transport_of(json.loads(self.seed.metadata["tc.header"]))
 
     def tree(self) -> HeaderText | None:
         if self.header is None and type(self.metadata) is dict:
@@ -681,11 +686,11 @@ def _top_keys(ctx: Ctx) -> bool:
     if h is None:
         return False
     if type(h.tree) is not dict:
-        h.tree = {"leaves": [], "tree": h.tree}
+        h.tree = {**_envelope(ctx.transport), "leaves": [], "tree": h.tree}
         return True
     op = rng.randrange(7)
     if op == 0:
-        h.tree.pop(rng.choice(["leaves", "tree"]), None)
+        h.tree.pop(rng.choice(["leaves", "tree", "version", "transport"]), None)
     elif op == 1:
         h.tree["producer"] = {"host": "x", "pidns": "", "pid": 1, "gpu": "GPU-00000000", "ledger": "tc-1-000000000000"}
     elif op == 6:  # host's optional GPU to restore onto (a GPU this process cannot see, or not a UUID)
@@ -693,7 +698,8 @@ def _top_keys(ctx: Ctx) -> bool:
             ["GPU-00000000-1111-2222-3333-444444444444", "MIG-0123456789", "GPU-", "", "GPU-" + "0" * 64, 1, None, []]
         )
     elif op == 2:
-        h.tree[rng.choice(["version", "extra", "Leaves", "leaves ", "\u0000"])] = random_scalar(rng)
+        near = ["Version", "version ", "tc.version", "Transport", "transport ", "tc.transport", "extra", "Leaves"]
+        h.tree[rng.choice(near + ["leaves ", "\u0000"])] = random_scalar(rng)
     elif op == 3:
         h.tree = rng.choice([[h.tree], h.tree.get("leaves"), h.tree.get("tree"), "header", 1, None, []])
     elif op == 4:
@@ -703,6 +709,111 @@ def _top_keys(ctx: Ctx) -> bool:
     else:
         h.tree["tree"] = rng.choice([None, [], {}, {"t": "tensor"}, 1e308, -(2**63) - 1, 2**63, {"t": "list"}])
     return True
+
+
+def _envelope(transport: str) -> dict:
+    """The members a header starts with: the version and the transport's name."""
+    return {"version": hd.VERSION, "transport": transport}
+
+
+_VERSIONS = [
+    hd.VERSION - 1,  # version 1's number, in a version 2 header
+    hd.VERSION + 1,
+    0,
+    99,
+    -hd.VERSION,
+    2**31,
+    2**63,
+    10**30,
+    float(hd.VERSION),
+    True,
+    False,
+    str(hd.VERSION),
+    "99",
+    "",
+    None,
+    [hd.VERSION],
+    {"version": hd.VERSION},
+]
+# The version as number tokens a JSON library may read as the int 2, or not at all.
+_VERSION_TOKENS = ["2.0", "2e0", "2E0", "20e-1", "02", "+2", "0x2", "2.", "-0", "NaN", "Infinity", "1e400", "2" * 400]
+_TRANSPORTS = [
+    "HOST",
+    "Host",
+    "cuda_ipc",
+    "CUDA-IPC",
+    "host\u0000",
+    " host",
+    "host ",
+    "cuda-ipc\n",
+    "",
+    "ipc",
+    "shm",
+    "auto",
+    "host-to-gpu",
+    "x" * 300,
+    None,
+    0,
+    1,
+    True,
+    ["host"],
+    {"name": "host"},
+]
+
+
+def _move_member(header: dict, key: str, rng: random.Random) -> None:
+    """`key` moved to another place among the header's members (after the tree: the text no
+    writer makes, which the reader reads whole instead of by its leaf table)."""
+    value = header.pop(key)
+    items = list(header.items())
+    at = len(items) if rng.random() < 0.5 else rng.randrange(len(items) + 1)
+    items.insert(at, (key, value))
+    header.clear()
+    header.update(items)
+
+
+def _envelope_member(ctx: Ctx, key: str, values: list) -> bool:
+    """The header's `key` member (version or transport): another value, a raw number token, a
+    known one, deleted, moved, or written twice."""
+    h, rng = ctx.tree(), ctx.rng
+    if h is None or type(h.tree) is not dict:
+        return False
+    op = rng.random()
+    if op < 0.55:
+        h.tree[key] = rng.choice(values)
+    elif op < 0.7:
+        h.tree[key] = _other_type(rng, h.tree.get(key))
+    elif op < 0.8:
+        h.tree.pop(key, None)
+    elif op < 0.9 and key in h.tree:
+        _move_member(h.tree, key, rng)
+    else:  # twice in the text: a valid value and another one, either first
+        good = hd.VERSION if key == "version" else hd.transport_of(h.tree, ctx.transport)
+        other = rng.choice(values)
+        first, last = (good, other) if rng.random() < 0.5 else (other, good)
+        h.tree[key] = last
+        h.duplicate_key(h.tree, key, first)
+        value = h.tree.pop(key)  # the placeholder (the first in the text) before the original
+        h.tree[key] = value
+    return True
+
+
+@mutator("top.version", 1, 1)
+def _top_version(ctx: Ctx) -> bool:
+    """The header's `version` member: other versions (1, 3, 99...), the 2 of other types (2.0,
+    True, "2") or as other number tokens (2e0, 02), deleted, moved, twice."""
+    if ctx.rng.random() < 0.25 and ctx.tree() is not None and type(ctx.header.tree) is dict:
+        ctx.header.tree["version"] = ctx.header.raw(ctx.rng.choice(_VERSION_TOKENS))
+        return True
+    return _envelope_member(ctx, "version", _VERSIONS)
+
+
+@mutator("top.transport", 1, 1)
+def _top_transport(ctx: Ctx) -> bool:
+    """The header's `transport` member: names no transport has (case, spaces, NUL, a sender's
+    choice such as auto), other types, the other transport's name, deleted, moved, twice."""
+    other = [name for name in hd.TRANSPORTS if name != hd.transport_of(ctx.tree().tree if ctx.tree() else None)]
+    return _envelope_member(ctx, "transport", _TRANSPORTS + other * 3)
 
 
 @mutator("top.producer", 1, 1)
@@ -757,6 +868,8 @@ def _finish_tree(ctx: Ctx, applied: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------
 # phase 2: the header text
 
+# A version 2 host header without leaves, up to its tree.
+_EMPTY = f'{{"version":{hd.VERSION},"transport":"host","leaves":[],"tree":'
 _TEXT_CHARS = list('{}[],:"\\ 0123456789-+.eEtnfalsuru') + [
     "\u0000",
     "\u007f",
@@ -943,10 +1056,8 @@ def _text_grow(ctx: Ctx) -> bool:
         return _set_text(ctx, s[:at] + " " * n + s[at:])
     if op == 2:
         d = min(n, 200_000) // 2
-        return _set_text(
-            ctx, "[" * d + "]" * d if rng.random() < 0.5 else '{"leaves":[],"tree":' + "[" * d + "]" * d + "}"
-        )
-    return _set_text(ctx, '{"leaves":[],"tree":{"t":"list","items":[' + ",".join(["0"] * (n // 2)) + "]}}")
+        return _set_text(ctx, "[" * d + "]" * d if rng.random() < 0.5 else _EMPTY + "[" * d + "]" * d + "}")
+    return _set_text(ctx, _EMPTY + '{"t":"list","items":[' + ",".join(["0"] * (n // 2)) + "]}}")
 
 
 @mutator("text.replace", 2, 0.5)
@@ -964,11 +1075,15 @@ def _text_replace(ctx: Ctx) -> bool:
                 "null",
                 "0",
                 '""',
-                '{"leaves":[],"tree":null}',
-                '{"leaves":[],"tree":{"t":"list","items":[]}}',
-                '{"leaves":null,"tree":null}',
-                '{"leaves":[],"tree":1e400}',
-                '{"leaves":[],"tree":NaN}',
+                '{"leaves":[],"tree":{"t":"list","items":[]}}',  # no version, no transport
+                '{"version":1,"leaves":[],"tree":{"t":"list","items":[]}}',  # version 1's members
+                _EMPTY + "null}",
+                _EMPTY + '{"t":"list","items":[]}}',
+                _EMPTY.replace('"leaves":[]', '"leaves":null') + "null}",
+                _EMPTY + "1e400}",
+                _EMPTY + "NaN}",
+                _EMPTY + f'{{"t":"list","items":[]}},"version":{hd.VERSION}}}',  # a member twice
+                _EMPTY.replace('"host"', '"cuda-ipc"').replace('"tree":', '"producer":null,"tree":null}'),
                 "\ud800",
                 "x" * 1000,
                 json.dumps(random_json(rng), ensure_ascii=False, allow_nan=True),
@@ -980,9 +1095,11 @@ def _text_replace(ctx: Ctx) -> bool:
 # ------------------------------------------------------------------------------------------------
 # phase 3: the metadata dict
 
+_V1_VERSIONS = [1, 1.0, True, "1", hd.VERSION, str(hd.VERSION), 0, 99, None, 10**30]
 _HUGE_HANDLE = "A" * 1_400_000  # base64 of more than the 1 MiB a handle may have
 _METADATA_KEYS = (
     CODEC_KEYS
+    + V1_KEYS
     + IPC_KEYS
     + ["timestamp", "tc.extra", "tc.", "", "TC.VERSION", "tc.version ", "open_telemetry_context", "tc.ipc.unknown"]
 )
@@ -1011,9 +1128,10 @@ def _metadata_value(rng: random.Random, key: str, old: Any) -> Any:
         float("inf"),
     ]
     specific = {
-        "tc.version": [1, 1.0, True, "1", 2, 0, 10**30],
+        # version 1's keys, stray beside a version 2 header (tc.version: refused whatever it says)
+        "tc.version": _V1_VERSIONS,
         "tc.transport": ["host", "cuda-ipc", "HOST", "cuda_ipc", "host\u0000", " host", "", "ipc", "shm"],
-        "tc.header": ["", "{}", "null", '{"leaves":[],"tree":null}', b"{}", ["{}"], 1]
+        "tc.header": ["", "{}", "null", '{"leaves":[],"tree":null}', _EMPTY + "null}", b"{}", ["{}"], 1]
         + ([old + " ", old[:-1], old.encode("utf-8", "surrogatepass")] if type(old) is str else []),
         "tc.ipc.handle": [
             "",
@@ -1090,19 +1208,44 @@ def _meta_retype(ctx: Ctx) -> bool:
     return True
 
 
+_TRANSPORT_MEMBER = re.compile(r'"transport"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _header_transport(text: str | None) -> tuple[str | None, tuple[int, int] | None]:
+    """The transport a header text names in its first ``"transport":"..."`` member (read from the
+    text, so that a header mutated in phase 2 keeps its edits), and that string's span."""
+    m = _TRANSPORT_MEMBER.search(text) if text else None
+    if m is None:
+        return None, None
+    try:
+        return json.loads(f'"{m.group(1)}"'), m.span(1)
+    except ValueError:
+        return None, m.span(1)
+
+
 @mutator("meta.transport", 3, 0.7)
 def _meta_transport(ctx: Ctx) -> bool:
-    """The other transport for this header (host <-> cuda-ipc), with or without its keys."""
+    """The other transport for this header (host <-> cuda-ipc, the header's `transport` member),
+    with or without the ``tc.ipc.*`` keys."""
     m, rng = ctx.metadata, ctx.rng
-    if type(m) is not dict:
+    text = ctx.header_text()
+    if type(m) is not dict or text is None:
         return False
-    if m.get("tc.transport") == "cuda-ipc":
-        m["tc.transport"] = "host"
+    name, span = _header_transport(text)
+    new = "host" if name == "cuda-ipc" else "cuda-ipc"
+    if span is not None:
+        m["tc.header"] = text[: span[0]] + new + text[span[1] :]
+    else:  # no such member (deleted, or written otherwise): the header parsed, the member set
+        h = HeaderText.parse(text)
+        if h is None or type(h.tree) is not dict:
+            return False
+        h.tree["transport"] = new
+        m["tc.header"] = h.dumps(rng)
+    if new == "host":
         if rng.random() < 0.5:
             for k in IPC_KEYS:
                 m.pop(k, None)
     else:
-        m["tc.transport"] = "cuda-ipc"
         if rng.random() < 0.7:
             m.update(
                 {
@@ -1117,10 +1260,40 @@ def _meta_transport(ctx: Ctx) -> bool:
     return True
 
 
+@mutator("meta.v1_keys", 3, 0.7)
+def _meta_v1_keys(ctx: Ctx) -> bool:
+    """Version 1's keys beside the header: a stray ``tc.version`` (a reader refuses the message
+    whatever it and the header say), a stray ``tc.transport`` (the other transport's name or
+    another), or both with the header in version 1's form (no `version` and `transport` members:
+    the message a version-1 sender writes)."""
+    m, rng = ctx.metadata, ctx.rng
+    if type(m) is not dict:
+        return False
+    op = rng.randrange(3)
+    if op == 0:
+        m["tc.version"] = rng.choice(_V1_VERSIONS)
+    elif op == 1:
+        m["tc.transport"] = _metadata_value(rng, "tc.transport", m.get("tc.transport"))
+        if rng.random() < 0.5:
+            m["tc.version"] = rng.choice(_V1_VERSIONS)
+    else:
+        h = HeaderText.parse(ctx.header_text())
+        transport = "host"
+        if h is not None and type(h.tree) is dict:
+            h.tree.pop("version", None)
+            transport = hd.transport_of(h.tree)
+            h.tree.pop("transport", None)
+            m["tc.header"] = h.dumps(rng)
+        m["tc.version"], m["tc.transport"] = 1, transport
+    return True
+
+
 @mutator("meta.not_a_dict", 3, 0.3)
 def _meta_not_a_dict(ctx: Ctx) -> bool:
     m, rng = ctx.metadata, ctx.rng
-    ctx.metadata = rng.choice([None, [], "tc.version", 1, list(m.items()) if type(m) is dict else [], (1, 2), b"meta"])
+    ctx.metadata = rng.choice(
+        [None, [], "tc.header", "tc.version", 1, list(m.items()) if type(m) is dict else [], (1, 2), b"meta"]
+    )
     return True
 
 

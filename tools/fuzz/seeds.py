@@ -1,6 +1,8 @@
 """Valid messages the mutators start from, made by ``tc.encode(obj, "host")`` from objects built
 deterministically (fixed torch generators), plus CUDA IPC messages whose header and ``tc.ipc.*``
 keys are built by hand (no GPU needed: the decoder validates all of it before opening anything).
+Every seed is wire format 2: one codec key, ``tc.header``, whose JSON starts with the version and
+the transport (``{"version":2,"transport":...,"leaves":...,<transport keys>,"tree":...}``).
 
 Kinds covered: every wire dtype; contiguous, transposed, permuted, channels_last, strided-crop,
 overlapping, broadcast (expand, including huge broadcast shapes over a few bytes), 0-d, empty and
@@ -24,7 +26,7 @@ import torch
 import tensor_codec as tc
 from tensor_codec import testing
 
-from .headers import ALIGNMENT
+from .headers import ALIGNMENT, VERSION
 from .values import uint8_recipe
 
 __all__ = ["Seed", "build_seeds"]
@@ -106,25 +108,32 @@ def _value_bytes(value) -> bytes:
 
 def _ipc_seed(name: str, host_metadata: dict, rng: random.Random) -> Seed:
     """A CUDA IPC message of the same tensors, built by hand: 256-byte aligned canonical offsets, a
-    `producer` for this machine (pid 1, a GPU no process here has) and ``tc.ipc.*`` keys."""
+    `producer` for this machine (pid 1, a GPU no process here has) and ``tc.ipc.*`` keys. Its
+    header's members in the writers' order: version, transport, leaves, producer, tree (the host
+    header's own key, `gpu`, is not one of this transport's)."""
     from tensor_codec.cuda_ipc.identity import host_identity, pid_namespace
 
-    header = json.loads(host_metadata["tc.header"])
+    host = json.loads(host_metadata["tc.header"])
     end = 0
-    for i, leaf in enumerate(header["leaves"]):
+    for i, leaf in enumerate(host["leaves"]):
         start = (end + IPC_ALIGNMENT - 1) // IPC_ALIGNMENT * IPC_ALIGNMENT if i else 0
         leaf["offset"] = start
         end = start + leaf["nbytes"]
-    header["producer"] = {
+    producer = {
         "host": host_identity(),
         "pidns": pid_namespace(),
         "pid": 1,
         "gpu": "GPU-" + "-".join(rng.randbytes(n).hex() for n in (4, 2, 2, 2, 6)),
         "ledger": "tc-1-" + rng.randbytes(6).hex(),
     }
+    header = {
+        "version": VERSION,
+        "transport": "cuda-ipc",
+        "leaves": host["leaves"],
+        "producer": producer,
+        "tree": host["tree"],
+    }
     metadata = {
-        "tc.version": 1,
-        "tc.transport": "cuda-ipc",
         "tc.header": json.dumps(header, separators=(",", ":"), ensure_ascii=False),
         "tc.ipc.handle": base64.b64encode(b"\x01c" + rng.randbytes(64)).decode("ascii"),
         "tc.ipc.offset": rng.choice([0, 512, 1 << 20]),

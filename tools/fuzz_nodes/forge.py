@@ -172,14 +172,20 @@ def forge_tensor(item: Item, next_seq: int, count: int, seed: int) -> tuple[pa.A
         return value.slice(0, len(value) - 8), plain
     if name == "no codec keys":
         return value, {k: v for k, v in plain.items() if not k.startswith("tc.")}
-    if name == "tc.version 99":
-        return value, {**plain, "tc.version": "99"}
+    if name == "header version 99":  # wire format 2 keeps its version in the header
+        header = json.loads(codec["tc.header"])
+        header["version"] = 99
+        return value, {**plain, "tc.header": json.dumps(header, separators=(",", ":"))}
+    if name == "a stray tc.version key (wire format 1)":  # refused whatever the header says
+        return value, {**plain, "tc.version": 1}
     if name == "value an Arrow string array":
         return pa.array(["not", "bytes"]), plain
     if name == "wrong checksum":
         return value, {**plain, P.CHECKSUM: f"crc32:{int(checksum.split(':')[1], 16) ^ 1:08x}"}
-    if name == "cuda-ipc transport without handles":
-        return value, {**plain, "tc.transport": "cuda-ipc"}
+    if name == "cuda-ipc transport without handles":  # the header names it; no tc.ipc.* keys
+        header = json.loads(codec["tc.header"])
+        header["transport"] = "cuda-ipc"
+        return value, {**plain, "tc.header": json.dumps(header, separators=(",", ":"))}
     if name.startswith("16 GiB broadcast"):
         big, big_codec = _broadcast()
         return big, {**big_codec, P.CHECKSUM: "crc32:00000000", **label}
