@@ -84,7 +84,7 @@ def ipc_trim() -> int:
     return _cuda_ipc().trim()
 
 
-from .describe import Description, describe
+from .describe import Description, describe, message_transport
 from .metadata import carry, stamp
 from .pinning import pin_memory
 from .plain import plain_bytes
@@ -108,6 +108,7 @@ __all__ = [
     "describe",
     "Description",
     "is_codec_message",
+    "message_transport",
     "plain_bytes",
     "scope",
     "release",

@@ -2,7 +2,7 @@
 
 The path one way: send_pipeline.py (plan, transport, layout, write), into an Arrow buffer here
 (dora_adapter.py has it write into dora's send buffer instead). Back: wire/header.py reads the
-metadata keys, received.py compiles the header (cached), the transport materializes the leaves,
+metadata key, received.py compiles the header (cached), the transport materializes the leaves,
 the compiled tree builds the object.
 """
 

@@ -35,7 +35,7 @@ from .transports.names import HOST
 from .wire.header import ReceivedLeaf, read_metadata
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
-__all__ = ["Description", "describe", "MAX_CHARS"]
+__all__ = ["Description", "describe", "message_transport", "MAX_CHARS"]
 
 MAX_CHARS = 4000  # the most `max_chars` may ask for
 _MAX_SCALAR = 24  # characters of a string (or other scalar) shown
@@ -59,6 +59,13 @@ class Description:
 
     def __str__(self) -> str:
         return self.structure
+
+
+def message_transport(metadata: Any) -> str:
+    """The transport a tensor_codec message's header names (``"host"``, ``"cuda-ipc"``), the
+    header validated as decode validates it and cached with it (after a decode of a message
+    with the same header: one lookup). DecodeError for a malformed one."""
+    return received.compile_header(read_metadata(metadata), transport_for_message).transport.name
 
 
 def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4, max_chars: int = 400) -> Description:

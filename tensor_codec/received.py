@@ -3,9 +3,9 @@ message of that header needs (validated leaf table, tree builder, the transport'
 layout), and a cache of those.
 
 A stream repeats the same header for every message of the same shape. Validation is a pure
-function of the header text and the transport, so its result is cached by exactly those (the
-data checks against the buffer still run for every message, in the transport). Bounded in
-entries and text size; a change of limits empties it.
+function of the header text (which names its version and transport), so its result is cached by
+the text alone (the data checks against the buffer still run for every message, in the
+transport). Bounded in entries and text size; a change of limits empties it.
 
 A stream whose tree changes while its layout stays (a new canvas size, a new timestamp in a dict,
 every frame) sends a new header each time with the same leaf table. The leaf table, validated and
@@ -91,9 +91,10 @@ _cache = _Bounded()  # header text -> (Compiled, tree nodes and leaves)
 # header text before the tree -> ((the header without its tree, validated leaf table, the
 # transport's prepared layout, the limits they were checked under, the transport), leaves)
 _tables = _Bounded()
-# A transport's name, from a header -> the transport (transports.transport_for_message, which
-# names an unknown one): given by the caller, so that this module stays below the transports.
-TransportOf = Callable[[str], Any]
+# A transport's name, from a header -> the transport, or a DecodeError naming an unknown one:
+# always transports.transport_for_message (the caches hold what it returned), passed in by the
+# callers only so that this module stays below the transports.
+TransportLookup = Callable[[str], Any]
 
 
 def cached(text: str) -> Compiled | None:
@@ -102,7 +103,7 @@ def cached(text: str) -> Compiled | None:
     return None if hit is None else hit[0]
 
 
-def compile_header(text: str, transport_of: TransportOf) -> Compiled:
+def compile_header(text: str, lookup_transport: TransportLookup) -> Compiled:
     """Parse, validate and compile one header for the transport it names (cached)."""
     hit = _cache.get(text)
     if hit is not None:
@@ -110,10 +111,10 @@ def compile_header(text: str, transport_of: TransportOf) -> Compiled:
     bounds = limits.current()
     table = None
     if len(text) <= _CACHE_MAX_TEXT:
-        table = _leaf_table(text, transport_of, bounds)
+        table = _leaf_table(text, lookup_transport, bounds)
     if table is None:  # any other text: read whole, and every problem named
         header = wire_header.parse_header(text, bounds)
-        header, leaves, prepared, transport = _validated(header, transport_of, bounds)
+        header, leaves, prepared, transport = _validated(header, lookup_transport, bounds)
     else:
         header, leaves, prepared, transport = table
     build, nodes = compile_tree(header["tree"], leaves, bounds)
@@ -126,20 +127,22 @@ def compile_header(text: str, transport_of: TransportOf) -> Compiled:
     return compiled
 
 
-def _validated(header: dict, transport_of: TransportOf, bounds: limits.Limits) -> tuple:
+def _validated(header: dict, lookup_transport: TransportLookup, bounds: limits.Limits) -> tuple:
     """A parsed header's version and transport checked, its leaf table validated with that
     transport's keys and prepared by it. -> (header, leaves, prepared, transport)."""
-    transport = transport_of(wire_header.header_transport(header))
+    transport = lookup_transport(wire_header.read_envelope(header))
     leaves = wire_header.parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
     return header, leaves, transport.prepare(header, leaves), transport
 
 
-def _leaf_table(text: str, transport_of: TransportOf, bounds: limits.Limits) -> tuple | None:
+def _leaf_table(text: str, lookup_transport: TransportLookup, bounds: limits.Limits) -> tuple | None:
     """(header, validated leaf table, the transport's prepared layout, the transport) of a header
     written as the encoder writes one, what comes before its tree taken from the cache when its
-    text was seen under these limits; None for any other text. `prepare` reads the version, the
-    transport, the leaf table and the transport's keys, all of them before the tree: it is kept
-    with them."""
+    text was seen under these limits; None for any other text. Everything but the tree is read
+    from the text before it (the version and the transport, which writers put first, the leaf
+    table and the transport's keys, which `prepare` reads): what was validated and prepared of
+    that text is kept by it. A member written again after the tree is a member named twice,
+    which the whole text's parse refuses."""
     split = wire_header.split_header(text, bounds)
     if split is None:
         return None
@@ -149,7 +152,7 @@ def _leaf_table(text: str, transport_of: TransportOf, bounds: limits.Limits) -> 
         header = wire_header.parse_leaf_table(table_text, tree)
         if header is None:
             return None
-        header, leaves, prepared, transport = _validated(header, transport_of, bounds)
+        header, leaves, prepared, transport = _validated(header, lookup_transport, bounds)
         del header["tree"]
         hit = ((header, leaves, prepared, bounds, transport), len(leaves))
         _tables.keep(table_text, hit[0], len(leaves), bounds)

@@ -224,6 +224,10 @@ class Receiver:
                     return self._bad(name, stats, metadata, "a deliberately corrupted message was accepted")
                 why_not = verify(obj, metadata, self.verify_mode, self.lossy, self.verify_max_bytes)
                 del obj
+                # Which path the bytes took (host, cuda-ipc; "plain" for flat frames without codec
+                # keys): what routing chose for this input, visible in the report. The header was
+                # validated and cached by the decode above: one lookup.
+                transport = tc.message_transport(metadata) if tc.is_codec_message(metadata) else "plain"
         except tc.CodecError as e:
             if rejecting:
                 stats.rejected += 1
@@ -243,11 +247,7 @@ class Receiver:
             verdict = "unverified"
             if why_not in stats.why_unverified or len(stats.why_unverified) < MAX_REASONS:
                 stats.why_unverified[why_not] = stats.why_unverified.get(why_not, 0) + 1
-        # Which path the bytes took (host, cuda-ipc; "plain" for flat frames without codec keys):
-        # what routing chose for this input, visible in the report.
-        # The header was validated (and cached) by the decode above: describing it reads the cache.
-        key = tc.describe(metadata).transport if tc.is_codec_message(metadata) else "plain"
-        stats.transports[key] = stats.transports.get(key, 0) + 1
+        stats.transports[transport] = stats.transports.get(transport, 0) + 1
         return verdict
 
     def _restore(self, event: dict, metadata: dict) -> Any:

@@ -319,11 +319,11 @@ class CudaIpcTransport:
         malformed message or a slot that cannot be claimed."""
         from .. import received
         from ..transports import transport_for_message
-        from ..wire.header import read_metadata
+        from ..wire.header import TRANSPORT_FIELD, read_metadata
 
         compiled = received.compile_header(read_metadata(metadata), transport_for_message)
         if compiled.transport.name != self.name:
-            raise DecodeError(f"tc.header.transport: expected {self.name!r}, got {compiled.transport.name!r:.80}")
+            raise DecodeError(f"{TRANSPORT_FIELD}: expected {self.name!r}, got {compiled.transport.name!r:.80}")
         _, total, producer = compiled.prepared
         fields = _message_fields(metadata, total, producer)
         _get_state().receiver.pass_unread(producer, fields)

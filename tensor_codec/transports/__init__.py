@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import DecodeError, EncodeError
+from ..wire.header import TRANSPORT_FIELD
 from .base import ENCODE_OUTPUT, Materialized, Outgoing, Output, Transport
 from .names import CUDA_IPC, HOST, NAMES
 
@@ -61,5 +62,5 @@ def transport_for_message(name: str) -> Transport:
     if transport is not None:
         return transport
     if name not in _TABLE:
-        raise DecodeError(f"tc.header.transport: expected one of {list(_TABLE)}, got {name!r:.80}")
+        raise DecodeError(f"{TRANSPORT_FIELD}: expected one of {list(_TABLE)}, got {name!r:.80}")
     return _load(name)

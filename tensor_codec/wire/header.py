@@ -12,8 +12,8 @@ so a caller's own keys (and dora's ``timestamp``) sit beside them. Every message
 One key, because dora carries each metadata key at a cost of its own: folding version 1's
 ``tc.version`` and ``tc.transport`` into the header took about 3 us off each message of the 8 to
 13 that dora took to carry the three keys (bench/dora_latency.py --split, 1 MB, a 2-core machine),
-and a receiver checks the version and transport once per header text (received.py caches what it
-validated by that text), not once per message.
+and a receiver checks the version and transport once per header text that its cache keeps
+(received.py caches what it validated by that text), not once per message.
 
 Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
 own location fields (host: ``offset``). Everything is validated here before a single data byte
@@ -47,7 +47,8 @@ __all__ = [
     "header_metadata",
     "read_metadata",
     "is_codec_message",
-    "header_transport",
+    "read_envelope",
+    "TRANSPORT_FIELD",
     "parse_header",
     "split_header",
     "parse_leaf_table",
@@ -60,8 +61,11 @@ KEY_HEADER = "tc.header"
 # Version 1's own key for its version, beside tc.header: a message that has it was written by a
 # version-1 sender, which this reader names rather than misreads.
 _V1_KEY_VERSION = "tc.version"
-# The header's members every transport has, in the order writers put them.
-_ENVELOPE = ("version", "transport")
+# The header's first members, every transport's (its envelope), in the order writers put them.
+# Every later version keeps `tc.header` a JSON object whose first member is its version.
+VERSION_MEMBER = "version"
+TRANSPORT_MEMBER = "transport"
+TRANSPORT_FIELD = f"{KEY_HEADER}.{TRANSPORT_MEMBER}"  # how errors name the transport a header gives
 
 _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
@@ -129,7 +133,7 @@ def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra
 @functools.cache
 def _envelope(transport: str) -> str:
     """The header's text up to its leaf table: ``{"version":2,"transport":"host",``."""
-    return '{"version":' + str(VERSION) + ',"transport":' + _encode(transport) + ","
+    return "{" + _encode({VERSION_MEMBER: VERSION, TRANSPORT_MEMBER: transport})[1:-1] + ","
 
 
 def _refuse_surrogates(text: str, tree: Any) -> None:
@@ -208,7 +212,7 @@ class ReceivedLeaf:
 
 def read_metadata(metadata: Any) -> str:
     """Check the codec's metadata key. -> the header's JSON text (its version and transport are
-    checked with the rest of it: `header_transport`)."""
+    checked with the rest of it, once per text the header cache keeps: `read_envelope`)."""
     if not isinstance(metadata, dict):
         raise DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
     text = metadata.get(KEY_HEADER)
@@ -219,9 +223,10 @@ def read_metadata(metadata: Any) -> str:
 
 def _metadata_error(metadata: dict, text: Any) -> DecodeError:
     if _V1_KEY_VERSION in metadata:
+        got = metadata.get(_V1_KEY_VERSION)
         return DecodeError(
             f"{_V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
-            f"{metadata[_V1_KEY_VERSION]!r:.80}: the sender writes an older wire format; send with this tensor_codec"
+            f"{got!r:.80}: the sender writes an older wire format; send with this tensor_codec"
         )
     if KEY_HEADER not in metadata:
         return DecodeError(
@@ -236,23 +241,23 @@ def is_codec_message(metadata: Any) -> bool:
     return isinstance(metadata, dict) and (KEY_HEADER in metadata or _V1_KEY_VERSION in metadata)
 
 
-def header_transport(header: dict) -> str:
+def read_envelope(header: dict) -> str:
     """A parsed header's version, checked, and the transport name it gives (a string; which
     names exist is the transports' table)."""
-    version = header.get("version")
+    version = header.get(VERSION_MEMBER)
     if type(version) is not int or version != VERSION:
-        got = "missing" if "version" not in header else f"{version!r:.80}"
-        raise DecodeError(f"{KEY_HEADER}.version: expected {VERSION}, got {got}")
-    transport = header.get("transport")
+        got = "missing" if VERSION_MEMBER not in header else f"{version!r:.80}"
+        raise DecodeError(f"{KEY_HEADER}.{VERSION_MEMBER}: expected {VERSION}, got {got}")
+    transport = header.get(TRANSPORT_MEMBER)
     if type(transport) is not str:
-        got = "missing" if "transport" not in header else f"{transport!r:.80}"
-        raise DecodeError(f"{KEY_HEADER}.transport: expected a transport name string, got {got}")
+        got = "missing" if TRANSPORT_MEMBER not in header else f"{transport!r:.80}"
+        raise DecodeError(f"{TRANSPORT_FIELD}: expected a transport name string, got {got}")
     return transport
 
 
 def parse_header(text: str, bounds: Limits) -> dict:
     """Header text -> the header object, its cost checked before it is parsed. Its version and
-    transport are `header_transport`'s to read, its leaf table `parse_leaves`' (with that
+    transport are `read_envelope`'s to read, its leaf table `parse_leaves`' (with that
     transport's keys)."""
     header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
     header = header_json.parse(text)
@@ -334,7 +339,7 @@ def parse_leaves(
 
 @functools.cache
 def _allowed_top_keys(transport_header_keys: frozenset) -> frozenset:
-    return frozenset({*_ENVELOPE, "leaves", "tree"}) | transport_header_keys
+    return frozenset({VERSION_MEMBER, TRANSPORT_MEMBER, "leaves", "tree"}) | transport_header_keys
 
 
 @functools.cache

@@ -57,7 +57,14 @@ def test_split_takes_tcs_cost_apart_in_one_dataflow(dora_cli, tmp_path):
     check_envelope(data, "dora_latency_split")
     assert data["wrong"] == 0
     (cells,) = data["split"].values()
-    assert list(cells) == ["send_output", "send_output+tc-metadata", "tc.send-only", "tc.receive-only", "tc"]
+    assert list(cells) == [
+        "send_output",
+        "send_output+tc-metadata",
+        "send_output+v1-keys",
+        "tc.send-only",
+        "tc.receive-only",
+        "tc",
+    ]
     assert cells["send_output"]["over_floor_us"] == 0
     for name, row in cells.items():
         assert positive(row["latency_us"]) and positive(row["receive_us"]), (name, row)

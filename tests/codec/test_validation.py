@@ -44,6 +44,28 @@ def expect_error(value, metadata, *fragments):
     return text
 
 
+def test_a_messages_transport_is_read_from_its_validated_header():
+    value, metadata = message()
+    assert tc.message_transport(metadata) == "host"
+    with pytest.raises(tc.DecodeError, match=r"^tc.header.version: expected 2, got 3$"):
+        tc.message_transport(_with_member(metadata, "version", "3"))
+    with pytest.raises(tc.DecodeError, match=r"^tc.version: expected no such key"):
+        tc.message_transport({**metadata, "tc.version": 1})
+
+
+class _Lying(dict):
+    """A dict that says it has every key and holds none of them."""
+
+    def __contains__(self, key):
+        return True
+
+
+def test_metadata_that_lies_about_its_keys_is_refused_not_crashed_on():
+    value, metadata = message()
+    with pytest.raises(tc.DecodeError, match=r"^tc.version: expected no such key .* got None"):
+        tc.decode(value, _Lying(metadata))
+
+
 def test_missing_header_says_it_is_not_a_codec_message():
     value, _ = message()
     expect_error(value, {"timestamp": 1}, "tc.header", "not a tensor_codec message")
