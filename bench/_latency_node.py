@@ -53,9 +53,12 @@ def bytes_of(tensor: torch.Tensor, unit: pa.DataType) -> pa.Array:
 
 # --split: tc's cost taken apart. The floor is `send_output` (the bytes typed as the tensor,
 # received by DLPack and views); these add to it tc's metadata alone (carried by dora, unread),
-# tc's sender alone (its message read as the floor reads one) and tc's receiver alone.
-SPLIT = ("send_output+tc-metadata", "tc.send-only", "tc.receive-only")
+# the same header as wire format 1 carried it (beside its tc.version and tc.transport keys: what
+# folding them into the header saves), tc's sender alone (its message read as the floor reads
+# one) and tc's receiver alone.
+SPLIT = ("send_output+tc-metadata", "send_output+v1-keys", "tc.send-only", "tc.receive-only")
 _tc_metadata: dict = {}  # per tensor shape and dtype: what tc.send puts in the metadata
+V1_KEYS = {"tc.version": 1, "tc.transport": "host"}  # wire format 1's keys beside tc.header
 
 
 def tc_metadata(tensor: torch.Tensor) -> dict:
@@ -73,6 +76,8 @@ def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> No
         tc.send(node, "out", tensor, metadata)
     elif contender in ("send_output+tc-metadata", "tc.receive-only"):
         node.send_output("out", bytes_of(tensor, pa.float32()), metadata | tc_metadata(tensor))
+    elif contender == "send_output+v1-keys":
+        node.send_output("out", bytes_of(tensor, pa.float32()), metadata | tc_metadata(tensor) | V1_KEYS)
     elif contender in FORCED_PRIMITIVE:
         chosen = getattr(dora_adapter, "DORA_COPIES_BELOW", None)  # None: a tensor_codec without the choice
         dora_adapter.DORA_COPIES_BELOW = FORCED_PRIMITIVE[contender]

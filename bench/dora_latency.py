@@ -12,7 +12,8 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
 * issue 33: that at every contiguous size, tc's own cost over the faster of dora's primitives under
   20 us at 1 MB, and tc picking the faster primitive and the faster type for send_output's bytes
   (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead;
-  `--split` takes tc's cost over the floor apart (its metadata in dora, its sender, its receiver).
+  `--split` takes tc's cost over the floor apart (its metadata in dora, and as wire format 1
+  carried it; its sender; its receiver).
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
 contenders are interleaved round by round, each round shuffled, so drift in machine load and
@@ -283,8 +284,16 @@ def attribute(path: Path, roots: list[tuple[str, str]], messages: int) -> tuple[
 
 
 # --split: tc's cost over the floor (send_output) taken apart, per size (bench/_latency_node.py,
-# SPLIT): dora carrying tc's metadata, tc's sender, tc's receiver, each added to the floor alone.
-SPLIT_CONTENDERS = ["send_output", "send_output+tc-metadata", "tc.send-only", "tc.receive-only", "tc"]
+# SPLIT): dora carrying tc's metadata (and wire format 1's three keys), tc's sender, tc's
+# receiver, each added to the floor alone.
+SPLIT_CONTENDERS = [
+    "send_output",
+    "send_output+tc-metadata",
+    "send_output+v1-keys",
+    "tc.send-only",
+    "tc.receive-only",
+    "tc",
+]
 
 
 def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict, int]:
