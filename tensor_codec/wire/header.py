@@ -12,8 +12,9 @@ so a caller's own keys (and dora's ``timestamp``) sit beside them. Every message
 One key, because dora carries each metadata key at a cost of its own: folding version 1's
 ``tc.version`` and ``tc.transport`` into the header took 4 to 7 us off each message
 (bench/dora_latency.py --split, 1 MB, a 2-core machine: dora carried the header alone for 5.5 to
-7.3 us over the floor, with version 1's two keys beside it for 9.6 to 14.5), and a receiver checks the version and transport once per header text that its cache keeps
-(received.py caches what it validated by that text), not once per message.
+7.3 us over the floor, with version 1's two keys beside it for 9.6 to 14.5), and a receiver
+checks the version and transport once per header text that its cache keeps (received.py caches
+what it validated by that text), not once per message.
 
 Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
 own location fields (host: ``offset``). Everything is validated here before a single data byte
