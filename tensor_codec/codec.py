@@ -1,9 +1,10 @@
 """encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport.
 
 The path one way: send_pipeline.py (plan, transport, layout, write), into an Arrow buffer here
-(dora_adapter.py has it write into dora's send buffer instead). Back: wire/header.py reads the
-metadata key, received.py compiles the header (cached), the transport materializes the leaves,
-the compiled tree builds the object.
+(dora_adapter.py has it write into dora's send buffer instead). Back: most messages (one tensor,
+its header seen before) in one step, in_place.py; any other, wire/header.py reads the metadata
+key, received.py compiles the header (cached), the transport materializes the leaves, the
+compiled tree builds the object.
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ import torch
 
 from . import lifetimes, received, send_pipeline
 from .errors import EncodeError, UsageError
+from .in_place import view_in_place
 from .layout import Destination
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
 from .transports.names import HOST
 from .wire.header import read_metadata
-from .wire.kinds import MAKE_SUBCLASS
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .transports.host import HostTransport
 
-__all__ = ["encode", "decode"]
+__all__ = ["encode", "decode", "decode_in_full"]
 
 _UINT8 = pa.uint8()
 _ENCODE = Output(ENCODE_OUTPUT, lambda: 1)
@@ -62,7 +63,7 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     return pa.Array.from_buffers(_UINT8, nbytes, [None, buf]), dict(outgoing.metadata)
 
 
-def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None, name: str | None = None) -> Any:
+def decode(value: Any, metadata: Any, *, copy: bool = False, device: Any = None, name: str | None = None) -> Any:
     """Restore the object of one message, validating everything before reading data.
 
     By default tensors are zero-copy views of `value` where the layout allows; they are tracked
@@ -73,19 +74,19 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
     host bytes restored onto "cpu" are viewed as without `device` (``copy=True`` copies them).
     `name` (an input id) appears in error messages.
     """
+    if not copy and device is None:
+        obj = view_in_place(value, metadata, name)  # most messages (in_place.py)
+        if obj is not None:
+            return obj
+    return decode_in_full(value, metadata, copy, device, name)
+
+
+def decode_in_full(value: Any, metadata: Any, copy: bool, device: Any, name: str | None) -> Any:
+    """`decode` of a message that `view_in_place` did not take (tc.receive calls the two itself):
+    its header compiled if it was not seen before, its leaves materialized by its transport, its
+    object built; or the error that names what is wrong with it."""
     text = read_metadata(metadata)
     compiled = received.cached(text)
-    if compiled is not None and compiled.viewer is not None and not copy and device is None:
-        # Most messages: a stream of one plain tensor (or Image), its header seen before, viewed
-        # where it lies. Every step runs with the caches cold (between messages), so this is the whole
-        # path: no materialized record, no tree, one registration.
-        viewed = compiled.viewer(value)
-        if viewed is not None:
-            leaf, borrowed = viewed
-            cls = compiled.handed_out_as  # an Image's wrap (wire.kinds.handed_out_as), inlined
-            obj = leaf if cls is torch.Tensor else MAKE_SUBCLASS(cls, leaf)
-            lifetimes.register_leaf(name, obj, leaf, borrowed, compiled.leaves, compiled.header["tree"])
-            return obj
     target = None if device is None else _target_device(device)
     if compiled is not None and compiled.nodes <= received.SMALL_NODES:
         # A stream's small header, seen before: a few objects made, nothing for the collector.
@@ -102,6 +103,12 @@ def decode(value: Any, metadata: dict, *, copy: bool = False, device: Any = None
         with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
             if compiled is None:
                 compiled = received.compile_header(text, transport_for_message)
+                if compiled.in_place is not None and not copy and target is None:
+                    # A stream's first message: its header is kept now, so it is viewed as the
+                    # next ones will be (one way for all of them).
+                    obj = view_in_place(value, metadata, name)
+                    if obj is not None:
+                        return obj
             materialized = compiled.transport.materialize(
                 value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
             )

@@ -28,7 +28,7 @@ from .wire import kinds
 from .wire.structure import is_bare_tensor
 from .wire.tree import compile_tree
 
-__all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
+__all__ = ["Compiled", "compile_header", "cached", "lookup", "SMALL_NODES"]
 
 
 class Compiled(NamedTuple):
@@ -37,15 +37,17 @@ class Compiled(NamedTuple):
     build: Any  # (tensors, handed_out) -> the object
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
-    # For a header of one tensor node without grad or attributes, the transport's shortcut
-    # (Transport.viewer): value -> (the tensor, what it borrows) or None. A stream of one tensor
-    # or Image, header seen before: most messages.
-    viewer: Any
-    # The class that tensor is handed out as: torch.Tensor (the object is the one leaf itself:
-    # nothing to build), or a TVTensor class without attributes (Image, Video, Mask); None where
-    # the object must be built (`build`).
+    # The class the object is handed out as when it is one tensor node without grad or
+    # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
+    # TVTensor class without attributes (Image, Video, Mask); None where the object must be built
+    # (`build`).
     handed_out_as: type | None
     transport: Any  # the transport the header names (transports.base.Transport)
+    # For such a header whose messages the transport views where they lie
+    # (Transport.in_place_layout): (value bytes, dtype, shape, strides, handed_out_as, leaves,
+    # tree), what in_place.view_in_place unpacks in one step; else None. A stream of one tensor
+    # or Image, header seen before: most messages.
+    in_place: tuple | None
 
 
 SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
@@ -97,6 +99,11 @@ _tables = _Bounded()
 TransportLookup = Callable[[str], Any]
 
 
+# text -> (Compiled, cost) or None: the cache's own `get`, for in_place.view_in_place, whose every
+# step runs per message (a call of ours in between would cost a microsecond more each time).
+lookup = _cache.get
+
+
 def cached(text: str) -> Compiled | None:
     """The compiled header if this text was seen (and kept) before, else None."""
     hit = _cache.get(text)
@@ -120,8 +127,9 @@ def compile_header(text: str, lookup_transport: TransportLookup) -> Compiled:
     build, nodes = compile_tree(header["tree"], leaves, bounds)
     cost = nodes + len(leaves)
     handed_out_as = _one_tensor_class(header["tree"])  # most streams: one plain tensor or Image
-    viewer = None if handed_out_as is None else transport.viewer(prepared)
-    compiled = Compiled(header, leaves, build, prepared, cost, viewer, handed_out_as, transport)
+    layout = None if handed_out_as is None else transport.in_place_layout(prepared)
+    in_place = None if layout is None else (*layout, handed_out_as, leaves, header["tree"])
+    compiled = Compiled(header, leaves, build, prepared, cost, handed_out_as, transport, in_place)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _cache.keep(text, compiled, cost, bounds)
     return compiled

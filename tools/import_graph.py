@@ -39,9 +39,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("structure", ("plan", "tree", "received", "lifetimes", "metadata", "pinning", "testing")),
     # The transports: how bytes travel (host bytes, CUDA IPC) and the host<->GPU copies they make.
     ("transports", ("transports", "cuda_ipc")),
-    # The paths one way and back, the rule that picks a transport, and `describe` (a message
-    # checked as decode checks it, through its transport's keys, without restoring it).
-    ("paths", ("routing", "send_pipeline", "codec", "describe")),
+    # The paths one way and back (most messages back in one step: in_place), the rule that picks
+    # a transport, and `describe` (a message checked as decode checks it, through its
+    # transport's keys, without restoring it).
+    ("paths", ("routing", "send_pipeline", "in_place", "codec", "describe")),
     ("dora", ("dora_adapter",)),
     ("api", ("__init__",)),
 )

@@ -281,8 +281,8 @@ class CudaIpcTransport:
             raise DecodeError("tc.header.producer: expected the producer's identity, missing")
         return offsets, total, parse_producer(header["producer"])
 
-    def viewer(self, prepared: tuple) -> None:
-        """No shortcut: every message opens (or finds) its producer's pool and waits on its event."""
+    def in_place_layout(self, prepared: tuple) -> None:
+        """No host view: every message opens (or finds) its producer's pool and waits on its event."""
         return None
 
     def materialize(

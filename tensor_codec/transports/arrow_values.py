@@ -20,6 +20,9 @@ __all__ = [
     "arrow_type_of",
     "bytes_value",
     "view_of",
+    "FROM_CAPSULE",
+    "VERSIONED_CAPSULES",
+    "DLPACK_VERSION",
 ]
 
 
@@ -93,15 +96,18 @@ def _versioned_capsules_work() -> bool:
         return False
 
 
-_V1 = (1, 0)
-_VERSIONED = _versioned_capsules_work()
+DLPACK_VERSION = (1, 0)  # what `__dlpack__(max_version=...)` asks for where VERSIONED_CAPSULES
+VERSIONED_CAPSULES = _versioned_capsules_work()
+# torch's own reader of a DLPack capsule. ``torch.from_dlpack`` is a Python function in front of
+# it that negotiates the protocol with the producer first, every call: a Python frame and a few
+# calls more per message (about 8 us with the caches cold, as between messages). The capsule is
+# asked for here instead, and handed to torch's reader directly where this torch has it.
+FROM_CAPSULE: Any = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
 
 
 def view_of(value: pa.Array) -> torch.Tensor:
     """torch's zero-copy view of a host value (1-D, of the value's type), which keeps the value's
-    buffer alive. The capsule goes to torch directly where it can: ``torch.from_dlpack(value)``
-    first negotiates the protocol in Python, every call (about 8 us per message with the caches
-    cold, as between messages; bench/dora_latency.py)."""
-    if _VERSIONED:
-        return torch.from_dlpack(value.__dlpack__(max_version=_V1))
-    return torch.from_dlpack(value)
+    buffer alive (in_place.view_in_place has the same two steps inlined)."""
+    if VERSIONED_CAPSULES:
+        return FROM_CAPSULE(value.__dlpack__(max_version=DLPACK_VERSION))
+    return FROM_CAPSULE(value.__dlpack__())

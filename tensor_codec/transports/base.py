@@ -98,11 +98,12 @@ class Transport(Protocol):
         Runs once per distinct header (its result is cached with the header).
         """
 
-    def viewer(self, prepared: Any) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
-        """For a header whose object is one plain tensor: a function that views a message's value
-        where it lies, -> (the tensor, what it borrows), or None for a value it does not take
-        (which `materialize` then takes, naming what is wrong); None when the transport has no
-        such shortcut for this header. Asked once per distinct header (cached with it)."""
+    def in_place_layout(self, prepared: Any) -> tuple[int, torch.dtype, tuple, tuple] | None:
+        """For a header of one leaf: (the value's length in bytes, the leaf's dtype, shape and
+        strides) when a message's value is an Arrow array of exactly those bytes, which a DLPack
+        view retypes and shapes in place (in_place.py does, for messages of seen headers whose
+        object is one tensor); None when this transport has no such view for this header. Asked
+        once per distinct header (cached with it)."""
 
     def materialize(
         self,

@@ -19,7 +19,6 @@ them onto that GPU, where CUDA IPC would have put them, unless it asks for a dev
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
@@ -30,7 +29,7 @@ from ..errors import DecodeError
 from ..layout import Destination, LeafLayout, write_leaf
 from ..plan import Plan
 from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
-from ..wire.buffer import KEY_GPU, UNITS, Padding, check_canonical_offsets, check_value, layout_offsets
+from ..wire.buffer import KEY_GPU, Padding, check_canonical_offsets, check_value, layout_offsets
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from . import arrow_values, get_transport  # the package is loaded before any transport module
 from .base import Materialized, Outgoing, Output
@@ -114,7 +113,7 @@ class HostTransport:
     def abandon(self, outgoing: Outgoing) -> None:
         pass  # nothing is held outside the value's bytes
 
-    def viewer(self, prepared: tuple) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
+    def in_place_layout(self, prepared: tuple) -> tuple[int, torch.dtype, tuple, tuple] | None:
         """For a header of one leaf that a zero-copy receive views where dora put it (no GPU to
         restore onto, not a small message, which is copied): made once by `prepare`."""
         return prepared[5]
@@ -122,11 +121,11 @@ class HostTransport:
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
-        or None, the view of such a message where it lies or None: `viewer`), after checking
-        every offset is the canonical one. Cached with the header: a stream's messages share it.
-        (Zero-copy leaves are never autograd views of another tensor (`leaf_view`s of the
-        storage, or DLPack's tensor shaped or retyped in place): a released leaf must not keep the
-        message's buffer alive through a view's base.)"""
+        or None, the layout in_place.py views such a message with where it lies or None:
+        `in_place_layout`), after checking every offset is the canonical one. Cached with the
+        header: a stream's messages share it. (Zero-copy leaves are never autograd views of
+        another tensor (`leaf_view`s of the storage, or DLPack's tensor shaped or retyped in
+        place): a released leaf must not keep the message's buffer alive through a view's base.)"""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
@@ -137,8 +136,12 @@ class HostTransport:
             from ..wire.cuda_ipc import check_gpu_uuid  # no CUDA: a string check
 
             check_gpu_uuid(gpu, f"tc.header.{KEY_GPU}")
-        view = _one_leaf_view(only, total) if only is not None and gpu is None else None
-        return offsets, total, Padding(leaves, offsets), only, gpu, view
+        in_place = None
+        if only is not None and gpu is None and total >= SMALL_MESSAGE_BYTES:
+            # Small messages are copied: dora delivers them inline, at unaligned addresses.
+            assert only.dtype.torch_dtype is not None  # wire.dtypes.by_name refuses a dtype this torch lacks
+            in_place = (total, only.dtype.torch_dtype, only.shape, only.strides)
+        return offsets, total, Padding(leaves, offsets), only, gpu, in_place
 
     def materialize(
         self,
@@ -150,12 +153,10 @@ class HostTransport:
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        offsets, total, padding, single, gpu, view = prepared
+        # One tensor viewed where it lies is in_place.py's (most messages): what comes here is
+        # copied, padded, of several leaves, restored onto a device, or named wrong.
+        offsets, total, padding, single, gpu, _ = prepared
         width = check_value(value, total)
-        if view is not None and device is None and not copy:
-            viewed = view(value)  # most messages: one tensor, viewed where dora put it
-            if viewed is not None:
-                return Materialized([viewed[0]], viewed[1], offsets)
         if gpu is not None and device is None:
             device = _gpu_device(gpu)
         if device is not None and device.type != "cpu":
@@ -213,44 +214,6 @@ def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
     leaf = leaves[0]
     src = leaf.source
     return src if leaf.raw_span and src is not None and src.is_cpu else None
-
-
-def _one_leaf_view(single: ReceivedLeaf, total: int) -> Callable[[Any], tuple[torch.Tensor, Any] | None] | None:
-    """For a one-leaf header: `value` -> (the leaf viewed where dora put it, what it borrows:
-    what `keep` copies, and what the registry holds instead of the leaf), or None for a value it
-    does not take (its type, length or nulls not what the header says, which `materialize`
-    names; bytes not aligned for a view, which it copies). In as few torch calls as can be (each
-    costs tens of microseconds with the caches cold, as between messages): the value's DLPack
-    view, retyped where it has another type than the leaf's, shaped in place. None for a small
-    message (dora delivers those inline, unaligned; they are copied)."""
-    if total < SMALL_MESSAGE_BYTES:
-        return None
-    units = UNITS
-    view_of = arrow_values.view_of
-    dtype, shape, strides = single.dtype.torch_dtype, single.shape, single.strides
-    assert dtype is not None  # wire.dtypes.by_name refuses a dtype this torch lacks
-
-    def view(value: Any) -> tuple[torch.Tensor, Any] | None:
-        width = units.get(type(value), 0)  # the class gives the Arrow type (see check_value)
-        if not width or len(value) * width != total or value.null_count:
-            return None
-        leaf = view_of(value)  # its storage keeps the Arrow buffer alive
-        if leaf.data_ptr() % ALIGNMENT:
-            return None
-        if leaf.dtype is dtype:  # the value is typed as the leaf (tc.send)
-            leaf.as_strided_(shape, strides)  # in bounds: the header was checked
-            return leaf, value  # keep() copies the value itself
-        # The bytes retyped (send_output_raw's UInt8, or the unit that tiles a dtype Arrow lacks):
-        # a dtype view is no autograd view (no `_base`), so a released leaf keeps nothing of the
-        # message alive. Two torch calls, where a new tensor set onto the storage takes three:
-        # 43 against 82 us in a dora node (a cropped 1 MB float32 tensor; bench/dora_latency.py).
-        try:
-            retyped = leaf.view(dtype)  # DLPack's storage starts at the value's first byte
-        except RuntimeError:  # a view torch will not make: the full way (leaf_views) instead
-            return None
-        return retyped.as_strided_(shape, strides), leaf
-
-    return view
 
 
 def _gpu_device(uuid: str) -> torch.device:

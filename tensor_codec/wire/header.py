@@ -42,6 +42,7 @@ from .structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 __all__ = [
     "VERSION",
     "KEY_HEADER",
+    "V1_KEY_VERSION",
     "RESERVED_PREFIX",
     "ReceivedLeaf",
     "leaf_table",
@@ -61,7 +62,7 @@ RESERVED_PREFIX = "tc."
 KEY_HEADER = "tc.header"
 # Version 1's own key for its version, beside tc.header: a message that has it was written by a
 # version-1 sender, which this reader names rather than misreads.
-_V1_KEY_VERSION = "tc.version"
+V1_KEY_VERSION = "tc.version"
 # The header's first members, every transport's (its envelope), in the order writers put them.
 # Every later version keeps `tc.header` a JSON object whose first member is its version.
 VERSION_MEMBER = "version"
@@ -217,16 +218,16 @@ def read_metadata(metadata: Any) -> str:
     if not isinstance(metadata, dict):
         raise DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
     text = metadata.get(KEY_HEADER)
-    if type(text) is not str or _V1_KEY_VERSION in metadata:
+    if type(text) is not str or V1_KEY_VERSION in metadata:
         raise _metadata_error(metadata, text)
     return text
 
 
 def _metadata_error(metadata: dict, text: Any) -> DecodeError:
-    if _V1_KEY_VERSION in metadata:
-        got = metadata.get(_V1_KEY_VERSION)
+    if V1_KEY_VERSION in metadata:
+        got = metadata.get(V1_KEY_VERSION)
         return DecodeError(
-            f"{_V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
+            f"{V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
             f"{got!r:.80}: the sender writes an older wire format; send with this tensor_codec"
         )
     if KEY_HEADER not in metadata:
@@ -239,7 +240,7 @@ def _metadata_error(metadata: dict, text: Any) -> DecodeError:
 def is_codec_message(metadata: Any) -> bool:
     """Whether a message's metadata says it is tensor_codec's (of any version: `read_metadata`
     names one it cannot read). Nothing is validated."""
-    return isinstance(metadata, dict) and (KEY_HEADER in metadata or _V1_KEY_VERSION in metadata)
+    return isinstance(metadata, dict) and (KEY_HEADER in metadata or V1_KEY_VERSION in metadata)
 
 
 def read_envelope(header: dict) -> str:

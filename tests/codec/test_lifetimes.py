@@ -355,15 +355,17 @@ def _counting(monkeypatch, module, name, counts):
 
 
 @pytest.mark.parametrize("typed", [True, False], ids=["typed-as-leaf", "uint8"])
-def test_a_stream_of_one_tensor_is_viewed_in_one_step_after_its_first_message(monkeypatch, typed):
-    """The steady state of a receiving stream (structural: counted, not timed): once its header
-    was seen, a message of one plain tensor is neither materialized by the transport nor built
-    as a tree; it is viewed where it lies and registered in one step. Each is still a borrowed
-    view with this message's bytes, released at scope exit, checked for writes, kept exactly."""
+def test_a_stream_of_one_tensor_is_viewed_in_one_step_from_its_first_message(monkeypatch, typed):
+    """The steady state of a receiving stream (structural: counted, not timed): its header is
+    compiled once, with its first message, and no message of one plain tensor is materialized by
+    the transport or built as a tree; each is viewed where it lies and registered in one step
+    (in_place.py), the first too. Each is still a borrowed view with this message's bytes,
+    released at scope exit, checked for writes, kept exactly."""
     from tensor_codec import lifetimes, received
     from tensor_codec.transports.host import HostTransport
 
     counts = collections.Counter()
+    _counting(monkeypatch, received, "compile_header", counts)
     _counting(monkeypatch, HostTransport, "materialize", counts)
     _counting(monkeypatch, lifetimes, "register_message", counts)
     _counting(monkeypatch, lifetimes, "register_leaf", counts)
@@ -380,7 +382,7 @@ def test_a_stream_of_one_tensor_is_viewed_in_one_step_after_its_first_message(mo
             if i == 3:
                 kept = tc.keep(got)
         assert got.numel() == 0  # released: detached from the message's memory
-    assert counts == {"materialize": 1, "register_message": 1, "register_leaf": 4}
+    assert counts == {"compile_header": 1, "register_leaf": 5}
     assert_identical(kept, frames[3], strides="exact")
     assert not is_borrowed(kept)
     value, metadata = tc.encode(frames[0])
@@ -391,13 +393,14 @@ def test_a_stream_of_one_tensor_is_viewed_in_one_step_after_its_first_message(mo
 
 @pytest.mark.parametrize("cls", [tvt.Image, tvt.Video, tvt.Mask], ids=lambda c: c.__name__)
 def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkeypatch, cls):
-    """Image, Video and Mask carry no attributes: once the header was seen, a message of one is
-    viewed and registered in one step as a plain tensor's is, and handed out as its class.
+    """Image, Video and Mask carry no attributes: a message of one is viewed and registered in
+    one step as a plain tensor's is (its header compiled once), and handed out as its class.
     Borrowed, released at scope exit (writes through it reported), kept exactly, as its class."""
     from tensor_codec import lifetimes, received
     from tensor_codec.transports.host import HostTransport
 
     counts = collections.Counter()
+    _counting(monkeypatch, received, "compile_header", counts)
     _counting(monkeypatch, HostTransport, "materialize", counts)
     _counting(monkeypatch, lifetimes, "register_message", counts)
     _counting(monkeypatch, lifetimes, "register_leaf", counts)
@@ -416,7 +419,7 @@ def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkey
             if i == 3:
                 kept = tc.keep(got)
         assert got.as_subclass(torch.Tensor).numel() == 0  # released: detached from the message's memory
-    assert counts == {"materialize": 1, "register_message": 1, "register_leaf": 4}
+    assert counts == {"compile_header": 1, "register_leaf": 5}
     assert type(kept) is cls and not is_borrowed(kept)
     assert_identical(kept, frames[3], strides="exact")
     value, metadata = tc.encode(frames[0])
@@ -440,6 +443,34 @@ def test_a_tvtensor_with_attributes_or_grad_is_built_not_viewed_in_one_step(monk
         with tc.scope():
             assert_identical(tc.decode(value, metadata), obj)
     assert counts == {}
+
+
+@pytest.mark.parametrize("how", ["decode", "receive"])
+def test_a_seen_header_beside_version_1s_key_or_without_a_dict_is_refused_not_viewed(how):
+    """The one-step view reads the header text from the metadata alone, and a stray tc.version
+    beside a header it has seen must not slip past the check the full path makes: refused and
+    named, as the first message would be. So are metadata that is not a dict and a header that is
+    not a string."""
+    from tensor_codec import received
+
+    frame = torch.randn(64, 64)
+    value, metadata = tc.encode(frame)
+    received.forget_all()
+    tc.release(tc.decode(value, metadata))  # the header is seen: one-step views take the next ones
+
+    def decode(value, metadata):
+        if how == "decode":
+            return tc.decode(value, metadata)
+        return tc.receive({"type": "INPUT", "id": "frames", "value": value, "metadata": metadata})
+
+    with pytest.raises(tc.DecodeError, match="tc.version: expected no such key .* got 1: the sender writes an older"):
+        decode(value, {**metadata, "tc.version": 1})
+    with pytest.raises(tc.DecodeError, match="metadata: expected a dict, got list"):
+        decode(value, list(metadata.items()))
+    with pytest.raises(tc.DecodeError, match="tc.header: expected a JSON string, got bytes"):
+        decode(value, {"tc.header": metadata["tc.header"].encode()})
+    with tc.scope():
+        assert is_borrowed(decode(value, metadata))
 
 
 def test_a_seen_header_with_a_wrong_value_is_refused_as_the_first_message_would_be():
