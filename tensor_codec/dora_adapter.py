@@ -950,11 +950,52 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     touching the host (see `tensor_codec.ipc_configure` for the cap on bytes in flight).
     Returns False when that cap's ``on_full="drop"`` policy dropped the message, else True.
     """
-    _check_user_metadata(metadata)
+    if metadata is not None and (type(metadata) is not dict or tuple(metadata) not in _keys_checked):
+        _check_user_metadata(metadata)  # raises, naming what is wrong; else its keys pass from now on
     if transport not in TRANSPORT_CHOICES:
         raise EncodeError(f"unsupported transport: expected one of {list(TRANSPORT_CHOICES)}, got {transport!r:.80}")
-    if type(obj) in _REPEATABLE and _repeats and _send_repeat(node, output_id, obj, metadata):
-        return True
+    if type(obj) in _REPEATABLE and _repeats:
+        # A stream's repeat (most messages; `_Repeat`), in this one Python frame: between messages
+        # the caches are cold, and each call costs a microsecond or two (two calls fewer: 4 to 5
+        # us less of a 1 MB message's latency, bench/dora_latency.py --split, three alternating
+        # runs per tree; what is left is torch's attribute reads). walk.plain_of inlined.
+        t = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
+        try:
+            repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
+        except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
+            repeat = None
+        # Autograd: another header. Lazy bits: the storage does not hold the values.
+        if (
+            repeat is not None
+            and (repeat.held is node or repeat.held() is node)
+            and t.is_cpu
+            and not (t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()))
+        ):
+            nbytes = repeat.nbytes
+            if not (repeat.layout.raw_span and nbytes < DORA_COPIES_BELOW):
+                return _send_repeat_written(node, output_id, t, metadata, repeat)
+            # dora copies the span from where it lies (send_output). A storage resized or freed
+            # after the view was made would be read at a dangling address: the full path names it.
+            # (layout.holds_dense_span and arrow_values.value_of, inlined.)
+            if t.untyped_storage().nbytes() >= t.storage_offset() * repeat.element_size + nbytes:
+                address = t.data_ptr()  # dense layouts address bytes from data_ptr() up
+                unit = repeat.unit
+                if unit is not None and not address % repeat.element_size:
+                    data = pa.foreign_buffer(address, nbytes, base=t)
+                    value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
+                else:
+                    value = value_of(address, nbytes, t.dtype, t)
+                merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
+                try:
+                    node.send_output(output_id, value, merged)
+                except RuntimeError as e:
+                    translated = size_error(node, output_id, nbytes, e, merged)
+                    if translated is None:
+                        raise
+                    raise translated from None  # dora's words are in the message (see below)
+                except UnicodeEncodeError as e:
+                    raise _unencodable(metadata, e) from None
+                return True
     output = Output(output_id, lambda: expected_receivers(node, output_id))
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
     if outgoing is None:
@@ -1064,48 +1105,16 @@ def _remember_repeat(node: Any, output_id: str, obj: Any, leaf: Any, outgoing: A
     _REPEATABLE.add(type(obj))
 
 
-def _send_repeat(node: Any, output_id: str, obj: torch.Tensor, metadata: dict | None) -> bool:
-    """Send `obj` (a plain tensor or a TVTensor of `_REPEATABLE`) as this output's last message
-    of its type and layout was sent, if there was one; False (nothing sent) if not: the full path
-    then plans it."""
-    t = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)  # walk.plain_of, inlined
-    try:
-        repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
-    except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
-        return False
-    if repeat is None or (repeat.held is not node and repeat.held() is not node):
-        return False
-    # Autograd: another header. Lazy bits: the storage does not hold the values.
-    if not t.is_cpu or t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()):
-        return False
+def _send_repeat_written(node: Any, output_id: str, t: torch.Tensor, metadata: dict | None, repeat: _Repeat) -> bool:
+    """A repeat (`send` checked it is one) whose bytes tc writes into send_output_raw's buffer:
+    a strided crop compacted in one pass (write_leaf), or a span from DORA_COPIES_BELOW up (no
+    repeat today: `_surely_carried`), after the full path's storage check, which names a
+    storage too small. `t`: the tensor as a plain alias."""
     nbytes = repeat.nbytes
-    layout = repeat.layout
-    if layout.raw_span and nbytes < DORA_COPIES_BELOW:
-        # dora copies the span from where it lies (send_output). A storage resized or freed after
-        # the view was made would be read at a dangling address. (layout.holds_dense_span and
-        # arrow_values.value_of, inlined: a Python call costs about a microsecond here, with the
-        # caches cold between messages; bench/dora_latency.py.)
-        if t.untyped_storage().nbytes() < t.storage_offset() * repeat.element_size + nbytes:
-            return False  # the full path names the problem
-        # Dense layouts address bytes from data_ptr() up (strides are never negative).
-        address = t.data_ptr()
-        unit = repeat.unit
-        if unit is not None and not address % repeat.element_size:
-            data = pa.foreign_buffer(address, nbytes, base=t)
-            value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
-        else:
-            value = value_of(address, nbytes, t.dtype, t)
-        leaf = None
-    else:
-        # tc writes the bytes into send_output_raw's buffer (write_leaf: a span copied, a crop
-        # compacted), after the full path's storage check, which names a storage too small.
-        leaf = layout.with_plain_source(t)
+    leaf = repeat.layout.with_plain_source(t)
     merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
     try:
-        if leaf is None:
-            node.send_output(output_id, value, merged)
-        else:
-            _write_and_send(node, output_id, nbytes, merged, lambda dest: write_leaf(leaf, dest, 0))
+        _write_and_send(node, output_id, nbytes, merged, lambda dest: write_leaf(leaf, dest, 0))
     except RuntimeError as e:
         translated = size_error(node, output_id, nbytes, e, merged)
         if translated is None:

@@ -304,6 +304,20 @@ def test_a_stream_of_one_layout_is_planned_once_and_sends_each_tensors_current_b
         assert got.stride() == t.stride()
 
 
+def test_a_stream_whose_metadata_keys_change_every_message_still_repeats(monkeypatch):
+    """The caller's keys are checked before anything else; keys not seen before (a stream whose
+    keys change with every message, past what the checked sets keep) are checked and the message
+    is still the stream's repeat: one plan for the stream, every key sent."""
+    made = _counting_plans(monkeypatch)
+    dora_adapter._keys_checked.clear()
+    node = FakeNode()
+    t = torch.randn(64, 64)
+    for frame in range(dora_adapter._KEYS_CHECKED_MAX + 3):
+        tc.send(node, "out", t, {f"key {frame}": frame})
+    assert len(made) == 1
+    assert [sorted(m) for _, _, m in node.sent[-2:]] == [[f"key {f}", "tc.header"] for f in (257, 258)]
+
+
 @pytest.mark.parametrize("kind", ["crop", "span-over-dora-copies"])
 def test_a_stream_written_into_the_raw_buffer_is_planned_once_and_copied_once(monkeypatch, kind):
     """The steady state of a stream whose bytes tc writes into send_output_raw's buffer (a crop,
