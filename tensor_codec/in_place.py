@@ -10,8 +10,8 @@ over what its header fixed, unpacked from one tuple (`received.Compiled.in_place
 transport's `in_place_layout` with the class and the tree). A 1 MB float32 message in a dora node
 took 11 to 13 us longer to a usable tensor this way than the `torch.from_dlpack(value)` and two
 views a user writes, against 25 to 26 us longer through the calls this replaces (five Python
-frames more: decode, the header key's read, the cache, the transport's viewer, DLPack's
-negotiation); bench/dora_latency.py --split, 2000 messages per contender, three runs of each
+frames more: decode, the header key's read, the cache, the transport's former viewer closure,
+DLPack's negotiation); bench/dora_latency.py --split, 2000 messages per contender, three runs of each
 tree alternating, 2026-11-28.
 
 Anything else returns None, and `codec.decode_in_full` takes the message, naming what is wrong: a

@@ -186,7 +186,7 @@ def register_leaf(
     name: str | None, leaf: torch.Tensor, plain: torch.Tensor, borrowed: Any, layouts: list, tree: Any
 ) -> None:
     """`register_message` for a message that is one tensor viewing `borrowed` from its start
-    (most messages: codec.decode's shortcut), in fewer steps: `leaf` as handed out (a plain
+    (most messages: in_place.view_in_place), in fewer steps: `leaf` as handed out (a plain
     tensor, or an Image), `plain` the same tensor as a plain alias (`leaf` itself if plain)."""
     key = id(leaf)
     ref = _HandedOut(leaf, _forget)
