@@ -131,7 +131,19 @@ _lock = threading.RLock()
 
 # id(leaf) -> (weakref to the leaf, its message, leaf index). Entries vanish with their leaf.
 _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
-_local = threading.local()
+
+
+class _Scopes(threading.local):
+    """Each thread's stack of open scopes, there from the thread's first use (empty): a receive
+    outside any scope reads an empty list. (`getattr(local, "scopes", None)` on a thread without
+    the attribute raised and caught an AttributeError inside, a microsecond of every such
+    receive in a tight loop, more with the caches cold as between messages.)"""
+
+    def __init__(self) -> None:
+        self.scopes: list[Scope] = []
+
+
+_local = _Scopes()
 
 
 class _HandedOut(weakref.ref):
@@ -171,7 +183,7 @@ def register_message(
     message = Message(name, borrowed, refs, list(map(_VERSION, plain_leaves)), locations, layouts, tree)
     for i, leaf in enumerate(leaves):
         _handouts[id(leaf)] = (refs[i], message, i)
-    stack = getattr(_local, "scopes", None)
+    stack = _local.scopes
     if stack:
         scope = stack[-1]  # Scope._adopt, inlined
         scope._messages.append(message)
@@ -193,7 +205,7 @@ def register_leaf(
     ref.key = key
     message = Message(name, borrowed, [ref], [plain._version], _AT_START, layouts, tree)
     _handouts[key] = (ref, message, 0)
-    stack = getattr(_local, "scopes", None)
+    stack = _local.scopes
     if stack:
         scope = stack[-1]
         scope._messages.append(message)
@@ -229,10 +241,7 @@ class Scope:
         self._leaves: list[torch.Tensor] = []  # strong: a leaf written then dropped is still checked
 
     def __enter__(self) -> Scope:
-        stack = getattr(_local, "scopes", None)
-        if stack is None:
-            stack = _local.scopes = []
-        stack.append(self)
+        _local.scopes.append(self)
         return self
 
     def __exit__(

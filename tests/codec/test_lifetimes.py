@@ -164,6 +164,30 @@ def test_scopes_are_per_thread():
         assert mine["features"].numel() == 64 * 64
 
 
+def test_a_thread_outside_any_scope_finds_an_empty_stack_and_its_receives_stay_out_of_others_scopes():
+    """Every thread has its stack of scopes from its first use, empty: a receive outside any
+    scope reads it as a list (no attribute looked up and missed per message), registers its
+    message (tc.release works) and joins no scope, neither another thread's nor a later one."""
+    from tensor_codec import lifetimes
+
+    seen = {}
+
+    def worker():
+        seen["stack"] = list(lifetimes._local.scopes)
+        obj = tc.receive(event(big_sample()))
+        seen["borrowed"] = is_borrowed(obj["features"])
+        tc.release(obj)
+        seen["released"] = obj["features"].numel() == 0
+
+    with tc.scope() as mine:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert mine._messages == []  # the thread's message is not the main thread's scope's
+    assert seen == {"stack": [], "borrowed": True, "released": True}
+    assert lifetimes._local.scopes == []  # this thread's stack, empty again once its scope ended
+
+
 def _wait_for_arrow_allocations_back_to(baseline: int) -> None:
     """Dropped buffers come back once the collector has run (whichever thread runs it)."""
     wait_until(
