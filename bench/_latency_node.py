@@ -126,7 +126,7 @@ def run_sender() -> None:
     node = Node()
     tensors = {}
     queue = []  # (layout, contender, size, warmup)
-    for size in plan["sizes_mb"]:
+    for size, reps in zip(plan["sizes_mb"], plan["reps"], strict=True):  # reps: per size (messages_per_contender)
         for layout in plan["layouts"]:
             tensors[(layout, size)] = make_tensor(layout, size * MB)
         # Each round in its own order (shuffled, the same in every run): what a message leaves
@@ -134,7 +134,7 @@ def run_sender() -> None:
         # the same one; a fixed order measured identical code paths up to 8 % apart.
         turns = [(layout, c) for layout, contenders in plan["layouts"].items() for c in contenders]
         order = random.Random(size)
-        for rep in range(plan["warmup"] + plan["reps"]):
+        for rep in range(plan["warmup"] + reps):
             order.shuffle(turns)
             for layout, contender in turns:
                 queue.append((layout, contender, size, rep < plan["warmup"]))

@@ -54,8 +54,21 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def python_speed_us() -> float:
+    """How long ``sum(range(1000))`` takes in this interpreter now, in microseconds (the best of 5
+    runs of 2,000 calls): the machine's speed while the benchmark ran. Shared machines are not
+    always quiet, and a loaded one slows every Python step alike: on the 2-core development
+    machine this read 16 to 26 us on 2026-11-28, when one revision's encode and decode of a 1 KB
+    message (bench/small_message.py) took 50.9 us, against 18.0 on a quieter day. Goals in
+    microseconds are judged by runs that read low."""
+    import timeit
+
+    return min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6
+
+
 def machine() -> dict:
-    """The machine in a few fields: enough to tell two runs' machines apart on a plot."""
+    """The machine in a few fields: enough to tell two runs' machines apart on a plot, and how
+    fast it ran Python at the time (`python_speed_us`)."""
     import torch  # every benchmark has it loaded already; imported here so this module stays light
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
@@ -67,6 +80,7 @@ def machine() -> dict:
         "gpu": gpu,
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "python_speed_us": python_speed_us(),
     }
 
 
@@ -89,7 +103,8 @@ def save(benchmark: str, baseline: str, figures: dict, path: Path | None = None)
     target = Path(path) if path is not None else RESULTS_DIR / f"{benchmark}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(result, indent=1, default=_plain))
-    print(f"  results: {_shown(target)}")
+    speed = result["machine"]["python_speed_us"]
+    print(f"  results: {_shown(target)} (this machine now: sum(range(1000)) in {speed:.1f} us of Python)")
     return result
 
 

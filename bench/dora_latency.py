@@ -17,7 +17,11 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
 contenders are interleaved round by round, each round shuffled, so drift in machine load and
-what one message leaves behind (dora's pool, the caches) hit them alike.
+what one message leaves behind (dora's pool, the caches) hit them alike. Every size sends the
+same bytes per contender (`--reps` messages at the largest, 64 times as many at 1 MB of 64:
+`messages_per_contender`), and each figure judged against a goal is printed with its 95%
+interval (a bootstrap of this run's messages), so one run says whether it resolves the goal. The
+results' `machine.python_speed_us` says how fast the machine ran Python meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -41,6 +47,7 @@ MB = 1 << 20
 
 from _goals import goal, print_goals  # noqa: E402
 from _results import add_json_option, save  # noqa: E402
+from _timing import interval, resampled_medians  # noqa: E402
 
 LAYOUTS = {
     # send_output: dora's other primitive (it copies an Arrow array's bytes); tc:<primitive>: tc
@@ -79,13 +86,31 @@ def run_flow(flow: dict, tmp: Path, results: Path) -> None:
         sys.exit(f"dataflow failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
 
 
+def messages_per_contender(sizes_mb: list[int], reps: int) -> list[int]:
+    """How many messages each contender sends at each size: `reps` at the run's largest size, and
+    as many more at a smaller one as its messages are smaller (the same bytes at every size).
+    A message's cost beyond dora's copy is a few tens of microseconds whatever its size, and the
+    spread of one message's latency on a shared machine is about as large: at 1 MB, 40 messages
+    left a p50 that moved by 50 us from run to run (2026-11-28), more than the 20 us goal it is
+    judged by; the thousands that the same bytes make at 1 MB resolve it, in the time a 64 MB
+    size takes anyway."""
+    largest = max(sizes_mb)
+    return [max(1, round(reps * largest / size)) for size in sizes_mb]
+
+
 def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sampler=None) -> list[dict]:
-    """Every contender of `layouts` (default LAYOUTS) at every size through one dataflow.
-    `sampler(role)`: the command line (path, args) that starts a node under a profiler instead."""
+    """Every contender of `layouts` (default LAYOUTS) at every size through one dataflow,
+    `messages_per_contender` of each. `sampler(role)`: the command line (path, args) that starts a
+    node under a profiler instead."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
         tmp = Path(tmp)
         results = tmp / "results.json"
-        plan = {"sizes_mb": sizes_mb, "reps": reps, "warmup": warmup, "layouts": layouts or LAYOUTS}
+        plan = {
+            "sizes_mb": sizes_mb,
+            "reps": messages_per_contender(sizes_mb, reps),
+            "warmup": warmup,
+            "layouts": layouts or LAYOUTS,
+        }
 
         def node(role, **kw):
             path, args = sys.executable, f"-u {HERE / '_latency_node.py'} {role}"
@@ -112,6 +137,18 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
         }
         run_flow(flow, tmp, results)
         return json.loads(results.read_text())
+
+
+def latencies_ms(rows: list[dict], layout: str, size_mb: int, contender: str) -> list[float]:
+    return [
+        r["latency_ns"] / 1e6
+        for r in rows
+        if r["layout"] == layout and r["size_mb"] == size_mb and r["contender"] == contender
+    ]
+
+
+# Printed beside each figure judged against a goal: `_timing.resampled_medians` of this run.
+INTERVAL = "95% interval"
 
 
 def p50_ms(rows: list[dict]) -> float:
@@ -164,6 +201,12 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
             base = lat[BASELINE[layout]]
             tc_ratio = lat["tc"] / base
             pa_ratio = lat["tc"] / lat["pa.array"]
+            # How far each ratio could have moved by the luck of which messages were slow.
+            boot = resampled_medians(
+                {c: latencies_ms(rows, layout, size, c) for c in {"tc", "pa.array", BASELINE[layout]}}
+            )
+            tc_low, tc_high = interval(boot["tc"] / boot[BASELINE[layout]])
+            pa_low, pa_high = interval(boot["tc"] / boot["pa.array"])
             summary[f"{layout}/{size}MB"] = {**lat, "tc/baseline": tc_ratio, "tc/pa.array": pa_ratio}
             cells = [
                 f"{BASELINE[layout]} {base:7.2f}",
@@ -179,7 +222,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                         "<=",
                         1.2,
                         "x",
-                        f"ratio {tc_ratio:.2f}",
+                        f"ratio {tc_ratio:.2f}, {INTERVAL} {tc_low:.2f} to {tc_high:.2f}",
                     )
                 )
             else:
@@ -190,7 +233,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                         "<",
                         1.0,
                         "x",
-                        f"ratio {tc_ratio:.2f}",
+                        f"ratio {tc_ratio:.2f}, {INTERVAL} {tc_low:.2f} to {tc_high:.2f}",
                     )
                 )
             issue = " end to end (issue 18)" if (layout, size) == ("contiguous", 1) else ""
@@ -201,7 +244,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                     "<=",
                     1.0,
                     "x",
-                    f"ratio {pa_ratio:.2f}",
+                    f"ratio {pa_ratio:.2f}, {INTERVAL} {pa_low:.2f} to {pa_high:.2f}",
                 )
             )
     print()
@@ -356,12 +399,15 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         picked = "send_output" if size * MB < copies_below else "send_output_raw"
         other = "send_output_raw" if picked == "send_output" else "send_output"
         own_us = (tc - min(raw, copied)) * 1e3
+        boot = resampled_medians({c: latencies_ms(rows, "contiguous", size, c) for c in ("tc", "raw", "send_output")})
+        own_low, own_high = interval((boot["tc"] - np.minimum(boot["raw"], boot["send_output"])) * 1e3)
         table[f"{size}MB"] = {
             "send_output_raw": raw,
             "send_output": copied,
             "send_output:uint8": as_uint8,
             "tc": tc,
             "own_cost_us": own_us,
+            "own_cost_us_interval": [own_low, own_high],
             "picked": picked,
             **{f"tc:{k}": v for k, v in forced.items()},
         }
@@ -399,7 +445,7 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
                     "<",
                     OWN_COST_GOAL_US,
                     "us",
-                    f"{own_us:.0f} us",
+                    f"{own_us:.0f} us, {INTERVAL} {own_low:.0f} to {own_high:.0f} us",
                 )
             )
     return verdicts
@@ -408,7 +454,13 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1,4,16,64", help="sizes in MB (default 1,4,16,64)")
-    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=15,
+        help="messages per contender at the largest size; a smaller size sends as many more as its messages "
+        "are smaller (the same bytes at every size: 15 -> 960 at 1 MB of 1,4,16,64) (default 15)",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(
         "--pool", default="512MB", help="shared_memory_pool_size of the sender, same for every contender"
@@ -434,7 +486,14 @@ def main(argv=None) -> dict:
         return save("dora_latency_profile", "none: where tc's time goes, sampled", figures, args.json)
     if args.split:
         found, wrong = split(sizes, args.reps, args.warmup, args.pool)
-        figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "split": found, "wrong": wrong}
+        figures = {
+            "sizes_mb": sizes,
+            "reps": args.reps,
+            "messages_per_contender": messages_per_contender(sizes, args.reps),
+            "pool": args.pool,
+            "split": found,
+            "wrong": wrong,
+        }
         return save(
             "dora_latency_split", "the floor: send_output of the same bytes, typed as the tensor", figures, args.json
         )
@@ -443,6 +502,7 @@ def main(argv=None) -> dict:
     figures = {
         "sizes_mb": sizes,
         "reps": args.reps,
+        "messages_per_contender": messages_per_contender(sizes, args.reps),
         "pool": args.pool,
         "baselines": BASELINE,
         "rows": points(rows, sizes),

@@ -135,7 +135,9 @@ def _date(data) -> str:
 def machine_text(data) -> str:
     m = data["machine"]
     cpu = f"{m['cpus']} CPUs" + (f" ({m['cpu_model']})" if isinstance(m.get("cpu_model"), str) else "")
-    return f"{m['system']}, {cpu}, {m['gpu'] or 'no GPU'}; python {m['python']}, torch {m['torch']}"
+    speed = m.get("python_speed_us")  # results written before it was measured have none
+    pace = f"; sum(range(1000)) in {speed:.1f} us" if isinstance(speed, int | float) else ""
+    return f"{m['system']}, {cpu}, {m['gpu'] or 'no GPU'}; python {m['python']}, torch {m['torch']}{pace}"
 
 
 # -- drawing helpers ------------------------------------------------------------------------------

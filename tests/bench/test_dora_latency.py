@@ -3,9 +3,13 @@ dataflow, tc.send / tc.receive against send_output_raw and the pa.array pattern.
 
 from __future__ import annotations
 
+import math
+import random
+import statistics
+
 import pytest
 
-from tests.support.bench import check_envelope, check_goals, load_module, positive, run_script
+from tests.support.bench import BENCH, check_envelope, check_goals, load_module, positive, run_script
 
 pytestmark = [pytest.mark.dora, pytest.mark.slow]
 
@@ -43,8 +47,51 @@ def test_dora_latency_sends_every_layout_and_contender_through_dora(dora_cli, tm
         assert all(positive(v) for v in figures.values()), figures
     check_goals(data["goals"])
     assert len(data["goals"]) == 11  # 8 of the ratios; the primitive and the unit tc picks, its own cost at 1 MB
+    # Each ratio and the own cost say how far this run's luck could have moved them.
+    judged = [g for g in data["goals"] if "pa.array" in g["name"] or "own cost" in g["name"]]
+    assert len(judged) == 5 and all("95% interval" in g["detail"] for g in judged), judged
     (row,) = data["primitives"].values()
     assert row["picked"] in ("send_output", "send_output_raw") and positive(row["tc:send_output_raw"]), row
+    low, high = row["own_cost_us_interval"]
+    assert math.isfinite(low) and math.isfinite(high) and low <= high, row
+    assert data["messages_per_contender"] == [2]
+
+
+def test_every_size_sends_the_same_bytes_per_contender(monkeypatch):
+    """`--reps` is the largest size's count; a smaller size sends as many more messages as its
+    messages are smaller, so the small sizes, where tc's goal is a few microseconds, have the
+    thousands of messages that resolve it."""
+    bench = load_module("dora_latency", monkeypatch)
+    assert bench.messages_per_contender([1, 4, 16, 64], 15) == [960, 240, 60, 15]
+    assert bench.messages_per_contender([1, 4, 16, 64], 40) == [2560, 640, 160, 40]
+    assert bench.messages_per_contender([1], 2000) == [2000]  # the split's and the quick compare's runs
+    assert bench.messages_per_contender([3, 1], 1) == [1, 3]
+
+
+def test_a_figure_of_medians_gets_an_interval_that_narrows_with_more_messages(monkeypatch):
+    """The bootstrap behind each judged figure: seeded (the same values, the same interval), it
+    holds the figure the full values give, and thousands of messages pin down a 10 us offset
+    that twenty leave open to zero."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from _timing import interval, resampled_medians
+
+    rng = random.Random(7)
+
+    def latencies(n, offset):
+        return [100.0 + offset + rng.uniform(-60, 60) for _ in range(n)]
+
+    def offset_interval(n):
+        slow, fast = latencies(n, 10), latencies(n, 0)
+        boot = resampled_medians({"slow": slow, "fast": fast})
+        again = resampled_medians({"slow": slow, "fast": fast})
+        assert (boot["slow"] == again["slow"]).all()  # seeded
+        low, high = interval(boot["slow"] - boot["fast"])
+        assert low <= statistics.median(slow) - statistics.median(fast) <= high
+        return low, high
+
+    few, many = offset_interval(20), offset_interval(2000)
+    assert few[0] < 0 < few[1]  # twenty messages a contender cannot tell 10 us from nothing
+    assert 0 < many[0] < 10 < many[1] and many[1] - many[0] < (few[1] - few[0]) / 4
 
 
 def test_split_takes_tcs_cost_apart_in_one_dataflow(dora_cli, tmp_path):

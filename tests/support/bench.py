@@ -23,7 +23,7 @@ import pytest
 from tests.support.paths import ROOT
 
 BENCH = ROOT / "bench"
-MACHINE_KEYS = {"platform", "system", "cpus", "cpu_model", "gpu", "python", "torch"}
+MACHINE_KEYS = {"platform", "system", "cpus", "cpu_model", "gpu", "python", "torch", "python_speed_us"}
 
 
 def run_script(name: str, args: list[str], results: Path) -> dict:
