@@ -24,13 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from . import lifetimes, received
 from .transports.arrow_values import DLPACK_VERSION, FROM_CAPSULE, VERSIONED_CAPSULES
 from .wire.buffer import HOST_ALIGNMENT, UNITS
 from .wire.header import KEY_HEADER, V1_KEY_VERSION
-from .wire.kinds import MAKE_SUBCLASS
 
 __all__ = ["view_in_place"]
 
@@ -51,7 +48,7 @@ def view_in_place(value: Any, metadata: Any, name: str | None) -> Any:
     layout = hit[0].in_place
     if layout is None or V1_KEY_VERSION in metadata:
         return None
-    total, dtype, shape, strides, cls, leaves, tree = layout
+    total, dtype, shape, strides, retype, leaves, tree = layout
     width = UNITS.get(type(value), 0)  # the class gives the Arrow type (wire.buffer.check_value)
     if not width or len(value) * width != total or value.null_count:
         return None
@@ -75,6 +72,10 @@ def view_in_place(value: Any, metadata: Any, name: str | None) -> Any:
         except RuntimeError:  # a view torch will not make: the full way (leaf_views) instead
             return None
         borrowed, leaf = leaf, retyped.as_strided_(shape, strides)
-    obj = leaf if cls is torch.Tensor else MAKE_SUBCLASS(cls, leaf)  # wire.kinds.handed_out_as, inlined
-    lifetimes.register_leaf(name, obj, leaf, borrowed, leaves, tree)
-    return obj
+    version = leaf._version  # read while plain: an Image's reads go through its __torch_function__
+    if retype is not None:
+        # The tensor itself becomes the Image (Video, Mask): no second tensor object over it
+        # (wire.kinds.retypes_in_place, checked when the header was compiled).
+        leaf.__class__ = retype
+    lifetimes.register_leaf(name, leaf, version, borrowed, leaves, tree)
+    return leaf

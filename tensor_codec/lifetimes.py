@@ -194,16 +194,14 @@ def register_message(
 _AT_START = (0,)  # the one leaf's location: it views `borrowed` from its start
 
 
-def register_leaf(
-    name: str | None, leaf: torch.Tensor, plain: torch.Tensor, borrowed: Any, layouts: list, tree: Any
-) -> None:
+def register_leaf(name: str | None, leaf: torch.Tensor, version: int, borrowed: Any, layouts: list, tree: Any) -> None:
     """`register_message` for a message that is one tensor viewing `borrowed` from its start
     (most messages: in_place.view_in_place), in fewer steps: `leaf` as handed out (a plain
-    tensor, or an Image), `plain` the same tensor as a plain alias (`leaf` itself if plain)."""
+    tensor, or an Image), `version` its version counter, read by the caller while it was plain."""
     key = id(leaf)
     ref = _HandedOut(leaf, _forget)
     ref.key = key
-    message = Message(name, borrowed, [ref], [plain._version], _AT_START, layouts, tree)
+    message = Message(name, borrowed, [ref], [version], _AT_START, layouts, tree)
     _handouts[key] = (ref, message, 0)
     stack = _local.scopes
     if stack:

@@ -44,9 +44,10 @@ class Compiled(NamedTuple):
     handed_out_as: type | None
     transport: Any  # the transport the header names (transports.base.Transport)
     # For such a header whose messages the transport views where they lie
-    # (Transport.in_place_layout): (value bytes, dtype, shape, strides, handed_out_as, leaves,
-    # tree), what in_place.view_in_place unpacks in one step; else None. A stream of one tensor
-    # or Image, header seen before: most messages.
+    # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
+    # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
+    # what in_place.view_in_place unpacks in one step; else None. A stream of one tensor or
+    # Image, header seen before: most messages.
     in_place: tuple | None
 
 
@@ -128,7 +129,12 @@ def compile_header(text: str, lookup_transport: TransportLookup) -> Compiled:
     cost = nodes + len(leaves)
     handed_out_as = _one_tensor_class(header["tree"])  # most streams: one plain tensor or Image
     layout = None if handed_out_as is None else transport.in_place_layout(prepared)
-    in_place = None if layout is None else (*layout, handed_out_as, leaves, header["tree"])
+    # The class DLPack's tensor becomes in place (None: it is the object as it comes); a class
+    # that cannot be set there takes the full path, which makes the object over the tensor.
+    retype = None if handed_out_as is torch.Tensor else handed_out_as
+    if retype is not None and not kinds.retypes_in_place(retype):
+        layout = None
+    in_place = None if layout is None else (*layout, retype, leaves, header["tree"])
     compiled = Compiled(header, leaves, build, prepared, cost, handed_out_as, transport, in_place)
     if len(text) <= _CACHE_MAX_TEXT and cost <= _CACHE_MAX_NODES:
         _cache.keep(text, compiled, cost, bounds)

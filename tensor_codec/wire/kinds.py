@@ -25,7 +25,16 @@ import torch
 
 from ..errors import DecodeError, EncodeError
 
-__all__ = ["TensorKind", "PLAIN", "kind_of", "kind_by_tag", "all_kinds", "handed_out_as", "MAKE_SUBCLASS"]
+__all__ = [
+    "TensorKind",
+    "PLAIN",
+    "kind_of",
+    "kind_by_tag",
+    "all_kinds",
+    "handed_out_as",
+    "retypes_in_place",
+    "MAKE_SUBCLASS",
+]
 
 _MAX_CANVAS = 1 << 31
 
@@ -70,6 +79,28 @@ class TensorKind:
 # (cls, plain, requires_grad) -> `plain` as a `cls`: see handed_out_as, which per-message paths
 # inline. Untyped: torch's stub takes no TVTensor class.
 MAKE_SUBCLASS: Any = torch.Tensor._make_subclass
+
+
+@functools.cache
+def retypes_in_place(cls: type) -> bool:
+    """Whether a tensor torch made (DLPack's view of a message) can be handed out as a `cls` by
+    setting its ``__class__``, instead of a second tensor object made over it (`handed_out_as`).
+    In a dora node that second object cost 15 to 20 us of a 1 MB Image's receive with the caches
+    cold between messages, three times the rest of tc's receive (bench/dora_latency.py's image
+    rows, 1,200 messages a contender, 2026-11-28). Yes for a subclass without a
+    ``__torch_dispatch__`` of its own (torch sets up such a class's dispatch when it makes the
+    object, which an assignment skips; TVTensors have none) whose objects Python lets a tensor
+    become (the same memory layout: tried here, once per class)."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)) or cls is torch.Tensor:
+        return False
+    if getattr(cls, "__torch_dispatch__", None) is not getattr(torch.Tensor, "__torch_dispatch__", None):
+        return False
+    probe = torch.empty(0)
+    try:
+        probe.__class__ = cls
+    except TypeError:  # a layout Python will not swap (slots, another base)
+        return False
+    return type(probe) is cls
 
 
 def handed_out_as(plain: torch.Tensor, cls: type) -> Any:

@@ -7,6 +7,7 @@ import collections
 import gc
 import logging
 import re
+import sys
 import threading
 
 import pyarrow as pa
@@ -368,6 +369,22 @@ def _as_float32(value: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.float32(), len(value) // 4, [None, value.buffers()[1]])
 
 
+def _with_c_calls_named(c_function, call, *args, **kwargs):
+    """-> (what `call(*args, **kwargs)` returned, how many calls of the C function named `c_function` it made)."""
+    made = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", None) == c_function:
+            made.append(arg)
+
+    sys.setprofile(profile)
+    try:
+        result = call(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return result, len(made)
+
+
 def _counting(monkeypatch, module, name, counts):
     real = getattr(module, name)
 
@@ -418,8 +435,10 @@ def test_a_stream_of_one_tensor_is_viewed_in_one_step_from_its_first_message(mon
 @pytest.mark.parametrize("cls", [tvt.Image, tvt.Video, tvt.Mask], ids=lambda c: c.__name__)
 def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkeypatch, cls):
     """Image, Video and Mask carry no attributes: a message of one is viewed and registered in
-    one step as a plain tensor's is (its header compiled once), and handed out as its class.
-    Borrowed, released at scope exit (writes through it reported), kept exactly, as its class."""
+    one step as a plain tensor's is (its header compiled once), and handed out as its class: the
+    tensor DLPack made, its class set in place, no second tensor object made over it (that cost
+    a dora node 15 to 20 us a message, wire.kinds.retypes_in_place). Borrowed, released at scope
+    exit (writes through it reported), kept exactly, as its class."""
     from tensor_codec import lifetimes, received
     from tensor_codec.transports.host import HostTransport
 
@@ -437,8 +456,11 @@ def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkey
     for i, frame in enumerate(frames):
         value, metadata = tc.encode(frame)
         with tc.scope():
-            got = tc.decode(value, metadata, name="frames")
-            assert type(got) is cls and is_borrowed(got)
+            got, made = _with_c_calls_named("_make_subclass", tc.decode, value, metadata, name="frames")
+            assert made == 0  # however reached: torch's own call counted
+            assert type(got) is cls and is_borrowed(got) and got._base is None
+            assert got.data_ptr() == value.buffers()[1].address  # the message's bytes, where they lie
+            assert type(got + 0) is torch.Tensor  # a TVTensor's operations unwrap, as torchvision's do
             assert_identical(got, frame, strides="exact")
             if i == 3:
                 kept = tc.keep(got)
@@ -450,6 +472,50 @@ def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkey
     with pytest.raises(tc.SharedViewWriteError, match="input 'frames'"):
         with tc.scope():
             tc.decode(value, metadata, name="frames").add_(1)
+
+
+class _OwnDispatch(torch.Tensor):
+    """A tensor subclass with a __torch_dispatch__ of its own: torch sets up its dispatch when it
+    makes an object, so a tensor cannot just become one."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _Slotted(torch.Tensor):
+    __slots__ = ("extra",)  # another memory layout: Python will not swap a tensor's class to it
+
+
+def test_which_classes_a_received_tensor_becomes_in_place():
+    """wire.kinds.retypes_in_place: the attribute-less TVTensors yes; torch.Tensor itself (nothing
+    to set), a class with its own __torch_dispatch__, one Python will not swap to, and what is no
+    tensor class, no."""
+    from tensor_codec.wire.kinds import retypes_in_place
+
+    assert all(retypes_in_place(cls) for cls in (tvt.Image, tvt.Video, tvt.Mask))
+    assert not any(retypes_in_place(cls) for cls in (torch.Tensor, _OwnDispatch, _Slotted, dict, int))
+
+
+def test_a_class_a_tensor_cannot_become_in_place_is_made_over_it_by_the_full_path(monkeypatch):
+    """Were Image one of the classes a tensor cannot become in place, its messages would still
+    arrive as Images, zero-copy, each made over the viewed tensor (by the full path)."""
+    from tensor_codec import received
+    from tensor_codec.wire import kinds
+
+    monkeypatch.setattr(kinds, "retypes_in_place", lambda cls: False)
+    counts = collections.Counter()
+    _counting(monkeypatch, kinds, "MAKE_SUBCLASS", counts)
+    received.forget_all()
+    frame = tvt.Image(torch.randint(0, 255, (3, 32, 48), dtype=torch.uint8))
+    for _ in range(3):
+        value, metadata = tc.encode(frame)
+        with tc.scope():
+            got = tc.decode(value, metadata)
+            assert type(got) is tvt.Image and is_borrowed(got)
+            assert_identical(got, frame, strides="exact")
+    assert counts == {"MAKE_SUBCLASS": 3}
+    received.forget_all()  # no header compiled under the stand-in stays cached
 
 
 def test_a_tvtensor_with_attributes_or_grad_is_built_not_viewed_in_one_step(monkeypatch):
