@@ -958,44 +958,55 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         # A stream's repeat (most messages; `_Repeat`), in this one Python frame: between messages
         # the caches are cold, and each call costs a microsecond or two (two calls fewer: 4 to 5
         # us less of a 1 MB message's latency, bench/dora_latency.py --split, three alternating
-        # runs per tree; what is left is torch's attribute reads). walk.plain_of inlined.
-        t = obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor)
+        # runs per tree; what is left is torch's attribute reads).
+        # An Image's (Video's, Mask's) reads go through its __torch_function__, and a plain alias
+        # of it (as_subclass) is a second tensor object, 15 to 20 us of a message with the caches
+        # cold (as on the receive: wire.kinds.retypes_in_place): its reads run here on the object
+        # itself, with subclasses' dispatch off until this block is left.
+        t = obj
+        dispatch_off = None if type(obj) is torch.Tensor else _SUBCLASS_DISPATCH_OFF()
+        if dispatch_off is not None:
+            dispatch_off.__enter__()
         try:
-            repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
-        except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
-            repeat = None
-        # Autograd: another header. Lazy bits: the storage does not hold the values.
-        if (
-            repeat is not None
-            and (repeat.held is node or repeat.held() is node)
-            and t.is_cpu
-            and not (t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()))
-        ):
-            nbytes = repeat.nbytes
-            if not (repeat.layout.raw_span and nbytes < DORA_COPIES_BELOW):
-                return _send_repeat_written(node, output_id, t, metadata, repeat)
-            # dora copies the span from where it lies (send_output). A storage resized or freed
-            # after the view was made would be read at a dangling address: the full path names it.
-            # (layout.holds_dense_span and arrow_values.value_of, inlined.)
-            if t.untyped_storage().nbytes() >= t.storage_offset() * repeat.element_size + nbytes:
-                address = t.data_ptr()  # dense layouts address bytes from data_ptr() up
-                unit = repeat.unit
-                if unit is not None and not address % repeat.element_size:
-                    data = pa.foreign_buffer(address, nbytes, base=t)
-                    value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
-                else:
-                    value = value_of(address, nbytes, t.dtype, t)
-                merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
-                try:
-                    node.send_output(output_id, value, merged)
-                except RuntimeError as e:
-                    translated = size_error(node, output_id, nbytes, e, merged)
-                    if translated is None:
-                        raise
-                    raise translated from None  # dora's words are in the message (see below)
-                except UnicodeEncodeError as e:
-                    raise _unencodable(metadata, e) from None
-                return True
+            try:
+                repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
+            except RuntimeError:  # a tensor without strides (sparse, nested): never a repeat
+                repeat = None
+            # Autograd: another header. Lazy bits: the storage does not hold the values.
+            if (
+                repeat is not None
+                and (repeat.held is node or repeat.held() is node)
+                and t.is_cpu
+                and not (t.requires_grad or t.is_neg() or (repeat.complex and t.is_conj()))
+            ):
+                nbytes = repeat.nbytes
+                if not (repeat.layout.raw_span and nbytes < DORA_COPIES_BELOW):
+                    return _send_repeat_written(node, output_id, t, metadata, repeat)
+                # dora copies the span from where it lies (send_output). A storage resized or freed
+                # after the view was made would be read at a dangling address: the full path names it.
+                # (layout.holds_dense_span and arrow_values.value_of, inlined.)
+                if t.untyped_storage().nbytes() >= t.storage_offset() * repeat.element_size + nbytes:
+                    address = t.data_ptr()  # dense layouts address bytes from data_ptr() up
+                    unit = repeat.unit
+                    if unit is not None and not address % repeat.element_size:
+                        data = pa.foreign_buffer(address, nbytes, base=t)
+                        value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
+                    else:
+                        value = value_of(address, nbytes, t.dtype, t)
+                    merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
+                    try:
+                        node.send_output(output_id, value, merged)
+                    except RuntimeError as e:
+                        translated = size_error(node, output_id, nbytes, e, merged)
+                        if translated is None:
+                            raise
+                        raise translated from None  # dora's words are in the message (see below)
+                    except UnicodeEncodeError as e:
+                        raise _unencodable(metadata, e) from None
+                    return True
+        finally:
+            if dispatch_off is not None:
+                dispatch_off.__exit__(None, None, None)
     output = Output(output_id, lambda: expected_receivers(node, output_id))
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
     if outgoing is None:
@@ -1060,6 +1071,9 @@ class _Repeat:
     held: Any
 
 
+# A TVTensor's attributes read as a plain tensor's, without a second tensor object (see `send`).
+_SUBCLASS_DISPATCH_OFF = torch._C.DisableTorchFunctionSubclass
+
 # (id(node), output, type, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
 # The types a repeat may be: plain tensors, and each TVTensor class without attributes (Image,
@@ -1109,7 +1123,7 @@ def _send_repeat_written(node: Any, output_id: str, t: torch.Tensor, metadata: d
     """A repeat (`send` checked it is one) whose bytes tc writes into send_output_raw's buffer:
     a strided crop compacted in one pass (write_leaf), or a span from DORA_COPIES_BELOW up (no
     repeat today: `_surely_carried`), after the full path's storage check, which names a
-    storage too small. `t`: the tensor as a plain alias."""
+    storage too small. `t`: the tensor sent (an Image's dispatch is off meanwhile: `send`)."""
     nbytes = repeat.nbytes
     leaf = repeat.layout.with_plain_source(t)
     merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)

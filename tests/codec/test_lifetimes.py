@@ -7,7 +7,6 @@ import collections
 import gc
 import logging
 import re
-import sys
 import threading
 
 import pyarrow as pa
@@ -18,6 +17,7 @@ from torchvision import tv_tensors as tvt
 import tensor_codec as tc
 from tensor_codec.lifetimes import is_borrowed
 from tensor_codec.testing import assert_identical, make_packed_sequences
+from tests.support.calls import with_c_calls_named
 from tests.support.waiting import wait_until
 
 
@@ -369,22 +369,6 @@ def _as_float32(value: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.float32(), len(value) // 4, [None, value.buffers()[1]])
 
 
-def _with_c_calls_named(c_function, call, *args, **kwargs):
-    """-> (what `call(*args, **kwargs)` returned, how many calls of the C function named `c_function` it made)."""
-    made = []
-
-    def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__name__", None) == c_function:
-            made.append(arg)
-
-    sys.setprofile(profile)
-    try:
-        result = call(*args, **kwargs)
-    finally:
-        sys.setprofile(None)
-    return result, len(made)
-
-
 def _counting(monkeypatch, module, name, counts):
     real = getattr(module, name)
 
@@ -456,7 +440,7 @@ def test_a_stream_of_one_attributeless_tvtensor_is_viewed_in_one_step_too(monkey
     for i, frame in enumerate(frames):
         value, metadata = tc.encode(frame)
         with tc.scope():
-            got, made = _with_c_calls_named("_make_subclass", tc.decode, value, metadata, name="frames")
+            got, made = with_c_calls_named("_make_subclass", tc.decode, value, metadata, name="frames")
             assert made == 0  # however reached: torch's own call counted
             assert type(got) is cls and is_borrowed(got) and got._base is None
             assert got.data_ptr() == value.buffers()[1].address  # the message's bytes, where they lie

@@ -13,6 +13,7 @@ import tensor_codec as tc
 from tensor_codec import dora_adapter, send_pipeline
 from tensor_codec.testing import assert_identical, make_suite
 from tensor_codec.wire.buffer import UNIT_NAMES, UNIT_TYPES
+from tests.support.calls import with_c_calls_named
 from tests.support.fakes import FakeNode
 from tests.support.wire import transport_of
 from tools.fuzz import execute as fuzz_execute
@@ -376,6 +377,33 @@ def test_a_stream_of_one_attributeless_tvtensor_is_planned_once(monkeypatch, kin
         got = tc.receive(as_event(sent))
         assert type(got) is cls and torch.equal(got.as_subclass(torch.Tensor), base - 4 + i)
     assert type(tc.receive(as_event(node.sent[4]))) is torch.Tensor
+
+
+def test_an_images_repeat_reads_the_image_itself_and_leaves_subclass_dispatch_on_whatever_happens():
+    """A repeat of an Image reads its tensor state with subclasses' __torch_function__ off, on
+    the Image itself: no plain alias made of it (a second tensor object costs a dora node 15 to
+    20 us a message), and dispatch is on again after the send, whether it was sent, fell to the
+    full path, or raised there."""
+    from torchvision import tv_tensors
+
+    node = FakeNode()
+    base = torch.randn(3, 64, 64)
+    frame = tv_tensors.Image(base)
+    tc.send(node, "out", frame)  # the first: planned in full
+    for c_function in ("as_subclass", "_make_subclass"):
+        sent, made = with_c_calls_named(c_function, tc.send, node, "out", frame)
+        assert sent is True and made == 0, c_function
+        assert torch._C._is_torch_function_enabled()
+    got = tc.receive(as_event(node.sent[-1]))
+    assert type(got) is tv_tensors.Image and torch.equal(got.as_subclass(torch.Tensor), base)
+
+    crop = tv_tensors.Image(base[:, :32])  # a view of the first rows: its repeat checks the storage
+    tc.send(node, "out", crop)
+    base.untyped_storage().resize_(0)
+    with pytest.raises(tc.EncodeError, match="storage holds 0 bytes"):
+        tc.send(node, "out", crop)
+    assert torch._C._is_torch_function_enabled()
+    assert type(tv_tensors.Image(torch.zeros(1, 2, 2)) + 0) is torch.Tensor  # TVTensors unwrap again
 
 
 def test_a_tvtensor_with_attributes_is_planned_every_time(monkeypatch):
