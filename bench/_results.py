@@ -56,7 +56,8 @@ def _cpus() -> int:
 
 def python_speed_us() -> float:
     """How long ``sum(range(1000))`` takes in this interpreter now, in microseconds (the best of 5
-    runs of 2,000 calls): the machine's speed while the benchmark ran. Shared machines are not
+    runs of 2,000 calls), measured as the results are written, just after the run: the machine's
+    speed at the time. Shared machines are not
     always quiet, and a loaded one slows every Python step alike: on the 2-core development
     machine this read 16 to 26 us on 2026-11-28, when one revision's encode and decode of a 1 KB
     message (bench/small_message.py) took 50.9 us, against 18.0 on a quieter day. Goals in

@@ -149,6 +149,25 @@ def latencies_ms(rows: list[dict], layout: str, size_mb: int, contender: str) ->
 
 # Printed beside each figure judged against a goal: `_timing.resampled_medians` of this run.
 INTERVAL = "95% interval"
+# Fewer messages a contender and the bootstrap's interval says nothing (two gave a ratio of 2.55
+# "between 0.96 and 4.35"): it is left out.
+INTERVAL_MIN_MESSAGES = 20
+
+
+def judged_intervals(samples: dict[str, list[float]], *figures) -> list[tuple[float, float] | None]:
+    """For each `figure(medians)` (a function of the contenders' resampled medians, numpy arrays
+    by name), its 95% interval over resamples of this run's messages; all None when a contender
+    has fewer than INTERVAL_MIN_MESSAGES."""
+    if min(len(values) for values in samples.values()) < INTERVAL_MIN_MESSAGES:
+        return [None] * len(figures)
+    medians = resampled_medians(samples)
+    return [interval(figure(medians)) for figure in figures]
+
+
+def interval_text(found: tuple[float, float] | None, fmt: str, unit: str = "") -> str:
+    if found is None:
+        return f"{INTERVAL}: too few messages (under {INTERVAL_MIN_MESSAGES} a contender)"
+    return f"{INTERVAL} {found[0]:{fmt}} to {found[1]:{fmt}}{unit}"
 
 
 def p50_ms(rows: list[dict]) -> float:
@@ -202,11 +221,12 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
             tc_ratio = lat["tc"] / base
             pa_ratio = lat["tc"] / lat["pa.array"]
             # How far each ratio could have moved by the luck of which messages were slow.
-            boot = resampled_medians(
-                {c: latencies_ms(rows, layout, size, c) for c in {"tc", "pa.array", BASELINE[layout]}}
+            named = dict.fromkeys(("tc", "pa.array", BASELINE[layout]))  # in order: the draws are seeded
+            tc_interval, pa_interval = judged_intervals(
+                {c: latencies_ms(rows, layout, size, c) for c in named},
+                lambda m: m["tc"] / m[BASELINE[layout]],
+                lambda m: m["tc"] / m["pa.array"],
             )
-            tc_low, tc_high = interval(boot["tc"] / boot[BASELINE[layout]])
-            pa_low, pa_high = interval(boot["tc"] / boot["pa.array"])
             summary[f"{layout}/{size}MB"] = {**lat, "tc/baseline": tc_ratio, "tc/pa.array": pa_ratio}
             cells = [
                 f"{BASELINE[layout]} {base:7.2f}",
@@ -222,7 +242,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                         "<=",
                         1.2,
                         "x",
-                        f"ratio {tc_ratio:.2f}, {INTERVAL} {tc_low:.2f} to {tc_high:.2f}",
+                        f"ratio {tc_ratio:.2f}, {interval_text(tc_interval, '.2f')}",
                     )
                 )
             else:
@@ -233,7 +253,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                         "<",
                         1.0,
                         "x",
-                        f"ratio {tc_ratio:.2f}, {INTERVAL} {tc_low:.2f} to {tc_high:.2f}",
+                        f"ratio {tc_ratio:.2f}, {interval_text(tc_interval, '.2f')}",
                     )
                 )
             issue = " end to end (issue 18)" if (layout, size) == ("contiguous", 1) else ""
@@ -244,7 +264,7 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
                     "<=",
                     1.0,
                     "x",
-                    f"ratio {pa_ratio:.2f}, {INTERVAL} {pa_low:.2f} to {pa_high:.2f}",
+                    f"ratio {pa_ratio:.2f}, {interval_text(pa_interval, '.2f')}",
                 )
             )
     print()
@@ -399,15 +419,17 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         picked = "send_output" if size * MB < copies_below else "send_output_raw"
         other = "send_output_raw" if picked == "send_output" else "send_output"
         own_us = (tc - min(raw, copied)) * 1e3
-        boot = resampled_medians({c: latencies_ms(rows, "contiguous", size, c) for c in ("tc", "raw", "send_output")})
-        own_low, own_high = interval((boot["tc"] - np.minimum(boot["raw"], boot["send_output"])) * 1e3)
+        (own_interval,) = judged_intervals(
+            {c: latencies_ms(rows, "contiguous", size, c) for c in ("tc", "raw", "send_output")},
+            lambda m: (m["tc"] - np.minimum(m["raw"], m["send_output"])) * 1e3,
+        )
         table[f"{size}MB"] = {
             "send_output_raw": raw,
             "send_output": copied,
             "send_output:uint8": as_uint8,
             "tc": tc,
             "own_cost_us": own_us,
-            "own_cost_us_interval": [own_low, own_high],
+            "own_cost_us_interval": None if own_interval is None else list(own_interval),
             "picked": picked,
             **{f"tc:{k}": v for k, v in forced.items()},
         }
@@ -445,7 +467,7 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
                     "<",
                     OWN_COST_GOAL_US,
                     "us",
-                    f"{own_us:.0f} us, {INTERVAL} {own_low:.0f} to {own_high:.0f} us",
+                    f"{own_us:.0f} us, {interval_text(own_interval, '.0f', ' us')}",
                 )
             )
     return verdicts
@@ -480,6 +502,8 @@ def main(argv=None) -> dict:
     add_json_option(parser, "dora_latency")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if min(sizes) < 1 or args.reps < 1:
+        parser.error(f"--sizes and --reps: expected whole numbers from 1, got --sizes {args.sizes} --reps {args.reps}")
     if args.profile is not None:
         found = profile(sizes, args.reps, args.warmup, args.pool, args.profile, args.top)
         figures = {"sizes_mb": sizes, "reps": args.reps, "pool": args.pool, "sample_hz": SAMPLE_HZ, "profile": found}

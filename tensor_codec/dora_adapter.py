@@ -959,14 +959,16 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
         # the caches are cold, and each call costs a microsecond or two (two calls fewer: 4 to 5
         # us less of a 1 MB message's latency, bench/dora_latency.py --split, three alternating
         # runs per tree; what is left is torch's attribute reads).
-        # An Image's (Video's, Mask's) reads go through its __torch_function__, and a plain alias
-        # of it (as_subclass) is a second tensor object, 15 to 20 us of a message with the caches
-        # cold (as on the receive: wire.kinds.retypes_in_place): its reads run here on the object
-        # itself, with subclasses' dispatch off until this block is left.
+        # An Image's (Video's, Mask's) reads would go through its __torch_function__, and a plain
+        # alias of it (as_subclass) is a second tensor object (about 18 us of a 1 MB Image's
+        # latency in a dora node; bench/README.md, eighth round): its state is read here on the
+        # Image itself, with subclasses' __torch_function__ off for those reads alone (dora's
+        # send, and any Python node wrapping it, runs with it on).
         t = obj
-        dispatch_off = None if type(obj) is torch.Tensor else _SUBCLASS_DISPATCH_OFF()
+        dispatch_off = None if type(obj) is torch.Tensor else _SUBCLASS_TORCH_FUNCTION_OFF()
         if dispatch_off is not None:
             dispatch_off.__enter__()
+        value = written = copied = None
         try:
             try:
                 repeat = _repeats.get((id(node), output_id, type(obj), t.dtype, t.shape, t.stride()))
@@ -981,11 +983,11 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
             ):
                 nbytes = repeat.nbytes
                 if not (repeat.layout.raw_span and nbytes < DORA_COPIES_BELOW):
-                    return _send_repeat_written(node, output_id, t, metadata, repeat)
+                    written = repeat  # tc writes the bytes into send_output_raw's buffer
                 # dora copies the span from where it lies (send_output). A storage resized or freed
                 # after the view was made would be read at a dangling address: the full path names it.
                 # (layout.holds_dense_span and arrow_values.value_of, inlined.)
-                if t.untyped_storage().nbytes() >= t.storage_offset() * repeat.element_size + nbytes:
+                elif t.untyped_storage().nbytes() >= t.storage_offset() * repeat.element_size + nbytes:
                     address = t.data_ptr()  # dense layouts address bytes from data_ptr() up
                     unit = repeat.unit
                     if unit is not None and not address % repeat.element_size:
@@ -993,20 +995,26 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
                         value = pa.Array.from_buffers(unit, nbytes // repeat.element_size, [None, data])
                     else:
                         value = value_of(address, nbytes, t.dtype, t)
-                    merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)
-                    try:
-                        node.send_output(output_id, value, merged)
-                    except RuntimeError as e:
-                        translated = size_error(node, output_id, nbytes, e, merged)
-                        if translated is None:
-                            raise
-                        raise translated from None  # dora's words are in the message (see below)
-                    except UnicodeEncodeError as e:
-                        raise _unencodable(metadata, e) from None
-                    return True
+                    copied = repeat  # dora copies `value`
         finally:
             if dispatch_off is not None:
                 dispatch_off.__exit__(None, None, None)
+        if written is not None:
+            # (A crop of an Image, rarely sent, is written from a plain alias: torch's copy.)
+            plain = t if dispatch_off is None else obj.as_subclass(torch.Tensor)
+            return _send_repeat_written(node, output_id, plain, metadata, written)
+        if copied is not None:
+            merged = {**metadata, **copied.metadata} if metadata else dict(copied.metadata)
+            try:
+                node.send_output(output_id, value, merged)
+            except RuntimeError as e:
+                translated = size_error(node, output_id, nbytes, e, merged)
+                if translated is None:
+                    raise
+                raise translated from None  # dora's words are in the message (see below)
+            except UnicodeEncodeError as e:
+                raise _unencodable(metadata, e) from None
+            return True
     output = Output(output_id, lambda: expected_receivers(node, output_id))
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
     if outgoing is None:
@@ -1072,7 +1080,7 @@ class _Repeat:
 
 
 # A TVTensor's attributes read as a plain tensor's, without a second tensor object (see `send`).
-_SUBCLASS_DISPATCH_OFF = torch._C.DisableTorchFunctionSubclass
+_SUBCLASS_TORCH_FUNCTION_OFF = torch._C.DisableTorchFunctionSubclass
 
 # (id(node), output, type, dtype, shape, strides) -> _Repeat; the oldest goes past _REPEATS_KEPT.
 _repeats: dict[tuple, _Repeat] = {}
@@ -1123,7 +1131,7 @@ def _send_repeat_written(node: Any, output_id: str, t: torch.Tensor, metadata: d
     """A repeat (`send` checked it is one) whose bytes tc writes into send_output_raw's buffer:
     a strided crop compacted in one pass (write_leaf), or a span from DORA_COPIES_BELOW up (no
     repeat today: `_surely_carried`), after the full path's storage check, which names a
-    storage too small. `t`: the tensor sent (an Image's dispatch is off meanwhile: `send`)."""
+    storage too small. `t`: the tensor as a plain alias."""
     nbytes = repeat.nbytes
     leaf = repeat.layout.with_plain_source(t)
     merged = {**metadata, **repeat.metadata} if metadata else dict(repeat.metadata)

@@ -86,8 +86,9 @@ def retypes_in_place(cls: type) -> bool:
     """Whether a tensor torch made (DLPack's view of a message) can be handed out as a `cls` by
     setting its ``__class__``, instead of a second tensor object made over it (`handed_out_as`).
     In a dora node that second object cost 15 to 20 us of a 1 MB Image's receive with the caches
-    cold between messages, three times the rest of tc's receive (bench/dora_latency.py's image
-    rows, 1,200 messages a contender, 2026-11-28). Yes for a subclass without a
+    cold between messages, three times the rest of tc's receive (a scratch copy of
+    bench/dora_latency.py's node, 1,200 messages a contender: bench/README.md, eighth round).
+    Yes for a subclass without a
     ``__torch_dispatch__`` of its own (torch sets up such a class's dispatch when it makes the
     object, which an assignment skips; TVTensors have none) whose objects Python lets a tensor
     become (the same memory layout: tried here, once per class)."""

@@ -166,9 +166,10 @@ def test_scopes_are_per_thread():
 
 
 def test_a_thread_outside_any_scope_finds_an_empty_stack_and_its_receives_stay_out_of_others_scopes():
-    """Every thread has its stack of scopes from its first use, empty: a receive outside any
-    scope reads it as a list (no attribute looked up and missed per message), registers its
-    message (tc.release works) and joins no scope, neither another thread's nor a later one."""
+    """Every thread has its stack of scopes from its first use, empty (the structure read
+    directly: a receive outside any scope reads it as a list, where a missing attribute was
+    looked up and missed per message); such a receive still registers its message (tc.release
+    works) and joins no scope of another thread's."""
     from tensor_codec import lifetimes
 
     seen = {}

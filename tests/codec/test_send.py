@@ -379,14 +379,31 @@ def test_a_stream_of_one_attributeless_tvtensor_is_planned_once(monkeypatch, kin
     assert type(tc.receive(as_event(node.sent[4]))) is torch.Tensor
 
 
-def test_an_images_repeat_reads_the_image_itself_and_leaves_subclass_dispatch_on_whatever_happens():
+class _TorchFunctionSpyNode(FakeNode):
+    """A Python node that notes, as it sends, whether TVTensors' __torch_function__ is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.torch_function_on = []
+
+    def send_output(self, output_id, data, metadata=None):
+        self.torch_function_on.append(torch._C._is_torch_function_enabled())
+        return super().send_output(output_id, data, metadata)
+
+    def send_output_raw(self, output_id, data_length, metadata=None):
+        self.torch_function_on.append(torch._C._is_torch_function_enabled())
+        return super().send_output_raw(output_id, data_length, metadata)
+
+
+def test_an_images_repeat_reads_the_image_itself_with_its_torch_function_off_for_those_reads_alone():
     """A repeat of an Image reads its tensor state with subclasses' __torch_function__ off, on
-    the Image itself: no plain alias made of it (a second tensor object costs a dora node 15 to
-    20 us a message), and dispatch is on again after the send, whether it was sent, fell to the
-    full path, or raised there."""
+    the Image itself: no plain alias made of it (a second tensor object costs a dora node about
+    18 us a message). It is on again for dora's send (a Python node wrapping dora runs its own
+    code) and after the send, whether it was sent, written (a crop), fell to the full path, or
+    raised there."""
     from torchvision import tv_tensors
 
-    node = FakeNode()
+    node = _TorchFunctionSpyNode()
     base = torch.randn(3, 64, 64)
     frame = tv_tensors.Image(base)
     tc.send(node, "out", frame)  # the first: planned in full
@@ -397,6 +414,12 @@ def test_an_images_repeat_reads_the_image_itself_and_leaves_subclass_dispatch_on
     got = tc.receive(as_event(node.sent[-1]))
     assert type(got) is tv_tensors.Image and torch.equal(got.as_subclass(torch.Tensor), base)
 
+    strided = tv_tensors.Image(base[:, ::2, 1::2])  # compacted into send_output_raw's buffer
+    for _ in range(2):  # the first, then its repeat
+        assert tc.send(node, "out", strided) is True
+        got = tc.receive(as_event(node.sent[-1]))
+        assert type(got) is tv_tensors.Image and torch.equal(got.as_subclass(torch.Tensor), base[:, ::2, 1::2])
+
     crop = tv_tensors.Image(base[:, :32])  # a view of the first rows: its repeat checks the storage
     tc.send(node, "out", crop)
     base.untyped_storage().resize_(0)
@@ -404,6 +427,7 @@ def test_an_images_repeat_reads_the_image_itself_and_leaves_subclass_dispatch_on
         tc.send(node, "out", crop)
     assert torch._C._is_torch_function_enabled()
     assert type(tv_tensors.Image(torch.zeros(1, 2, 2)) + 0) is torch.Tensor  # TVTensors unwrap again
+    assert node.torch_function_on == [True] * 6
 
 
 def test_a_tvtensor_with_attributes_is_planned_every_time(monkeypatch):
