@@ -76,8 +76,9 @@ class TensorKind:
         return plain
 
 
-# (cls, plain, requires_grad) -> `plain` as a `cls`: see handed_out_as, which per-message paths
-# inline. Untyped: torch's stub takes no TVTensor class.
+# (cls, plain, requires_grad) -> `plain` as a `cls`, a second tensor object: `handed_out_as`'s
+# one call (a received one-tensor message's class is set in place instead: `retypes_in_place`).
+# Untyped: torch's stub takes no TVTensor class.
 MAKE_SUBCLASS: Any = torch.Tensor._make_subclass
 
 
@@ -88,10 +89,9 @@ def retypes_in_place(cls: type) -> bool:
     In a dora node that second object cost 15 to 20 us of a 1 MB Image's receive with the caches
     cold between messages, three times the rest of tc's receive (a scratch copy of
     bench/dora_latency.py's node, 1,200 messages a contender: bench/README.md, eighth round).
-    Yes for a subclass without a
-    ``__torch_dispatch__`` of its own (torch sets up such a class's dispatch when it makes the
-    object, which an assignment skips; TVTensors have none) whose objects Python lets a tensor
-    become (the same memory layout: tried here, once per class)."""
+    Yes for a subclass without a ``__torch_dispatch__`` of its own (torch sets up such a class's
+    dispatch when it makes the object, which an assignment skips; TVTensors have none) whose
+    objects Python lets a tensor become (the same memory layout: tried here, once per class)."""
     if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)) or cls is torch.Tensor:
         return False
     if getattr(cls, "__torch_dispatch__", None) is not getattr(torch.Tensor, "__torch_dispatch__", None):
