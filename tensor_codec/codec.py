@@ -93,11 +93,14 @@ def decode_in_full(value: Any, metadata: Any, copy: bool, device: Any, name: str
         materialized = compiled.transport.materialize(
             value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
         )
+        handed_out: list | None
         if compiled.handed_out_as is torch.Tensor:  # one plain tensor: the object is the leaf, handed out as it is
-            handed_out: list = materialized.tensors
+            handed_out = materialized.tensors
             obj = handed_out[0]
         else:
-            handed_out = []
+            # Leaves the message does not lend (copied: a small message's, most of them) are
+            # tracked by nothing: each becomes its object (a BoundingBoxes) in place.
+            handed_out = None if materialized.borrowed is None else []
             obj = compiled.build(materialized.tensors, handed_out)
     else:
         with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
@@ -112,9 +115,10 @@ def decode_in_full(value: Any, metadata: Any, copy: bool, device: Any, name: str
             materialized = compiled.transport.materialize(
                 value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
             )
-            handed_out = []
+            handed_out = None if materialized.borrowed is None else []
             obj = compiled.build(materialized.tensors, handed_out)
     if materialized.borrowed is not None:
+        assert handed_out is not None
         lifetimes.register_message(
             name,
             materialized.borrowed,

@@ -68,7 +68,8 @@ class TensorKind:
         """Validate the attributes a received node carries; return them as Python values."""
         return {}
 
-    def wrap(self, plain: torch.Tensor, attrs: dict[str, Any]) -> torch.Tensor:
+    def wrap(self, plain: torch.Tensor, attrs: dict[str, Any], owned: bool = False) -> torch.Tensor:
+        """The object of a received node over its leaf `plain` (`owned`: see `handed_out_as`)."""
         return plain
 
     def wrap_like(self, plain: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -104,11 +105,18 @@ def retypes_in_place(cls: type) -> bool:
     return type(probe) is cls
 
 
-def handed_out_as(plain: torch.Tensor, cls: type) -> Any:
+def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
     """`plain` as an instance of `cls`, sharing its storage, version counter and autograd flag.
     Not ``as_subclass``: its result is an autograd view of `plain` (``_base``), and a received
     leaf must view nothing that releasing it leaves behind (tensor_codec/lifetimes.py empties the
-    handed-out tensor only: a `_base` kept the message's memory, dora's shared memory, alive)."""
+    handed-out tensor only: a `_base` kept the message's memory, dora's shared memory, alive).
+
+    `owned`: nothing else holds or tracks `plain` (a decode's copied leaf, tensor_codec/codec.py),
+    so `plain` itself becomes the instance where the class allows (`retypes_in_place`): no second
+    tensor object, about 5% of a small message's encode + decode (bench/README.md, ninth round)."""
+    if owned and retypes_in_place(cls):
+        plain.__class__ = cls
+        return plain
     return MAKE_SUBCLASS(cls, plain, plain.requires_grad)
 
 
@@ -119,8 +127,8 @@ class _PlainSubclassKind(TensorKind):
         self.cls = cls
         self.tag = f"tv.{cls.__name__}"
 
-    def wrap(self, plain, attrs):
-        return handed_out_as(plain, self.cls)
+    def wrap(self, plain, attrs, owned=False):
+        return handed_out_as(plain, self.cls, owned)
 
     def wrap_like(self, plain, like):
         return plain.as_subclass(self.cls)
@@ -185,8 +193,8 @@ class _BoundingBoxesKind(TensorKind):
                 attrs["clamping_mode"] = mode
         return attrs
 
-    def wrap(self, plain, attrs):
-        out = handed_out_as(plain, self.cls)
+    def wrap(self, plain, attrs, owned=False):
+        out = handed_out_as(plain, self.cls, owned)
         out.format = attrs["format"]
         out.canvas_size = attrs["canvas_size"]
         if self.has_clamping:
@@ -219,8 +227,8 @@ class _KeyPointsKind(TensorKind):
     def parse_attributes(self, node, where):
         return {"canvas_size": _parse_canvas(node, where)}
 
-    def wrap(self, plain, attrs):
-        out = handed_out_as(plain, self.cls)
+    def wrap(self, plain, attrs, owned=False):
+        out = handed_out_as(plain, self.cls, owned)
         out.canvas_size = attrs["canvas_size"]
         return out
 

@@ -80,7 +80,10 @@ def namedtuple_name(cls: type) -> str:
 # chain of `Where` links rendered only when an error names it), and subtrees without tensors fold
 # into constants, so the cost of the worst header within the limits stays small (limits.py).
 
-Builder = Callable[[list, list], Any]  # (leaf tensors, handed-out leaves to append to) -> object
+# (leaf tensors, handed-out objects to append to) -> object. None instead of that list: the leaves
+# are the decode's own, tracked by nothing (copied), and each becomes its object where its class
+# allows (wire.kinds.handed_out_as, ``owned``).
+Builder = Callable[[list, list | None], Any]
 
 
 @final  # lets `type(part) is _Const` narrow both ways
@@ -98,7 +101,7 @@ class _TensorBuilder(Protocol):
 
     tensor_leaf: int
 
-    def __call__(self, tensors: list, out: list, /) -> Any: ...
+    def __call__(self, tensors: list, out: list | None, /) -> Any: ...
 
 
 def _builder(part: _Const | Builder) -> Builder:
@@ -286,6 +289,8 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
         tensor = tensors[index]
         if grad:
             tensor.requires_grad_(True)
+        if out is None:  # leaves nothing else holds or tracks: each may become its object
+            return wrap(tensor, attrs, True)
         obj = wrap(tensor, attrs)
         out.append(obj)
         return obj

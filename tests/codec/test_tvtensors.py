@@ -7,7 +7,9 @@ import torch
 from torchvision import tv_tensors as tvt
 
 import tensor_codec as tc
+from tensor_codec.lifetimes import is_borrowed
 from tensor_codec.testing import assert_identical, make_detection_sample, make_tvtensor_cases
+from tests.support.calls import with_c_calls_named
 
 CASES = make_tvtensor_cases()
 
@@ -18,6 +20,38 @@ def test_every_tvtensor_case_round_trips_with_class_and_attributes(name, copy):
     original = CASES[name]
     restored = tc.decode(*tc.encode(original), copy=copy)
     assert_identical(restored, original)
+
+
+def _tvtensors_in(obj) -> list:
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tvtensors_in(v)]
+    return [obj] if isinstance(obj, tvt.TVTensor) else []
+
+
+def test_a_leaf_the_decode_copied_becomes_its_object_no_second_tensor_object_made():
+    """A leaf the decode copied (a small message's, every leaf with copy=True) is its own and
+    tracked by nothing: it becomes its TVTensor in place (wire.kinds.handed_out_as, ``owned``), no
+    `_make_subclass` call however reached, with its class, attributes, grad flag and bytes. The
+    first message of a header (compiled) and later ones (seen) alike. A leaf the message lends
+    (zero-copy, over 4 KiB) is still a tensor object of its own over the message's memory, which
+    release empties (tensor_codec/lifetimes.py)."""
+    boxes = tvt.BoundingBoxes(torch.rand(64, 4), format="XYXY", canvas_size=(480, 640))  # 1 KB: copied
+    with_grad = tvt.BoundingBoxes(torch.rand(3, 4), format="CXCYWH", canvas_size=(9, 9)).requires_grad_()
+    everything = {"boxes": boxes, "with_grad": with_grad, "cases": dict(CASES)}
+    for obj, copy in ((boxes, False), (with_grad, False), (everything, True)):
+        value, metadata = tc.encode(obj)
+        for _ in range(2):  # the header compiled, then seen
+            got, made = with_c_calls_named("_make_subclass", tc.decode, value, metadata, copy=copy)
+            assert made == 0
+            assert_identical(got, obj)
+            assert not any(is_borrowed(t) or t._base is not None for t in _tvtensors_in(got))
+    big = tvt.BoundingBoxes(torch.rand(512, 4), format="XYXY", canvas_size=(480, 640))  # 8 KB: lent
+    value, metadata = tc.encode(big)
+    with tc.scope():
+        got, made = with_c_calls_named("_make_subclass", tc.decode, value, metadata)
+        assert made == 1 and is_borrowed(got)
+        assert_identical(got, big)
+    assert got.as_subclass(torch.Tensor).numel() == 0  # released at the scope's end
 
 
 def test_every_bounding_box_format_and_clamping_mode_is_covered():
