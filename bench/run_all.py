@@ -30,7 +30,9 @@ Arguments other than --help go to dora_latency.py.
 
 Not run here: compare_revisions.py, which runs small_message.py and dora_latency.py from a base
 revision (a git worktree, default 4423d45) and from the current tree, interleaved, and prints
-current/base per case with issue 18's goals (`python bench/compare_revisions.py [--quick]`).
+current/base per case with issue 18's goals (`python bench/compare_revisions.py [--quick]`); and
+instructions.py, which counts small_message.py's cases in instructions under valgrind, a figure
+the machine's load does not move (`python bench/instructions.py [--base REV]`, a few minutes).
 """
 
 from __future__ import annotations

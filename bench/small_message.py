@@ -40,19 +40,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)  # before torch: --help answers at once
-
+def make_cases(calls: int) -> dict:
+    """CASES' name -> the call it times (bench/instructions.py counts the same calls). `calls`:
+    how many times "cold" may be called, each with a header not seen before."""
     import pyarrow as pa
     import torch
-    from _goals import goal, print_goals
-    from _results import save
-    from _timing import fmt_us, per_call_seconds
     from torchvision import tv_tensors
 
     import tensor_codec as tc
 
-    batch, batches, warmup = args.batch, args.batches, 3
     boxes = tv_tensors.BoundingBoxes(torch.rand(64, 4), format="XYXY", canvas_size=(480, 640))
     assert boxes.numel() * boxes.element_size() == 1024
 
@@ -63,7 +59,6 @@ def main(argv=None) -> dict:
     plain = boxes.as_subclass(torch.Tensor)
     # Distinct canvas sizes, built beforehand, one per call (warm-up included), so every message
     # brings a header not seen before.
-    calls = (warmup + batches) * batch + 1
     distinct = itertools.cycle([tv_tensors.wrap(plain, like=boxes, canvas_size=(h, 640)) for h in range(1, calls + 1)])
 
     def cold():
@@ -77,13 +72,22 @@ def main(argv=None) -> dict:
     def wrap_only():  # what rebuilding the TVTensor alone costs, for context
         return tv_tensors.wrap(plain, like=boxes, canvas_size=(480, 640))
 
+    cases = {"baseline": baseline, "warm": warm, "cold": cold, "wrap_only": wrap_only}
+    assert list(cases) == list(CASES)
+    return cases
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)  # before torch: --help answers at once
+
+    from _goals import goal, print_goals
+    from _results import save
+    from _timing import fmt_us, per_call_seconds
+
+    batch, batches, warmup = args.batch, args.batches, 3
+    cases = make_cases((warmup + batches) * batch + 1)
     timing = dict(batch=batch, batches=batches, warmup=warmup)
-    results = {
-        "baseline": per_call_seconds(baseline, **timing),
-        "warm": per_call_seconds(warm, **timing),
-        "cold": per_call_seconds(cold, **timing),
-        "wrap_only": per_call_seconds(wrap_only, **timing),
-    }
+    results = {name: per_call_seconds(call, **timing) for name, call in cases.items()}
     base = results["baseline"]
     print(f"Small TVTensor: encode + decode of 1 KB BoundingBoxes (median of {batches} batches of {batch})")
     print(f"  baseline pa.array + from_numpy, bare bytes: {fmt_us(results['baseline'])}")

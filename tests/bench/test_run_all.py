@@ -10,7 +10,8 @@ import sys
 
 from tests.support.bench import BENCH, load_module
 
-NOT_BENCHMARKS = {"run_all", "compare_revisions", "plots"}  # the runner, a comparison, the plotter
+# The runner, two comparisons (instructions.py needs valgrind and minutes), the plotter.
+NOT_BENCHMARKS = {"run_all", "compare_revisions", "instructions", "plots"}
 
 
 def benchmark_scripts() -> list[str]:
