@@ -29,17 +29,30 @@ def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1e3:8.2f} ms"
 
 
-def resampled_medians(samples: dict[str, list[float]], resamples: int = 1000, seed: int = 0) -> dict[str, object]:
+def resampled_medians(
+    samples: dict[str, list[float]], resamples: int = 1000, seed: int = 0, paired: bool = False
+) -> dict[str, object]:
     """Each contender's median recomputed on `resamples` resamples of its values (drawn with
     replacement, as many as it has; numpy arrays): a percentile bootstrap, from which
     `interval` says how far a figure made of medians could have moved by the luck of which
-    messages in this run were slow. Seeded: the same run's values give the same intervals."""
+    messages in this run were slow. Seeded: the same run's values give the same intervals.
+
+    `paired`: the i-th value of every contender was measured in the same round (as many values
+    each), and a resample draws rounds, the same for all: what a round's load did to every
+    contender alike moves all their medians together, so it stays out of a figure that compares
+    them (a difference, a ratio), which drawing each contender's values alone would leave in."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    arrays = {name: np.asarray(values, dtype=float) for name, values in samples.items()}
+    if paired:
+        lengths = {len(values) for values in arrays.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"paired: expected as many values for every contender, got {sorted(lengths)}")
+        rounds = rng.integers(0, lengths.pop(), size=(resamples, len(next(iter(arrays.values())))))
+        return {name: np.median(values[rounds], axis=1) for name, values in arrays.items()}
     return {
-        name: np.median(rng.choice(np.asarray(values, dtype=float), size=(resamples, len(values))), axis=1)
-        for name, values in samples.items()
+        name: np.median(rng.choice(values, size=(resamples, len(values))), axis=1) for name, values in arrays.items()
     }
 
 

@@ -20,7 +20,8 @@ contenders are interleaved round by round, each round shuffled, so drift in mach
 what one message leaves behind (dora's pool, the caches) hit them alike. Every size sends the
 same bytes per contender (`--reps` messages at the largest, 64 times as many at 1 MB of 64:
 `messages_per_contender`), and each figure judged against a goal is printed with its 95%
-interval (a bootstrap of this run's messages), so one run says whether it resolves the goal. The
+interval (a bootstrap of this run's rounds, drawn whole: a round's load, shared by its contenders,
+stays out of a figure that compares them), so one run says whether it resolves the goal. The
 results' `machine.python_speed_us` says how fast the machine ran Python meanwhile.
 """
 
@@ -156,11 +157,14 @@ INTERVAL_MIN_MESSAGES = 20
 
 def judged_intervals(samples: dict[str, list[float]], *figures) -> list[tuple[float, float] | None]:
     """For each `figure(medians)` (a function of the contenders' resampled medians, numpy arrays
-    by name), its 95% interval over resamples of this run's messages; all None when a contender
-    has fewer than INTERVAL_MIN_MESSAGES."""
-    if min(len(values) for values in samples.values()) < INTERVAL_MIN_MESSAGES:
+    by name), its 95% interval over resamples of this run's rounds; all None when a contender
+    has fewer than INTERVAL_MIN_MESSAGES. `samples`: each contender's latencies in the order sent,
+    so that the i-th of each was sent in the same round (one message each, `_latency_node`):
+    rounds are drawn, not messages, unless a message was lost (then each contender's alone)."""
+    lengths = {len(values) for values in samples.values()}
+    if min(lengths) < INTERVAL_MIN_MESSAGES:
         return [None] * len(figures)
-    medians = resampled_medians(samples)
+    medians = resampled_medians(samples, paired=len(lengths) == 1)
     return [interval(figure(medians)) for figure in figures]
 
 

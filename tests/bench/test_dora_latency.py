@@ -93,6 +93,30 @@ def test_a_figure_of_medians_gets_an_interval_that_narrows_with_more_messages(mo
     assert 0 < many[0] < 10 < many[1] and many[1] - many[0] < (few[1] - few[0]) / 4
 
 
+def test_rounds_drawn_together_keep_a_shared_drift_out_of_a_difference(monkeypatch):
+    """Contenders measured round by round share each round's load: drawing rounds (paired) keeps
+    that drift out of the interval of their difference, which drawing each contender's messages
+    alone leaves in; as many values each are required."""
+    bench = load_module("dora_latency", monkeypatch)
+    from _timing import interval, resampled_medians
+
+    rng = random.Random(11)
+    drift = [rng.uniform(-200, 200) for _ in range(400)]  # each round's load, the same for both
+    slow = [100 + 10 + d + rng.uniform(-5, 5) for d in drift]
+    fast = [100 + d + rng.uniform(-5, 5) for d in drift]
+    alone = resampled_medians({"slow": slow, "fast": fast})
+    paired = resampled_medians({"slow": slow, "fast": fast}, paired=True)
+    wide, narrow = interval(alone["slow"] - alone["fast"]), interval(paired["slow"] - paired["fast"])
+    assert wide[0] < 0 < 10 < wide[1]  # the drift's spread: 10 not told from nothing
+    assert 0 < narrow[0] < 10 < narrow[1] and narrow[1] - narrow[0] < (wide[1] - wide[0]) / 4
+    ((low, high),) = bench.judged_intervals({"slow": slow, "fast": fast}, lambda m: m["slow"] - m["fast"])
+    assert (low, high) == narrow  # the benchmark draws rounds
+    with pytest.raises(ValueError, match="as many values for every contender"):
+        resampled_medians({"slow": slow, "fast": fast[:-1]}, paired=True)
+    ((low, high),) = bench.judged_intervals({"slow": slow, "fast": fast[:-1]}, lambda m: m["slow"] - m["fast"])
+    assert low < 0  # a lost message: each contender's drawn alone
+
+
 def test_a_judged_figure_gets_no_interval_from_too_few_messages(monkeypatch):
     """Under INTERVAL_MIN_MESSAGES a contender the interval is left out (and said so), not
     printed as if it meant something."""
