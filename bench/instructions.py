@@ -17,7 +17,10 @@ runs each case's calls from inside one ctypes callback (libc's `lfind` calls it 
 Callgrind collects only inside ctypes' callback function (`--toggle-collect=closure_fcn`) and
 writes what it collected each time `math.lgamma` is called (`--dump-before=math_lgamma`), once
 after each case: one file per case, its total over `--calls` calls. An empty case's count (the
-callback's own cost) is taken off each. Importing torch under valgrind takes a few minutes.
+callback's own cost) is taken off each. The garbage collector's passes are counted where they
+fall, as they would be timed; each case starts after a full collection, so that what the case
+before left behind does not move its count (tv_tensors.wrap, the same code in both trees,
+counted 4 % apart without it). Importing torch under valgrind takes a few minutes.
 
 `--base REV` counts the same cases (this tree's small_message.py) against another revision's
 tensor_codec too, in a git worktree (compare_revisions.py's), both at once: deterministic counts
@@ -53,7 +56,7 @@ CASES_FROM = "small_message:make_cases"  # module:function (calls) -> case name 
 # Runs under valgrind: argv = tree, bench folder, calls, CASES_FROM. Prints the case names in the
 # order their counts were written (JSON, last line of stdout).
 CHILD = r"""
-import ctypes, importlib, json, math, os, sys
+import ctypes, gc, importlib, json, math, os, sys
 tree, bench, calls, cases_from = os.path.realpath(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.path.insert(0, bench)
 from instructions import EMPTY, WARMUP_CALLS
@@ -71,6 +74,7 @@ math.lgamma(1.0)  # the first file: anything collected before the cases
 for name, call in cases.items():
     for _ in range(WARMUP_CALLS):
         call()
+    gc.collect()  # each case starts from the same collector state, whatever the case before left
     def compare(_a, _b, call=call):
         call()
         return 1  # never found: lfind calls it for every element
@@ -161,11 +165,17 @@ def count(trees: dict[str, Path], calls: int, cases_from: str = CASES_FROM) -> d
     of the cases `cases_from` makes ("module:function", the module found in the tree or here)."""
     with tempfile.TemporaryDirectory(prefix="tc-instructions-") as scratch:
         folders = {label: Path(scratch) / label for label in trees}
-        running = {}
-        for label, tree in trees.items():
-            folders[label].mkdir()
-            running[label] = start_count(tree, calls, folders[label], cases_from)
-        return {label: finish_count(process, calls, folders[label], label) for label, process in running.items()}
+        running: dict[str, subprocess.Popen] = {}
+        try:
+            for label, tree in trees.items():
+                folders[label].mkdir()
+                running[label] = start_count(tree, calls, folders[label], cases_from)
+            return {label: finish_count(process, calls, folders[label], label) for label, process in running.items()}
+        finally:  # one count failed (or was interrupted): the others stop too, not left running
+            for process in running.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.communicate()
 
 
 def main(argv=None) -> int:
