@@ -125,7 +125,7 @@ def run_sender() -> None:
     plan = json.loads(os.environ["PLAN"])
     node = Node()
     tensors = {}
-    queue = []  # (layout, contender, size, warmup)
+    queue = []  # (layout, contender, size, warmup, round)
     for size, reps in zip(plan["sizes_mb"], plan["reps"], strict=True):  # reps: per size (messages_per_contender)
         for layout in plan["layouts"]:
             tensors[(layout, size)] = make_tensor(layout, size * MB)
@@ -137,7 +137,7 @@ def run_sender() -> None:
         for rep in range(plan["warmup"] + reps):
             order.shuffle(turns)
             for layout, contender in turns:
-                queue.append((layout, contender, size, rep < plan["warmup"]))
+                queue.append((layout, contender, size, rep < plan["warmup"], rep))
     seq = 0
     waiting_since = None
     lost = 0
@@ -153,7 +153,7 @@ def run_sender() -> None:
         if waiting_since is None:
             if seq == len(queue):
                 break
-            layout, contender, size, warmup = queue[seq]
+            layout, contender, size, warmup, round_ = queue[seq]
             tensor = tensors[(layout, size)]
             send(
                 node,
@@ -165,6 +165,7 @@ def run_sender() -> None:
                     "contender": contender,
                     "size_mb": size,
                     "warmup": warmup,
+                    "round": round_,  # each contender's messages of one round pair up (dora_latency.round_samples)
                     "shape": list(tensor.shape),
                 },
             )
@@ -189,7 +190,7 @@ def run_receiver() -> None:
             ok = tensor.shape == tuple(metadata["shape"]) and tensor.dtype == torch.float32
             if not metadata["warmup"]:
                 results.append(
-                    {k: metadata[k] for k in ("layout", "contender", "size_mb")}
+                    {k: metadata[k] for k in ("layout", "contender", "size_mb", "round")}
                     | {"latency_ns": t1 - metadata["t0"], "receive_ns": t1 - started, "ok": bool(ok)}
                 )
             del tensor

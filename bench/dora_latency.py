@@ -140,14 +140,6 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
         return json.loads(results.read_text())
 
 
-def latencies_ms(rows: list[dict], layout: str, size_mb: int, contender: str) -> list[float]:
-    return [
-        r["latency_ns"] / 1e6
-        for r in rows
-        if r["layout"] == layout and r["size_mb"] == size_mb and r["contender"] == contender
-    ]
-
-
 # Printed beside each figure judged against a goal: `_timing.resampled_medians` of this run.
 INTERVAL = "95% interval"
 # Fewer messages a contender and the bootstrap's interval says nothing (two gave a ratio of 2.55
@@ -155,16 +147,33 @@ INTERVAL = "95% interval"
 INTERVAL_MIN_MESSAGES = 20
 
 
-def judged_intervals(samples: dict[str, list[float]], *figures) -> list[tuple[float, float] | None]:
+def round_samples(rows: list[dict], layout: str, size_mb: int, contenders) -> tuple[dict[str, list[float]], bool]:
+    """Each contender's latencies (ms) at one layout and size, and whether they pair up by round.
+    Rows that carry their round (`_latency_node` sends one message per contender a round): the
+    rounds every contender has, in order, so that the i-th latency of each was measured in the
+    same round (a message lost drops its round for all of them): paired. Rows without: each
+    contender's own, as received: not paired."""
+    picked = {
+        c: [r for r in rows if r["layout"] == layout and r["size_mb"] == size_mb and r["contender"] == c]
+        for c in contenders
+    }
+    if all("round" in r for found in picked.values() for r in found):
+        by_round = {c: {r["round"]: r["latency_ns"] / 1e6 for r in found} for c, found in picked.items()}
+        common = sorted(set.intersection(*(set(latencies) for latencies in by_round.values())))
+        return {c: [latencies[k] for k in common] for c, latencies in by_round.items()}, True
+    return {c: [r["latency_ns"] / 1e6 for r in found] for c, found in picked.items()}, False
+
+
+def judged_intervals(
+    samples: dict[str, list[float]], *figures, paired: bool = False
+) -> list[tuple[float, float] | None]:
     """For each `figure(medians)` (a function of the contenders' resampled medians, numpy arrays
-    by name), its 95% interval over resamples of this run's rounds; all None when a contender
-    has fewer than INTERVAL_MIN_MESSAGES. `samples`: each contender's latencies in the order sent,
-    so that the i-th of each was sent in the same round (one message each, `_latency_node`):
-    rounds are drawn, not messages, unless a message was lost (then each contender's alone)."""
-    lengths = {len(values) for values in samples.values()}
-    if min(lengths) < INTERVAL_MIN_MESSAGES:
+    by name), its 95% interval over resamples of this run's messages (`paired`: of its rounds,
+    drawn whole, `round_samples`: a round's load, shared by its contenders, stays out of a figure
+    that compares them); all None when a contender has fewer than INTERVAL_MIN_MESSAGES."""
+    if min(len(values) for values in samples.values()) < INTERVAL_MIN_MESSAGES:
         return [None] * len(figures)
-    medians = resampled_medians(samples, paired=len(lengths) == 1)
+    medians = resampled_medians(samples, paired=paired)
     return [interval(figure(medians)) for figure in figures]
 
 
@@ -226,10 +235,12 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
             pa_ratio = lat["tc"] / lat["pa.array"]
             # How far each ratio could have moved by the luck of which messages were slow.
             named = dict.fromkeys(("tc", "pa.array", BASELINE[layout]))  # in order: the draws are seeded
+            samples, paired = round_samples(rows, layout, size, named)
             tc_interval, pa_interval = judged_intervals(
-                {c: latencies_ms(rows, layout, size, c) for c in named},
+                samples,
                 lambda m: m["tc"] / m[BASELINE[layout]],
                 lambda m: m["tc"] / m["pa.array"],
+                paired=paired,
             )
             summary[f"{layout}/{size}MB"] = {**lat, "tc/baseline": tc_ratio, "tc/pa.array": pa_ratio}
             cells = [
@@ -423,9 +434,11 @@ def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]
         picked = "send_output" if size * MB < copies_below else "send_output_raw"
         other = "send_output_raw" if picked == "send_output" else "send_output"
         own_us = (tc - min(raw, copied)) * 1e3
+        samples, paired = round_samples(rows, "contiguous", size, ("tc", "raw", "send_output"))
         (own_interval,) = judged_intervals(
-            {c: latencies_ms(rows, "contiguous", size, c) for c in ("tc", "raw", "send_output")},
+            samples,
             lambda m: (m["tc"] - np.minimum(m["raw"], m["send_output"])) * 1e3,
+            paired=paired,
         )
         table[f"{size}MB"] = {
             "send_output_raw": raw,

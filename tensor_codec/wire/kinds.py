@@ -113,7 +113,7 @@ def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
 
     `owned`: nothing else holds or tracks `plain` (a decode's copied leaf, tensor_codec/codec.py),
     so `plain` itself becomes the instance where the class allows (`retypes_in_place`): no second
-    tensor object, about 5% of a small message's encode + decode (bench/README.md, ninth round)."""
+    tensor object, 7% of a small message's encode + decode in instructions (bench/README.md, ninth round)."""
     if owned and retypes_in_place(cls):
         plain.__class__ = cls
         return plain

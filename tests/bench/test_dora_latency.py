@@ -96,7 +96,8 @@ def test_a_figure_of_medians_gets_an_interval_that_narrows_with_more_messages(mo
 def test_rounds_drawn_together_keep_a_shared_drift_out_of_a_difference(monkeypatch):
     """Contenders measured round by round share each round's load: drawing rounds (paired) keeps
     that drift out of the interval of their difference, which drawing each contender's messages
-    alone leaves in; as many values each are required."""
+    alone leaves in. The benchmark pairs its rows by the round each carries; a round a message
+    was lost from is left out for every contender, so the pairs stay in step."""
     bench = load_module("dora_latency", monkeypatch)
     from _timing import interval, resampled_medians
 
@@ -109,12 +110,30 @@ def test_rounds_drawn_together_keep_a_shared_drift_out_of_a_difference(monkeypat
     wide, narrow = interval(alone["slow"] - alone["fast"]), interval(paired["slow"] - paired["fast"])
     assert wide[0] < 0 < 10 < wide[1]  # the drift's spread: 10 not told from nothing
     assert 0 < narrow[0] < 10 < narrow[1] and narrow[1] - narrow[0] < (wide[1] - wide[0]) / 4
-    ((low, high),) = bench.judged_intervals({"slow": slow, "fast": fast}, lambda m: m["slow"] - m["fast"])
-    assert (low, high) == narrow  # the benchmark draws rounds
     with pytest.raises(ValueError, match="as many values for every contender"):
         resampled_medians({"slow": slow, "fast": fast[:-1]}, paired=True)
-    ((low, high),) = bench.judged_intervals({"slow": slow, "fast": fast[:-1]}, lambda m: m["slow"] - m["fast"])
-    assert low < 0  # a lost message: each contender's drawn alone
+
+    def rows(latencies, contender, lost=()):
+        return [
+            {"layout": "contiguous", "size_mb": 1, "contender": contender, "round": k, "latency_ns": ms * 1e6}
+            for k, ms in enumerate(latencies)
+            if k not in lost
+        ]
+
+    # A message lost from each contender (other rounds): their counts still match, the pairs must not shift.
+    got, pairs = bench.round_samples(
+        rows(slow, "slow", {3}) + rows(fast, "fast", {7}), "contiguous", 1, ("slow", "fast")
+    )
+    kept = [k for k in range(len(drift)) if k not in (3, 7)]
+    assert pairs and got == {
+        "slow": pytest.approx([slow[k] for k in kept]),
+        "fast": pytest.approx([fast[k] for k in kept]),
+    }
+    ((low, high),) = bench.judged_intervals(got, lambda m: m["slow"] - m["fast"], paired=pairs)
+    assert 0 < low < 10 < high and high - low < (wide[1] - wide[0]) / 4
+    unnumbered = [{k: v for k, v in r.items() if k != "round"} for r in rows(slow, "slow") + rows(fast, "fast")]
+    got, pairs = bench.round_samples(unnumbered, "contiguous", 1, ("slow", "fast"))
+    assert not pairs and got == {"slow": pytest.approx(slow), "fast": pytest.approx(fast)}  # each contender's own
 
 
 def test_a_judged_figure_gets_no_interval_from_too_few_messages(monkeypatch):
