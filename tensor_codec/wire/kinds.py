@@ -2,9 +2,10 @@
 
 Each kind has a stable wire tag (never ``str(type(x))``), knows which attributes its class carries,
 turns them into JSON and back (validating what arrives), and rebuilds an instance around a plain
-tensor. Rebuilding makes an instance of the class over the same tensor (`handed_out_as`) plus the
-classes' public attributes, so it keeps any shape the sender had (torchvision's constructors
-would add dims to a 2-D Image or reject a batched BoundingBoxes) and does not copy.
+tensor. Rebuilding makes an instance of the class over the same tensor (`handed_out_as`; a leaf
+nothing else holds or tracks becomes one in place) plus the classes' public attributes, so it
+keeps any shape the sender had (torchvision's constructors would add dims to a 2-D Image or
+reject a batched BoundingBoxes) and does not copy.
 
 torchvision is optional: without it only plain tensors are known, and a message carrying a
 TVTensor is refused with a clear error. Attributes an older torchvision lacks (``clamping_mode``)
