@@ -1,7 +1,8 @@
 """The two nodes of bench/dora_latency.py (one script, role from argv): a sender that sends one
 message at a time and a receiver that turns each into a usable tensor, records the latency and
 acks. Latency = receiver's `monotonic_ns` when the tensor is usable minus the sender's just before
-it started preparing the message (one machine, one clock)."""
+it started preparing the message (one machine, one clock). The sender also records the CPU time
+its thread spent in each send (`send`), which a preempted sender does not inflate."""
 
 from __future__ import annotations
 
@@ -68,8 +69,16 @@ def tc_metadata(tensor: torch.Tensor) -> dict:
     return _tc_metadata[key]
 
 
-def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> None:
+def send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> int:
+    """Send `tensor` the contender's way. -> the CPU time this thread spent in it, in ns
+    (`time.thread_time_ns`: dora's copy included, time the sender waited for a core left out)."""
     metadata["t0"] = time.monotonic_ns()
+    started = time.thread_time_ns()
+    _send(node, contender, tensor, metadata)
+    return time.thread_time_ns() - started
+
+
+def _send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> None:
     if type(tensor) is not torch.Tensor and not contender.startswith("tc"):
         tensor = tensor.as_subclass(torch.Tensor)  # an Image's bytes, sent as plain senders do
     if contender in ("tc", "tc.send-only"):
@@ -141,6 +150,7 @@ def run_sender() -> None:
     seq = 0
     waiting_since = None
     lost = 0
+    send_cpu_ns: list[int | None] = [None] * len(queue)  # by seq
     for event in node:
         if event["type"] != "INPUT":
             continue
@@ -155,7 +165,7 @@ def run_sender() -> None:
                 break
             layout, contender, size, warmup, round_ = queue[seq]
             tensor = tensors[(layout, size)]
-            send(
+            send_cpu_ns[seq] = send(
                 node,
                 contender,
                 tensor,
@@ -172,6 +182,8 @@ def run_sender() -> None:
             seq += 1
             waiting_since = time.monotonic()
     node.send_output("done", pa.array([lost], pa.int64()))
+    with open(os.environ["SEND_TIMES"], "w") as f:
+        json.dump(send_cpu_ns, f)
 
 
 def run_receiver() -> None:
@@ -190,7 +202,7 @@ def run_receiver() -> None:
             ok = tensor.shape == tuple(metadata["shape"]) and tensor.dtype == torch.float32
             if not metadata["warmup"]:
                 results.append(
-                    {k: metadata[k] for k in ("layout", "contender", "size_mb", "round")}
+                    {k: metadata[k] for k in ("seq", "layout", "contender", "size_mb", "round")}
                     | {"latency_ns": t1 - metadata["t0"], "receive_ns": t1 - started, "ok": bool(ok)}
                 )
             del tensor

@@ -13,7 +13,8 @@ Goals (issue 2), each printed as a ratio of p50 latencies:
   20 us at 1 MB, and tc picking the faster primitive and the faster type for send_output's bytes
   (the table "dora's primitives"). `--profile DIR` samples tc's two nodes with py-spy instead;
   `--split` takes tc's cost over the floor apart (its metadata in dora, and as wire format 1
-  carried it; its sender; its receiver).
+  carried it; its sender; its receiver), with each one's receive time and its sender's CPU time
+  in the send.
 
 One message is in flight at a time (the receiver acks each), so latency is not queueing; the
 contenders are interleaved round by round, each round shuffled, so drift in machine load and
@@ -101,11 +102,13 @@ def messages_per_contender(sizes_mb: list[int], reps: int) -> list[int]:
 
 def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sampler=None) -> list[dict]:
     """Every contender of `layouts` (default LAYOUTS) at every size through one dataflow,
-    `messages_per_contender` of each. `sampler(role)`: the command line (path, args) that starts a
-    node under a profiler instead."""
+    `messages_per_contender` of each: a row per message measured, with its latency, its
+    receiver's time to a usable tensor and its sender's CPU time in the send (`send_cpu_ns`).
+    `sampler(role)`: the command line (path, args) that starts a node under a profiler instead."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
         tmp = Path(tmp)
         results = tmp / "results.json"
+        send_times = tmp / "send_times.json"
         plan = {
             "sizes_mb": sizes_mb,
             "reps": messages_per_contender(sizes_mb, reps),
@@ -126,7 +129,7 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
                     shared_memory_pool_size=pool,
                     inputs={"tick": "dora/timer/millis/100", "ack": "receiver/ack"},
                     outputs=["out", "done"],
-                    env={"PLAN": json.dumps(plan)},
+                    env={"PLAN": json.dumps(plan), "SEND_TIMES": str(send_times)},
                 ),
                 node(
                     "receiver",
@@ -137,7 +140,11 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
             ]
         }
         run_flow(flow, tmp, results)
-        return json.loads(results.read_text())
+        rows = json.loads(results.read_text())
+        send_cpu_ns = json.loads(send_times.read_text())  # by the message's seq
+        for row in rows:
+            row["send_cpu_ns"] = send_cpu_ns[row["seq"]]
+        return rows
 
 
 # Printed beside each figure judged against a goal: `_timing.resampled_medians` of this run.
@@ -376,25 +383,40 @@ SPLIT_CONTENDERS = [
 
 def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict, int]:
     """Contiguous tensors through one dataflow, the floor and tc's parts interleaved: per size,
-    each contender's p50 latency over the floor's, and its receiver's p50 time to a usable tensor
-    (the sender's share is what the latency adds beyond it). -> (the table, as printed, how many
-    messages arrived with a wrong shape or dtype)."""
+    each contender's p50 latency over the floor's, its receiver's p50 time to a usable tensor,
+    and its sender's p50 CPU time in the send over the floor's (the CPU time is what the sender's
+    thread ran: a sender that waited for a core does not count the wait, which the latency does).
+    -> (the table, as printed, how many messages arrived with a wrong shape or dtype)."""
     rows = run(sizes_mb, reps, warmup, pool, {"contiguous": SPLIT_CONTENDERS})
-    print("tc's cost taken apart, contiguous, p50: latency over the floor (send_output) and the receive's own time")
-    print(f"{'size':>6s}  " + "  ".join(f"{c:>24s}" for c in SPLIT_CONTENDERS))
+    print(
+        "tc's cost taken apart, contiguous, p50: latency over the floor (send_output), the receive's own time "
+        "(rx) and the sender's CPU time in the send over the floor's (tx)"
+    )
+    print(f"{'size':>6s}  " + "  ".join(f"{c:>33s}" for c in SPLIT_CONTENDERS))
     table: dict = {}
     for size in sizes_mb:
         sel = {c: [r for r in rows if r["size_mb"] == size and r["contender"] == c] for c in SPLIT_CONTENDERS}
         floor = statistics.median(r["latency_ns"] for r in sel["send_output"]) / 1e3
+        floor_cpu = statistics.median(r["send_cpu_ns"] for r in sel["send_output"]) / 1e3
         cells = {}
         for c, mine in sel.items():
             latency = statistics.median(r["latency_ns"] for r in mine) / 1e3
             receive = statistics.median(r["receive_ns"] for r in mine) / 1e3
-            cells[c] = {"latency_us": latency, "over_floor_us": latency - floor, "receive_us": receive}
+            send_cpu = statistics.median(r["send_cpu_ns"] for r in mine) / 1e3
+            cells[c] = {
+                "latency_us": latency,
+                "over_floor_us": latency - floor,
+                "receive_us": receive,
+                "send_cpu_us": send_cpu,
+                "send_cpu_over_floor_us": send_cpu - floor_cpu,
+            }
         table[f"{size}MB"] = cells
         print(
             f"{size:>4d}MB  "
-            + "  ".join(f"{v['over_floor_us']:+8.1f} us (rx {v['receive_us']:5.1f})" for v in cells.values())
+            + "  ".join(
+                f"{v['over_floor_us']:+6.1f} us (rx {v['receive_us']:5.1f}, tx {v['send_cpu_over_floor_us']:+5.1f})"
+                for v in cells.values()
+            )
         )
     floors = ", ".join(f"{size} {cells['send_output']['latency_us']:.0f} us" for size, cells in table.items())
     wrong = sum(1 for r in rows if not r["ok"])
