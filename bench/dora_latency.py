@@ -100,11 +100,15 @@ def messages_per_contender(sizes_mb: list[int], reps: int) -> list[int]:
     return [max(1, round(reps * largest / size)) for size in sizes_mb]
 
 
-def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sampler=None) -> list[dict]:
+def run(
+    sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sampler=None, time_dora_call=False
+) -> list[dict]:
     """Every contender of `layouts` (default LAYOUTS) at every size through one dataflow,
     `messages_per_contender` of each: a row per message measured, with its latency, its
-    receiver's time to a usable tensor and its sender's CPU time in the send (`send_cpu_ns`).
-    `sampler(role)`: the command line (path, args) that starts a node under a profiler instead."""
+    receiver's time to a usable tensor and its sender's CPU time in the send (`send_cpu_ns`);
+    with `time_dora_call`, also the part of that before dora's call (`before_dora_ns`: the
+    sender's own work; `_latency_node.DoraCallTimed`). `sampler(role)`: the command line (path,
+    args) that starts a node under a profiler instead."""
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
         tmp = Path(tmp)
         results = tmp / "results.json"
@@ -114,6 +118,7 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
             "reps": messages_per_contender(sizes_mb, reps),
             "warmup": warmup,
             "layouts": layouts or LAYOUTS,
+            "time_dora_call": time_dora_call,
         }
 
         def node(role, **kw):
@@ -141,9 +146,10 @@ def run(sizes_mb: list[int], reps: int, warmup: int, pool: str, layouts=None, sa
         }
         run_flow(flow, tmp, results)
         rows = json.loads(results.read_text())
-        send_cpu_ns = json.loads(send_times.read_text())  # by the message's seq
+        times = json.loads(send_times.read_text())  # each by the message's seq
         for row in rows:
-            row["send_cpu_ns"] = send_cpu_ns[row["seq"]]
+            row["send_cpu_ns"] = times["send_cpu_ns"][row["seq"]]
+            row["before_dora_ns"] = times["before_dora_ns"][row["seq"]]
         return rows
 
 
@@ -381,40 +387,59 @@ SPLIT_CONTENDERS = [
 ]
 
 
+def _p50_us(rows: list[dict], key: str) -> float | None:
+    """The p50 of the rows' `key` (ns) in us, over the rows that have it (None if none has)."""
+    values = [r[key] for r in rows if r[key] is not None]
+    return statistics.median(values) / 1e3 if values else None
+
+
 def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict, int]:
     """Contiguous tensors through one dataflow, the floor and tc's parts interleaved: per size,
     each contender's p50 latency over the floor's, its receiver's p50 time to a usable tensor,
-    and its sender's p50 CPU time in the send over the floor's (the CPU time is what the sender's
-    thread ran: a sender that waited for a core does not count the wait, which the latency does).
+    its sender's p50 CPU time in the send over the floor's (what the sender's thread ran: a
+    sender that waited for a core does not count the wait, which the latency does), and the
+    part of that before dora's call over the floor's (the sender's own work, without dora's
+    copy, which moves the whole by several microseconds from message to message).
     -> (the table, as printed, how many messages arrived with a wrong shape or dtype)."""
-    rows = run(sizes_mb, reps, warmup, pool, {"contiguous": SPLIT_CONTENDERS})
+    rows = run(sizes_mb, reps, warmup, pool, {"contiguous": SPLIT_CONTENDERS}, time_dora_call=True)
     print(
         "tc's cost taken apart, contiguous, p50: latency over the floor (send_output), the receive's own time "
-        "(rx) and the sender's CPU time in the send over the floor's (tx)"
+        "(rx), the sender's CPU time in the send over the floor's (tx) and the part of it before dora's call "
+        "over the floor's (pre)"
     )
-    print(f"{'size':>6s}  " + "  ".join(f"{c:>33s}" for c in SPLIT_CONTENDERS))
+    print(f"{'size':>6s}  " + "  ".join(f"{c:>42s}" for c in SPLIT_CONTENDERS))
     table: dict = {}
     for size in sizes_mb:
         sel = {c: [r for r in rows if r["size_mb"] == size and r["contender"] == c] for c in SPLIT_CONTENDERS}
-        floor = statistics.median(r["latency_ns"] for r in sel["send_output"]) / 1e3
-        floor_cpu = statistics.median(r["send_cpu_ns"] for r in sel["send_output"]) / 1e3
+        floor = {key: _p50_us(sel["send_output"], key) for key in ("latency_ns", "send_cpu_ns", "before_dora_ns")}
         cells = {}
         for c, mine in sel.items():
-            latency = statistics.median(r["latency_ns"] for r in mine) / 1e3
-            receive = statistics.median(r["receive_ns"] for r in mine) / 1e3
-            send_cpu = statistics.median(r["send_cpu_ns"] for r in mine) / 1e3
+            latency, send_cpu, before_dora = (
+                _p50_us(mine, key) for key in ("latency_ns", "send_cpu_ns", "before_dora_ns")
+            )
             cells[c] = {
                 "latency_us": latency,
-                "over_floor_us": latency - floor,
-                "receive_us": receive,
+                "over_floor_us": latency - floor["latency_ns"],
+                "receive_us": _p50_us(mine, "receive_ns"),
                 "send_cpu_us": send_cpu,
-                "send_cpu_over_floor_us": send_cpu - floor_cpu,
+                "send_cpu_over_floor_us": send_cpu - floor["send_cpu_ns"],
+                "before_dora_us": before_dora,
+                "before_dora_over_floor_us": (
+                    None
+                    if before_dora is None or floor["before_dora_ns"] is None
+                    else before_dora - floor["before_dora_ns"]
+                ),
             }
         table[f"{size}MB"] = cells
+
+        def pre(v):
+            return "  n/a" if v["before_dora_over_floor_us"] is None else f"{v['before_dora_over_floor_us']:+5.1f}"
+
         print(
             f"{size:>4d}MB  "
             + "  ".join(
-                f"{v['over_floor_us']:+6.1f} us (rx {v['receive_us']:5.1f}, tx {v['send_cpu_over_floor_us']:+5.1f})"
+                f"{v['over_floor_us']:+6.1f} us (rx {v['receive_us']:5.1f}, tx {v['send_cpu_over_floor_us']:+5.1f}, "
+                f"pre {pre(v)})"
                 for v in cells.values()
             )
         )

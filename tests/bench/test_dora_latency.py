@@ -155,8 +155,8 @@ def test_a_judged_figure_gets_no_interval_from_too_few_messages(monkeypatch):
 def test_split_takes_tcs_cost_apart_in_one_dataflow(dora_cli, tmp_path):
     """--split: the floor and tc's parts (its metadata carried by dora, its sender alone, its
     receiver alone, both) through one dataflow; each row has its latency over the floor's, its
-    receiver's own time and its sender's CPU time in the send (over the floor's), and every
-    message arrived usable."""
+    receiver's own time, its sender's CPU time in the send and the part before dora's call
+    (both over the floor's), and every message arrived usable."""
     data = run_script(
         "dora_latency", ["--split", "--sizes", "1", "--reps", "2", "--warmup", "0"], tmp_path / "split.json"
     )
@@ -173,10 +173,12 @@ def test_split_takes_tcs_cost_apart_in_one_dataflow(dora_cli, tmp_path):
     ]
     assert cells["send_output"]["over_floor_us"] == 0
     assert cells["send_output"]["send_cpu_over_floor_us"] == 0
+    assert cells["send_output"]["before_dora_over_floor_us"] == 0
     for name, row in cells.items():
         assert positive(row["latency_us"]) and positive(row["receive_us"]), (name, row)
-        # The sender's thread ran for part of the latency (dora's copy of 1 MB at least).
-        assert 0 < row["send_cpu_us"] < row["latency_us"], (name, row)
+        # The sender's thread ran for part of the latency (dora's copy of 1 MB at least), and
+        # every contender calls dora: its own work before the call is part of its send.
+        assert 0 < row["before_dora_us"] < row["send_cpu_us"] < row["latency_us"], (name, row)
 
 
 def test_profile_attributes_samples_to_tc_frames_and_leaves_imports_out(tmp_path, monkeypatch):
