@@ -393,6 +393,11 @@ def _p50_us(rows: list[dict], key: str) -> float | None:
     return statistics.median(values) / 1e3 if values else None
 
 
+def _signed_us(us: float | None) -> str:
+    """A difference in us as the split prints it, "n/a" where it was not measured."""
+    return "  n/a" if us is None else f"{us:+5.1f}"
+
+
 def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict, int]:
     """Contiguous tensors through one dataflow, the floor and tc's parts interleaved: per size,
     each contender's p50 latency over the floor's, its receiver's p50 time to a usable tensor,
@@ -431,15 +436,11 @@ def split(sizes_mb: list[int], reps: int, warmup: int, pool: str) -> tuple[dict,
                 ),
             }
         table[f"{size}MB"] = cells
-
-        def pre(v):
-            return "  n/a" if v["before_dora_over_floor_us"] is None else f"{v['before_dora_over_floor_us']:+5.1f}"
-
         print(
             f"{size:>4d}MB  "
             + "  ".join(
                 f"{v['over_floor_us']:+6.1f} us (rx {v['receive_us']:5.1f}, tx {v['send_cpu_over_floor_us']:+5.1f}, "
-                f"pre {pre(v)})"
+                f"pre {_signed_us(v['before_dora_over_floor_us'])})"
                 for v in cells.values()
             )
         )
