@@ -36,6 +36,11 @@ COLORS = {  # one colour per contender, the same on every figure
     "torchvision": "tab:orange",
     "nvimgcodec": "tab:green",
     "CUDA IPC": "tab:purple",
+    # dora_latency's check of tc's choice of primitive (thin, dashed: `plot_dora_latency`)
+    "send_output": "tab:brown",
+    "send_output:uint8": "tab:pink",
+    "tc:send_output": "tab:cyan",
+    "tc:send_output_raw": "tab:olive",
 }
 
 
@@ -311,9 +316,17 @@ def plot_dora_latency(plt, data):
     for ax, layout in zip(axes[0], layouts):
         mine = [r for r in items if r["layout"] == layout]
         base = {r["size_mb"]: r["p50_ms"] for r in mine if r["baseline"]}
+        compared = {r["contender"] for r in mine if r["baseline"]} | {"tc", "pa.array"}
         for contender in dict.fromkeys(r["contender"] for r in mine):
             line = sorted((r for r in mine if r["contender"] == contender), key=lambda r: r["size_mb"])
             x = [r["size_mb"] for r in line]
+            if contender not in compared:
+                # dora's primitives, and tc with one forced (the "dora's primitives" table): thin,
+                # without a band, so that the three lines compared stay readable among them.
+                ax.plot(
+                    x, [r["p50_ms"] for r in line], linestyle="--", linewidth=1, color=color(contender), label=contender
+                )
+                continue
             ax.plot(x, [r["p50_ms"] for r in line], marker="o", color=color(contender), label=contender)
             ax.fill_between(
                 x, [r["p10_ms"] for r in line], [r["p90_ms"] for r in line], color=color(contender), alpha=0.15

@@ -308,6 +308,43 @@ def test_a_figure_names_the_machine_the_date_and_the_baseline(tmp_path):
     assert "ratios against: pa.array + from_numpy" in texts
 
 
+def test_dora_latency_keeps_the_compared_lines_readable_among_the_primitives():
+    """The contiguous panel also carries dora's primitives and tc with one forced: each has its own
+    colour (they were all the fallback red, over tc's and pa.array's lines), drawn thin and dashed
+    without a band; the baseline, tc and pa.array keep their markers and bands."""
+    matplotlib = import_or_skip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    primitives = ["send_output", "tc:send_output", "tc:send_output_raw", "send_output:uint8"]
+    rows = latency_rows() + [
+        {
+            "layout": "contiguous",
+            "contender": c,
+            "size_mb": size,
+            "messages": 15,
+            "p50_ms": 0.4 + size * 0.16,
+            "p10_ms": 0.35 + size * 0.15,
+            "p90_ms": 0.5 + size * 0.2,
+            "baseline": False,
+        }
+        for c in primitives
+        for size in (1, 4, 16, 64)
+    ]
+    fig = plots.plot_dora_latency(plt, envelope("dora_latency", "send_output_raw", rows=rows))["dora_latency.png"]
+    contiguous = fig.axes[0]
+    lines = {line.get_label(): line for line in contiguous.get_lines() if not line.get_label().startswith("_")}
+    bands = len(contiguous.collections)
+    plt.close(fig)
+    assert set(lines) == {"raw", "tc", "pa.array", *primitives}
+    assert len({matplotlib.colors.to_hex(line.get_color()) for line in lines.values()}) == len(lines)
+    for name in primitives:
+        assert lines[name].get_linestyle() == "--" and lines[name].get_marker() in ("None", None, "")
+    for name in ("raw", "tc", "pa.array"):
+        assert lines[name].get_linestyle() == "-" and lines[name].get_marker() == "o"
+    assert bands == 3  # p10 to p90 of the three compared lines only
+
+
 def test_missing_and_skipped_benchmarks_are_listed_not_errors(tmp_path, capsys):
     import_or_skip("matplotlib")
     samples = {  # a machine without CUDA: cuda_ipc not run, host_staging skipped, no CUDA JPEG rows
