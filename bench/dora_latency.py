@@ -546,7 +546,8 @@ def main(argv=None) -> dict:
         type=int,
         default=15,
         help="messages per contender at the largest size; a smaller size sends as many more as its messages "
-        "are smaller (the same bytes at every size: 15 -> 960 at 1 MB of 1,4,16,64) (default 15)",
+        "are smaller (the same bytes at every size: 15 -> 960 at 1 MB of 1,4,16,64) (default 15); judge the "
+        "goals at 16 and 64 MB with 160: 40 left their intervals 9 to 27 points wide (bench/README.md, eleventh round)",
     )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(
