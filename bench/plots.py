@@ -320,17 +320,14 @@ def plot_dora_latency(plt, data):
         for contender in dict.fromkeys(r["contender"] for r in mine):
             line = sorted((r for r in mine if r["contender"] == contender), key=lambda r: r["size_mb"])
             x = [r["size_mb"] for r in line]
-            if contender not in compared:
-                # dora's primitives, and tc with one forced (the "dora's primitives" table): thin,
-                # without a band, so that the three lines compared stay readable among them.
-                ax.plot(
-                    x, [r["p50_ms"] for r in line], linestyle="--", linewidth=1, color=color(contender), label=contender
+            # dora's primitives, and tc with one forced (the "dora's primitives" table): thin and
+            # without a band, so that the three lines compared stay readable among them.
+            style = {"marker": "o"} if contender in compared else {"linestyle": "--", "linewidth": 1}
+            ax.plot(x, [r["p50_ms"] for r in line], color=color(contender), label=contender, **style)
+            if contender in compared:
+                ax.fill_between(
+                    x, [r["p10_ms"] for r in line], [r["p90_ms"] for r in line], color=color(contender), alpha=0.15
                 )
-                continue
-            ax.plot(x, [r["p50_ms"] for r in line], marker="o", color=color(contender), label=contender)
-            ax.fill_between(
-                x, [r["p10_ms"] for r in line], [r["p90_ms"] for r in line], color=color(contender), alpha=0.15
-            )
             if contender == "tc":
                 for r in line:
                     if r["size_mb"] in base:
