@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.paths import DORA_NODES, NODES, ROOT, TESTS  # noqa: F401 (re-exported)
 from tests.support.waiting import wait_until
+from tools.fuzz_nodes.dora_run import log_lines
 from tools.local_cluster import descendants
 
 
@@ -125,17 +126,11 @@ def without_backtraces(lines: list[str]) -> list[str]:
     return out
 
 
-def _log_lines(path: Path) -> list[str]:
-    """A dora node log (`out/<dataflow>/log_<node>.jsonl`, one JSON object per line) as text."""
-    text = _read_text(path) or ""
-    lines = []
-    for raw in text.splitlines():
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            lines.append(raw)
-            continue
-        lines.extend(str(entry.get("msg", raw)).splitlines() if isinstance(entry, dict) else [raw])
+def _log_lines(path: Path, stream: str | None = None) -> list[str]:
+    """A dora node log (`out/<dataflow>/log_<node>.jsonl`, one JSON object per line) as text; with
+    `stream` ("stdout" or "stderr"), only what came on it (dora reads the two apart, so a block one
+    of them printed may have the other's lines inside it in the log)."""
+    lines = [text for came_on, text in log_lines(_read_text(path) or "") if stream in (None, came_on)]
     return without_backtraces(lines)
 
 

@@ -311,7 +311,8 @@ def _sink(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, ref
 
 
 def _monitor(c: _Checker, run: DoraRun, p: FlowParams, log: str, buckets: dict, refused: dict, sent: dict) -> None:
-    summary = counts.monitor_summary(log, "tensors")
+    # its table is on stdout, its refusals on stderr: read apart, or one may land inside the table
+    summary = counts.monitor_summary(run.log(UNDER_TEST[c.result.target][0], stream="stdout"), "tensors")
     got, note = _reader(summary, "no summary table")
     c.row(f"{BAD_MESSAGE} (monitor summary)", buckets[BAD_MESSAGE], got("bad"), note)
     c.row(f"{BAD_MESSAGE} (refusal line)", buckets[BAD_MESSAGE], refused.get("tensors: bad message", 0))

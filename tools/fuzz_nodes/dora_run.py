@@ -21,7 +21,7 @@ from tools.local_cluster import descendants  # the one walk of a process tree
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the hostile node imports tools.fuzz_nodes
 
-__all__ = ["ROOT", "DoraRun", "dora_executable", "find_script", "run_flow", "dora_env"]
+__all__ = ["ROOT", "DoraRun", "dora_executable", "find_script", "log_lines", "run_flow", "dora_env"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # dora's verdict on a node that did not end well ("Node `x` failed: exited with code 1 ...", or a
@@ -72,12 +72,16 @@ class DoraRun:
     output: str  # dora's stdout and stderr
     wall_s: float
     timed_out: float | None  # the limit it ran past, if it did
-    logs: dict[str, str] = field(default_factory=dict)  # node id -> its log as text
+    # node id -> its log, line by line: (the stream it came on, "stdout" or "stderr", or "" where
+    # the log does not say; the line)
+    logs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
-    def log(self, node_id: str) -> str:
-        """A node's log: its own file, else the lines dora printed for it."""
+    def log(self, node_id: str, stream: str | None = None) -> str:
+        """A node's log: its own file, else the lines dora printed for it. With `stream`, only the
+        lines that came on it: dora reads a node's stdout and stderr apart, so a block printed on
+        one (tc-monitor's summary table) may have the other's lines between its own in the log."""
         if node_id in self.logs:
-            return self.logs[node_id]
+            return "\n".join(text for came_on, text in self.logs[node_id] if stream in (None, came_on))
         return "\n".join(line for line in self.output.splitlines() if f" {node_id}: " in line)
 
     def exit_codes(self) -> dict[str, int]:
@@ -89,19 +93,29 @@ class DoraRun:
         return codes
 
 
-def _node_logs(workdir: Path) -> dict[str, str]:
-    logs: dict[str, str] = {}
+def _node_logs(workdir: Path) -> dict[str, list[tuple[str, str]]]:
+    logs: dict[str, list[tuple[str, str]]] = {}
     for path in sorted(workdir.glob("out/*/log_*.jsonl"), key=lambda p: p.stat().st_mtime):
-        lines = []
-        for raw in _ANSI.sub("", path.read_text(errors="replace")).splitlines():
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                lines.append(raw)
-                continue
-            lines.extend(str(entry.get("msg", raw)).splitlines() if isinstance(entry, dict) else [raw])
-        logs[path.name[len("log_") : -len(".jsonl")]] = "\n".join(lines)
+        logs[path.name[len("log_") : -len(".jsonl")]] = log_lines(path.read_text(errors="replace"))
     return logs
+
+
+def log_lines(text: str) -> list[tuple[str, str]]:
+    """A dora 1.1 node log (one JSON object per line: "msg", and "stream" where it came from the
+    node's stdout or stderr) -> [(stream or "", line)], a line that is not JSON kept as it is."""
+    lines: list[tuple[str, str]] = []
+    for raw in _ANSI.sub("", text).splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            lines.append(("", raw))
+            continue
+        stream = entry.get("stream")
+        stream = stream if isinstance(stream, str) else ""
+        lines.extend((stream, line) for line in str(entry.get("msg", raw)).splitlines())
+    return lines
 
 
 def run_flow(flow: Path, timeout: float) -> DoraRun:
