@@ -79,7 +79,8 @@ class DoraRun:
     def log(self, node_id: str, stream: str | None = None) -> str:
         """A node's log: its own file, else the lines dora printed for it. With `stream`, only the
         lines that came on it: dora reads a node's stdout and stderr apart, so a block printed on
-        one (tc-monitor's summary table) may have the other's lines between its own in the log."""
+        one (tc-monitor's summary table) may have the other's lines between its own in the log.
+        (dora's own output does not say which stream a line came on: there, every line is kept.)"""
         if node_id in self.logs:
             return "\n".join(text for came_on, text in self.logs[node_id] if stream in (None, came_on))
         return "\n".join(line for line in self.output.splitlines() if f" {node_id}: " in line)
