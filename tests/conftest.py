@@ -1,6 +1,7 @@
 """Hooks and fixtures only (helpers are in tests/support/): the tiers' markers (`e2e` for
 everything under tests/e2e/ and every `dora` test, the `gpu` skip without CUDA), the `dora_cli`
-fixture, dataflow runs explained in a failing test's report, and a fresh route cache per test.
+fixture, dataflow runs explained in a failing test's report, a fresh route cache per test, and
+whether the session deselected tests (tests/support/collection.py).
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ import pytest
 import torch
 
 from tests.support import dora as _dora
+from tests.support.collection import DESELECTED
 
 E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_deselected(items):
+    if items:
+        items[0].config.stash[DESELECTED] = True
 
 
 def pytest_collection_modifyitems(config, items):

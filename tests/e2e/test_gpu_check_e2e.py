@@ -9,16 +9,15 @@ import importlib
 import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 from importlib.metadata import version as metadata_version
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.support.collection import collected_here, gpu_tests_collected_here
 from tests.support.dora import dora_env
 from tests.support.gpu_check import cpu_context
 from tests.support.paths import ROOT
@@ -27,28 +26,6 @@ from tools.gpu_check.report import PASS, SKIPPED
 
 CLI = [sys.executable, "-m", "tools.gpu_check"]
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
-
-
-def collected_here(session: pytest.Session, markexpr: str, has) -> list[str]:
-    """The ids of the suite's tests that `markexpr` selects: from this session when it collected
-    every test file unfiltered (`make test`: a second collection would cost some 15 s; `has(item)`
-    says whether the expression holds for an item), else collected again."""
-    config = session.config
-    files = {Path(item.path) for item in session.items}
-    if not config.option.markexpr and not config.option.keyword and set((ROOT / "tests").rglob("test_*.py")) <= files:
-        return [item.nodeid for item in session.items if has(item)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", markexpr, "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert re.search(r"\d+/\d+ tests collected", proc.stdout), proc.stdout[-3000:] + proc.stderr[-2000:]
-    return [line for line in proc.stdout.splitlines() if "::" in line]
-
-
-def gpu_tests_collected_here(session: pytest.Session) -> int:
-    return len(collected_here(session, "gpu", lambda item: item.get_closest_marker("gpu")))
 
 
 def imports(module: str) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.collection import gpu_tests_collected_here
 from tests.support.paths import ROOT, registered_node_scripts
 from tests.support.wheels import tiny_wheel
 from tools import install_env as installer
@@ -165,14 +166,9 @@ def test_offline_install_over_this_interpreter_then_nodes_run_a_dataflow(layered
     assert json.loads((flow.parent / "report.json").read_text())["inputs"]["tensors"]["good"] == 3
 
 
-def test_offline_install_over_this_interpreter_then_gpu_tests_collect_there_as_here(layered):
-    here = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    expected = int(re.search(r"(\d+)/\d+ tests collected", here.stdout).group(1))
+def test_offline_install_over_this_interpreter_then_gpu_tests_collect_there_as_here(layered, request):
+    expected = gpu_tests_collected_here(request.session)
+    assert expected > 0
     project = layered.project
     if torch.cuda.is_available():
         gpu = run_make(project, "test-gpu", "PYTEST_ARGS=--collect-only -p no:cacheprovider", env={"PIP_NO_INDEX": "1"})

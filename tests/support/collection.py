@@ -1,0 +1,48 @@
+"""Which of the suite's tests a marker expression selects, for the tests that compare another
+collection with this one (the GPU check's count, the layered install's `make test-gpu`, the
+collection without the optional packages). Under `make test` this session already collected every
+test file unfiltered, and reading its items costs nothing; anything narrower (one file, `-m`, `-k`)
+collects the suite again in a fresh interpreter, some 10 to 15 s on 2 cores."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+
+__all__ = ["DESELECTED", "collected_here", "gpu_tests_collected_here"]
+
+# Set by tests/conftest.py when this session deselected tests (`--deselect`, `--lf`, a plugin):
+# its items are then not the whole suite, whatever files they come from.
+DESELECTED = pytest.StashKey[bool]()
+
+
+def collected_here(session: pytest.Session, markexpr: str, has: Callable[[pytest.Item], object]) -> list[str]:
+    """The ids of the suite's tests that `markexpr` selects ("" for all): from `session` when it
+    collected every test file unfiltered (`has(item)` says whether the expression holds for an
+    item), else collected again."""
+    config = session.config
+    files = {Path(item.path) for item in session.items}
+    unfiltered = not (config.option.markexpr or config.option.keyword or config.stash.get(DESELECTED, False))
+    if unfiltered and set((ROOT / "tests").rglob("test_*.py")) <= files:
+        return [item.nodeid for item in session.items if has(item)]
+    marks = ["-m", markexpr] if markexpr else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *marks, "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    collected = re.search(r"\d+(/\d+)? tests? collected", proc.stdout)
+    assert proc.returncode == 0 and collected, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def gpu_tests_collected_here(session: pytest.Session) -> int:
+    return len(collected_here(session, "gpu", lambda item: item.get_closest_marker("gpu")))
