@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support.collection import collected_here
+from tests.support.collection import collect_afresh, collected_here
 from tests.support.paths import ROOT, TESTS
 
 BLOCKER = TESTS / "support" / "without_optional"  # its sitecustomize.py hides the packages
@@ -28,22 +28,13 @@ def run_python(args: list[str], env: dict[str, str] | None = None) -> subprocess
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-def collect(env: dict[str, str]) -> list[str]:
-    """The test ids pytest collects over tests/, after checking that it reported no error."""
-    proc = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)], env)
-    output = proc.stdout + proc.stderr
-    summary = output.strip().splitlines()[-1] if output.strip() else ""
-    assert proc.returncode == 0 and "error" not in summary, output[-6000:]  # the errors are listed last
-    return [line for line in proc.stdout.splitlines() if "::" in line]
-
-
 @pytest.mark.slow  # a fresh interpreter collecting every test
 def test_every_module_collects_the_same_tests_without_the_optional_packages(request):
     env = blocked_env()
     # The blocker is in effect in such an interpreter (else this test would prove nothing).
     probe = run_python(["-c", "import torchcodec"], env)
     assert probe.returncode != 0 and "blocked by" in probe.stderr, probe.stderr
-    with_all, without = collected_here(request.session, "", lambda item: True), collect(env)
+    with_all, without = collected_here(request.session, "", lambda item: True), collect_afresh(env=env)
     assert with_all, "no tests collected"
     missing = sorted(set(with_all) - set(without))
     assert not missing and len(without) == len(with_all), f"{len(missing)} tests not collected: {missing[:20]}"

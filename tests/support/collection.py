@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
-__all__ = ["DESELECTED", "collected_here", "gpu_tests_collected_here"]
+__all__ = ["DESELECTED", "collect_afresh", "collected_here", "gpu_tests_collected_here"]
 
 # Set by tests/conftest.py when this session deselected tests (`--deselect`, `--lf`, a plugin):
 # its items are then not the whole suite, whatever files they come from.
@@ -32,15 +32,25 @@ def collected_here(session: pytest.Session, markexpr: str, has: Callable[[pytest
     unfiltered = not (config.option.markexpr or config.option.keyword or config.stash.get(DESELECTED, False))
     if unfiltered and set((ROOT / "tests").rglob("test_*.py")) <= files:
         return [item.nodeid for item in session.items if has(item)]
+    return collect_afresh(markexpr)
+
+
+def collect_afresh(markexpr: str = "", env: dict[str, str] | None = None) -> list[str]:
+    """The ids a fresh interpreter collects over tests/ (`markexpr`: only those it selects; `env`:
+    its environment, this one's by default), after checking that pytest reported no error."""
     marks = ["-m", markexpr] if markexpr else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *marks, "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", *marks, "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
+        timeout=300,
     )
+    output = proc.stdout + proc.stderr
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
     collected = re.search(r"\d+(/\d+)? tests? collected", proc.stdout)
-    assert proc.returncode == 0 and collected, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and collected and "error" not in summary, output[-6000:]  # errors are listed last
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
 
