@@ -21,6 +21,10 @@ class SeqTracker:
     Memory stays bounded on endless streams: everything below a watermark has been seen; seqs
     above it are kept in a set, and a gap older than `horizon` messages is given up (a message
     that still arrives after that counts as a duplicate).
+
+    An open-ended stream (count 0) has no start a receiver knows: it is counted from the lowest seq
+    seen (a receiver started late, or one that forgot the stream, picks it up where it is; one
+    message with seq 2**53 on a fresh stream once reported "missing 9007199254740992").
     """
 
     def __init__(self, horizon: int = 4096):
@@ -28,6 +32,7 @@ class SeqTracker:
         self.low = 0
         self.above: set[int] = set()
         self.max_seen = -1
+        self.min_seen: int | None = None
         self.distinct = 0
 
     def see(self, seq: int) -> str:
@@ -37,6 +42,7 @@ class SeqTracker:
         self.above.add(seq)
         self.distinct += 1
         self.max_seen = max(self.max_seen, seq)
+        self.min_seen = seq if self.min_seen is None else min(self.min_seen, seq)
         self._advance()
         if len(self.above) > self.horizon:
             self.low = min(self.above)
@@ -49,9 +55,12 @@ class SeqTracker:
             self.low += 1
 
     def missing(self, count: int) -> int:
-        """Messages never seen, of `count` announced (0 = open-ended: up to the highest seen)."""
-        expected = count if count else self.max_seen + 1
-        return max(0, expected - self.distinct)
+        """Messages never seen, of `count` announced (0 = open-ended: from the lowest seen to the highest)."""
+        if count:
+            return max(0, count - self.distinct)
+        if self.min_seen is None:
+            return 0
+        return self.max_seen + 1 - self.min_seen - self.distinct
 
 
 class Latencies:

@@ -127,6 +127,35 @@ def test_streams_of_one_input_are_counted_apart():
     assert (stats["received"], stats["expected"], stats["missing"]) == (6, 6, 0)
 
 
+@pytest.mark.parametrize("count", [2**53, 2**32 + 1])
+def test_a_count_no_finite_stream_has_is_a_bad_message_not_a_missing_figure(count):
+    """count 2**53 on a fresh stream reported "missing 9007199254740991" (256 such streams: 2.3e18)."""
+    receiver = Receiver(CPU, inputs=["tensors"])
+    assert receiver.handle(codec_event(torch.ones(2), 0, count=count)) == "bad"
+    stats = receiver.report()["inputs"]["tensors"]
+    assert (stats["bad"], stats["missing"], stats["expected"]) == (1, 0, None)
+    assert stats["failures"][0].endswith(
+        f"metadata.count: expected an integer from 0 (open-ended) to 2**32 (a finite stream's length), got int {count}"
+    )
+    assert receiver.refusals.counts == {"tensors: bad message": 1}
+
+
+def test_the_longest_finite_stream_is_counted():
+    receiver = Receiver(CPU, inputs=["tensors"])
+    assert receiver.handle(codec_event(torch.ones(2), 0, count=2**32)) == "good"
+    assert receiver.report()["inputs"]["tensors"]["missing"] == 2**32 - 1
+
+
+@pytest.mark.parametrize("first", [2_000_000, 2**53])
+def test_an_open_ended_stream_is_counted_from_the_first_seq_seen(first):
+    """A fresh open-ended stream's first seq 2**53 reported "missing 9007199254740992"; a receiver
+    started late on a camera's stream counted every frame before it as missing."""
+    receiver = Receiver(CPU, inputs=["tensors"])
+    for seq in (first, first - 1, first - 3):  # the first to arrive is not the lowest
+        assert receiver.handle(codec_event(torch.ones(2), seq)) == "good"
+    assert receiver.report()["inputs"]["tensors"]["missing"] == 1  # first - 2
+
+
 @pytest.mark.parametrize("make_event", [codec_frame_event, raw_frame_event], ids=["codec", "raw-rgb8"])
 def test_synthetic_frames_are_verified_byte_for_byte(make_event):
     receiver = Receiver(CPU)
