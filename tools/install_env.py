@@ -39,7 +39,8 @@ The result is recorded in .venv/tc-install.json; a later `make` with the same in
 constraints, examples/hub-nodes.txt, this file, the interpreter) does nothing, unless something
 missing could be had now (a wheel folder named, or an index to ask), or .venv drifted from its pins
 (drift: something other than this installer changed a pinned release in .venv, e.g. `uv sync`):
-the pinned releases are then put back and the install runs again. A later `make` without
+the pinned releases are then put back (layered: .venv's own copy is removed by its RECORD, never
+by pip, see remove_own_copies) and the install runs again. A later `make` without
 PYTHON= keeps the interpreter .venv was made over.
 
     python tools/install_env.py [--python PY] [--named] [--wheels DIR] [--venv .venv]
@@ -49,6 +50,7 @@ PYTHON= keeps the interpreter .venv was made over.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import os
@@ -763,11 +765,10 @@ def matches_pin(pinned: str, found: str) -> bool:
     return not pinned_local or pinned_local.lower() == found_local.lower()
 
 
-def installed_releases(site: Path) -> dict[str, list[str]]:
-    """name -> the releases installed in one site-packages folder, from its `*.dist-info` folders
-    (each's METADATA `Version:`, else its folder name). Plain file reads: importlib.metadata's
-    import alone costs more than a warm `make install` otherwise takes."""
-    found: dict[str, list[str]] = {}
+def dist_infos(site: Path) -> Iterator[tuple[str, str, Path]]:
+    """(name as dist_name gives it, release, folder) for each `*.dist-info` folder in one
+    site-packages folder; the release is its METADATA's `Version:`, else the folder's name. Plain
+    file reads: importlib.metadata's import alone costs more than a warm `make install` otherwise takes."""
     for entry in os.scandir(site) if site.is_dir() else []:
         if not entry.name.endswith(".dist-info") or "-" not in entry.name:
             continue
@@ -782,8 +783,21 @@ def installed_releases(site: Path) -> dict[str, list[str]]:
                         break
         except OSError:
             pass
-        found.setdefault(dist_name(name), []).append(version)
+        yield dist_name(name), version, Path(entry.path)
+
+
+def installed_releases(site: Path) -> dict[str, list[str]]:
+    """name -> the releases installed in one site-packages folder (dist_infos)."""
+    found: dict[str, list[str]] = {}
+    for name, release, _ in dist_infos(site):
+        found.setdefault(name, []).append(release)
     return found
+
+
+def own_site_packages(venv: Path) -> list[Path]:
+    """.venv's own site-packages folders: what drift compares and repair_drift removes from (never
+    the folders of an environment it is layered over, which its .pth file adds)."""
+    return sorted(venv.glob("lib/python*/site-packages"))
 
 
 def drift(venv: Path, pinned: dict[str, str]) -> list[tuple[str, str, str]]:
@@ -792,7 +806,7 @@ def drift(venv: Path, pinned: dict[str, str]) -> list[tuple[str, str, str]]:
     .venv's, and this installer never changes it. Read from the packages' metadata on disk, in
     this process: no interpreter is started (a warm `make install` runs before every target)."""
     installed: dict[str, list[str]] = {}
-    for site in sorted(venv.glob("lib/python*/site-packages")):
+    for site in own_site_packages(venv):
         for name, releases in installed_releases(site).items():
             installed.setdefault(name, []).extend(releases)
     return [
@@ -821,12 +835,12 @@ def drift_message(venv: Path, mode: str, drifted: list[tuple[str, str, str]]) ->
 def repair_drift(venv: Path, wheels: str | None, mode: str, drifted: list[tuple[str, str, str]]) -> None:
     """Put the pins back: in a fresh .venv pip installs the pinned releases under the constraints
     file (from WHEELS= offline; what a pinned torch pins, triton, comes back with it); in a layered
-    one .venv's own copies are uninstalled, so the underlying environment's builds show again
-    (pip removes nothing outside .venv)."""
-    python = venv_python(venv)
+    one .venv's own copies are removed (remove_own_copies), so the underlying environment's builds
+    show again."""
     if mode != "fresh":
-        run([python, "-m", "pip", "uninstall", "--yes", *(name for name, _, _ in drifted)])
+        remove_own_copies(venv, drifted)
         return
+    python = venv_python(venv)
     wanted = [f"{name}=={pinned}" for name, pinned, _ in drifted]
     try:
         run_downloading(
@@ -834,6 +848,137 @@ def repair_drift(venv: Path, wheels: str | None, mode: str, drifted: list[tuple[
         )
     except InstallError as e:
         raise InstallError(f"{e}\n{wheel_hint(wanted)}") from None
+
+
+class NotRemovable(Exception):
+    """Why .venv's copy of a distribution is not removed (nothing of it is)."""
+
+
+# Not `pip uninstall`: pip takes a distribution as its environment's when its folder's path starts
+# with sys.prefix as a string, so an environment at .venv-floor counts as inside .venv, and where
+# .venv's own dist-info cannot be read pip finds the underlying copy by name and removes that.
+def remove_own_copies(venv: Path, drifted: list[tuple[str, str, str]]) -> None:
+    """Remove .venv's own copy of each (name, pinned, found) of `drifted`: exactly the files its
+    RECORD lists, each checked to lie inside .venv, then its dist-info folder. Every copy is
+    checked before anything is removed: where one cannot be (no RECORD, a malformed one, a file
+    outside .venv), nothing is, and InstallError says how to make .venv again."""
+    root = venv.resolve()
+    try:
+        plans = [removal_plan(root, info) for name, _, found in drifted for info in own_copies(venv, name, found)]
+    except NotRemovable as e:
+        raise InstallError(not_removable_advice(venv, str(e))) from None
+    for info, files in plans:
+        try:
+            remove_planned(info, files)
+        except OSError as e:
+            raise InstallError(
+                f"removing {venv.name}'s copy {info.name} stopped: {e}. Nothing outside {venv.name} was touched; its "
+                f"record is left until the rest is gone, so the next make tries again"
+            ) from None
+
+
+def own_copies(venv: Path, name: str, release: str) -> list[Path]:
+    """The dist-info folders of `name` at `release` in .venv's own site-packages."""
+    return [
+        info
+        for site in own_site_packages(venv)
+        for found, version, info in dist_infos(site)
+        if found == dist_name(name) and version == release
+    ]
+
+
+def not_removable_advice(venv: Path, why: str) -> str:
+    """InstallError's text for a copy that is not removed: why, and the commands that make .venv again."""
+    stamp = read_stamp(venv)
+    python = stamp["python"] if stamp else "<the interpreter it is layered over>"
+    return (
+        f"{why}. Nothing was removed; {venv.name}'s copy is not guessed at (it hides the build of the environment "
+        f"it is layered over). Make {venv.name} again: `rm -rf {venv}` then `make install PYTHON={python}`"
+    )
+
+
+def removal_plan(root: Path, info: Path) -> tuple[Path, list[Path]]:
+    """(dist-info folder, every other entry to remove) for the copy whose dist-info is `info`, in a
+    .venv resolved to `root`: what its RECORD lists outside the dist-info folder, as located_inside
+    gives it, and what Python compiled of its `.py` files; NotRemovable where any of it is not
+    provably inside."""
+    site = info.parent.resolve()
+    if not site.is_relative_to(root):
+        raise NotRemovable(f"{info.parent} lies outside {root} (a link)")
+    if info.is_symlink() or not info.is_dir():
+        raise NotRemovable(f"{info} is not a folder of {root.name} (a link, or not a folder)")
+    own = site / info.name
+    listed = [located_inside(root, site / path, f"{info.name}/RECORD lists {path!r}") for path in record(info)]
+    files = [path for path in listed if not path.is_relative_to(own)]
+    return own, files + [pyc for path in files for pyc in compiled_copies(path)]
+
+
+def record(info: Path) -> list[str]:
+    """The paths a dist-info's RECORD lists (CSV rows: path, hash, size); NotRemovable naming the
+    folder where it is absent, unreadable, not a plain file or not such rows."""
+    path = info / "RECORD"
+    try:
+        if path.is_symlink() or not path.is_file():  # a link leads anywhere, a pipe would hang the read
+            raise NotRemovable(f"{info} has no RECORD as a plain file (the list of the files it installed)")
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = [row for row in csv.reader(f) if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise NotRemovable(f"{path} cannot be read ({e})") from None
+    for number, row in enumerate(rows, 1):
+        if len(row) != 3 or not row[0].strip():
+            raise NotRemovable(f"{path} row {number}: expected `path,hash,size`, got {','.join(row)[:200]!r}")
+    if not rows:
+        raise NotRemovable(f"{path} lists no files")
+    return [row[0] for row in rows]
+
+
+def located_inside(root: Path, path: Path, what: str) -> Path:
+    """Where the folder entry `path` lies: its folder resolved (links, `..`), its own name kept, so a
+    link is removed as a link and never what it points at; NotRemovable, saying `what`, unless that
+    is inside `root` (a resolved folder; compared by path parts, never as a string prefix)."""
+    if path.name in ("", ".", ".."):
+        raise NotRemovable(f"{what}: not a file")
+    try:
+        place = path.parent.resolve() / path.name
+    except (OSError, ValueError, RuntimeError) as e:  # a link loop, a NUL in the name
+        raise NotRemovable(f"{what}: {e}") from None
+    if place == root or not place.is_relative_to(root):
+        raise NotRemovable(f"{what}, which is not inside {root}")
+    return place
+
+
+def compiled_copies(path: Path) -> list[Path]:
+    """The `__pycache__/<name>.*.pyc` files beside a `.py` that located_inside placed (compiled
+    after the install, its RECORD may not list them); none where `__pycache__` is a link."""
+    cache = path.parent / "__pycache__"
+    if path.suffix != ".py" or cache.is_symlink() or not cache.is_dir():
+        return []
+    return sorted(cache.glob(f"{path.stem}.*.pyc"))
+
+
+def remove_planned(info: Path, files: list[Path]) -> None:
+    """Remove `files` (links as links), then the dist-info folder `info` last (a removal cut short
+    keeps its RECORD, so the next make finds the drift and finishes it), then the folders this
+    left empty inside its site-packages."""
+    emptied = {info.parent}
+    for path in files:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            emptied.add(path.parent)
+        elif path.is_dir():  # a RECORD may name a folder: removed below if left empty
+            emptied.add(path)
+    shutil.rmtree(info)
+    prune_empty(info.parent, emptied)
+
+
+def prune_empty(site: Path, folders: set[Path]) -> None:
+    """Remove each of `folders`, and their parents, that is left empty strictly inside `site`."""
+    inside = {parent for folder in folders for parent in (folder, *folder.parents) if parent.is_relative_to(site)}
+    for folder in sorted(inside - {site}, key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            pass
 
 
 # --------------------------------------------------------------------------------------- main
