@@ -23,18 +23,26 @@ or less has left that consumer's queue (taken or dropped): at most (last tx sent
 it acknowledged) copies are still there. A transmission is made only while that count is below
 what the consumer's queue holds (`capacity`, dora's rule: routing.queue_capacity), for every
 acker; a resend that does not fit waits for the next ack (it is not lost: it is still given up
-only after `give_up_s`). An ack without a usable `tx` (a consumer of its own that does not echo
-it, a hostile one) still says the copies up to the message's first transmission are gone. So
-dora never has to drop. The node sizes `capacity` from the dataflow (`sized_window`): the
-smallest queue among the inputs of that acker's node wired to the output, and refuses to start
-when `window` does not fit it.
+only after `give_up_s`). An ack without a `tx` (a consumer of its own that does not echo it)
+says the copies up to the message's first transmission are gone; an ack whose `tx` is no
+transmission of the message it names (stale, made up) counts for nothing at all. So dora never
+has to drop. The node sizes `capacity` from the dataflow (`sized_window`): the smallest queue
+among the inputs of that acker's node wired to the output, and refuses to start when `window`
+does not fit it.
 
-A stall: when every copy queued for a consumer was lost on the way (a congested direct link), no
-ack can come and the count stays full. A consumer that acknowledged nothing for
-max(`retry_s`, PROBE_MIN_S) since the last transmission, with its count full, gets one resend
-anyway (a probe), then again after twice as long, and so on until an ack comes: a lost link
-restarts; a consumer that is merely that slow (over a second per message) may see dora drop its
-oldest queued copy, once per probe, which a later resend makes good.
+A stall: when every copy queued for a consumer was lost on the way (a congested direct link, an
+outage), no ack can come and the count stays full. A consumer that acknowledged nothing for
+max(`retry_s`, PROBE_MIN_S) since the last transmission, with its count full, gets one
+transmission anyway (a probe: a resend, or a new message held for room), then again after twice
+as long, and so on, never more than `give_up_s` apart, until an ack comes: a lost link restarts;
+a consumer that is merely that slow (over a second per message) may see dora drop its oldest
+queued copy, once per probe, which a later resend makes good.
+
+Liveness, whatever the consumers do (silent, slow, gone, or echoing any `tx`): a producer with a
+message to send transmits at least once every `probe_max_s` (at most `give_up_s`), and every
+message is delivered or given up `give_up_s` after it was made; a producer with nothing left to
+make ends once its messages are delivered or given up, with a non-zero exit naming what was not
+acknowledged. An outage of any length recovers at the first probe after the link is back.
 
 Consumers acknowledge a message when they have taken it (the receiver once it has handled it; the
 JPEG encoder and decoder when they start work on it, so the window of the next link bounds how
@@ -44,8 +52,10 @@ many they take: see `Relay`). Acks travel as empty messages whose metadata is th
 Acks are hostile input like any other: one that is malformed (`malformed_ack`: a seq that is not
 an int >= 0, a stream that is not a short string, a tx that is not an int) is refused, counted and
 logged rate-limited (hostile.Refusals); one that names nothing in flight (a late duplicate, or
-forged) is counted (`stray_acks`) and costs two dictionary lookups. Per-stream state (the
-sequences a consumer has taken, a relay's streams) is bounded: hostile.BoundedStreams.
+forged) is counted (`stray_acks`) and costs two dictionary lookups; one naming a message in
+flight with a `tx` that is none of its transmissions is counted (`mismatched`) and changes
+nothing. Per-stream state (the sequences a consumer has taken, a relay's streams) is bounded:
+hostile.BoundedStreams.
 """
 
 from __future__ import annotations
@@ -55,7 +65,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -69,7 +79,6 @@ from .stats import SeqTracker
 
 __all__ = [
     "AckWindow",
-    "Delivery",
     "Outbox",
     "Relay",
     "DELIVERY_SETTINGS",
@@ -90,6 +99,7 @@ __all__ = [
     "STOP_GRACE_S",
     "EMPTY",
     "not_acknowledged_line",
+    "window_figures",
     "malformed_ack",
     "MAX_STREAM_CHARS",
 ]
@@ -99,6 +109,7 @@ STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of wh
 # holds the rule (not imported here: --help reads this module's settings before torch loads).
 DEFAULT_CAPACITY = 10
 PROBE_MIN_S = 1.0  # a consumer silent this long (at least retry_s) with its queue counted full is probed
+RECENT_TX = 1024  # transmissions remembered at least, for the acks of messages no longer in flight
 EMPTY = pa.array([], type=pa.uint8())
 MAX_BACKLOG = 256  # messages a relay holds taken from dora and not yet worked on (see Relay)
 MAX_STREAM_CHARS = 64  # stream ids are 16 hex characters (protocol.new_stream_id); a longer one is not ours
@@ -372,9 +383,8 @@ class _Pending:
     """A message not yet acknowledged by every acker."""
 
     first: float  # when it was made: give_up_s counts from here
-    last: float | None  # its last transmission (None: none yet, held for room in a queue)
-    first_tx: int | None = None  # its first transmission's number
-    tx: int | None = None  # its last transmission's number
+    last: float | None = None  # its last transmission (None: none yet, held for room in a queue)
+    txs: list[int] = field(default_factory=list)  # the numbers of its transmissions, in order
     held: bool = False  # a transmission of it waited for room in a queue
 
 
@@ -383,7 +393,13 @@ class AckWindow:
     transmissions (`tx`) each acker's queue may still hold (the module's docstring says why).
 
     `capacity`: what each acker's consumer queue holds, an int for every acker or a mapping acker
-    -> int (an acker not in it, or None: dora's default, DEFAULT_CAPACITY)."""
+    -> int (an acker not in it, or None: dora's default, DEFAULT_CAPACITY).
+
+    Liveness: whatever the consumers do (silent, slow, gone, or echoing any `tx`), a window with
+    a message to send transmits one at least every `probe_max_s` (a probe past a queue counted
+    full), and gives up every message `give_up_s` after it was made; an ack counts only when its
+    `tx` is a transmission of the message it names (`ack`), so no echo can freeze the count of
+    a consumer's queue."""
 
     def __init__(
         self,
@@ -405,6 +421,7 @@ class AckWindow:
         self.retransmits = 0
         self.delivered = 0
         self.stray_acks = 0  # acks of nothing in flight: late duplicates (after a resend), or forged
+        self.mismatched = 0  # acks naming a message in flight with a tx that is no transmission of it
         self.lost: list = []
         # The consumers' queues: transmissions numbered 1, 2, ... (`tx`: the last one given).
         if capacity is None or isinstance(capacity, int):
@@ -412,7 +429,16 @@ class AckWindow:
         self.capacity = {a: max(1, int(capacity.get(a, DEFAULT_CAPACITY))) for a in self.ackers}
         self.tx = 0
         self.acked_tx = dict.fromkeys(self.ackers, 0)  # the highest tx each acker's consumer has taken
+        # Recent transmissions (tx -> message), for the acks of messages no longer in flight: a
+        # late duplicate's tx still says copies left its consumer's queue, if it is one this window
+        # made for that message. Every copy a consumer may still hold is among the last
+        # (its queue + its window) transmissions; four times that, at least RECENT_TX.
+        self.recent: dict[int, Hashable] = {}
+        self.recent_limit = max(RECENT_TX, 4 * (max(self.capacity.values(), default=0) + window))
         self.probe_base_s = max(retry_s, PROBE_MIN_S)
+        # Probes back off (twice as long after each unanswered one) up to 64 x the first wait, but
+        # never past give_up_s: a sender with anything to send is never silent for longer.
+        self.probe_max_s = max(self.probe_base_s, min(64 * self.probe_base_s, give_up_s))
         self.probe_s = dict.fromkeys(self.ackers, self.probe_base_s)
         # When each acker was last heard from (an ack that moved its tx on) or last sent to; None:
         # just now (set at the next look, which has the time).
@@ -425,7 +451,7 @@ class AckWindow:
         return self.reliable and len(self.unacked) >= self.window
 
     def room(self) -> int:
-        """How many more messages may be sent now (unbounded without acks: a large number)."""
+        """How many more messages may be made now (unbounded without acks: a large number)."""
         return max(0, self.window - len(self.unacked)) if self.reliable else 1 << 30
 
     # -- the consumers' queues --------------------------------------------------------------
@@ -449,7 +475,7 @@ class AckWindow:
 
     def may_transmit(self, now: float | None = None) -> bool:
         """Whether one more copy fits every acker's consumer queue now; with `now`, also whether
-        a probe is due past a consumer silent that long (resends only: new messages never probe)."""
+        a probe is due past a consumer silent that long."""
         if not self.reliable:
             return True
         full = self._full_queues()
@@ -457,38 +483,45 @@ class AckWindow:
             return True
         return now is not None and now >= self._probe_at(full, now)
 
-    def transmission(self, now: float) -> int:
-        """The number of the transmission about to be made (call it just before sending a copy:
-        a new message, or a resend); a probe when a queue is counted full."""
+    def transmit(self, key: Hashable, now: float) -> int:
+        """Number the transmission of message `key` about to be made now (its first, a resend,
+        or a probe when a queue is counted full); -> its `tx`."""
         full = self._full_queues()
         self._settle(now)
         if full:
             self.probes += 1
             for acker in full:
-                self.probe_s[acker] = min(self.probe_s[acker] * 2, 64 * self.probe_base_s)
+                self.probe_s[acker] = min(self.probe_s[acker] * 2, self.probe_max_s)
         self.tx += 1
         for acker in self.ackers:
             self.heard[acker] = now
+        self.recent[self.tx] = key
+        if len(self.recent) > self.recent_limit:
+            del self.recent[next(iter(self.recent))]
+        pending = self.unacked.get(key)
+        if pending is not None:
+            pending.last = now
+            pending.txs.append(self.tx)
         return self.tx
 
     def tx_of(self, key: Hashable) -> int | None:
         """The number of a message's last transmission (None: not sent yet, or no acks)."""
         pending = self.unacked.get(key)
-        return pending.tx if pending is not None else None
+        return pending.txs[-1] if pending is not None and pending.txs else None
 
     # -- messages ---------------------------------------------------------------------------
 
-    def track(self, key: Hashable, now: float, tx: int | None = None) -> None:
-        """A message made now: transmitted as `tx` (`transmission`), or with None not yet: then it
-        is due at once and goes out when its consumers' queues have room (`retransmissions`)."""
+    def track(self, key: Hashable, now: float) -> None:
+        """A message made now, not transmitted yet: due at once (`transmit` it now, or
+        `retransmissions` sends it when its consumers' queues have room)."""
         if self.reliable:
-            self.unacked[key] = _Pending(now, now if tx is not None else None, tx, tx)
+            self.unacked[key] = _Pending(now)
             self.waiting_for[key] = set(self.ackers)
 
     def retransmissions(self, now: float) -> list:
-        """Messages to send now (each already numbered: `tx_of`): those unacknowledged for
-        `retry_s` and those never sent, oldest first, while their consumers' queues have room;
-        those past `give_up_s` move to `lost` instead."""
+        """Messages to send now, each numbered (`tx_of`): those unacknowledged for `retry_s` and
+        those never sent, oldest first, while their consumers' queues have room (or a probe is
+        due); those past `give_up_s` move to `lost` instead."""
         due = []
         for key, pending in list(self.unacked.items()):
             if now - pending.first >= self.give_up_s:
@@ -503,15 +536,12 @@ class AckWindow:
                     continue  # waits for an ack to make room (or for a probe), still due
                 if pending.last is not None:
                     self.retransmits += 1
-                pending.last = now
-                pending.tx = self.transmission(now)
-                if pending.first_tx is None:
-                    pending.first_tx = pending.tx
+                self.transmit(key, now)
                 due.append(key)
         return due
 
     def next_due(self, now: float) -> float | None:
-        """Seconds until the next retransmission or give-up (None: nothing outstanding). A message
+        """Seconds until the next transmission or give-up (None: nothing outstanding). A message
         due but held for room in a queue waits for an ack (an event) or the next probe."""
         if not self.unacked:
             return None
@@ -522,24 +552,32 @@ class AckWindow:
         return max(0.0, min(retry, give_up) - now)
 
     def ack(self, key: Hashable, acker: str = P.ACK_INPUT, tx: Any = None) -> bool:
-        """An ack of `key` from `acker`, carrying the `tx` of the copy it took (as the consumer
-        echoed it: used only if an int within what was sent; else the message's first
-        transmission is what the ack proves gone). -> True when this ack completed the message's
-        delivery.
+        """An ack of `key` from `acker`, carrying the `tx` of the copy it took as the consumer
+        echoed it (None: it echoes none, and the message's first transmission is what the ack
+        proves gone). -> True when this ack completed the message's delivery.
 
-        The `tx` of an ack that names nothing in flight (a late duplicate after a resend) still
-        counts: it is what tells that copies left the consumer's queue, and without it a queue
-        counted full with nothing in flight would never open again. A lying acker can only
-        mislead the count of its own consumer's queue: dora wires each ack input to one node."""
-        if acker in self.acked_tx:
-            taken = tx if type(tx) is int and 0 <= tx <= self.tx else None
-            if taken is None:
-                pending = self.unacked.get(key)
-                taken = pending.first_tx if pending is not None else None
-            if taken is not None and taken > self.acked_tx[acker]:
-                self.acked_tx[acker] = taken
-                self.heard[acker] = None
-                self.probe_s[acker] = self.probe_base_s
+        An ack of a message in flight counts only if its `tx` is one of that message's
+        transmissions (or it has none and the message was transmitted): any other counts for
+        nothing (`mismatched`), so a consumer echoing a stale or made-up `tx` can neither mark
+        a message delivered nor freeze the count of its queue. The `tx` of an ack that names
+        nothing in flight (a late duplicate after a resend) still moves its consumer's count
+        when it is a recent transmission of that message: without it, a queue counted full with
+        nothing in flight would open only at the next probe. A lying acker can only mislead the
+        count of its own consumer's queue: dora wires each ack input to one node."""
+        pending = self.unacked.get(key)
+        if pending is None:
+            taken = tx if type(tx) is int and self.recent.get(tx) == key else None
+        elif tx is None and pending.txs:
+            taken = pending.txs[0]
+        elif type(tx) is int and tx in pending.txs:
+            taken = tx
+        else:
+            self.mismatched += 1
+            return False
+        if taken is not None and acker in self.acked_tx and taken > self.acked_tx[acker]:
+            self.acked_tx[acker] = taken
+            self.heard[acker] = None
+            self.probe_s[acker] = self.probe_base_s
         waiting = self.waiting_for.get(key)
         if waiting is None:
             self.stray_acks += 1  # unknown, or already delivered: a late duplicate
@@ -566,55 +604,7 @@ class AckWindow:
         return keys
 
 
-class Delivery(AckWindow):
-    """The tensor sender's schedule: messages 0..total-1 (total 0 = endless), which are rebuilt
-    from their seq when resent, so nothing but the seq is kept."""
-
-    def __init__(
-        self,
-        total: int,
-        *,
-        reliable: bool,
-        window: int = 8,
-        retry_s: float = 1.0,
-        give_up_s: float = 30.0,
-        ackers=(P.ACK_INPUT,),
-        capacity: int | Mapping[str, int] | None = None,
-    ):
-        super().__init__(
-            reliable=reliable, window=window, retry_s=retry_s, give_up_s=give_up_s, ackers=ackers, capacity=capacity
-        )
-        self.total = total
-        self.next_seq = 0
-
-    @property
-    def all_taken(self) -> bool:
-        return bool(self.total) and self.next_seq >= self.total
-
-    @property
-    def finished(self) -> bool:
-        return self.all_taken and not self.unacked
-
-    def can_send_new(self) -> bool:
-        """A new message may go now: the run is not over, the window has room, and so has every
-        consumer's queue (resends go first: `retransmissions`)."""
-        return not self.all_taken and not self.full and self.may_transmit()
-
-    def take_new(self, now: float) -> int:
-        """The next message's seq, numbered for sending now (its `tx`: `tx_of(seq)`)."""
-        seq = self.next_seq
-        self.next_seq += 1
-        self.track(seq, now, self.transmission(now) if self.reliable else None)
-        return seq
-
-    def undelivered(self) -> list[int]:
-        """Every message of the run not acknowledged: given up, still waiting, or never sent."""
-        untaken = range(self.next_seq, self.total) if self.total else ()
-        undelivered: set[Any] = set(self.lost) | set(self.unacked) | set(untaken)  # a Delivery's keys are ints
-        return sorted(undelivered)
-
-
-# -- nodes that make their messages as they go --------------------------------------------------
+# -- the one acknowledged output of every producer ----------------------------------------------
 
 
 @dataclass
@@ -624,9 +614,15 @@ class _Kept:
 
 
 class Outbox:
-    """One output with acknowledged delivery, for a node that makes each message once (a camera
-    frame, a JPEG, a decoded frame): every message is kept until all ackers acknowledged it, to be
-    resent. `send(obj, metadata)` does the actual dora send (and may raise)."""
+    """One output with acknowledged delivery, the same for every producer (camera, tensor sender,
+    JPEG encoder and decoder): every message is kept until all ackers acknowledged it, to be
+    resent. `send(obj, metadata)` does the actual dora send (and may raise); `obj` is whatever
+    it needs to send the message again (a frame, a JPEG, or just the seq of a message the
+    tensor sender rebuilds).
+
+    The node drives it the same way whatever it makes: `send` while `room()`, `on_ack` for
+    every event, `resend_due` once per round (resends, messages held for room, probes,
+    give-ups), `next_due` for how long it may wait, then `end_report`."""
 
     def __init__(
         self,
@@ -661,63 +657,82 @@ class Outbox:
     def send(self, obj: Any, metadata: dict) -> None:
         """Send one message the caller numbered (metadata `stream`, `seq`). If dora refuses it,
         the message is counted lost and the error raised for the caller to log. With acks, a
-        message that finds a consumer's queue counted full (or resends waiting for room) is kept
-        and sent by `resend_due` once there is room."""
+        message that finds a consumer's queue counted full (or messages held before it) is kept
+        and sent by `resend_due` once there is room, or as a probe."""
         key: tuple[str, Any] = (str(metadata.get(P.STREAM, "")), metadata.get(P.SEQ))
-        if self.reliable:
-            metadata[P.WANTS_ACK] = True
-            self.streams.state(key[0])
-            now = self.clock()
-            if self._held or not self.window.may_transmit():
-                self.window.track(key, now)  # due at once: the first transmission when there is room
-                self.kept[key] = _Kept(obj, metadata)
-                self._held = True
-                self.sent += 1
-                return
-            metadata[P.TX] = self.window.transmission(now)
-        metadata[P.SENT_NS] = P.now_ns()
-        try:
-            self._send(obj, metadata)
-        except Exception:
-            self.failed += 1
-            self.window.lost.append(key)
-            raise
+        if not self.reliable:
+            metadata[P.SENT_NS] = P.now_ns()
+            try:
+                self._send(obj, metadata)
+            except Exception:
+                self.failed += 1
+                self.window.lost.append(key)
+                raise
+            self.sent += 1
+            return
+        metadata[P.WANTS_ACK] = True
+        self.streams.state(key[0])
+        now = self.clock()
+        self.window.track(key, now)
+        kept = self.kept[key] = _Kept(obj, metadata)
         self.sent += 1
-        if self.reliable:
-            self.window.track(key, now, metadata[P.TX])
-            self.kept[key] = _Kept(obj, metadata)
+        if self._held or not self.window.may_transmit():
+            self._held = True  # due at once: its first transmission when there is room
+            return
+        self._transmit(key, kept, now, first=True)
+
+    def _transmit(self, key: tuple[str, Any], kept: _Kept, now: float, first: bool) -> None:
+        """One transmission of a kept message (numbered already when it is a resend). A first
+        one dora refuses is counted lost and raised."""
+        if first:
+            self.window.transmit(key, now)
+        kept.metadata[P.TX] = self.window.tx_of(key)
+        kept.metadata[P.SENT_NS] = P.now_ns()
+        try:
+            self._send(kept.obj, kept.metadata)
+        except Exception:
+            if first:
+                self.sent -= 1
+                self.failed += 1
+                self.window.forget(key)
+                self.kept.pop(key, None)
+            raise
 
     def on_ack(self, event: dict) -> bool:
-        """An event on one of the ack inputs -> True (applied, or not ours); False otherwise."""
-        if event.get("type") != "INPUT" or event.get("id") not in self.window.ackers:
+        """An event on one of the ack inputs -> True (applied, refused, or not ours); False when
+        it is not an ack at all. An ack is checked (`malformed_ack`: refused, counted, logged
+        rate-limited) before anything of it is used; one of a stream this output did not number
+        (another producer's, forged) is counted and costs nothing more."""
+        if event.get("type") != "INPUT":
             return False
-        metadata = event.get("metadata") or {}
+        acker = event.get("id")
+        if acker not in self.window.ackers:
+            return False
+        metadata = event.get("metadata")
         why = malformed_ack(metadata)
         if why is not None:
-            self.refusals.refuse(f"{event['id']}: malformed ack", why)
+            self.refusals.refuse(f"{acker}: malformed ack", why)
             return True
         key = (metadata.get(P.STREAM, ""), metadata[P.SEQ])
-        if key not in self.window.waiting_for and key[0] not in self.streams:
+        if key[0] not in self.streams and key not in self.window.waiting_for:
             self.window.stray_acks += 1  # not this output's: its tx counts nothing here
             return True
-        if self.window.ack(key, event["id"], metadata.get(P.TX)):
+        if self.window.ack(key, acker, metadata.get(P.TX)):
             self.kept.pop(key, None)
         return True
 
     def resend_due(self) -> None:
-        """Send what is due, as far as the consumers' queues have room: resends, and messages
-        held back at `send`. A resend dora refuses is logged (and tried again later); a message
-        held back that dora refuses is counted lost, as at `send`."""
+        """Send what is due, as far as the consumers' queues have room: resends, messages held
+        back at `send`, and a probe when one is due. A resend dora refuses is logged (and tried
+        again later); a held message that dora refuses is counted lost, as at `send`."""
         now = self.clock()
         for key in self.window.retransmissions(now):
             kept = self.kept.get(key)
             if kept is None:
                 continue
             first = P.TX not in kept.metadata
-            kept.metadata[P.TX] = self.window.tx_of(key)
-            kept.metadata[P.SENT_NS] = P.now_ns()
             try:
-                self._send(kept.obj, kept.metadata)
+                self._transmit(key, kept, now, first=False)
             except Exception as e:
                 if first:
                     self.sent -= 1
@@ -735,6 +750,10 @@ class Outbox:
         for key in self.window.lost:
             self.kept.pop(key, None)
 
+    def next_due(self) -> float | None:
+        """Seconds until `resend_due` has something to do (None: nothing outstanding)."""
+        return self.window.next_due(self.clock())
+
     @property
     def outstanding(self) -> int:
         return len(self.window.unacked)
@@ -742,13 +761,15 @@ class Outbox:
     def summary(self) -> str:
         if not self.reliable:
             return f"{self.sent} sent"
-        held = f", {self.window.held} held for room in a queue" if self.window.held else ""
-        probes = f", {self.window.probes} probes of a silent consumer" if self.window.probes else ""
-        stray = f", {self.window.stray_acks} acks of nothing in flight" if self.window.stray_acks else ""
-        return (
-            f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, "
-            f"{len(self.window.lost)} given up{held}{probes}{stray}"
+        return f"{self.sent} sent, {self.window.delivered} acknowledged, {self.window.retransmits} resent, " + (
+            f"{len(self.window.lost)} given up{window_figures(self.window)}"
         )
+
+    def undelivered(self, planned: int = 0) -> tuple[list, int]:
+        """What was not delivered: (the keys given up or still waiting, how many of `planned`
+        were never sent at all)."""
+        undelivered = list(self.window.lost) + list(self.window.unacked)
+        return undelivered, max(0, planned - (self.sent + self.failed))
 
     def end_report(self, what: str = "messages", planned: int = 0) -> int:
         """At the end: log what was not delivered; -> the node's exit status (1 if anything).
@@ -756,16 +777,29 @@ class Outbox:
         got to send count as not delivered too."""
         if not self.reliable:
             return 0
-        undelivered = list(self.window.lost) + self.window.abandon()
+        undelivered, unsent = self.undelivered(planned)
+        self.window.abandon()
         self.kept.clear()
-        attempted = self.sent + self.failed
-        unsent = max(0, planned - attempted)
         if not undelivered and not unsent:
             return 0
         seqs = [k[1] for k in undelivered if type(k[1]) is int]
         first = f"seq {min(seqs)}" if seqs else None
+        attempted = self.sent + self.failed
         self.log.error("%s", not_acknowledged_line(len(undelivered) + unsent, max(planned, attempted), what, first))
         return 1
+
+
+def window_figures(window: AckWindow) -> str:
+    """What a window did besides sending and delivering, as a producer's summary adds it: ", N
+    held for room in a queue, N probes of a silent consumer, N acks of nothing in flight, N acks
+    of no copy sent" (what applies; "" when nothing)."""
+    parts = [
+        (window.held, "held for room in a queue"),
+        (window.probes, "probes of a silent consumer"),
+        (window.stray_acks, "acks of nothing in flight"),
+        (window.mismatched, "acks naming a copy never sent"),
+    ]
+    return "".join(f", {n} {what}" for n, what in parts if n)
 
 
 class Relay:

@@ -9,13 +9,11 @@ import time
 import tensor_codec as tc
 
 from ..common import protocol as P
-from ..common.delivery import STOP_GRACE_S, ackers_of, malformed_ack, not_acknowledged_line, sized_window
-from ..common.hostile import Refusals
+from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, sized_window, window_figures
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
 from ..common.runtime import Pacer, declared_inputs, declared_outputs
 from ..common.settings import SettingError
 from .config import OUTPUT, SPEC, load_config
-from .delivery import Delivery
 from .payloads import corrupted_messages, make_payloads
 from .sender import TensorSender
 
@@ -23,46 +21,32 @@ MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room)
 MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the count covers the rest
 
 
-def send(
-    node,
-    sender: TensorSender,
-    delivery: Delivery,
-    seq: int,
-    log,
-    transport: str = "auto",
-    outputs=(OUTPUT,),
-    first: bool = True,
-) -> bool:
-    """Send message `seq` on each output (each is routed on its own: see tensor_codec/routing.py);
-    a message that cannot be sent is logged and counted lost (and, `first`: not a resend, counted
-    as never sent).
-    -> False once sends have failed MAX_FAILURES_IN_A_ROW times in a row."""
+def transmit(node, sender: TensorSender, seq: int, window_metadata: dict, transport: str = "auto", outputs=(OUTPUT,)):
+    """Send message `seq`, rebuilt from its seq, on each output (each is routed on its own: see
+    tensor_codec/routing.py), with what the window numbered it (`tx`, `sent_ns`). Raises what
+    dora raised (the outbox counts the message lost, or resends it later); counts the sends that
+    failed in a row (`sender.failures_in_a_row`)."""
     outgoing = sender.message(seq)
-    tx = delivery.tx_of(seq)
-    if tx is not None:
-        outgoing.metadata[P.TX] = tx  # this copy's transmission number, echoed in its acks
-    outgoing.metadata[P.SENT_NS] = P.now_ns()
+    for key in (P.TX, P.SENT_NS):
+        if key in window_metadata:
+            outgoing.metadata[key] = window_metadata[key]
     try:
         for output in outputs:
             if outgoing.raw is not None:
                 node.send_output(output, outgoing.raw, outgoing.metadata)
             else:
                 tc.send(node, output, outgoing.obj, outgoing.metadata, transport=transport)
-    except Exception as e:  # one payload that cannot be sent must not end the node
-        log.error("message %d (%s) not sent: %s: %s", seq, outgoing.metadata.get(P.CASE), type(e).__name__, e)
-        delivery.forget(seq)
+    except Exception:
         sender.failures_in_a_row += 1
-        sender.not_sent += first
-        return sender.failures_in_a_row < MAX_FAILURES_IN_A_ROW
+        raise
     sender.failures_in_a_row = 0
-    return True
 
 
 class TensorSenderNode(NodeLogic):
-    """Sends until every message is sent (and, with acks, acknowledged), sends keep failing, or
-    dora says STOP: then, with acks, it gives the messages already sent STOP_GRACE_S to be
-    acknowledged (receivers run their queues out after STOP), resending as usual. A receiver
-    gone (its ack input closed) ends it at once."""
+    """Sends until every message is sent (and, with acks, acknowledged or given up), sends keep
+    failing, or dora says STOP: then, with acks, it gives the messages already sent STOP_GRACE_S
+    to be acknowledged (receivers run their queues out after STOP), resending as usual. A
+    receiver gone (its ack input closed) ends it at once."""
 
     spec = SPEC
     load_config = staticmethod(load_config)
@@ -77,11 +61,10 @@ class TensorSenderNode(NodeLogic):
         self.just_sent = True  # the first round takes only what is queued
         self.linger_until: float | None = None  # after STOP
         self.gone: list[str] = []  # ack inputs that closed
-        self.broken = False  # sends kept failing
+        self.next_seq = 0  # the next message to make
 
     def start(self, node) -> None:
         config = self.config
-        self.node = node
         # Every declared output gets every message: wire local consumers to one output and remote
         # ones to another, and each gets its own transport.
         self.outputs = sorted(declared_outputs(node)) or [OUTPUT]
@@ -93,8 +76,15 @@ class TensorSenderNode(NodeLogic):
         ackers = ackers_of(declared_inputs(node))
         self.sender = TensorSender(self.payloads, config.count, corrupted, wants_ack=bool(ackers))
         # WINDOW sized to the consumers' queues (refused, status 2, when it does not fit one).
-        window = sized_window(node, config, ackers, self.outputs, self.log)
-        self.delivery = Delivery(self.sender.total, reliable=bool(ackers), ackers=ackers, **window)
+        sized = sized_window(node, config, ackers, self.outputs, self.log)
+        window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized)
+        self.outbox = Outbox(
+            window,
+            lambda seq, metadata: transmit(node, self.sender, seq, metadata, config.transport, self.outputs),
+            self.log,
+            time.monotonic,
+            self.refusals,
+        )
         acked = f", acknowledged by {', '.join(ackers)}" if ackers else ""
         self.log.info(
             "%s mode on %s: %s messages%s, transport %s",
@@ -105,8 +95,13 @@ class TensorSenderNode(NodeLogic):
             config.transport,
         )
 
-    def _send(self, seq: int, first: bool = True) -> bool:
-        return send(self.node, self.sender, self.delivery, seq, self.log, self.config.transport, self.outputs, first)
+    @property
+    def all_taken(self) -> bool:
+        return bool(self.sender.total) and self.next_seq >= self.sender.total
+
+    @property
+    def broken(self) -> bool:
+        return self.sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW
 
     def wait(self) -> float | None:
         if self.linger_until is not None:
@@ -115,11 +110,16 @@ class TensorSenderNode(NodeLogic):
             return 0
         return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # waiting for the rate or for acks
 
+    def more_events(self) -> bool:
+        # A round ends as soon as a new message may go: an ack that opened the window is acted on
+        # before more acks are read (a flood on one ack input then delays no message behind it).
+        return not self._may_send_new()
+
     def on_input(self, event: dict) -> None:
-        take_ack(event, self.sender, self.delivery, self.refusals)
+        self.outbox.on_ack(event)
 
     def on_input_closed(self, input_id: str) -> None:
-        if ack_input_closed(input_id, self.delivery):
+        if input_id in self.outbox.window.ackers and self.outbox.reliable:
             self.log.error("%s closed: that receiver went away, nothing more can be acknowledged", input_id)
             self.gone.append(input_id)
 
@@ -127,31 +127,45 @@ class TensorSenderNode(NodeLogic):
         if self.linger_until is None:
             self.linger_until = time.monotonic() + STOP_GRACE_S
 
+    def _may_send_new(self) -> bool:
+        return (
+            self.linger_until is None
+            and not self.gone
+            and not self.broken
+            and not self.all_taken
+            and self.outbox.room() > 0
+            and self.pacer.wait_time() == 0
+        )
+
     def work(self) -> None:
         self.just_sent = False
-        if self.gone or self.delivery.finished:
+        if self.gone:
             return
-        now = time.monotonic()
-        healthy = all([self._send(seq, first=False) for seq in self.delivery.retransmissions(now)])
-        if self.linger_until is not None:  # after STOP: resend, nothing new
-            return
-        if healthy and self.delivery.can_send_new() and self.pacer.wait_time() == 0:
-            healthy = self._send(self.delivery.take_new(now))
+        self.outbox.resend_due()  # resends, messages held for room in a queue, probes, give-ups
+        for _ in range(self.config.window):  # what the window has room for, not past the rate
+            if not self._may_send_new():
+                break
+            seq = self.next_seq
+            self.next_seq += 1
+            try:
+                self.outbox.send(seq, {P.STREAM: self.sender.stream, P.SEQ: seq})
+            except Exception as e:  # one payload that cannot be sent must not end the node
+                case = self.sender.message(seq).metadata.get(P.CASE)
+                self.log.error("message %d (%s) not sent: %s: %s", seq, case, type(e).__name__, e)
             self.pacer.sent()
             self.just_sent = True
-        if not healthy:
+        if self.broken:
             self.log.error("stopping: %d sends in a row failed", self.sender.failures_in_a_row)
-            self.broken = True
 
     def finished(self) -> bool:
-        if self.gone or self.broken or self.delivery.finished:
+        if self.gone or self.broken or (self.all_taken and not self.outbox.outstanding):
             return True
         if self.linger_until is None:
             return False
-        return not self.delivery.reliable or not self.delivery.unacked or time.monotonic() >= self.linger_until
+        return not self.outbox.outstanding or time.monotonic() >= self.linger_until
 
     def finish(self) -> int:
-        undelivered = end_report(self.delivery, self.log)
+        undelivered = lost_report(self.outbox, self.sender.total, self.log)
         ipc = ""
         shared = tc.ipc_stats()["outputs"] if self.may_share_gpu else {}
         for output in self.outputs:
@@ -161,68 +175,38 @@ class TensorSenderNode(NodeLogic):
                     f", {output} by cuda-ipc: {out['sent']} sent, peak {out.get('peak_bytes_in_flight', 0)} bytes in "
                     f"flight, {out.get('waits', 0)} waits"
                 )
-        print(f"tensor sender: {summary_line(self.delivery, self.sender, undelivered)}{ipc}", flush=True)
+        print(f"tensor sender: {summary_line(self.outbox, undelivered)}{ipc}", flush=True)
         # With acks, a run that did not deliver everything fails (dora then reports the node failed).
-        broken = self.sender.failures_in_a_row >= MAX_FAILURES_IN_A_ROW
-        return EXIT_FAILED if broken or undelivered else EXIT_OK
+        return EXIT_FAILED if self.broken or undelivered else EXIT_OK
 
 
-def summary_line(delivery: Delivery, sender: TensorSender, undelivered: int) -> str:
+def summary_line(outbox: Outbox, undelivered: int) -> str:
     """What the sender did, each message counted once: sent (and could not be sent); with acks,
-    acknowledged and not acknowledged (`undelivered`: end_report's figure, whatever the reason)."""
-    d = delivery
-    parts = [f"{d.next_seq - sender.not_sent} messages sent"]
-    if sender.not_sent:
-        parts.append(f"{sender.not_sent} could not be sent")
-    if d.reliable:
-        parts += [f"{d.delivered} acknowledged", f"{undelivered} not acknowledged", f"{d.retransmits} retransmitted"]
-        if d.held:
-            parts.append(f"{d.held} held for room in a consumer's queue")
-        if d.probes:
-            parts.append(f"{d.probes} probes of a silent consumer")
-        if d.stray_acks:
-            parts.append(f"{d.stray_acks} acks of nothing in flight")
-    return ", ".join(parts)
+    acknowledged and not acknowledged (`undelivered`: lost_report's figure, whatever the reason)."""
+    parts = [f"{outbox.sent} messages sent"]
+    if outbox.failed:
+        parts.append(f"{outbox.failed} could not be sent")
+    if not outbox.reliable:
+        return ", ".join(parts)
+    w = outbox.window
+    parts += [f"{w.delivered} acknowledged", f"{undelivered} not acknowledged", f"{w.retransmits} retransmitted"]
+    return ", ".join(parts) + window_figures(w)
 
 
-def take_ack(event: dict, sender: TensorSender, delivery: Delivery, refusals: Refusals | None = None) -> None:
-    """An INPUT event on an ack input: applied when it acknowledges a message of this run's
-    stream; counted (`stray_acks`) when it names nothing in flight; refused (counted, logged
-    rate-limited) when malformed. Anything else is not the sender's."""
-    if event["id"] not in delivery.ackers:
-        return
-    metadata = event.get("metadata") or {}
-    why = malformed_ack(metadata)
-    if why is not None:
-        if refusals is not None:
-            refusals.refuse(f"{event['id']}: malformed ack", why)
-        return
-    if metadata.get(P.STREAM, "") != sender.stream:
-        delivery.stray_acks += 1
-        return
-    delivery.ack(metadata[P.SEQ], event["id"], metadata.get(P.TX))
-
-
-def ack_input_closed(input_id: str, delivery: Delivery) -> bool:
-    """-> True when that input's closing ends the sender: one of its ack inputs, with acks
-    (that receiver is gone, so nothing would ever be fully acknowledged)."""
-    return input_id in delivery.ackers and delivery.reliable
-
-
-def end_report(delivery: Delivery, log) -> int:
-    """Log every message not delivered; -> how many (with acks: not acknowledged, whatever
-    the reason: given up, still unacknowledged when the node stopped, or never sent)."""
-    for seq in sorted(delivery.lost)[:MAX_LOST_LINES]:
-        log.error("message %d was lost (not sent, or never acknowledged)", seq)
-    if len(delivery.lost) > MAX_LOST_LINES:
-        log.error("... and %d more lost", len(delivery.lost) - MAX_LOST_LINES)
-    if not delivery.reliable:
+def lost_report(outbox: Outbox, total: int, log) -> int:
+    """Log every message not delivered (the first MAX_LOST_LINES by seq, then how many more, and
+    the outbox's line); -> how many (with acks: not acknowledged, whatever the reason: given up,
+    still unacknowledged when the node stopped, never sent or never made). Without acks: 0."""
+    if not outbox.reliable:
         return 0
-    undelivered = delivery.undelivered()
-    if undelivered:
-        total = delivery.total or delivery.next_seq
-        log.error("%s", not_acknowledged_line(len(undelivered), total, "messages", f"seq {undelivered[0]}"))
-    return len(undelivered)
+    keys, unmade = outbox.undelivered(planned=total)
+    seqs = sorted(seq for _, seq in keys)
+    for seq in seqs[:MAX_LOST_LINES]:
+        log.error("message %d was lost (not sent, or never acknowledged)", seq)
+    if len(seqs) > MAX_LOST_LINES:
+        log.error("... and %d more lost", len(seqs) - MAX_LOST_LINES)
+    outbox.end_report("messages", planned=total)
+    return len(seqs) + unmade
 
 
 def main() -> int:

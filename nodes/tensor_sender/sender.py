@@ -37,8 +37,7 @@ class TensorSender:
         self.payloads = payloads
         self.stream = stream or P.new_stream_id()
         self.wants_ack = wants_ack
-        self.failures_in_a_row = 0  # sends that raised, counted by main.send
-        self.not_sent = 0  # messages that could not be sent at all (their send raised)
+        self.failures_in_a_row = 0  # sends that raised in a row, counted by node.transmit
         n_payload = len(payloads) if count is None else count
         self.total = n_payload + len(corrupted) if n_payload else 0
         # Corrupted message j goes after payload message floor((j+1) * n / (k+1)): spread evenly,

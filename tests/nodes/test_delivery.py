@@ -15,8 +15,8 @@ import yaml
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import (
     DEFAULT_CAPACITY,
+    PROBE_MIN_S,
     AckWindow,
-    Delivery,
     Outbox,
     Relay,
     SinkIntake,
@@ -81,13 +81,15 @@ def test_helpers():
     )
 
 
-def test_delivery_counts_every_message_not_acknowledged():
-    d = Delivery(5, reliable=True, window=2, give_up_s=3.0)
-    d.ack(d.take_new(0.0))
-    d.take_new(0.0)
-    d.retransmissions(3.0)  # seq 1 given up
-    d.take_new(3.0)  # seq 2 unacknowledged when the node stops
-    assert d.undelivered() == [1, 2, 3, 4]  # given up, waiting, never sent
+def test_an_outbox_counts_every_message_not_acknowledged():
+    box, sent, clock = outbox(window=2, give_up_s=3.0)
+    box.send(0, {P.STREAM: "s", P.SEQ: 0})
+    box.on_ack(ack(0, "s", tx=1))
+    box.send(1, {P.STREAM: "s", P.SEQ: 1})
+    clock.now = 3.0
+    box.resend_due()  # seq 1 given up
+    box.send(2, {P.STREAM: "s", P.SEQ: 2})  # unacknowledged when the node stops
+    assert box.undelivered(planned=5) == ([("s", 1), ("s", 2)], 2)  # given up, waiting; 2 never sent
 
 
 def test_outbox_windows_resends_kept_messages_and_forgets_acknowledged_ones():
@@ -261,7 +263,8 @@ class DoraQueue:
 
 
 class OutboxProducer:
-    """A camera-like producer: frames made as the window has room, through an Outbox."""
+    """A producer (camera, tensor sender, JPEG relay: one way for all): messages made as the
+    window has room, through an Outbox."""
 
     def __init__(self, count, put, clock, **window):
         self.count, self.made = count, 0
@@ -270,7 +273,7 @@ class OutboxProducer:
 
     def round(self):
         self.box.resend_due()
-        while self.made < self.count and self.box.room():
+        while (not self.count or self.made < self.count) and self.box.room():
             self.box.send(self.made, {P.STREAM: "s", P.SEQ: self.made})
             self.made += 1
 
@@ -280,30 +283,6 @@ class OutboxProducer:
     @property
     def done(self):
         return self.made == self.count and not self.box.outstanding
-
-
-class DeliveryProducer:
-    """The tensor sender's way: a Delivery schedule, messages rebuilt from their seq."""
-
-    def __init__(self, count, put, clock, **window):
-        self.clock, self.put = clock, put
-        self.window = Delivery(count, reliable=True, **window)
-
-    def send(self, seq):
-        self.put({P.STREAM: "s", P.SEQ: seq, P.WANTS_ACK: True, P.TX: self.window.tx_of(seq)})
-
-    def round(self):
-        for seq in self.window.retransmissions(self.clock()):
-            self.send(seq)
-        while self.window.can_send_new():
-            self.send(self.window.take_new(self.clock()))
-
-    def on_ack(self, ack):
-        self.window.ack(ack[P.SEQ], "ack", ack.get(P.TX))
-
-    @property
-    def done(self):
-        return self.window.finished
 
 
 def simulate(
@@ -353,11 +332,7 @@ def simulate(
     return producer, q, handled, clock.now
 
 
-PRODUCERS = pytest.mark.parametrize("producer_class", [OutboxProducer, DeliveryProducer])
-
-
-@PRODUCERS
-def test_without_the_bound_resends_overfill_a_slow_consumers_queue(producer_class):
+def test_without_the_bound_resends_overfill_a_slow_consumers_queue(producer_class=OutboxProducer):
     """What the producers did before transmissions were bounded (a capacity no queue has): the 8
     messages the window allows wait in the queue longer than RETRY_S, each is resent while its
     first copy is still queued, and dora drops the oldest copies."""
@@ -366,8 +341,7 @@ def test_without_the_bound_resends_overfill_a_slow_consumers_queue(producer_clas
     assert q.discarded > 0  # ...but dora had to drop
 
 
-@PRODUCERS
-def test_a_slow_consumers_queue_never_holds_more_copies_than_it_can(producer_class):
+def test_a_slow_consumers_queue_never_holds_more_copies_than_it_can(producer_class=OutboxProducer):
     producer, q, handled, _ = simulate(producer_class, capacity=10)
     window = producer.window
     assert q.discarded == 0
@@ -376,15 +350,13 @@ def test_a_slow_consumers_queue_never_holds_more_copies_than_it_can(producer_cla
     assert window.probes == 0
 
 
-@PRODUCERS
-def test_a_queue_smaller_than_the_window_is_still_never_overfilled(producer_class):
+def test_a_queue_smaller_than_the_window_is_still_never_overfilled(producer_class=OutboxProducer):
     """(A node refuses to start so; the bound holds anyway, e.g. with dora's default assumed.)"""
     producer, q, handled, _ = simulate(producer_class, queue=4, capacity=4)
     assert q.discarded == 0 and handled == list(range(60)) and not producer.window.lost
 
 
-@PRODUCERS
-def test_a_link_whose_queued_copies_were_all_lost_restarts_with_a_probe(producer_class):
+def test_a_link_whose_queued_copies_were_all_lost_restarts_with_a_probe(producer_class=OutboxProducer):
     """Every copy the count allows (10) lost on the way: no ack can come, the count stays full,
     and after PROBE_MIN_S of silence one resend goes anyway; its ack restarts the link."""
     producer, q, handled, ended = simulate(producer_class, capacity=10, lose_first=10)
@@ -393,8 +365,9 @@ def test_a_link_whose_queued_copies_were_all_lost_restarts_with_a_probe(producer
     assert window.probes == 1 and ended > 1.0
 
 
-@PRODUCERS
-def test_a_consumer_that_takes_nothing_gets_probes_further_and_further_apart_then_is_given_up(producer_class):
+def test_a_consumer_that_takes_nothing_gets_probes_further_and_further_apart_then_is_given_up(
+    producer_class=OutboxProducer,
+):
     sent_at = []
     clock = Clock()
 
@@ -502,23 +475,59 @@ def test_an_ack_echoes_the_tx_of_the_copy_taken_only_when_it_is_a_count(tx, echo
     assert made.get(P.TX) == echoed and (P.TX in made) == (echoed is not None)
 
 
-@pytest.mark.parametrize("tx", [None, "7", 7.0, True, -3, 9, 1 << 70, [2]])
-def test_a_tx_that_is_missing_unusable_or_beyond_what_was_sent_counts_only_the_first_copy_gone(tx):
+def window_with_resends():
+    """Four messages sent (tx 1..4) and all resent (tx 5..8): message 2's copies are tx 3 and 7."""
     w = AckWindow(reliable=True, window=8, capacity=10)
     for seq in range(4):
-        w.track(seq, 0.0, w.transmission(0.0))  # tx 1..4
+        w.track(seq, 0.0)
+        w.transmit(seq, 0.0)  # tx 1..4
     assert w.retransmissions(1.0) == [0, 1, 2, 3]  # resent as tx 5..8
-    assert w.tx == 8 and w.queued("ack") == 8
-    assert w.ack(2, "ack", tx)  # message 2's first copy (tx 3) and everything before it are gone
-    assert w.acked_tx["ack"] == 3 and w.queued("ack") == 5
+    assert w.tx == 8 and w.queued("ack") == 8 and w.unacked[2].txs == [3, 7]
+    return w
+
+
+@pytest.mark.parametrize("tx, taken", [(None, 3), (3, 3), (7, 7)])
+def test_an_ack_of_a_copy_sent_delivers_and_says_how_far_the_consumers_queue_got(tx, taken):
+    """Without a tx, the message's first copy is what the ack proves gone."""
+    w = window_with_resends()
+    assert w.ack(2, "ack", tx) and w.acked_tx["ack"] == taken and w.queued("ack") == 8 - taken
     w.ack(2, "ack", tx)  # already delivered: says nothing more
-    assert w.acked_tx["ack"] == 3
+    assert w.acked_tx["ack"] == taken and w.stray_acks == 1 and w.mismatched == 0
+
+
+@pytest.mark.parametrize("tx", [0, 1, 4, 6, 8, 9, 1 << 70, "7", 7.0, True, -3, [3]])
+def test_an_ack_whose_tx_is_no_copy_of_its_message_counts_for_nothing(tx):
+    """A consumer echoing a stale tx (0, another message's), one from the future, or junk: the
+    message stays unacknowledged (to be resent, and given up in time) and the count of the
+    consumer's queue stays where it was, so no echo can freeze the window."""
+    w = window_with_resends()
+    assert not w.ack(2, "ack", tx)
+    assert 2 in w.unacked and w.acked_tx["ack"] == 0 and w.mismatched == 1 and w.delivered == 0
+
+
+def test_an_ack_of_a_message_never_transmitted_counts_for_nothing():
+    """Held for room in a queue, it has no copy anywhere: an ack of it is a guess or a forgery."""
+    w = AckWindow(reliable=True, window=8, capacity=1)
+    w.track(0, 0.0)
+    w.transmit(0, 0.0)
+    w.track(1, 0.0)  # the queue is counted full: held
+    assert w.retransmissions(0.5) == [] and w.held == 1
+    assert not w.ack(1, "ack") and not w.ack(1, "ack", 1) and w.mismatched == 2 and 1 in w.unacked
+
+
+def test_a_late_ack_moves_its_consumers_count_only_with_a_tx_sent_for_that_message():
+    w = window_with_resends()
+    assert w.ack(2, "ack", 3)
+    assert not w.ack(2, "ack", 7) and w.acked_tx["ack"] == 7  # the resend's late ack: copies to 7 gone
+    assert not w.ack(2, "ack", 8) and w.acked_tx["ack"] == 7  # tx 8 was message 3's: says nothing of 2's
+    assert w.stray_acks == 2
 
 
 def test_acks_never_move_a_consumers_count_back_nor_count_for_another_consumer():
     w = AckWindow(reliable=True, window=8, capacity=10, ackers=("ack", "ack_b"))
     for seq in range(3):
-        w.track(seq, 0.0, w.transmission(0.0))
+        w.track(seq, 0.0)
+        w.transmit(seq, 0.0)
     w.ack(2, "ack", 3)
     w.ack(0, "ack", 1)  # late: changes nothing
     w.ack(1, "ack_other", 2)  # not an acker of this window
@@ -663,3 +672,135 @@ def test_every_shipped_dataflow_has_acknowledged_windows_that_fit_their_consumer
         checked += 1
     if flow == "dataflow.yml":
         assert checked == 5  # camera, JPEG encoder and decoder, both senders
+
+
+# -- liveness: whatever the consumer does, the producer transmits or ends ---------------------
+
+LIVE = {"window": 8, "retry_s": 0.25, "give_up_s": 6.0, "capacity": 10}
+
+
+def honest(metadata, _taken):
+    return ack_for(metadata)
+
+
+def silent_after(n):
+    """Acknowledges the first `n` messages it takes, then stays alive and says nothing."""
+    return lambda metadata, taken: ack_for(metadata) if taken <= n else None
+
+
+def echoing_tx(tx_of):
+    """Acknowledges every copy it takes, but with the tx `tx_of(copy's tx)` (a stale one)."""
+
+    def consumer(metadata, _taken):
+        made = ack_for(metadata)
+        return None if made is None else {**made, P.TX: tx_of(metadata[P.TX])}
+
+    return consumer
+
+
+def run_link(consumer, *, count=40, until_s=120.0, outage=(0.0, 0.0), step_s=0.005, take_s=0.01):
+    """An Outbox producer (LIVE's window; `count` messages, 0: endless) and a consumer taking one
+    copy every `take_s` from a dora queue of 10 and answering each with `consumer(metadata, how
+    many distinct messages it has taken)` (an ack, or None). Copies and acks sent during
+    `outage` (start, end) are lost. -> (producer, when each copy was sent, (time, delivered so
+    far) samples, when it ended or None)."""
+    clock = Clock()
+    q = DoraQueue(10)
+    sent_at: list[float] = []
+
+    def put(metadata):
+        sent_at.append(clock.now)
+        if not outage[0] <= clock.now < outage[1]:
+            q.put(metadata)
+
+    producer = OutboxProducer(count, put, clock, **LIVE)
+    taken: set = set()
+    acks: list = []
+    delivered: list = []
+    next_take = 0.0
+    ended = None
+    while clock.now < until_s:
+        producer.round()
+        if count and producer.done:
+            ended = clock.now
+            break
+        if q.items and clock.now >= next_take:
+            metadata = q.items.popleft()
+            taken.add(metadata[P.SEQ])
+            answer = consumer(metadata, len(taken))
+            if answer is not None and not outage[0] <= clock.now < outage[1]:
+                acks.append((clock.now + 0.002, answer))
+            next_take = clock.now + take_s
+        while acks and acks[0][0] <= clock.now:
+            producer.on_ack(acks.pop(0)[1])
+        delivered.append((clock.now, producer.window.delivered))
+        clock.now = round(clock.now + step_s, 6)
+    return producer, sent_at, delivered, ended
+
+
+def longest_silence(sent_at, ended):
+    """The longest time the producer went without transmitting, until it ended."""
+    times = [0.0, *sent_at, ended]
+    return max(b - a for a, b in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize(
+    "consumer, acknowledged",
+    [
+        (silent_after(0), 0),
+        (silent_after(24), 24),
+        (echoing_tx(lambda tx: 0), 0),
+        (echoing_tx(lambda tx: tx + 1000), 0),
+        (echoing_tx(lambda tx: tx - 1), None),  # right now and then: when a resend follows its own copy
+    ],
+    ids=["silent", "silent after 24", "echoes tx 0", "echoes a tx never sent", "echoes the copy before's tx"],
+)
+def test_a_producer_transmits_or_ends_naming_what_was_lost_whatever_its_consumer_does(consumer, acknowledged, caplog):
+    """The tensor sender wedged silently in the first three: it never probed with a new message,
+    and an ack echoing a stale tx froze the count of the consumer's queue. The guarantee
+    (docs/delivery.md): never silent for longer than ACK_TIMEOUT_S plus one probe period, and an
+    end that names what was not acknowledged."""
+    producer, sent_at, _, ended = run_link(consumer)
+    window = producer.window
+    assert ended is not None, f"still running after 120 s: {len(sent_at)} copies, {window.delivered} delivered"
+    assert longest_silence(sent_at, ended) <= window.give_up_s + window.probe_max_s
+    if acknowledged is not None:
+        assert window.delivered == acknowledged
+    assert window.delivered + len(window.lost) == 40
+    with caplog.at_level(logging.ERROR):
+        assert producer.box.end_report("messages", planned=40) == 1
+    assert f"{40 - window.delivered} of 40 messages not acknowledged" in caplog.text
+
+
+def test_an_echoed_tx_that_is_no_copy_of_the_message_is_counted_in_the_summary():
+    producer, _, _, _ = run_link(echoing_tx(lambda tx: 0), count=10)
+    assert producer.window.mismatched > 0 and producer.window.delivered == 0
+    assert f"{producer.window.mismatched} acks naming a copy never sent" in producer.box.summary()
+
+
+def test_an_honest_consumer_gets_everything_and_no_probe():
+    producer, _, _, ended = run_link(honest)
+    assert ended is not None and producer.window.delivered == 40 and not producer.window.lost
+    assert producer.window.probes == 0 and producer.window.mismatched == 0
+
+
+@pytest.mark.parametrize("outage_s", [3.0, 40.0, 200.0])
+def test_an_outage_of_any_length_recovers_once_the_link_is_back(outage_s):
+    """dora-rs/dora#3397: a link that drops everything for a while. A 40 s outage (past
+    ACK_TIMEOUT_S) left the tensor sender delivering nothing for the next 260 s."""
+    start, end = 2.0, 2.0 + outage_s
+    producer, sent_at, delivered, _ = run_link(honest, count=0, until_s=end + 30.0, outage=(start, end))
+    window = producer.window
+    at_end = next(n for t, n in delivered if t >= end)
+    back = next((t for t, n in delivered if n > at_end), None)
+    assert back is not None, f"nothing delivered in the 30 s after a {outage_s:g} s outage"
+    assert back - end <= window.probe_max_s + 1.0  # the first probe after the link is back
+    assert longest_silence([t for t in sent_at if t < end + 30.0], end + 30.0) <= window.probe_max_s + 0.01
+    assert delivered[-1][1] - at_end > 1000  # and then at full speed again
+
+
+def test_probes_back_off_but_never_past_the_give_up_time():
+    w = AckWindow(reliable=True, window=8, retry_s=0.5, give_up_s=7.0, capacity=1)
+    assert w.probe_base_s == PROBE_MIN_S and w.probe_max_s == 7.0
+    assert AckWindow(reliable=True, retry_s=2.0, give_up_s=1000.0).probe_max_s == 128.0  # 64 x the first wait
+    assert AckWindow(reliable=True, retry_s=5.0, give_up_s=2.0).probe_max_s == 5.0  # never below the first

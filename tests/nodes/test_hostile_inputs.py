@@ -21,10 +21,7 @@ from tensor_codec_nodes.common.loop import MAX_EVENTS_PER_ROUND, QUEUED_BOUND, E
 from tensor_codec_nodes.tensor_receiver import verify as verify_module
 from tensor_codec_nodes.tensor_receiver.receiver import MAX_SEQ_GAP, Receiver
 from tensor_codec_nodes.tensor_sender.config import load_config as sender_config
-from tensor_codec_nodes.tensor_sender.delivery import Delivery
-from tensor_codec_nodes.tensor_sender.node import send, summary_line, take_ack
-from tensor_codec_nodes.tensor_sender.payloads import make_payloads
-from tensor_codec_nodes.tensor_sender.sender import TensorSender
+from tensor_codec_nodes.tensor_sender.node import TensorSenderNode, lost_report, summary_line
 from tests.support.fakes import FakeNode
 
 log = logging.getLogger("hostile-test")
@@ -79,17 +76,22 @@ def test_a_malformed_ack_is_refused_counted_and_the_outbox_goes_on(metadata):
     assert box.outstanding == 0 and box.window.delivered == 1
 
 
+def started_sender(env, node=None):
+    logic = TensorSenderNode(sender_config({"DEVICE": "cpu", **env}), CPU, log)
+    logic.start(node or FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"]))
+    return logic
+
+
 def test_the_tensor_sender_refuses_malformed_acks_and_counts_stray_ones():
-    sender = TensorSender(make_payloads(sender_config({"COUNT": "2"}), CPU), 2, wants_ack=True)
-    delivery = Delivery(2, reliable=True, ackers=("ack",))
-    refusals = Refusals(log)
-    seq = delivery.take_new(0.0)
-    take_ack(ack_event({P.SEQ: seq, P.STREAM: [sender.stream]}), sender, delivery, refusals)
-    take_ack(ack_event({P.SEQ: 99, P.STREAM: "someone else"}), sender, delivery, refusals)
-    take_ack(ack_event({P.SEQ: 99, P.STREAM: sender.stream}), sender, delivery, refusals)
-    assert refusals.total == 1 and delivery.stray_acks == 2 and delivery.unacked
-    take_ack(ack_event({P.SEQ: seq, P.STREAM: sender.stream}), sender, delivery, refusals)
-    assert not delivery.unacked and delivery.delivered == 1
+    logic = started_sender({"COUNT": "2", "WINDOW": "1"})
+    logic.work()
+    stream = logic.sender.stream
+    logic.on_input(ack_event({P.SEQ: 0, P.STREAM: [stream]}))
+    logic.on_input(ack_event({P.SEQ: 99, P.STREAM: "someone else"}))
+    logic.on_input(ack_event({P.SEQ: 99, P.STREAM: stream}))
+    assert logic.refusals.total == 1 and logic.outbox.window.stray_acks == 2 and logic.outbox.outstanding
+    logic.on_input(ack_event({P.SEQ: 0, P.STREAM: stream}))
+    assert not logic.outbox.outstanding and logic.outbox.window.delivered == 1
 
 
 def test_acks_naming_nothing_in_flight_are_counted_and_leave_the_window_alone():
@@ -279,14 +281,11 @@ def test_a_broadcast_message_past_verify_max_bytes_is_not_checksummed(monkeypatc
 def test_the_sender_summary_counts_each_message_once():
     """It said "0 lost" beside "243 of 400 messages not acknowledged", and "4 messages sent"
     when 2 were never sent."""
-    config = sender_config({"COUNT": "4"})
-    sender = TensorSender(make_payloads(config, CPU), 4, wants_ack=True)
-    delivery = Delivery(4, reliable=True, ackers=("ack",), window=8)
-    node = FakeNode(fail="dora says no", fail_times=2, outputs=["tensors"])
-    for _ in range(4):
-        send(node, sender, delivery, delivery.take_new(0.0), log, "host", ["tensors"])
-    delivery.ack(2, "ack", None)
-    line = summary_line(delivery, sender, len(delivery.undelivered()))
+    node = FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"], fail="dora says no", fail_times=2)
+    logic = started_sender({"COUNT": "4", "WINDOW": "8"}, node)
+    logic.work()
+    logic.on_input(ack_event({P.SEQ: 2, P.STREAM: logic.sender.stream}))
+    line = summary_line(logic.outbox, lost_report(logic.outbox, 4, log))
     assert line.startswith("2 messages sent, 2 could not be sent, 1 acknowledged, 3 not acknowledged"), line
 
 

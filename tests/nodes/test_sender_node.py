@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,10 +13,11 @@ import tensor_codec as tc
 from tensor_codec.digest import content_digest
 from tensor_codec.testing import make_suite
 from tensor_codec_nodes.common import protocol as P
+from tensor_codec_nodes.common.loop import EXIT_FAILED, EXIT_OK
 from tensor_codec_nodes.common.settings import SettingError
+from tensor_codec_nodes.tensor_sender import node as sender_node_module
 from tensor_codec_nodes.tensor_sender.config import load_config
-from tensor_codec_nodes.tensor_sender.delivery import Delivery
-from tensor_codec_nodes.tensor_sender.node import ack_input_closed, send, take_ack
+from tensor_codec_nodes.tensor_sender.node import TensorSenderNode, transmit
 from tensor_codec_nodes.tensor_sender.payloads import (
     Payload,
     corrupted_messages,
@@ -29,18 +32,28 @@ from tests.support.fakes import FakeNode
 CPU = torch.device("cpu")
 
 
-def handle_events(events: list[dict], sender: TensorSender, delivery: Delivery) -> bool:
-    """What the sender node's hooks (on_input, on_input_closed, on_stop) do with a list of
-    events: acks applied; -> True when the node stops (STOP, or an ack input closed)."""
-    stop = False
-    for event in events:
-        if event["type"] == "INPUT":
-            take_ack(event, sender, delivery)
-        elif event["type"] == "STOP" or (
-            event["type"] == "INPUT_CLOSED" and ack_input_closed(event.get("id"), delivery)
-        ):
-            stop = True
-    return stop
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def sender_node(monkeypatch, env=None, inputs=("ack",), node=None):
+    """A started TensorSenderNode on a FakeNode (outputs `tensors`, `inputs` declared), its time
+    a fake clock: -> (the node logic, the fake node, the clock)."""
+    clock = Clock()
+    monkeypatch.setattr(sender_node_module, "time", SimpleNamespace(monotonic=clock))
+    config = load_config({"MODE": "random", "SIZES": "1KB", "DEVICE": "cpu", **(env or {})})
+    logic = TensorSenderNode(config, CPU, logging.getLogger("sender-test"))
+    node = node or FakeNode(node_id="sender", inputs=inputs, outputs=["tensors"])
+    logic.start(node)
+    return logic, node, clock
+
+
+def ack_of(metadata, acker="ack", **changes):
+    return {"type": "INPUT", "id": acker, "metadata": {P.SEQ: metadata[P.SEQ], P.STREAM: metadata[P.STREAM], **changes}}
 
 
 def test_suite_payloads_cover_every_case_with_checksums_that_survive_the_codec():
@@ -118,80 +131,131 @@ def test_bad_safetensors_files_are_setting_errors(tmp_path):
         safetensors_payloads(str(junk), CPU)
 
 
-def test_unreliable_delivery_sends_each_once():
-    d = Delivery(3, reliable=False)
-    seqs = []
-    while d.can_send_new():
-        seqs.append(d.take_new(0.0))
-    assert seqs == [0, 1, 2] and d.finished and d.retransmissions(100.0) == []
+def test_without_acks_each_message_is_sent_once_and_the_run_ends(monkeypatch):
+    logic, node, clock = sender_node(monkeypatch, {"COUNT": "3"}, inputs=())
+    while not logic.finished():
+        logic.work()
+        clock.now += 0.01
+        assert clock.now < 1.0
+    assert [m[P.SEQ] for _, _, m in node.sent] == [0, 1, 2] and P.WANTS_ACK not in node.sent[0][2]
+    assert logic.finish() == EXIT_OK
 
 
-def test_reliable_delivery_windows_retransmits_and_gives_up():
-    d = Delivery(5, reliable=True, window=2, retry_s=1.0, give_up_s=3.0)
-    assert [d.take_new(0.0), d.take_new(0.0)] == [0, 1]
-    assert not d.can_send_new()  # window full
-    d.ack(0)
-    assert d.can_send_new() and d.take_new(0.5) == 2
-    assert d.retransmissions(0.9) == []
-    assert d.retransmissions(1.0) == [1]  # unacked for retry_s
-    assert d.retransmissions(1.6) == [2] and d.retransmits == 2
-    d.ack(2)
-    assert d.retransmissions(3.0) == [] and d.lost == [1]  # past give_up_s
-    d.ack(99)  # unknown acks are ignored
-    while d.can_send_new():
-        d.ack(d.take_new(4.0))
-    assert d.finished and d.next_seq == 5
+def test_with_acks_the_window_bounds_what_is_unacknowledged_and_resends_what_is_due(monkeypatch):
+    logic, node, clock = sender_node(monkeypatch, {"COUNT": "5", "WINDOW": "2", "RETRY_S": "1", "ACK_TIMEOUT_S": "3"})
+    logic.work()
+    assert [m[P.SEQ] for _, _, m in node.sent] == [0, 1] and logic.more_events()  # window full: read acks
+    logic.on_input(ack_of(node.sent[0][2], tx=node.sent[0][2][P.TX]))
+    assert not logic.more_events()  # room: the round's reading ends, the next message goes first
+    logic.work()
+    clock.now = 1.0
+    logic.work()  # message 1 unacknowledged for RETRY_S: resent, with a tx of its own
+    sent = [(m[P.SEQ], m[P.TX]) for _, _, m in node.sent]
+    assert sent == [(0, 1), (1, 2), (2, 3), (1, 4), (2, 5)] and logic.outbox.window.retransmits == 2
 
 
-def test_with_several_ackers_a_message_is_delivered_when_each_acknowledged_it():
-    d = Delivery(2, reliable=True, window=1, retry_s=1.0, ackers=("ack", "ack_remote"))
-    seq = d.take_new(0.0)
-    d.ack(seq, "ack")
-    assert not d.can_send_new() and d.retransmissions(1.0) == [0]  # the remote one still waits
-    d.ack(seq, "ack")  # a duplicate from the same receiver changes nothing
-    assert seq in d.unacked
-    d.ack(seq, "ack_remote")
-    assert seq not in d.unacked and d.can_send_new()
-    d.ack(seq, "ack_remote")  # late duplicates after delivery are ignored
-    seq = d.take_new(2.0)
-    d.ack(seq, "ack_remote")
-    d.ack(seq, "ack")
-    assert d.finished
+def test_with_several_ackers_a_message_is_delivered_when_each_acknowledged_it(monkeypatch):
+    logic, node, _ = sender_node(monkeypatch, {"COUNT": "1"}, inputs=("ack", "ack_remote"))
+    logic.work()
+    first = node.sent[0][2]
+    logic.on_input(ack_of(first, "ack"))
+    logic.on_input(ack_of(first, "ack"))  # a duplicate from the same receiver changes nothing
+    assert logic.outbox.outstanding == 1 and not logic.finished()
+    logic.on_input(ack_of(first, "ack_remote"))
+    assert logic.outbox.outstanding == 0 and logic.finished() and logic.finish() == EXIT_OK
 
 
-def test_acks_are_read_from_every_ack_input():
-    sender = TensorSender([Payload("a", torch.ones(1))], count=2, stream="mine")
-    d = Delivery(2, reliable=True, ackers=("ack", "ack_remote"))
-    d.take_new(0.0)
-    events = [
-        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
-        {"type": "INPUT", "id": "ack_remote", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
-    ]
-    assert handle_events(events, sender, d) is False
-    assert not d.unacked
-    # Either receiver going away means nothing would ever be fully acknowledged: stop.
-    assert handle_events([{"type": "INPUT_CLOSED", "id": "ack_remote"}], sender, d) is True
+def test_acks_of_other_streams_and_malformed_ones_change_nothing(monkeypatch):
+    logic, node, _ = sender_node(monkeypatch, {"COUNT": "3"})
+    logic.work()
+    first = node.sent[0][2]
+    logic.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 1, P.STREAM: "someone-else"}})
+    logic.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: "2", P.STREAM: first[P.STREAM]}})
+    assert logic.outbox.outstanding == 3 and logic.outbox.window.stray_acks == 1 and logic.refusals.total == 1
+    logic.on_input(ack_of(first))
+    assert logic.outbox.outstanding == 2
 
 
-def test_a_message_that_cannot_be_sent_is_counted_lost():
-    d = Delivery(2, reliable=True)
-    d.forget(d.take_new(0.0))
-    assert d.lost == [0] and not d.unacked
+def test_a_closed_ack_input_stops_a_reliable_sender_only(monkeypatch):
+    logic, _, _ = sender_node(monkeypatch, {"COUNT": "3"})
+    logic.on_input_closed("ack")  # that receiver is gone: nothing would ever be fully acknowledged
+    assert logic.finished()
+    plain, _, _ = sender_node(monkeypatch, {"COUNT": "3"}, inputs=("tick",))
+    plain.on_input_closed("ack")
+    assert not plain.finished()
 
 
-def test_acks_of_other_streams_are_ignored():
-    sender = TensorSender([Payload("a", torch.ones(1))], count=3, stream="mine")
-    d = Delivery(3, reliable=True)
-    for _ in range(3):
-        d.take_new(0.0)
-    events = [
-        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: "mine"}},
-        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 1, P.STREAM: "someone-else"}},
-        {"type": "INPUT", "id": "ack", "metadata": {P.SEQ: "2", P.STREAM: "mine"}},
-    ]
-    assert handle_events(events, sender, d) is False
-    assert set(d.unacked) == {1, 2}
-    assert handle_events([{"type": "STOP"}], sender, d) is True
+def drive(logic, node, clock, consumer, *, until_s=300.0, step_s=0.01):
+    """Run the sender's rounds on the fake clock, its consumer answering each new copy with
+    `consumer(metadata, how many distinct messages it took)` (an ack event, or None), until the
+    node is finished. -> when each copy was sent, and when the node finished (None: it did not)."""
+    sent_at: list[float] = []
+    taken: set = set()
+    read = 0
+    while clock.now < until_s:
+        logic.work()
+        for _, _, metadata in node.sent[read:]:
+            sent_at.append(clock.now)
+            taken.add(metadata[P.SEQ])
+            answer = consumer(metadata, len(taken))
+            if answer is not None:
+                logic.on_input(answer)
+        read = len(node.sent)
+        if logic.finished():
+            return sent_at, clock.now
+        clock.now = round(clock.now + step_s, 6)
+    return sent_at, None
+
+
+LIVE = {"COUNT": "40", "RETRY_S": "0.25", "ACK_TIMEOUT_S": "6"}
+
+
+def echoing_another_messages_tx():
+    """A consumer that acknowledges every copy with the tx of the message before's first copy."""
+    first_tx: dict[int, int] = {}
+
+    def consumer(metadata, _taken):
+        first_tx.setdefault(metadata[P.SEQ], metadata[P.TX])
+        return ack_of(metadata, tx=first_tx.get(metadata[P.SEQ] - 1, 0))
+
+    return consumer
+
+
+@pytest.mark.parametrize(
+    "consumer, acknowledged",
+    [
+        (lambda m, taken: ack_of(m, tx=m[P.TX]) if taken <= 24 else None, 24),  # alive, then says nothing
+        (lambda m, taken: ack_of(m, tx=0), 0),  # acknowledges every copy, echoing a stale tx
+        (echoing_another_messages_tx(), 0),
+    ],
+    ids=["stops acknowledging after 24", "echoes tx 0", "echoes a tx of another message"],
+)
+def test_the_sender_never_wedges_it_transmits_or_ends_naming_what_was_not_acknowledged(
+    monkeypatch, caplog, capsys, consumer, acknowledged
+):
+    """It sent 24 of 40 (10 of 40 with tx 0 echoed), then nothing: it never probed with a new
+    message, and gave up nothing it had not sent; it neither ended nor logged until dora stopped
+    the dataflow. Now: never silent for longer than ACK_TIMEOUT_S plus one probe period, and an
+    end with status 1 naming how many were not acknowledged."""
+    logic, node, clock = sender_node(monkeypatch, LIVE)
+    sent_at, ended = drive(logic, node, clock, consumer)
+    window = logic.outbox.window
+    assert ended is not None, f"wedged: {len(node.sent)} copies sent, {window.delivered} acknowledged by 300 s"
+    times = [0.0, *sent_at, ended]
+    assert max(b - a for a, b in zip(times, times[1:])) <= window.give_up_s + window.probe_max_s
+    assert logic.next_seq == 40 and window.delivered == acknowledged
+    with caplog.at_level(logging.ERROR):
+        assert logic.finish() == EXIT_FAILED
+    assert f"{40 - acknowledged} of 40 messages not acknowledged" in caplog.text
+    assert f"{acknowledged} acknowledged, {40 - acknowledged} not acknowledged" in capsys.readouterr().out
+
+
+def test_a_sender_whose_consumer_acknowledges_everything_ends_at_once(monkeypatch, capsys):
+    logic, node, clock = sender_node(monkeypatch, LIVE)
+    sent_at, ended = drive(logic, node, clock, lambda m, taken: ack_of(m, tx=m[P.TX]))
+    assert ended is not None and ended < 1.0 and len(sent_at) == 40
+    assert logic.finish() == EXIT_OK
+    assert "40 messages sent, 40 acknowledged, 0 not acknowledged, 0 retransmitted" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("count", [1, 2, 6, 57])
@@ -219,37 +283,26 @@ def test_moving_payloads_keeps_every_failure_mode_layout():
             assert moved.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), name
 
 
-def test_a_closed_ack_input_stops_a_reliable_sender_only():
-    sender = TensorSender([Payload("a", torch.ones(1))], count=3)
-    closed = [{"type": "INPUT_CLOSED", "id": "ack"}]
-    assert handle_events(closed, sender, Delivery(3, reliable=True)) is True
-    assert handle_events(closed, sender, Delivery(3, reliable=False)) is False
-
-
-def test_a_message_that_fails_to_send_is_logged_and_counted(caplog):
-    import logging
-
-    sender = TensorSender([Payload("a", torch.ones(1))], count=2)
-    delivery = Delivery(2, reliable=False)
-    assert (
-        send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test")) is True
-    )
-    assert delivery.lost == [0]
-    assert "message 0 (a) not sent: RuntimeError: dora says no" in caplog.text
+def test_a_message_that_fails_to_send_is_logged_and_counted(monkeypatch, caplog):
+    node = FakeNode(node_id="sender", outputs=["tensors"], fail="dora says no", fail_times=1)
+    logic, _, _ = sender_node(monkeypatch, {"COUNT": "2"}, inputs=(), node=node)
+    with caplog.at_level(logging.ERROR):
+        logic.work()
+    assert "message 0 (random/1KB) not sent: RuntimeError: dora says no" in caplog.text
+    assert logic.outbox.failed == 1 and logic.outbox.sent == 1 and [m[P.SEQ] for _, _, m in node.sent] == [1]
 
 
 def test_sending_that_keeps_failing_stops_the_sender():
-    import logging
-
     from tensor_codec_nodes.tensor_sender.node import MAX_FAILURES_IN_A_ROW
 
     sender = TensorSender([Payload("a", torch.ones(1))], count=0)
-    delivery = Delivery(0, reliable=False)
-    results = [
-        send(FakeNode(fail="dora says no"), sender, delivery, delivery.take_new(0.0), logging.getLogger("test"))
-        for _ in range(MAX_FAILURES_IN_A_ROW)
-    ]
-    assert results[:-1] == [True] * (MAX_FAILURES_IN_A_ROW - 1) and results[-1] is False
+    node = FakeNode(fail="dora says no")
+    for _ in range(MAX_FAILURES_IN_A_ROW):
+        with pytest.raises(RuntimeError):
+            transmit(node, sender, 0, {})
+    assert sender.failures_in_a_row == MAX_FAILURES_IN_A_ROW
+    transmit(FakeNode(outputs=["tensors"]), sender, 1, {P.TX: 7})
+    assert sender.failures_in_a_row == 0
 
 
 def test_count_must_be_ascii_digits():
