@@ -28,6 +28,7 @@ from tests.support.load import cpu_hog
 pytestmark = pytest.mark.dora
 
 SLOW_RECEIVER = ROOT / "tests" / "dora_nodes" / "slow_receiver.py"
+FALSE_ACKER = ROOT / "tests" / "dora_nodes" / "false_acker.py"
 QUEUE = 10  # queue_size of every data input in the slow-consumer test: hard cap 100 with backpressure
 FRAMES = 150  # camera frames, as many JPEGs and decoded frames
 LOAD = 150  # the load sender's messages (4 KB each, as fast as the window allows)
@@ -204,6 +205,67 @@ def test_producers_whose_consumer_dies_exit_non_zero_and_say_how_many_were_not_a
     # The receiver handled (and acknowledged) at most 30 messages of the 300 before it died.
     assert n_sender <= 200 and n_camera <= 100 and n_sender + n_camera >= 300 - 30
     assert "ack closed: that receiver went away" in log and "ack_receiver closed: that consumer went away" in log
+
+
+def false_acker(node_id: str, source: str, mode: str) -> dict:
+    return {
+        "id": node_id,
+        "path": sys.executable,
+        "args": f"-u {FALSE_ACKER}",
+        "inputs": {"data": {"source": source, "queue_size": 64}},
+        "outputs": ["ack"],
+        "env": {"MODE": mode},
+    }
+
+
+def test_producers_whose_consumer_acknowledges_wrongly_never_wedge_they_end_saying_what_was_lost(dora_cli, tmp_path):
+    """Issue 60: a tensor sender whose consumer stays alive but stops acknowledging sent 24 of
+    40 and then nothing, neither ending nor logging, until dora stopped the dataflow; one whose
+    consumer echoes a stale tx (0) sent 10 of 40 and did the same. A camera beside them, its
+    consumer echoing tx 0, gets no frame counted delivered by such acks. Each now keeps
+    transmitting (probes, resends, new messages) and, with ACK_TIMEOUT_S=2, gives up what is not
+    acknowledged and exits 1 saying how many, in seconds."""
+    producer = {"DEVICE": "cpu", "RETRY_S": "0.2", "ACK_TIMEOUT_S": "2"}
+    sender_env = {**producer, "MODE": "random", "SIZES": "4KB", "COUNT": "40", "RATE": "0"}
+    flow = {
+        "nodes": [
+            {
+                "id": "quiet-sender",
+                "path": "tc-tensor-sender",
+                "outputs": ["tensors"],
+                "inputs": {"ack": {"source": "stops/ack", "queue_size": 64}},
+                "env": sender_env,
+            },
+            false_acker("stops", "quiet-sender/tensors", "stop_after:24"),
+            {
+                "id": "echoed-sender",
+                "path": "tc-tensor-sender",
+                "outputs": ["tensors"],
+                "inputs": {"ack": {"source": "stale/ack", "queue_size": 64}},
+                "env": sender_env,
+            },
+            false_acker("stale", "echoed-sender/tensors", "tx:0"),
+            {
+                "id": "camera",
+                "path": "tc-camera-source",
+                "outputs": ["image"],
+                "inputs": {"ack": {"source": "stale-camera/ack", "queue_size": 64}},
+                "env": {**producer, "WIDTH": "160", "HEIGHT": "120", "FPS": "0", "FRAMES": "30"},
+            },
+            false_acker("stale-camera", "camera/image", "tx:0"),
+        ]
+    }
+    path = tmp_path / "dataflow.yml"
+    path.write_text(json.dumps(flow, indent=1))
+    proc = run_flow_file(dora_cli, path, timeout=150)
+    log = proc.stdout + proc.stderr
+    for node_id in ("quiet-sender", "echoed-sender", "camera"):
+        assert f"Node `{node_id}` failed: exited with code 1" in log, tail(proc)
+    assert re.search(r"quiet-sender: .*ERROR 16 of 40 messages not acknowledged \(first: seq 24\)", log), tail(proc)
+    assert re.search(r"echoed-sender: .*ERROR 40 of 40 messages not acknowledged \(first: seq 0\)", log), tail(proc)
+    assert re.search(r"camera: .*ERROR 30 of 30 frames not acknowledged", log), tail(proc)
+    assert re.search(r"tensor sender: 40 messages sent, 24 acknowledged, 16 not acknowledged", log), tail(proc)
+    assert re.search(r"40 messages sent, 0 acknowledged, 40 not acknowledged.* acks naming a copy never sent", log)
 
 
 OVERFILL_COUNT = 100  # the sender's messages in the overfill test

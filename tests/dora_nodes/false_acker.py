@@ -1,0 +1,46 @@
+"""Test node: a consumer that stays alive but acknowledges wrongly, as the retest of 2026-12-07
+found tensor senders wedged by (issue 60). It takes every message of every input, and:
+
+    MODE=stop_after:N   acknowledges the first N distinct messages it takes (echoing each copy's
+                        tx, as tc-tensor-receiver does), then none: alive and silent
+    MODE=tx:T           acknowledges every copy it takes, echoing tx T instead of the copy's
+
+It ends when its event stream ends (every producer gone)."""
+
+import os
+import sys
+
+import pyarrow as pa
+from dora import Node
+
+from tensor_codec_nodes.common import protocol as P
+from tensor_codec_nodes.common.delivery import ack_for
+
+EMPTY = pa.array([], type=pa.uint8())
+
+
+def main() -> int:
+    kind, _, value = os.environ["MODE"].partition(":")
+    number = int(value)
+    node = Node()
+    taken: set = set()
+    acknowledged = 0
+    for event in node:
+        if event["type"] != "INPUT":
+            continue
+        ack = ack_for(event["metadata"] or {})
+        if ack is None:
+            continue
+        taken.add((ack[P.STREAM], ack[P.SEQ]))
+        if kind == "tx":
+            ack[P.TX] = number
+        elif len(taken) > number:
+            continue
+        node.send_output("ack", EMPTY, ack)
+        acknowledged += 1
+    print(f"false acker ({kind}:{number}): took {len(taken)} messages, sent {acknowledged} acks", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
