@@ -17,6 +17,10 @@ one slot per message in flight:
   anything on the output is waited for until the claim timeout; one that claims is waited for
   as long as it keeps claiming, however far behind it is.
 
+Nothing here trusts a file it did not make: /dev/shm is world-writable, so every path is opened
+without following a symbolic link and without blocking (a FIFO would block a plain open until a
+writer came), then fstat'ed: only a regular file of this user is read, mapped or removed.
+
 Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
 so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
 
@@ -45,9 +49,11 @@ Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
+import stat
 import struct
 import threading
 import time
@@ -69,6 +75,9 @@ SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, pub
 HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
 SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
 SHM_DIR = "/dev/shm"
+# A path under a world-writable directory may be anything another user put there: no symbolic
+# link is followed, and a FIFO's open returns at once instead of waiting for a writer.
+_UNTRUSTED_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 SWEEP_NS = 10_000_000  # a full look at every live slot at most this often (dead receivers, timeouts)
 _CLAIMS = struct.Struct("<H")  # the claims field, at offset 14 of a slot
@@ -100,20 +109,52 @@ class Finished:
     unclaimed: int = 0  # expected claims it never got: > 0, given up for lost (dora dropped it, a receiver died)
 
 
+def _open_own_file(path: str, flags: int) -> int:
+    """Open `path`, under a directory anyone may write to (/dev/shm), only if it is a regular file
+    of this user -> its descriptor; never following a symbolic link, never waiting on a FIFO.
+    LedgerError naming what is there instead (a symbolic link, a FIFO, another user's file);
+    OSError where the open itself fails (no such file, a directory opened for writing)."""
+    try:
+        fd = os.open(path, flags | _UNTRUSTED_OPEN, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a symbolic link
+            raise LedgerError("expected a regular file of this user, got a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise LedgerError(f"expected a regular file of this user, got {_file_kind(st.st_mode)}")
+        if st.st_uid != os.geteuid():
+            raise LedgerError(f"expected a regular file of this user (uid {os.geteuid()}), got one of uid {st.st_uid}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else f"file type {stat.S_IFMT(mode):o}"
+
+
 class _File:
     """An mmap'ed file under /dev/shm with per-slot record locks."""
 
-    def __init__(self, name: str, size: int | None, create: bool):
-        if "/" in name or not name.startswith("tc-"):
+    def __init__(self, name: str, size: int | None, create: bool, directory: str = SHM_DIR):
+        if "/" in name or "\0" in name or not name.startswith("tc-"):
             raise LedgerError(f"ledger: expected a name like 'tc-...', got {name!r}")
         self.name = name
-        self.path = os.path.join(SHM_DIR, name)
+        self.path = os.path.join(directory, name)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
-            self.fd = os.open(self.path, flags, 0o600)
+            self.fd = _open_own_file(self.path, flags)
         except FileNotFoundError:
             raise LedgerError(f"ledger: {name!r} does not exist (its producer has exited?)") from None
-        except OSError as e:  # a name from the network: a directory, another user's file, ...
+        except LedgerError as e:  # a name from the network: a symbolic link, a FIFO, another user's file
+            raise LedgerError(f"ledger: {name!r}: {e}") from None
+        except OSError as e:  # a directory, a file this user may not open, ...
             raise LedgerError(f"ledger: {name!r} cannot be opened: {e.strerror or e}") from None
         try:
             if create:
@@ -124,7 +165,7 @@ class _File:
             if actual < HEADER_BYTES:
                 raise LedgerError(f"ledger: {name!r} is {actual} bytes, expected at least {HEADER_BYTES}")
             self.map = mmap.mmap(self.fd, actual)
-        except (OSError, ValueError) as e:  # not a file mmap can map (a device, a pipe)
+        except (OSError, ValueError) as e:  # a file mmap cannot map after all
             os.close(self.fd)
             if create:
                 raise
@@ -177,13 +218,20 @@ def _signature(m: mmap.mmap, start: int) -> bytes:
 class Ledger:
     """The producer's side: publish slots, collect finished ones. One per producer process."""
 
-    def __init__(self, slots: int = 1024, *, claim_timeout_s: float = 10.0, name: str | None = None):
+    def __init__(
+        self,
+        slots: int = 1024,
+        *,
+        claim_timeout_s: float = 10.0,
+        name: str | None = None,
+        directory: str = SHM_DIR,
+    ):
         if not 1 <= slots <= 65536:
             raise UsageError(f"slots: expected 1..65536, got {slots}")
         self.slots = slots
         self.claim_timeout_ns = int(claim_timeout_s * 1e9)
         self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.file = _File(self.name, HEADER_BYTES + slots * SLOT_BYTES, create=True)
+        self.file = _File(self.name, HEADER_BYTES + slots * SLOT_BYTES, create=True, directory=directory)
         self.file.map[0:16] = MAGIC + struct.pack("<II", slots, SLOT_BYTES)
         # Who made it, so a later producer can tell a crashed one's file from a live one's.
         self.file.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
@@ -332,7 +380,9 @@ class Ledger:
 
 def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
     """Remove ledger files left by producers of this pid namespace that died without closing
-    theirs (a crash, SIGKILL); -> how many. Files of other namespaces are left alone."""
+    theirs (a crash, SIGKILL); -> how many. Files of other namespaces, and anything that is not a
+    regular file of this user (`_open_own_file`: a FIFO, a symbolic link, another user's file),
+    are left alone, and nothing found there can make this wait."""
     mine = pid_namespace().encode()[: HEADER_BYTES - 16]
     removed = 0
     try:
@@ -348,14 +398,19 @@ def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
             continue
         path = os.path.join(directory, name)
         try:
-            with open(path, "rb") as f:
-                head = f.read(HEADER_BYTES)
+            fd = _open_own_file(path, os.O_RDONLY)
+        except (OSError, LedgerError):
+            continue
+        try:
+            head = os.pread(fd, HEADER_BYTES, 0)
         except OSError:
             continue
+        finally:
+            os.close(fd)
         if head[:8] != MAGIC or head[16:].rstrip(b"\0") != mine:
             continue
         try:
-            os.unlink(path)
+            os.unlink(path)  # the directory is sticky (/dev/shm): no other user can put another file at this name
             removed += 1
         except OSError:
             pass
@@ -365,8 +420,8 @@ def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
 class LedgerView:
     """A receiver's side of one producer's ledger: claim and release slots."""
 
-    def __init__(self, name: str):
-        self.file = _File(name, None, create=False)
+    def __init__(self, name: str, *, directory: str = SHM_DIR):
+        self.file = _File(name, None, create=False, directory=directory)
         magic, slots, slot_bytes = self.file.map[0:8], *struct.unpack_from("<II", self.file.map, 8)
         if magic != MAGIC or slot_bytes != SLOT_BYTES or self.file.size < HEADER_BYTES + slots * SLOT_BYTES:
             self.file.close()

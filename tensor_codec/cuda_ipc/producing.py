@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .inflight import POLICIES, InFlightLimit
-from .ledger import Ledger, SlotRef, remove_stale_ledgers
+from .ledger import SHM_DIR, Ledger, SlotRef, remove_stale_ledgers
 
 __all__ = ["ProducerBook", "OutputSettings", "DEFAULT_MAX_BYTES_IN_FLIGHT"]
 
@@ -69,8 +69,10 @@ class ProducerBook:
         slots: int = 1024,
         claim_timeout_s: float = CLAIM_TIMEOUT_S,
         recycle: Callable[[Any], None] = lambda token: None,
+        directory: str = SHM_DIR,
     ):
         self._slots = slots
+        self._directory = directory  # where its ledger goes, and stale ones are looked for
         self._recycle = recycle
         self._claim_timeout_s = claim_timeout_s
         self._ledger: Ledger | None = None
@@ -92,8 +94,8 @@ class ProducerBook:
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            remove_stale_ledgers()
-            self._ledger = Ledger(self._slots, claim_timeout_s=self._claim_timeout_s)
+            remove_stale_ledgers(directory=self._directory)
+            self._ledger = Ledger(self._slots, claim_timeout_s=self._claim_timeout_s, directory=self._directory)
             atexit.register(self._ledger.close)
         return self._ledger
 

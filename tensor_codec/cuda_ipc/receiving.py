@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import DecodeError
 from .handle_cache import HandleCache
 from .identity import pid_alive, pid_namespace
-from .ledger import LedgerError, LedgerView, SlotRef
+from .ledger import SHM_DIR, LedgerError, LedgerView, SlotRef
 
 __all__ = ["Receiver"]
 
@@ -44,8 +44,16 @@ POLL_S = 0.001
 
 
 class Receiver:
-    def __init__(self, backend: Any, *, max_segments: int = MAX_SEGMENTS, max_events: int = MAX_EVENTS):
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        max_segments: int = MAX_SEGMENTS,
+        max_events: int = MAX_EVENTS,
+        directory: str = SHM_DIR,
+    ):
         self.backend = backend
+        self.directory = directory  # where producers' ledgers are (their names come in messages)
         self.segments = HandleCache(backend.open_segment, max_entries=max_segments, pid_alive=pid_alive)
         self.events = HandleCache(backend.open_event, max_entries=max_events, pid_alive=pid_alive)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
@@ -67,7 +75,7 @@ class Receiver:
             if view is not None:
                 self.ledgers.move_to_end(name)
                 return view
-        view = LedgerView(name)  # LedgerError if the file is gone
+        view = LedgerView(name, directory=self.directory)  # LedgerError if the file is gone, or not ours
         with self.lock:
             self.ledgers[name] = view
             while len(self.ledgers) > MAX_LEDGERS:
