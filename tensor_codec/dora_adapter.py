@@ -50,6 +50,7 @@ import os
 import re
 import warnings
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,7 @@ __all__ = [
     "route_of",
     "route_from_descriptor",
     "expected_receivers",
+    "receivers_per_process",
     "input_queue",
     "pool_size",
     "max_send_bytes",
@@ -308,6 +310,35 @@ def expected_receivers(node: Any, output_id: str) -> int:
     """How many inputs of the dataflow are wired to this node's `output_id` (at least 1, at most
     what a CUDA IPC ledger slot tracks)."""
     return min(max(len(route_of(node, output_id).consumers), 1), routing.MAX_IPC_CONSUMERS)
+
+
+def receivers_per_process(node: Any, output_id: str) -> int:
+    """The most inputs one consumer node (one process) has wired to this node's `output_id`: how
+    often one receiving process may claim a message of it in a CUDA IPC ledger (1 in nearly
+    every dataflow, and where the dataflow does not say; at most what a slot tracks)."""
+    consumers = route_of(node, output_id).consumers
+    if len(consumers) < 2:
+        return 1
+    most = max(Counter(c.node for c in consumers).values())
+    return min(most, routing.MAX_IPC_CONSUMERS)
+
+
+class ExpectedReceivers:
+    """A dora output's `Output.receivers`: called, the inputs wired to it (`expected_receivers`);
+    `per_process()`, the most of them one process has (`receivers_per_process`), which the CUDA
+    IPC transport asks for so that its ledger counts no receiving process more often. Asked
+    only by transports that track receivers, at most once per message."""
+
+    __slots__ = ("node", "output_id")
+
+    def __init__(self, node: Any, output_id: str):
+        self.node, self.output_id = node, output_id
+
+    def __call__(self) -> int:
+        return expected_receivers(self.node, self.output_id)
+
+    def per_process(self) -> int:
+        return receivers_per_process(self.node, self.output_id)
 
 
 # ---------------------------------------------------------------------------- dora's limits
@@ -1015,7 +1046,7 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
             except UnicodeEncodeError as e:
                 raise _unencodable(metadata, e) from None
             return True
-    output = Output(output_id, lambda: expected_receivers(node, output_id))
+    output = Output(output_id, ExpectedReceivers(node, output_id))
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
     if outgoing is None:
         return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)

@@ -4,7 +4,9 @@ window and over the run (`InputStats`), the periodic lines and the end summary (
 Nothing here decodes a tensor or reads a data byte: a tensor_codec message is described from its
 header (tensor_codec.describe), a dora image from its metadata and its value's length, any other
 Arrow value from its type and length. A CUDA IPC message is passed over (its ledger slot claimed
-and released at once, nothing mapped) so its producer does not wait for the monitor.
+and released at once, nothing mapped) so its producer does not wait for the monitor; a copy of one
+it passed already (any node may forward one to it) is counted as a message and not claimed again
+(tensor_codec remembers what this process passed), so it never stands in for another receiver.
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ messages). The ledger is one small shared-memory file per producer process with 
 one slot per message in flight:
 
 * the producer `publish`es a slot (its generation goes up, so a stale reference can never match)
-  with the number of receivers the dataflow gives the output;
+  with the number of receivers the dataflow gives the output, and the most claims one receiving
+  process may make (`per_process`: its inputs wired to the output, 1 in nearly every dataflow);
 * each receiver `claim`s the slot when it decodes the message (refused if the producer already
-  reclaimed it) and `release`s it when the views are released, leaving an interprocess event
+  reclaimed it, or if this process already made its `per_process` claims: a copy of a message
+  it already took) and `release`s it when the views are released, leaving an interprocess event
   handle recorded after its last use, so the producer can fence its stream on it;
 * the producer `collect`s finished slots: every claim released (or its process gone), and every
   expected receiver either claimed it or is known to have passed it (progress.py: dora delivers
@@ -16,6 +18,12 @@ one slot per message in flight:
   lost this one on the way). Only then may the memory be reused. A receiver that never claimed
   anything on the output is waited for until the claim timeout; one that claims is waited for
   as long as it keeps claiming, however far behind it is.
+
+Claims are counted per receiving process (its pid), at most `per_process` times each, with the
+expected count and the cap the producer keeps itself: a process that claims one message over and
+over (a monitor shown a forwarded copy, or entries written straight into the file) never makes
+up for a receiver that has not claimed yet. A process that only passes messages over
+(`LedgerView.pass_over`, the monitor) remembers what it passed, so a copy is a no-op.
 
 Nothing here trusts a file it did not make: /dev/shm is world-writable, so every path is opened
 without following a symbolic link and without blocking (a FIFO would block a plain open until a
@@ -38,9 +46,10 @@ anything by itself.
 Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
 
     0   u64  generation      (0 = never used)
-    8   u32  state           (0 free, 1 live)
+    8   u16  state           (0 free, 1 live)
+    10  u16  per_process     (claims one receiving process may make: its inputs on the output)
     12  u16  expected        (receivers the producer expects)
-    14  u16  claims
+    14  u16  claims          (holder entries in use)
     16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
     24  u64  nbytes          (for reports)
     32  HOLDERS x 80 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released, 3 released+event),
@@ -68,10 +77,11 @@ from .progress import OutputProgress
 
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
-MAGIC = b"tcledg01"
+MAGIC = b"tcledg02"  # 02: claims capped per process (`per_process` in the slot head)
+MAGIC_FAMILY = MAGIC[:6]  # any version's: a stale ledger of an older tensor_codec is removed too
 HEADER_BYTES = 64
 HOLDER_BYTES = 80
-SLOT_HEAD = struct.Struct("<QIHHQQ")  # generation, state, expected, claims, published_ns, nbytes
+SLOT_HEAD = struct.Struct("<QHHHHQQ")  # generation, state, per_process, expected, claims, published_ns, nbytes
 HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
 SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
 SHM_DIR = "/dev/shm"
@@ -236,8 +246,9 @@ class Ledger:
         # Who made it, so a later producer can tell a crashed one's file from a live one's.
         self.file.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
         self.pid = os.getpid()
-        # slot -> (generation, producer's token, output, publish order)
-        self.live: dict[int, tuple[int, object, str, int]] = {}
+        # slot -> (generation, producer's token, output, publish order, expected, per_process): the
+        # producer's own copy of what it published, which a receiver writing the file cannot change.
+        self.live: dict[int, tuple[int, object, str, int, int, int]] = {}
         self.progress: dict[str, OutputProgress] = {}  # output -> how far its receivers got
         self.seen: dict[int, bytes] = {}  # live slot -> its bytes at the last full look
         self.last_sweep_ns = 0
@@ -245,12 +256,15 @@ class Ledger:
         self.next_slot = 0
         self.closed = False
 
-    def publish(self, expected: int, nbytes: int, token: object, output: str = "") -> SlotRef:
-        """Take a free slot for a message of `output` to `expected` receivers; `token` (what keeps
-        the memory alive) comes back from `collect` when the slot is finished. Raises LedgerError
-        if every slot is in use."""
+    def publish(self, expected: int, nbytes: int, token: object, output: str = "", per_process: int = 1) -> SlotRef:
+        """Take a free slot for a message of `output` to `expected` receivers, each receiving
+        process claiming it at most `per_process` times (its inputs wired to the output); `token`
+        (what keeps the memory alive) comes back from `collect` when the slot is finished. Raises
+        LedgerError if every slot is in use."""
         if not 0 <= expected <= HOLDERS:
             raise UsageError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
+        if not 1 <= per_process <= HOLDERS:
+            raise UsageError(f"per_process: claims of one message by one process, 1..{HOLDERS}, got {per_process}")
         for _ in range(self.slots):
             slot = self.next_slot
             self.next_slot = (self.next_slot + 1) % self.slots
@@ -260,10 +274,11 @@ class Ledger:
             with self.file.locked(start, SLOT_BYTES):
                 generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
                 self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
-                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, expected, 0, time.monotonic_ns(), nbytes)
+                now = time.monotonic_ns()
+                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, per_process, expected, 0, now, nbytes)
                 self.seen[slot] = _signature(self.file.map, start)
             self.published += 1
-            self.live[slot] = (generation, token, output, self.published)
+            self.live[slot] = (generation, token, output, self.published, expected, per_process)
             if output not in self.progress:
                 self.progress[output] = OutputProgress()
             return SlotRef(self.name, slot, generation)
@@ -281,40 +296,47 @@ class Ledger:
         done = []
         # Newest first (`live` is in publish order: a slot is deleted before it is taken again),
         # so what receivers claimed of later messages is known when an earlier one is decided.
-        for slot, (generation, token, output, order) in reversed(list(self.live.items())):
+        for slot, entry in reversed(list(self.live.items())):
+            output = entry[2]
             if not sweep:
                 # _signature, inlined: this loop runs over every message in flight at every send.
                 start = HEADER_BYTES + slot * SLOT_BYTES
                 claims = min(m[start + 14] | m[start + 15] << 8, HOLDERS)
                 if m[start : start + 32 + claims * HOLDER_BYTES] == seen.get(slot):
-                    if output not in changed or claims >= m[start + 12] | m[start + 13] << 8:
+                    # With as many claims as receivers expected it waits for releases, not for
+                    # progress.py's inference (claims by one process past its share, counted
+                    # once in the full look, can only postpone that look to the next sweep).
+                    if output not in changed or claims >= entry[4]:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)
-            finished = self._finish_if_done(slot, generation, self.progress[output], order, now)
+            finished = self._finish_if_done(slot, entry, now)
             if finished is not None:
                 del self.live[slot]
                 self.seen.pop(slot, None)
-                done.append(Finished(slot, finished[0], token, finished[1]))
+                done.append(Finished(slot, finished[0], entry[1], finished[1]))
         return done
 
     def _finish_if_done(
-        self, slot: int, generation: int, progress: OutputProgress, order: int, now: int
+        self, slot: int, entry: tuple[int, object, str, int, int, int], now: int
     ) -> tuple[list[bytes], int] | None:
         """-> (the receivers' release events, the expected claims it never got), once finished."""
+        generation, _, output, order, expected, per_process = entry
+        progress = self.progress[output]
         start = _slot_offset(slot)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
-            gen, state, expected, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
+            gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
             if gen != generation or state != LIVE:
                 raise LedgerError(f"ledger: slot {slot} was changed by another process")
             events, holding = [], 0
-            claimers: Counter = Counter()
+            claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
             claimed_ns: dict[int, int] = {}
             for h in range(min(claims, HOLDERS)):
                 at = start + 32 + h * HOLDER_BYTES
                 pid, hstate, when = HOLDER.unpack_from(m, at)
-                claimers[pid] += 1
+                if claimers[pid] < per_process:
+                    claimers[pid] += 1
                 claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
                 if hstate == HOLDING:
                     if pid_alive(pid):
@@ -327,7 +349,7 @@ class Ledger:
             if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
                 self.seen[slot] = _signature(m, start)
                 return None
-            SLOT_HEAD.pack_into(m, start, gen, FREE, expected, claims, published, 0)
+            SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
             return events, max(0, expected - claimers.total())
 
     def _accounted_for(
@@ -352,10 +374,10 @@ class Ledger:
             return None
         start = _slot_offset(ref.slot)
         with self.file.locked(start, SLOT_BYTES):
-            gen, _, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
+            gen, _, per_process, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
             if claims:
                 return None
-            SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, expected, claims, published, 0)
+            SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, per_process, expected, claims, published, 0)
         del self.live[ref.slot]
         self.seen.pop(ref.slot, None)
         return entry[1]
@@ -364,7 +386,7 @@ class Ledger:
         return sum(self.nbytes(slot) for slot in self.live)
 
     def nbytes(self, slot: int) -> int:
-        return SLOT_HEAD.unpack_from(self.file.map, _slot_offset(slot))[5]
+        return SLOT_HEAD.unpack_from(self.file.map, _slot_offset(slot))[6]
 
     def close(self) -> None:
         """Remove the file (receivers that mapped it keep their mapping until they close it)."""
@@ -407,7 +429,7 @@ def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
             continue
         finally:
             os.close(fd)
-        if head[:8] != MAGIC or head[16:].rstrip(b"\0") != mine:
+        if head[:6] != MAGIC_FAMILY or head[16:].rstrip(b"\0") != mine:
             continue
         try:
             os.unlink(path)  # the directory is sticky (/dev/shm): no other user can put another file at this name
@@ -428,6 +450,8 @@ class LedgerView:
             raise LedgerError(f"ledger: {name!r} is not a tensor_codec ledger of this version")
         self.slots = slots
         self.pid = os.getpid()
+        # slot -> the generation this process last passed over (`pass_over`); at most one entry per slot.
+        self.passed: dict[int, int] = {}
 
     def _check(self, ref: SlotRef) -> int:
         if type(ref.slot) is not int or not 0 <= ref.slot < self.slots:
@@ -435,31 +459,50 @@ class LedgerView:
         return _slot_offset(ref.slot)
 
     def claim(self, ref: SlotRef) -> None:
-        """Register this process as a user of the message; LedgerError if it is gone."""
+        """Register this process as a user of the message; LedgerError if it is gone, or if this
+        process already claimed it as many times as it may (one per input wired to the output)."""
         start = self._check(ref)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
-            gen, state, expected, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
+            gen, state, per_process, expected, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
             if gen != ref.generation or state != LIVE:
-                raise LedgerError(
-                    f"message expired: its producer reclaimed the memory (slot {ref.slot}, generation "
-                    f"{ref.generation}, now {gen}); the producer had given it up for lost (this process "
-                    f"claimed nothing on that output for the claim timeout, or had claimed a later message)"
-                )
+                raise LedgerError(_expired(ref, gen))
             if claims >= HOLDERS:
                 raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
+            mine = _claims_by(m, start, claims, self.pid)
+            if mine >= per_process:
+                raise LedgerError(
+                    f"ledger slot {ref.slot}, generation {ref.generation}: this process (pid {self.pid}) already "
+                    f"claimed the message {mine} time(s), as many as its producer allows one process (its inputs "
+                    f"wired to the output); a copy of a message counts once"
+                )
             HOLDER.pack_into(m, start + 32 + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
-            SLOT_HEAD.pack_into(m, start, gen, state, expected, claims + 1, published, nbytes)
+            SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
+
+    def pass_over(self, ref: SlotRef) -> bool:
+        """Take part in a message without using it (claim and release at once): for a process
+        that looks at messages it does not read (a monitor). -> False, and nothing done, for a
+        copy of a message this process already passed over (shown to it twice, or forwarded to
+        it): it takes part in a message once. LedgerError as `claim` for any other refusal."""
+        try:
+            self.claim(ref)
+        except LedgerError:
+            if self.passed.get(ref.slot) == ref.generation:
+                return False  # claimed before, and now collected or claimed as often as it may be
+            raise
+        self.passed[ref.slot] = ref.generation
+        self.release(ref)
+        return True
 
     def release(self, ref: SlotRef, event_handle: bytes | None = None) -> None:
         """This process is done with the message (after `event_handle`, if given, completes)."""
         start = self._check(ref)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
-            gen, state, _, claims, _, _ = SLOT_HEAD.unpack_from(m, start)
+            gen, state, _, _, claims, _, _ = SLOT_HEAD.unpack_from(m, start)
             if gen != ref.generation or state != LIVE:
                 return  # already collected (this process was taken for dead, or released twice)
-            for h in range(claims):
+            for h in range(min(claims, HOLDERS)):
                 at = start + 32 + h * HOLDER_BYTES
                 pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
                 if pid == self.pid and hstate == HOLDING:
@@ -474,3 +517,29 @@ class LedgerView:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _claims_by(m: mmap.mmap, start: int, claims: int, pid: int) -> int:
+    """How many of a slot's `claims` holder entries are `pid`'s (released ones included)."""
+    mine = 0
+    for h in range(claims):
+        if HOLDER.unpack_from(m, start + 32 + h * HOLDER_BYTES)[0] == pid:
+            mine += 1
+    return mine
+
+
+def _expired(ref: SlotRef, generation: int) -> str:
+    """Why a slot at `generation` no longer holds the message `ref` names: freed (the same
+    generation, no longer live: its producer collected it) or reused (a newer generation)."""
+    where = f"slot {ref.slot}, generation {ref.generation}"
+    why = (
+        "every receiver it expected had taken it, or it had given it up for lost (this process claimed "
+        "nothing on that output for the claim timeout, or had claimed a later message)"
+    )
+    if generation >= ref.generation:
+        what = "freed, not reused" if generation == ref.generation else f"reused, now generation {generation}"
+        return f"message expired: its producer reclaimed the memory ({where}: {what}); {why}"
+    return (
+        f"message expired or never sent: {where} names a generation its producer has not published "
+        f"(the slot is at generation {generation})"
+    )

@@ -122,9 +122,11 @@ class ProducerBook:
             out = self.output(output_id)
         return out.limit.admit(nbytes, lambda: out.live_bytes, self.collect)
 
-    def publish(self, output_id: str, expected: int, nbytes: int, token: Any) -> SlotRef:
+    def publish(self, output_id: str, expected: int, nbytes: int, token: Any, per_process: int = 1) -> SlotRef:
+        """A ledger slot for a message of `output_id` to `expected` receivers, each process of
+        them claiming it at most `per_process` times (its inputs wired to the output)."""
         with self.lock:
-            ref = self.ledger.publish(expected, nbytes, token, output_id)
+            ref = self.ledger.publish(expected, nbytes, token, output_id, per_process)
             out = self.output(output_id)
             out.live_bytes += nbytes
             out.peak_bytes = max(out.peak_bytes, out.live_bytes)

@@ -10,7 +10,9 @@ claimed this one or never will.
 
 The ledger shows, per claim, the receiving process and when it claimed. From it, per receiving
 process this keeps how far it got: ``reached[k]`` is the latest message (in publish order) that
-it claimed at least ``k + 1`` times (a node with two inputs wired to one output claims twice).
+it claimed at least ``k + 1`` times (a node with two inputs wired to one output claims twice;
+the ledger counts no process more often than its inputs on the output, so a process that claims
+one message again adds nothing here).
 A message not claimed by every expected receiver is accounted for, receiver by receiver, when:
 
 * the receiver claimed it, or claimed a later one (as many times as it has inputs);

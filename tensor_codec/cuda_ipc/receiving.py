@@ -66,6 +66,7 @@ class Receiver:
         self.claimed = 0
         self.released = 0
         self.passed = 0  # claimed and released at once, never opened (pass_unread)
+        self.passed_again = 0  # copies of messages passed already: nothing claimed (pass_unread)
         self.releasing = 0  # taken off `pending` by a poll, not yet given back to its ledger
 
     # ---- opening
@@ -91,23 +92,20 @@ class Receiver:
         if view is not None:
             view.close()
 
-    def _claim(self, producer: Any, fields: Any) -> tuple[LedgerView, SlotRef]:
-        """Finish what completed, then claim the message's ledger slot, before any CUDA work
-        (open and pass_unread both start here). DecodeError if its producer has exited or the
-        slot cannot be claimed."""
+    def _slot(self, producer: Any, fields: Any) -> tuple[LedgerView, SlotRef]:
+        """Finish what completed, then find the message's ledger slot, before any CUDA work (open
+        and pass_unread both start here). DecodeError if its producer has exited or its ledger
+        cannot be opened."""
         self.poll()
         if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
             self._forget_producer(producer.ledger)
             raise DecodeError(
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
             )
-        ref = SlotRef(producer.ledger, fields.slot, fields.generation)
         try:
-            ledger = self._ledger(producer.ledger)
-            ledger.claim(ref)
+            return self._ledger(producer.ledger), SlotRef(producer.ledger, fields.slot, fields.generation)
         except LedgerError as e:
-            raise DecodeError(f"tc.ipc.slot: {e}") from None
-        return ledger, ref
+            raise _slot_error(e) from None
 
     def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
         """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object, the
@@ -116,7 +114,11 @@ class Receiver:
 
         Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
         comparable = producer.pidns == pid_namespace()
-        ledger, ref = self._claim(producer, fields)
+        ledger, ref = self._slot(producer, fields)
+        try:
+            ledger.claim(ref)
+        except LedgerError as e:
+            raise _slot_error(e) from None
         self.claimed += 1
         try:
             index = local_index()
@@ -151,17 +153,22 @@ class Receiver:
         header): claim its ledger slot and release it at once, so its producer, which counts this
         process among the output's receivers, neither waits for a claim until the claim timeout
         nor keeps its GPU memory longer. Nothing is opened or mapped, no CUDA call is made, and
-        the release carries no event: this process never used the memory on any stream.
+        the release carries no event: this process never used the memory on any stream. A copy
+        of a message this process passed already (shown to it twice, or forwarded to it) is a
+        no-op (`LedgerView.pass_over`), not a second claim: counted in `passed_again`.
 
         Raises DecodeError when the slot cannot be claimed (the producer has exited, or had
         already given the message up)."""
-        ledger, ref = self._claim(producer, fields)
+        ledger, ref = self._slot(producer, fields)
         try:
-            ledger.release(ref)
-        except LedgerError as e:  # never: a release without an event handle checks nothing more
-            raise DecodeError(f"tc.ipc.slot: {e}") from None
+            first = ledger.pass_over(ref)
+        except LedgerError as e:
+            raise _slot_error(e) from None
         with self.lock:
-            self.passed += 1
+            if first:
+                self.passed += 1
+            else:
+                self.passed_again += 1
 
     # ---- releasing
     def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:
@@ -244,6 +251,7 @@ class Receiver:
             "claimed": self.claimed,
             "released": self.released,
             "passed_unread": self.passed,
+            "passed_again": self.passed_again,
             "pending_release": len(self.pending) + self.releasing,
             "segments_open": len(self.segments),
             "segment_cache_hits": self.segments.hits,
@@ -251,3 +259,8 @@ class Receiver:
             "events_open": len(self.events),
             "event_cache_misses": self.events.misses,
         }
+
+
+def _slot_error(e: LedgerError) -> DecodeError:
+    """A ledger's refusal as the codec's error, naming the message field it concerns."""
+    return DecodeError(f"tc.ipc.slot: {e}")

@@ -23,7 +23,7 @@ def ledger():
 
 
 def test_a_slot_is_finished_when_every_expected_receiver_released(ledger):
-    ref = ledger.publish(expected=2, nbytes=100, token="memory")
+    ref = ledger.publish(expected=2, nbytes=100, token="memory", per_process=2)  # both receivers in this process
     a, b = LedgerView(ref.ledger), LedgerView(ref.ledger)
     a.claim(ref)
     b.claim(ref)
@@ -85,7 +85,7 @@ def test_hostile_references_are_refused(ledger):
 
 
 def test_too_many_receivers_of_one_message(ledger):
-    ref = ledger.publish(expected=HOLDERS, nbytes=1, token=None)
+    ref = ledger.publish(expected=HOLDERS, nbytes=1, token=None, per_process=HOLDERS)
     view = LedgerView(ref.ledger)
     for _ in range(HOLDERS):
         view.claim(ref)
@@ -129,7 +129,7 @@ def _claim_many(name, slot, generation, count):
 def test_claims_from_many_processes_at_once_are_all_counted():
     ledger = Ledger(slots=1)
     try:
-        ref = ledger.publish(expected=HOLDERS, nbytes=1, token=None)
+        ref = ledger.publish(expected=HOLDERS, nbytes=1, token=None, per_process=4)
         ctx = mp.get_context("fork")
         procs = [ctx.Process(target=_claim_many, args=(ref.ledger, ref.slot, ref.generation, 4)) for _ in range(4)]
         for p in procs:
@@ -216,9 +216,9 @@ def test_passing_is_counted_per_output(ledger, monkeypatch):
 def test_a_node_with_two_inputs_on_one_output_passed_a_message_only_when_both_did(ledger, monkeypatch):
     clock = FakeClock(monkeypatch)
     view = LedgerView(ledger.name)  # one process, two inputs wired to the output: two claims each
-    first = ledger.publish(expected=2, nbytes=1, token=0, output="o")
-    second = ledger.publish(expected=2, nbytes=1, token=1, output="o")
-    third = ledger.publish(expected=2, nbytes=1, token=2, output="o")
+    first = ledger.publish(expected=2, nbytes=1, token=0, output="o", per_process=2)
+    second = ledger.publish(expected=2, nbytes=1, token=1, output="o", per_process=2)
+    third = ledger.publish(expected=2, nbytes=1, token=2, output="o", per_process=2)
     take(view, first)
     take(view, first)
     take(view, third)  # input a dropped `second`; input b may still bring it

@@ -69,6 +69,13 @@ def test_the_stale_ledger_clean_up_skips_what_is_not_a_regular_file_of_this_user
     assert not os.path.exists(stale) and removed == 1  # a real stale ledger of this user still goes
 
 
+def test_a_stale_ledger_of_an_older_version_is_removed_too(tmp_path):
+    stale = stale_ledger(tmp_path, f"tc-{dead_pid()}-{'b' * 12}")
+    with open(stale, "r+b") as f:
+        f.write(b"tcledg01")
+    assert remove_stale_ledgers(directory=str(tmp_path)) == 1 and not os.path.exists(stale)
+
+
 def use_directory(backend, directory) -> None:
     """This process's CUDA IPC producer and receiver keep their ledgers in `directory`."""
     state = cuda_ipc._get_state()

@@ -25,6 +25,7 @@ from tensor_codec_nodes.common.settings import SettingError
 from tensor_codec_nodes.monitor.config import load_config
 from tensor_codec_nodes.monitor.monitor import Monitor, fmt_bytes, look
 from tensor_codec_nodes.monitor.node import MonitorNode, pass_ipc
+from tests.ipc.other_process import claim_and_release_elsewhere, slot_of
 from tests.support.fakes import FakeNode
 from tests.support.ipc_fake_backend import installed
 from tests.support.wire import with_transport
@@ -452,5 +453,34 @@ def test_a_cuda_ipc_message_that_cannot_be_claimed_is_a_bad_message(fake):
     assert m.refusals.counts == {"t: bad message": 1} and m.inputs["t"].bad == 1
     assert m.handle("t", value, metadata) is not None  # the message itself still is
     assert bytes_in_flight() == 0  # given back: the producer collected its slot
-    assert m.handle("t", value, metadata) is None  # so a copy of it that comes again has expired
-    assert m.inputs["t"].bad == 2
+    # A copy of it that comes again (any node may forward one): the monitor passed it already,
+    # so it takes no part again and counts it as a message, not a bad one.
+    assert m.handle("t", value, metadata) is not None
+    assert m.inputs["t"].bad == 1 and m.inputs["t"].messages == 3
+
+
+def test_a_message_shown_twice_to_the_monitor_still_reaches_its_receiver(fake):
+    """The monitor and a receiver wired to one output: the monitor, shown the message twice (a
+    node forwarded a copy to it), takes part once, so the producer waits for the receiver, whose
+    claim then succeeds."""
+    node = FakeNode(
+        node_id="cam",
+        descriptor={
+            "nodes": [
+                {"id": "cam", "outputs": ["image"]},
+                {"id": "monitor", "inputs": {"t": "cam/image", "copies": "relay/out"}},
+                {"id": "receiver", "inputs": {"x": "cam/image"}},
+            ]
+        },
+    )
+    tc.send(node, "image", torch.zeros(64), transport="cuda-ipc")
+    (_, value, metadata) = node.sent[-1]
+    m = Monitor({"t", "copies"}, pass_ipc=pass_ipc)
+    assert m.handle("t", value, metadata) is not None
+    assert m.handle("copies", value, metadata) is not None
+    assert (m.inputs["copies"].messages, m.inputs["copies"].bad) == (1, 0)
+    state = cuda_ipc._get_state()
+    state.producer.collect()
+    assert state.producer.in_flight() == 1  # still the receiver's to claim
+    claim_and_release_elsewhere(slot_of(metadata))  # the receiver
+    assert tc.ipc_flush(timeout_s=10)
