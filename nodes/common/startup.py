@@ -11,16 +11,19 @@ the manifest is written from.
 What the checks find is split in two (`Problems`):
 
 - errors: the node refuses to start (the loop exits with status 2, EXIT_BAD_CONFIG): an env name
-  given to the node that is not a setting but close to one (difflib, or a setting's name in
-  another case), an input id the node does not read, a required input not wired. They are
+  given to the node that is not a setting but a setting's name with one slip (`is_slip`: a letter
+  wrong, two swapped, one missing or one too many inside it, or another case), an input id the node
+  does not read, a required input not wired. They are
   checked before the node joins, from what the daemon hands the process (DORA_NODE_CONFIG: the
   node's wiring and the dataflow's descriptor), so a node that refuses never joins and dora does
   not start the dataflow: the other nodes fail to join and `dora run` ends at once, naming it.
   A DORA_NODE_CONFIG that is not what a daemon writes in a way that would cost the node to read
   (not UTF-8, YAML anchors or aliases) is refused the same way, before anything parses it.
 - warnings: logged, the node starts (the dataflow may be right in a way this cannot see): an env
-  name that resembles no setting (a library may read it), outputs the node does not send or none
-  declared. Names libraries read (OMP_*, CUDA_*, TC_*, DORA_*, LANG, ...) are never looked at.
+  name that is no setting (a library may read it; one close to a setting but no slip of it, such
+  as DEVICE_ID, MODEL or SIZE beside DEVICE, MODE and SIZES, is named with the setting it
+  resembles), outputs the node does not send or none declared. Names libraries read (OMP_*,
+  CUDA_*, TC_*, DORA_*, LANG, ...) are never looked at.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "outside_dora",
     "Problems",
     "close_setting_names",
+    "is_slip",
     "env_problems",
     "wiring_problems",
     "dora_node_config",
@@ -203,8 +207,9 @@ def _for_others(name: str) -> bool:
 
 def close_setting_names(spec: NodeSpec, names: Iterable[str], *, any_case: bool = False) -> list[tuple[str, str]]:
     """(name, setting) for each UPPERCASE name that is not a setting of the node but close to one
-    (a typo: WIDHT -> WIDTH); `any_case`: any name, compared also in upper case (`frames` ->
-    FRAMES). Names others read (TC_*, DORA_*, OMP_*, ...) are skipped."""
+    (difflib: a typo, WIDHT -> WIDTH, or another word, DEVICE_ID -> DEVICE; `is_slip` tells them
+    apart); `any_case`: any name, compared also in upper case (`frames` -> FRAMES). Names others
+    read (TC_*, DORA_*, OMP_*, ...) are skipped."""
     known = [s.name for s in spec.settings]
     found = []
     for name in sorted(set(names)):
@@ -218,26 +223,49 @@ def close_setting_names(spec: NodeSpec, names: Iterable[str], *, any_case: bool 
     return found
 
 
+def is_slip(name: str, setting: str) -> bool:
+    """True when `name` is `setting` typed with one slip of the hand, as a user who meant the
+    setting would type it: another case, one letter wrong, two neighbours swapped, or one letter
+    missing or one too many inside it (QUALTY, FRAMMES). A letter more or less at either end makes another word a
+    library or a wrapper may read (MODEL, SIZE, COUNTS beside MODE, SIZES, COUNT): no slip."""
+    typed, meant = name.upper(), setting.upper()
+    if len(typed) == len(meant):
+        differ = [i for i, (a, b) in enumerate(zip(typed, meant)) if a != b]
+        if len(differ) <= 1:
+            return True
+        first, second = differ[0], differ[-1]
+        swapped = (typed[first], typed[second]) == (meant[second], meant[first])
+        return len(differ) == 2 and second == first + 1 and swapped
+    shorter, longer = sorted((typed, meant), key=len)
+    if len(longer) - len(shorter) != 1:
+        return False
+    return any(longer[:i] + longer[i + 1 :] == shorter for i in range(1, len(longer) - 1))
+
+
 def env_problems(spec: NodeSpec, names: Iterable[str], *, from_dataflow: bool) -> Problems:
     """The env names given to the node that are not its settings. `from_dataflow`: the names the
-    dataflow's `env:` gives this node (each was meant for someone): one close to a setting, or a
-    setting's name in another case (`frames`), is an error; any other is a warning (a library may
-    read it). Otherwise the names are the process's whole environment (dora did not say which are
-    the dataflow's): only an UPPERCASE typo of a setting is an error."""
+    dataflow's `env:` gives this node (each was meant for someone): a slip of a setting's name
+    (`is_slip`: FRAMEZ, `frames`) is an error; any other is a warning (a library may read it),
+    naming the setting it resembles where it is close to one (DEVICE_ID). Otherwise the names are
+    the process's whole environment (dora did not say which are the dataflow's): only an UPPERCASE
+    slip is an error, and only an UPPERCASE name close to a setting a warning."""
     names = set(names)
     close = close_setting_names(spec, names, any_case=from_dataflow)
     help_hint = f"`{spec.name} --help` lists its settings"
     errors = [
-        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({help_hint})" for name, setting in close
+        f"env {name} is not a setting of {spec.name}: did you mean {setting}? ({help_hint})"
+        for name, setting in close
+        if is_slip(name, setting)
     ]
-    warnings = []
-    if from_dataflow:
-        accounted = {s.name for s in spec.settings} | {name for name, _ in close}
-        warnings = [
-            f"env {name} is not a setting of {spec.name}: the node ignores it (a library may read it; {help_hint})"
-            for name in sorted(names - accounted)
-            if not _for_others(name)
-        ]
+    resembled = {name: setting for name, setting in close if not is_slip(name, setting)}
+    unknown = names - {s.name for s in spec.settings} - {name for name, _ in close} if from_dataflow else set()
+    warnings = [
+        f"env {name} is not a setting of {spec.name}: the node ignores it ("
+        + (f"it resembles {resembled[name]}; " if name in resembled else "")
+        + f"a library may read it; {help_hint})"
+        for name in sorted(resembled.keys() | unknown)
+        if not _for_others(name)
+    ]
     return Problems(errors, warnings)
 
 
