@@ -706,9 +706,9 @@ class Outbox:
         if event.get("type") != "INPUT":
             return False
         acker = event.get("id")
-        if acker not in self.window.ackers:
+        if not isinstance(acker, str) or acker not in self.window.ackers:
             return False
-        metadata = event.get("metadata")
+        metadata = event.get("metadata") or {}
         why = malformed_ack(metadata)
         if why is not None:
             self.refusals.refuse(f"{acker}: malformed ack", why)
