@@ -17,9 +17,14 @@ nodes' own stdout. So the lines are hidden here, counted, and named once at the 
     python tools/run_quietly.py dora start dataflow.yml --attach
 
 The exit status is the command's. The command runs in a process group of its own, and Ctrl-C
-(SIGINT) or SIGTERM given to this process is passed on to it exactly once (a terminal would send it
-to both: dora takes a second Ctrl-C as "kill now"); output keeps flowing until the command has
-ended, so its last words (the receiver's summary) are not lost.
+(SIGINT), SIGTERM, SIGHUP (the terminal closed) or SIGQUIT (Ctrl-\\) given to this process is passed
+on to it exactly once (a terminal would send it to both: dora takes a second Ctrl-C as "kill now");
+output keeps flowing until the command has ended, so its last words (the receiver's summary) are
+not lost. Where nothing reads this process's output any more (`make run | head -2`, a closed
+terminal), the command is stopped as by one Ctrl-C (unless a signal was passed on already) and its
+output read to the end and dropped: it must not run on with no one to see it, or be left behind
+when this process ends. A line is read MAX_LINE characters at a time: a longer one (output without
+a newline) is passed on in pieces, never held whole.
 """
 
 from __future__ import annotations
@@ -30,8 +35,11 @@ import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import IO
 
 SHOW_ALL = "TC_DORA_DIAGNOSTICS"  # "1": hide nothing
+MAX_LINE = 1 << 16  # characters read at a time; dora's lines are under a kilobyte
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,14 @@ class Filter:
         self.hidden: dict[Known, int] = {}
 
     def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """`lines` (a long one may come in pieces: only its last ends with a newline) less the
+        known ones. A piece of a longer line is always shown: a marker in a piece does not make
+        the whole line one of dora's."""
+        starts_line = True
         for line in lines:
-            kind = None if self.show_all else next((k for k in self.known if k.marker in line), None)
+            whole = starts_line and line.endswith("\n")
+            starts_line = line.endswith("\n")
+            kind = None if self.show_all or not whole else next((k for k in self.known if k.marker in line), None)
             if kind is None:
                 yield line
             else:
@@ -86,7 +100,38 @@ class Filter:
         return f"(hidden: {'; '.join(parts)}; {SHOW_ALL}=1 shows them)"
 
 
-def run(command: list[str], out=sys.stdout, show_all: bool | None = None) -> int:
+def pieces(stream: IO[str], limit: int = MAX_LINE) -> Iterator[str]:
+    """`stream`'s lines, at most `limit` characters at a time: a longer line comes in pieces."""
+    return iter(lambda: stream.readline(limit), "")
+
+
+def pass_on(lines: Iterable[str], out: IO[str]) -> bool:
+    """Write `lines` to `out` as they come; -> False as soon as nothing reads `out` any more (a
+    closed pipe: BrokenPipeError; a closed terminal: EIO), True once `lines` ran out."""
+    for line in lines:
+        try:
+            out.write(line)
+            out.flush()
+        except OSError:
+            return False
+    return True
+
+
+def silence(out: IO[str]) -> None:
+    """Point `out`'s file at /dev/null, so what it still holds (flushed again as the interpreter
+    exits) goes nowhere instead of raising again; a stream without a file is left as it is."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def run(command: list[str], out: IO[str] = sys.stdout, show_all: bool | None = None) -> int:
     """Run `command` with its stdout and stderr merged into `out`, filtered; -> its exit status."""
     if show_all is None:
         show_all = os.environ.get(SHOW_ALL, "") == "1"
@@ -101,22 +146,28 @@ def run(command: list[str], out=sys.stdout, show_all: bool | None = None) -> int
         bufsize=1,
         process_group=0,
     ) as proc:
+        forwarded: list[int] = []
 
         def forward(signum: int, frame: object) -> None:
+            forwarded.append(signum)
             proc.send_signal(signum)
 
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
         try:
             assert proc.stdout is not None
-            for line in filtering.lines(proc.stdout):
-                out.write(line)
-                out.flush()
+            read_to_the_end = pass_on(filtering.lines(pieces(proc.stdout)), out)
+            if not read_to_the_end:
+                if not forwarded:  # one Ctrl-C: dora stops the dataflow (a second would kill it)
+                    proc.send_signal(signal.SIGINT)
+                silence(out)
+                for _ in pieces(proc.stdout):  # read on, so the command is never blocked writing
+                    pass
             status = proc.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     closing = filtering.closing_line()
-    if closing is not None:
+    if closing is not None and read_to_the_end:
         print(closing, file=out, flush=True)
     return status
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.support.dora import ROOT
-from tools.run_quietly import KNOWN, SHOW_ALL, Filter, run
+from tools.run_quietly import KNOWN, MAX_LINE, SHOW_ALL, Filter, run
 
 DIAGNOSTIC = (
     "02:09:10 WARN   load-sender: dora_node_api::node output `tensors`: 1179976 B -> zenoh direct path "
@@ -84,3 +88,111 @@ def test_ctrl_c_reaches_the_command_once_and_its_last_words_are_kept():
     finally:
         proc.kill()
     assert rest == "summary after 1 SIGINT\n" and proc.returncode == 130
+
+
+# A stand-in for `dora start --attach`: it says its pid, records each signal it gets (its name, a
+# line in argv[1]), ends on the first with status 3, and, like dora, runs on when nothing reads its
+# output any more. "chatty" (argv[2]): a line every 20 ms meanwhile. It ends by itself after 60 s
+# whatever happens; the tests kill it sooner.
+STAND_IN = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    record, chatty = sys.argv[1], sys.argv[2] == "chatty"
+    got = []
+    def note(signum, frame):
+        got.append(signum)
+        with open(record, "a") as f:
+            f.write(signal.Signals(signum).name + "\\n")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, note)
+    def say(text):
+        try:
+            print(text, flush=True)
+        except OSError:  # nothing reads it: dora goes on
+            pass
+    say(f"ready {os.getpid()}")
+    deadline = time.monotonic() + 60
+    while not got and time.monotonic() < deadline:
+        if chatty:
+            say("tick")
+        time.sleep(0.02)
+    time.sleep(0.3)  # a second signal, if one came, would be recorded by now
+    say("bye")
+    sys.exit(3)
+    """
+)
+
+
+@contextlib.contextmanager
+def quietly_running(tmp_path, chatty: bool):
+    """run_quietly.py running the stand-in; -> (run_quietly's process, the file of the stand-in's
+    signals). Both are killed on the way out, whatever the test did."""
+    record = tmp_path / "signals"
+    record.touch()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "run_quietly.py"), sys.executable, "-c", STAND_IN, str(record)]
+        + ["chatty" if chatty else "quiet"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stand_in = None
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("ready "), first
+        stand_in = int(first.split()[1])
+        yield proc, record
+    finally:
+        proc.kill()
+        proc.wait()
+        if stand_in is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stand_in, signal.SIGKILL)  # in its own process group: not killed with run_quietly
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT], ids=["SIGHUP", "SIGQUIT"])
+def test_a_closed_terminal_or_ctrl_backslash_reaches_the_command_too(tmp_path, sig):
+    """SIGHUP (the terminal closed) or SIGQUIT ended run_quietly and left dora running, orphaned."""
+    with quietly_running(tmp_path, chatty=False) as (proc, record):
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=30)
+        assert record.read_text().split() == [sig.name]
+        assert rest == "bye\n" and proc.returncode == 3
+
+
+def test_when_nothing_reads_its_output_the_command_is_stopped_with_one_ctrl_c(tmp_path):
+    """`make run | head -2`: once head had its lines, run_quietly stopped at a BrokenPipeError
+    and waited for dora, which ran on; the Ctrl-C that followed ended run_quietly only, and dora
+    ran on, orphaned."""
+    with quietly_running(tmp_path, chatty=True) as (proc, record):
+        proc.stdout.close()  # the reader is gone
+        assert proc.wait(timeout=30) == 3  # the command's status: it was stopped and ended
+        assert record.read_text().split() == ["SIGINT"]  # once: dora takes a second as "kill now"
+
+
+class Writes(io.StringIO):
+    """An output that remembers how much each write handed it."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, text: str) -> int:
+        self.sizes.append(len(text))
+        return super().write(text)
+
+
+def test_a_line_without_a_newline_is_passed_on_in_pieces_never_held_whole():
+    huge = 4 * MAX_LINE + 123
+    script = f"import sys; sys.stdout.write('x' * {huge}); sys.stdout.write('\\nend\\n')"
+    out = Writes()
+    assert run([sys.executable, "-c", script], out=out, show_all=False) == 0
+    assert out.getvalue() == "x" * huge + "\nend\n"
+    assert max(out.sizes) <= MAX_LINE
+
+
+def test_a_piece_of_a_longer_line_is_never_hidden():
+    """A marker in the last piece of a long line does not make the whole line one of dora's."""
+    pieces = ["x" * 10, DIAGNOSTIC, DIAGNOSTIC]  # a long line ending as a diagnostic, then one alone
+    quiet = Filter()
+    assert list(quiet.lines(pieces)) == pieces[:2]
+    assert quiet.closing_line().startswith("(hidden: 1 line: ")
