@@ -79,6 +79,36 @@ def test_harness_records_crash_hang_and_exception_with_reproducers(tmp_path):
     )
 
 
+@pytest.mark.slow  # worker processes, two cases timed out
+def test_a_suspected_hang_is_run_again_alone_and_counted_as_what_it_ends_in(tmp_path):
+    """`make fuzz` called two cases hangs that replayed as DecodeError in 7-41 ms: its per-case
+    timeout was met by the machine's load alone. A case past the timeout beside the other workers
+    is run again alone (a fresh worker, a longer timeout); only a case that hangs there too is a
+    hang. Case 4 stalls only beside other cases (the load it met), case 9 hangs anywhere."""
+    summary = run(
+        Config(
+            cases=12,
+            seed=5,
+            workers=2,
+            timeout=4.0,
+            alone_timeout=6.0,
+            out=tmp_path,
+            batch=6,
+            inject={"stall": [4], "hang": [9]},
+            progress=False,
+        )
+    )
+    report = format_summary(summary)
+    assert summary.done == 12 and summary.outcomes["hang"] == 1, report
+    assert summary.outcomes["ok"] + summary.outcomes["DecodeError"] == 11, report
+    assert [r["index"] for r in summary.reproducers] == [9], report  # case 4 counted as what it ended in
+    assert "run again alone in a fresh worker, still running after 6 s" in summary.reproducers[0]["detail"], report
+    assert summary.hangs_replayed_clean == summary.suspected_hangs - 1 >= 1, report  # case 4, and any the load held
+    clean, suspected = summary.hangs_replayed_clean, summary.suspected_hangs
+    assert f"suspected hangs: {suspected} (past 4 s beside the other workers), {clean} replayed clean alone" in report
+    assert summary.as_dict()["alone_timeout_s"] == 6.0 and not summary.ok
+
+
 @pytest.mark.slow  # worker processes, one restarted after a crash
 def test_cli_exit_status_json_and_replay(tmp_path, capsys):
     """`python -m tools.fuzz`: exit 1 and a JSON summary when a case crashed; --replay decodes a

@@ -1,13 +1,15 @@
 """`make fuzz`: the structure-aware fuzzer of tensor_codec's decoder (docs/fuzzing.md).
 
     python -m tools.fuzz [--cases N] [--seed S] [--start I] [--workers W] [--timeout S]
-                         [--batch B] [--max-reproducers M] [--out DIR] [--json] [--quiet]
+                         [--alone-timeout S] [--batch B] [--max-reproducers M] [--out DIR]
+                         [--json] [--quiet]
     python -m tools.fuzz --replay FILE [--json]
     python -m tools.fuzz --nodes [...]    the node-level mode: python -m tools.fuzz_nodes --help
 
 Runs cases start .. start+N-1 of run `seed` in worker processes and prints a table of outcomes
 (by outcome, by mutator, by seed message family). A crash, hang or any exception other than
-DecodeError is written as a reproducer, DIR/repro-<seed>-<index>.json. Exits 0 when every case
+DecodeError is written as a reproducer, DIR/repro-<seed>-<index>.json (a case past --timeout is
+run again alone first, and is a hang only if it runs past --alone-timeout there too). Exits 0 when every case
 ended in ok or DecodeError, 1 otherwise, 130 when interrupted. ``--replay FILE`` decodes one
 reproducer in this process and prints its outcome (exit 0 for ok / DecodeError).
 """
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_CASES = 100_000
+INJECTED = ("abort", "segv", "exit", "hang", "raise", "stall")  # the faults worker.py can inject
 
 
 def _inject(values: list[str]) -> dict:
@@ -28,8 +31,8 @@ def _inject(values: list[str]) -> dict:
     out: dict = {}
     for item in values:
         kind, _, index = item.partition(":")
-        if kind not in ("abort", "segv", "exit", "hang", "raise") or not index.isdigit():
-            raise SystemExit(f"--inject: expected KIND:INDEX with KIND in abort, segv, exit, hang, raise; got {item!r}")
+        if kind not in INJECTED or not index.isdigit():
+            raise SystemExit(f"--inject: expected KIND:INDEX with KIND in {', '.join(INJECTED)}; got {item!r}")
         out.setdefault(kind, []).append(int(index))
     return out
 
@@ -88,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=5.0, help="seconds a case may run before it is a hang (default %(default)s)"
     )
     parser.add_argument(
+        "--alone-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a case that ran past --timeout may run again alone (a fresh worker, once the others are done) "
+        "before it is a hang (default: 3 x --timeout)",
+    )
+    parser.add_argument(
         "--batch", type=int, default=200, help="cases handed to a worker at a time (default %(default)s)"
     )
     parser.add_argument(
@@ -110,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay(args.replay, args.json)
     if args.cases < 1 or args.batch < 1 or args.timeout <= 0 or args.workers < 0 or args.start < 0:
         parser.error("--cases and --batch must be >= 1, --timeout > 0, --workers and --start >= 0")
+    if args.alone_timeout is not None and args.alone_timeout <= 0:
+        parser.error(f"--alone-timeout: expected seconds > 0, got {args.alone_timeout:g}")
 
     from .runner import Config, format_summary, run
 
@@ -119,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         start=args.start,
         workers=args.workers,
         timeout=args.timeout,
+        alone_timeout=args.alone_timeout,
         out=args.out,
         batch=args.batch,
         inject=_inject(args.inject),

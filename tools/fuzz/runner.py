@@ -3,10 +3,16 @@ timeout, record crashes, hangs and unexpected exceptions with a reproducer, coun
 
 A worker reports the index of each case before running it. If the worker process dies (a
 signal, a non-zero exit) the case it was running is a ``crash``; if a case runs past the
-per-case timeout the worker is killed and the case is a ``hang``. Either way a fresh worker
-(forked from the forkserver: milliseconds) makes that case again without running it, the
+per-case timeout the worker is killed and the case is a suspected hang. Either way a fresh
+worker (forked from the forkserver: milliseconds) makes that case again without running it, the
 reproducer is written, and the rest of the batch goes on in the new worker. ``other:*``
 outcomes come back with the case and its traceback and are written the same way.
+
+A suspected hang is not a ``hang`` yet: the load of the machine alone (the other workers, other
+work) can hold a case past the timeout (two "hangs" of a run replayed as DecodeError in 7 to
+41 ms). Once every batch is done, each is run again alone, in a fresh worker with nothing else
+in it and a longer timeout (``alone_timeout``): a ``hang`` only if it runs past that too,
+otherwise counted as what it then ends in.
 
 The parent never imports torch or tensor_codec: it only schedules, so it cannot be taken down
 by what it watches.
@@ -47,6 +53,21 @@ class Config:
     max_reproducers: int = 50  # per outcome; the rest are counted, not written
     inject: dict = field(default_factory=dict)  # harness self-test hooks (see worker.py)
     progress: bool = True
+    alone_timeout: float | None = None  # seconds a suspected hang may run alone; None: 3 x timeout
+
+    @property
+    def alone_timeout_s(self) -> float:
+        """Seconds a suspected hang may run alone before it is a hang."""
+        return self.alone_timeout if self.alone_timeout is not None else 3 * self.timeout
+
+
+@dataclass
+class Suspect:
+    """A case that ran past the timeout beside the other workers, to be run again alone."""
+
+    index: int
+    case: dict | None  # as made again for its reproducer
+    detail: str
 
 
 @dataclass
@@ -56,6 +77,7 @@ class Summary:
     cases: int
     workers: int
     timeout_s: float
+    alone_timeout_s: float = 0.0
     wall_s: float = 0.0
     outcomes: collections.Counter = field(default_factory=collections.Counter)
     by_mutator: dict = field(default_factory=lambda: collections.defaultdict(collections.Counter))
@@ -63,6 +85,8 @@ class Summary:
     reproducers: list = field(default_factory=list)
     worker_restarts: int = 0
     deaths_outside_cases: int = 0  # workers that died with no case running (counted as a failure)
+    suspected_hangs: int = 0  # cases past the timeout beside the other workers, run again alone
+    hangs_replayed_clean: int = 0  # of them, those that ended alone (counted as what they ended in)
     unexpected_stages: collections.Counter = field(default_factory=collections.Counter)  # (outcome, stage)
     peak_worker_rss_mb: float = 0.0
     slowest: list = field(default_factory=list)  # (seconds, index), the 10 slowest cases
@@ -89,6 +113,7 @@ class Summary:
             "completed": self.done,
             "workers": self.workers,
             "timeout_s": self.timeout_s,
+            "alone_timeout_s": self.alone_timeout_s,
             "wall_s": round(self.wall_s, 2),
             "cases_per_s": round(self.done / self.wall_s, 1) if self.wall_s else None,
             "outcomes": dict(sorted(self.outcomes.items())),
@@ -97,6 +122,8 @@ class Summary:
             "reproducers": self.reproducers,
             "worker_restarts": self.worker_restarts,
             "deaths_outside_cases": self.deaths_outside_cases,
+            "suspected_hangs": self.suspected_hangs,
+            "hangs_replayed_clean": self.hangs_replayed_clean,
             "unexpected_by_stage": [
                 {"outcome": o, "stage": st, "cases": n} for (o, st), n in sorted(self.unexpected_stages.items())
             ],
@@ -213,7 +240,10 @@ class _Run:
     def __init__(self, config: Config):
         self.config = config
         self.workers_wanted = config.workers or os.cpu_count() or 1
-        self.summary = Summary(config.seed, config.start, config.cases, self.workers_wanted, config.timeout)
+        self.summary = Summary(
+            config.seed, config.start, config.cases, self.workers_wanted, config.timeout, config.alone_timeout_s
+        )
+        self.suspects: list[Suspect] = []
         self.queue: collections.deque = collections.deque()
         stop = config.start + config.cases
         for a in range(config.start, stop, config.batch):
@@ -244,10 +274,14 @@ class _Run:
             self.summary.deaths_outside_cases += 1
             print(f"fuzz: an idle worker died: {_exit_text(w.process.exitcode)}", file=sys.stderr, flush=True)
             w = self._replace(w)
-        start, stop = self.queue.popleft()
+        self._start_batch(w, *self.queue.popleft())
+
+    def _start_batch(self, w: _Worker, start: int, stop: int, alone: bool = False) -> None:
+        """Hand `w` cases start..stop-1 (`alone`: a suspected hang run again, nothing else in `w`)."""
         w.batch, w.next_index, w.current = (start, stop), start, None
         w.current_since = time.monotonic()
-        w.send({"op": "run", "seed": self.config.seed, "start": start, "stop": stop, "inject": self.config.inject})
+        request = {"op": "run", "seed": self.config.seed, "start": start, "stop": stop, "inject": self.config.inject}
+        w.send({**request, "alone": True} if alone else request)
 
     # ---- results
     def _count(self, index: int, outcome: str, mutators: list | None, seed_message: str | None) -> None:
@@ -311,10 +345,60 @@ class _Run:
             )
             return
         case = self._materialize(fresh, index)
-        self._count(index, outcome, case["mutators"] if case else None, case["seed_message"] if case else None)
-        self._record(index, outcome, case, "worker", detail, "")
         if index + 1 < stop:
             self.queue.appendleft((index + 1, stop))
+        if outcome == "hang":  # run again alone once every batch is done (the module's docstring)
+            self.suspects.append(Suspect(index, case, detail))
+            self.summary.suspected_hangs += 1
+            return
+        self._count_lost(index, outcome, case, detail)
+
+    def _count_lost(self, index: int, outcome: str, case: dict | None, detail: str) -> None:
+        """Count and record a case whose worker died or was killed while running it."""
+        self._count(index, outcome, case["mutators"] if case else None, case["seed_message"] if case else None)
+        self._record(index, outcome, case, "worker", detail, "")
+
+    def _replay(self, suspect: Suspect) -> None:
+        """Run a suspected hang again alone: in a fresh worker with nothing else in it, for up to
+        `alone_timeout_s` seconds. Ended: counted as what it ended in (by `_handle`, as any case).
+        Past that too: a hang; the worker died: a crash. It leaves `suspects` just before it is
+        counted, so a Ctrl-C (which counts those left) never counts it twice."""
+        limit = self.config.alone_timeout_s
+        w = self._spawn(self.workers_wanted)  # beside the others: not one of them
+        try:
+            self._start_batch(w, suspect.index, suspect.index + 1, alone=True)
+            done = self._await_done(w, limit)
+            exitcode = w.process.exitcode  # None: still running (it is killed below)
+        finally:
+            w.kill()
+        self.suspects.remove(suspect)
+        if done is not None:
+            self.summary.hangs_replayed_clean += 1
+            self._handle(w, done)
+        elif exitcode is None:
+            detail = f"{suspect.detail}; run again alone in a fresh worker, still running after {limit:g} s"
+            self._count_lost(suspect.index, "hang", suspect.case, detail)
+        else:
+            detail = f"{suspect.detail}; run again alone in a fresh worker: {_exit_text(exitcode)}"
+            self._count_lost(suspect.index, "crash", suspect.case, detail)
+
+    @staticmethod
+    def _await_done(w: _Worker, limit: float) -> dict | None:
+        """The `done` report of the one case `w` runs, or None when it did not come within `limit`
+        seconds or `w` died first."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            multiprocessing.connection.wait([w.conn, w.process.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                while w.conn.poll():
+                    message = w.recv()
+                    if message.get("ev") == "done":
+                        return message
+            except (EOFError, OSError):
+                pass
+            if not w.process.is_alive():
+                return None
+        return None
 
     def _materialize(self, w: _Worker, index: int) -> dict | None:
         try:
@@ -338,8 +422,12 @@ class _Run:
                     self._assign(w)
                 self._poll()
                 self._progress()
+            while self.suspects:
+                self._replay(self.suspects[0])
         except KeyboardInterrupt:
             self.summary.interrupted = True
+            for suspect in self.suspects:  # not run again: counted as what they were seen to be
+                self._count_lost(suspect.index, "hang", suspect.case, f"{suspect.detail}; not run again: interrupted")
         finally:
             self.summary.wall_s = time.monotonic() - self.started
             for w in self.workers:
@@ -440,6 +528,12 @@ def format_summary(summary: Summary, top_mutators: int = 200, max_reproducers: i
         f"worker restarts: {summary.worker_restarts}; peak worker RSS: {d['peak_worker_rss_mb']} MB; slowest cases: "
         + ", ".join(f"#{s['index']} {s['seconds']} s" for s in d["slowest_cases"][:5])
     )
+    if summary.suspected_hangs:
+        lines.append(
+            f"suspected hangs: {summary.suspected_hangs} (past {d['timeout_s']:g} s beside the other workers), "
+            f"{summary.hangs_replayed_clean} replayed clean alone (a fresh worker, {d['alone_timeout_s']:g} s "
+            "allowed: counted as what they ended in)"
+        )
     if summary.unexpected_stages:
         lines += [
             "",

@@ -7,7 +7,8 @@ each message is JSON text (tools/fuzz/encoding.py) sent with ``send_bytes``.
 
 Requests (parent -> worker):
 
-* ``{"op": "run", "seed": S, "start": a, "stop": b, "inject": {...}}``: run cases a..b-1;
+* ``{"op": "run", "seed": S, "start": a, "stop": b, "inject": {...}}``: run cases a..b-1
+  (``"alone": true``: a suspected hang run again, the only case this worker runs);
 * ``{"op": "materialize", "seed": S, "index": i}``: make case i and send it back (for the
   reproducer of a case that crashed or hung a worker);
 * ``{"op": "exit"}``.
@@ -17,8 +18,10 @@ with the outcome (and, for ``other:*`` outcomes, the case itself and the traceba
 at the end of a batch (with the worker's peak RSS); ``case`` for materialize.
 
 `inject` is the harness's own test hook: ``{"abort": [i], "segv": [i], "exit": [i], "hang":
-[i], "raise": [i]}`` makes case i abort the process, dereference NULL, exit non-zero, sleep
-forever or raise instead of running, so tests can prove crashes and hangs are recorded.
+[i], "raise": [i], "stall": [i]}`` makes case i abort the process, dereference NULL, exit
+non-zero, sleep forever or raise instead of running, so tests can prove crashes and hangs are
+recorded; ``stall`` sleeps forever too, but only beside other cases: run alone, case i runs as
+it is (a case held past the timeout by the machine's load, not by itself).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def inject_fault(kind: str, index: int) -> None:
         ctypes.string_at(0)  # SIGSEGV
     if kind == "exit":
         os._exit(3)
-    if kind == "hang":
+    if kind in ("hang", "stall"):
         while True:
             time.sleep(60)
     if kind == "raise":
@@ -117,6 +120,8 @@ def main(conn) -> None:
                 )
                 continue
             fault = _injected(inject, index)
+            if fault == "stall" and request.get("alone"):
+                fault = None  # the machine's load, which a case run alone no longer meets
             if fault is not None:
                 try:
                     inject_fault(fault, index)
