@@ -8,6 +8,8 @@
     padding_check.py   refusing non-zero padding between leaves vs not checking it (issue 14)
     refusal_cost.py    refusing each hostile input (JPEGs, tensor messages, acks) vs handling a good one
                        in the node's own code (goal: the worst under 100 ms; issue 31)
+    ack_flood.py       the tensor sender under a sustained flood of 22,000 junk acks/s vs the same flow
+                       clean, in real dataflows (goal: at least 0.5x; issue 60; about a minute)
     dora_latency.py    end-to-end latency through real dora dataflows against plain
                        send_output_raw, t.contiguous() + send_output_raw and the pa.array pattern
     jpeg_fps.py        JPEG encoding and decoding at 1080p and 4K: every engine (CPU, and CUDA when
@@ -51,6 +53,7 @@ def main() -> None:
     )
     _, latency_args = parser.parse_known_args()  # --help before torch; the rest is dora_latency.py's
 
+    import ack_flood
     import camera_fps
     import cross_daemon
     import cuda_ipc
@@ -82,6 +85,8 @@ def main() -> None:
     refusal_cost.main([])
     print()
     dora_latency.main(latency_args)
+    print()
+    ack_flood.main([])
     print()
     jpeg_fps.main([])
     print()

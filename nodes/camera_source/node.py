@@ -109,14 +109,19 @@ class CameraSource(NodeLogic):
             return "sends frames until stopped (FRAMES=0)"
         return f"sends every frame of the {'video' if config.source == 'video' else 'folder'}"
 
-    # -- reading: with ticks, block (they wake the loop); else nap until the next frame is due
+    # -- reading: with ticks, block (they wake the loop); else nap until the next frame is due, or
+    # wait for an ack
     def wait(self) -> float | None:
         if self.ticked and self.stop_deadline is None and (self.producing or self.outbox.outstanding):
             return None
         if self.just_sent:
             return 0
-        pause = self.pacer.wait_time() if self.producing and not self.ticked and self.outbox.room() else NAP_S
-        return max(min(pause, NAP_S), 0.0005)
+        if self.producing and not self.ticked and self.outbox.room():
+            return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # paced: nap until the next frame is due
+        # Waiting for acks (the window full, or the last frames out): block until one comes, at
+        # most until the next resend, probe or give-up is due.
+        due = self.outbox.next_due()
+        return NAP_S if due is None or self.stop_deadline is not None else max(due, 0.0005)
 
     def on_input(self, event: dict) -> None:
         if not self.outbox.on_ack(event) and event["id"] == TICK_INPUT:

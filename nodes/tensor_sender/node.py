@@ -106,9 +106,14 @@ class TensorSenderNode(NodeLogic):
     def wait(self) -> float | None:
         if self.linger_until is not None:
             return NAP_S
-        if self.just_sent:
+        if self.just_sent or self._may_send_new():
             return 0
-        return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # waiting for the rate or for acks
+        if self.outbox.room() and not self.all_taken:
+            return max(min(self.pacer.wait_time(), NAP_S), 0.0005)  # paced: nap until the next is due
+        # Waiting for acks: block until one comes (it wakes the loop at once), at most until the
+        # next resend, probe or give-up is due. A nap here would leave each ack waiting for it.
+        due = self.outbox.next_due()
+        return NAP_S if due is None else max(due, 0.0005)
 
     def more_events(self) -> bool:
         # A round ends as soon as a new message may go: an ack that opened the window is acted on

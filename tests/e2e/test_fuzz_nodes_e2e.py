@@ -23,7 +23,7 @@ from tests.support.dora import ROOT, dora_env
 pytestmark = pytest.mark.dora
 
 # Well under the sizes of `make fuzz-nodes`: every category at least once, a short flood.
-SMALL = ["--hostile", "40", "--flood", "200", "--real", "24", "--no-baseline"]
+SMALL = ["--hostile", "40", "--flood-rate", "20000", "--real", "24", "--no-baseline"]
 TIMEOUT_S = 300  # a busy machine runs dataflows slowly; this bounds a hang only
 
 
@@ -66,9 +66,9 @@ def test_hostile_acks_and_messages_into_the_sender_and_the_receiver_are_all_coun
     proc, summary = fuzz_nodes(tmp_path, "--targets", "sender,receiver", "--seed", "1", *SMALL)
     assert_passed(proc, summary, ["sender", "receiver"])
     sender = summary["results"][0]
-    assert sender["categories"]["flood: acks of a stream nothing sent"] == 200
+    flood = sender["categories"]["flood: acks of a stream nothing sent"]
     stray = next(row for row in sender["rows"] if row["name"] == "ack of nothing in flight")
-    assert stray["counted"] > 200, stray  # the flood and the stray categories, each counted once
+    assert flood > 0 and stray["counted"] > flood, stray  # the flood and the stray categories, each counted once
 
 
 def test_hostile_messages_into_the_monitor_are_all_counted(dora_cli, tmp_path):

@@ -1,7 +1,7 @@
 """`make fuzz-nodes`: hostile messages and acks into the project's nodes through real dora
 dataflows, each node's counts held to what was sent (docs/fuzzing.md, "Node-level fuzzing").
 
-    python -m tools.fuzz_nodes [--seed S] [--targets T,...] [--hostile N] [--flood F] [--real M]
+    python -m tools.fuzz_nodes [--seed S] [--targets T,...] [--hostile N] [--flood-rate R] [--real M]
                                [--timeout S] [--no-baseline] [--keep] [--workdir DIR] [--out DIR]
                                [--json]
     python -m tools.fuzz --nodes [the same options]
@@ -55,10 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--hostile", type=int, default=200, help="hostile inputs per target (default %(default)s)")
     parser.add_argument(
-        "--flood",
+        "--flood-rate",
         type=int,
-        default=4000,
-        help=f"flood acks into the ack targets, {', '.join(ACK_TARGETS)} (default %(default)s)",
+        default=20_000,
+        help=f"flood acks per second into the ack targets, {', '.join(ACK_TARGETS)}, sustained over the middle "
+        "half of the run (default %(default)s; 0: no flood)",
     )
     parser.add_argument(
         "--real",
@@ -87,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     parser.add_argument("--miscount", action="append", default=[], metavar="TARGET:BUCKET", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.hostile < 0 or args.flood < 0 or (args.real is not None and args.real < 12) or args.timeout <= 0:
-        parser.error("--hostile and --flood must be >= 0, --real >= 12 (past the producers' window), --timeout > 0")
+    if args.hostile < 0 or args.flood_rate < 0 or (args.real is not None and args.real < 12) or args.timeout <= 0:
+        parser.error(
+            "--hostile and --flood-rate must be >= 0, --real >= 12 (past the producers' window), --timeout > 0"
+        )
 
     from .runner import Options, run
     from .table import format_campaign
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         targets=args.targets,
         hostile=args.hostile,
-        flood=args.flood,
+        flood_rate=args.flood_rate,
         real=args.real,
         timeout=args.timeout,
         baseline=not args.no_baseline,

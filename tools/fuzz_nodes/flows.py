@@ -2,8 +2,8 @@
 that verifies that traffic (its JSON report), and the hostile node (node.py) wired to the input
 under test.
 
-Queues: every input that hostile traffic goes through holds all of it (hostile + flood + real
-messages, and a margin), and every input is on `queue_policy: backpressure` (see _queue), so
+Queues: every input that hostile traffic goes through holds all of it (hostile + real messages,
+seconds of the flood, and a margin), and every input is on `queue_policy: backpressure` (see _queue), so
 dora never drops one: a drop would make the node's count differ from what was sent for a reason
 that is dora's, not the node's (the runner also looks for dora saying it dropped).
 
@@ -25,16 +25,23 @@ __all__ = ["FlowParams", "UNDER_TEST", "build", "write_flow", "WINDOW"]
 
 WINDOW = 8  # the producers' WINDOW (their default): hostile acks start past it (schedule.bursts)
 MARGIN = 64
+FLOOD_QUEUE_S = 4.0  # seconds of flood the hostile acker's input holds (10 x that with backpressure)
 
 
 @dataclass(frozen=True)
 class FlowParams:
     seed: int
     hostile: int  # hostile items
-    flood: int  # flood acks (sender and camera)
+    flood_rate: int  # flood acks per second over the flood's span (ack targets)
     real: int  # real messages through the node under test
     workdir: Path
     miscount: str = ""  # the self-test: a bucket the hostile node over-claims
+
+    @property
+    def hostile_queue(self) -> int:
+        """What the input the hostile acker feeds must hold: every hostile ack, every real one,
+        and FLOOD_QUEUE_S of the flood (with backpressure dora holds 10 times that)."""
+        return self.hostile + self.real + MARGIN + int(self.flood_rate * FLOOD_QUEUE_S)
 
     @property
     def report(self) -> Path:
@@ -76,7 +83,7 @@ def _hostile(target: str, p: FlowParams, inputs: dict, outputs: list[str]) -> di
         "TARGET": target,
         "SEED": p.seed,
         "HOSTILE": p.hostile,
-        "FLOOD": p.flood,
+        "FLOOD_RATE": p.flood_rate,
         "REAL": p.real,
         "WINDOW": WINDOW,
         "RESULT": p.result,
@@ -110,7 +117,7 @@ def _queue(source: str, size: int = MARGIN) -> dict:
 def _sender(p: FlowParams) -> list[dict]:
     """The sender's `ack_hostile` input: the hostile node acknowledges every message; the
     receiver beside it (`ack`) checks each arrived whole."""
-    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    hostile_queue = p.hostile_queue
     env = {**_PRODUCER, "MODE": "random", "SIZES": "4KB", "COUNT": p.real, "RATE": "0", "SEED": p.seed}
     inputs = {"ack": _queue("receiver/ack"), "ack_hostile": _queue("hostile/ack", hostile_queue)}
     return [
@@ -121,7 +128,7 @@ def _sender(p: FlowParams) -> list[dict]:
 
 
 def _camera(p: FlowParams) -> list[dict]:
-    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    hostile_queue = p.hostile_queue
     env = {**_PRODUCER, "WIDTH": "160", "HEIGHT": "120", "FPS": "0", "FRAMES": p.real}
     inputs = {"ack_receiver": _queue("receiver/ack"), "ack_hostile": _queue("hostile/ack", hostile_queue)}
     return [
@@ -211,7 +218,7 @@ def _jpeg_chain(p: FlowParams, relay: str) -> list[dict]:
     """camera -> tc-jpeg-encoder -> tc-jpeg-decoder -> receiver, every link acknowledged; the
     hostile node is one more consumer of `relay` (encoder or decoder), acknowledging its output on
     the relay's `ack_hostile` input, hostile acks between."""
-    hostile_queue = p.hostile + p.flood + p.real + MARGIN
+    hostile_queue = p.hostile_queue
     output = {"encoder": "jpeg", "decoder": "image"}[relay]
     camera_env = {**_PRODUCER, "WIDTH": "320", "HEIGHT": "240", "FPS": "0", "FRAMES": p.real}
     inputs = {

@@ -15,12 +15,17 @@ from .dora_run import run_flow
 from .flows import FlowParams, write_flow
 from .schedule import FLOOD_TARGETS, TARGETS
 
-__all__ = ["Options", "Campaign", "run", "DEFAULT_REAL"]
+__all__ = ["Options", "Campaign", "run", "DEFAULT_REAL", "FLOOD_GOAL"]
+
+# The sender under a sustained flood of junk acks keeps at least this share of its clean
+# throughput (issue 60); a figure the table judges, not a check that fails the campaign: it is a
+# speed, and speeds are judged, not asserted (a loaded machine must not fail a correctness run).
+FLOOD_GOAL = 0.5
 
 # Real messages through each target by default: enough for a throughput figure over the flood's
 # span (the sender), a few hundred hostile inputs between them, a few seconds a run on 2 cores.
 DEFAULT_REAL = {
-    "sender": 400,
+    "sender": 4000,
     "camera": 200,
     "receiver": 60,
     "decoder": 40,
@@ -37,7 +42,7 @@ class Options:
     seed: int = 0
     targets: tuple[str, ...] = TARGETS
     hostile: int = 200
-    flood: int = 4000
+    flood_rate: int = 20_000  # flood acks per second into the ack targets, over the flood's span
     real: int | None = None  # None: DEFAULT_REAL per target
     timeout: float = 180.0
     baseline: bool = True  # the sender's clean run, for the throughput without the flood
@@ -73,7 +78,7 @@ class Campaign:
                 "span": [span.get("from"), span.get("to")],
                 "flood_acks_per_s": r.figures.get("flood_acks_per_s"),
                 "hostile": r.params.hostile,
-                "flood": r.params.flood,
+                "flood_rate": r.params.flood_rate,
                 "real": r.params.real,
             }
 
@@ -90,7 +95,7 @@ class Campaign:
             "seed": o.seed,
             "targets": list(o.targets),
             "hostile": o.hostile,
-            "flood": o.flood,
+            "flood_rate": o.flood_rate,
             "results": [r.as_dict() for r in self.results],
             "throughput": self.throughput(),
             "kept": [str(k) for k in self.kept],
@@ -121,12 +126,12 @@ def run(options: Options, workroot: Path | None = None) -> Campaign:
         runs = []
         if target == "sender" and options.baseline:
             runs.append(("sender (clean)", 0, 0))
-        runs.append((target, options.hostile, options.flood if target in FLOOD_TARGETS else 0))
-        for label, hostile, flood in runs:
+        runs.append((target, options.hostile, options.flood_rate if target in FLOOD_TARGETS else 0))
+        for label, hostile, flood_rate in runs:
             params = FlowParams(
                 seed=options.seed,
                 hostile=hostile,
-                flood=flood,
+                flood_rate=flood_rate,
                 real=real,
                 workdir=root / label.replace(" ", "-").replace("(", "").replace(")", ""),
                 miscount=options.miscount.get(target, "") if hostile else "",

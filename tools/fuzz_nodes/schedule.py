@@ -207,15 +207,15 @@ CATEGORIES = {
 TARGETS = tuple(CATEGORIES)
 ACK_TARGETS = ("sender", "camera", "encoder-ack", "decoder-ack")  # the hostile node is an acker
 
-# The flood: well-formed acks of a stream nothing sent, as fast as the hostile node can send,
-# while the middle half of the real messages goes through (ack targets only).
+# The flood: well-formed acks of a stream nothing sent, at a steady rate (node.Flood), while the
+# middle half of the real messages goes through (ack targets only).
 FLOOD = Category("flood: acks of a stream nothing sent", STRAY_ACK)
 FLOOD_TARGETS = ACK_TARGETS
 
 
-def plan(target: str, seed: int, hostile: int, flood: int = 0) -> list[Item]:
+def plan(target: str, seed: int, hostile: int) -> list[Item]:
     """`hostile` items of `target`'s categories in a seeded order (every category once before any
-    twice), then `flood` flood items (ack targets; others get none)."""
+    twice). The flood is not planned: it goes at a rate, over flood_span (node.Flood)."""
     if target not in CATEGORIES:
         raise ValueError(f"target: expected one of {', '.join(TARGETS)}, got {target!r}")
     rng = random.Random(f"tc-fuzz-nodes/{seed}/{target}")
@@ -225,15 +225,12 @@ def plan(target: str, seed: int, hostile: int, flood: int = 0) -> list[Item]:
         rounds = list(categories)
         rng.shuffle(rounds)
         order += rounds
-    items = [Item(i, c) for i, c in enumerate(order[:hostile])]
-    if target in FLOOD_TARGETS:
-        items += [Item(hostile + j, FLOOD) for j in range(flood)]
-    return items
+    return [Item(i, c) for i, c in enumerate(order[:hostile])]
 
 
 def bursts(items: list[Item], real: int, first: int = 1) -> list[list[Item]]:
-    """Which items go just before each of `real` real messages (or their acks): hostile items
-    spread evenly over messages `first` .. real-1, flood items over the middle half. Never before
+    """Which items go just before each of `real` real messages (or their acks): spread evenly
+    over messages `first` .. real-1. Never before
     the first message: some categories name the count it announced, or a message delivered
     already (for an ack target, `first` is past its window, so that message was acknowledged by
     every consumer: see node.py). Every item goes before the last real message, so a node that is
@@ -241,17 +238,13 @@ def bursts(items: list[Item], real: int, first: int = 1) -> list[list[Item]]:
     if not 1 <= first < real:
         raise ValueError(f"real messages: expected more than {first}, got {real}")
     out: list[list[Item]] = [[] for _ in range(real)]
-    hostile = [i for i in items if i.category is not FLOOD]
-    flood = [i for i in items if i.category is FLOOD]
-    for n, item in enumerate(hostile):
-        out[first + n * (real - first) // len(hostile)].append(item)
-    lo, hi = flood_span(real)
-    for n, item in enumerate(flood):
-        out[lo + n * (hi - lo) // len(flood)].append(item)
+    for n, item in enumerate(items):
+        out[first + n * (real - first) // len(items)].append(item)
     return out
 
 
 def flood_span(real: int) -> tuple[int, int]:
-    """The real messages [lo, hi) the flood runs through: the middle half (at least one)."""
+    """The real messages [lo, hi) the flood runs through: the middle half (at least one). The
+    sender's throughput is measured over them, with the flood and without (its clean run)."""
     lo = max(1, real // 4)
     return lo, max(lo + 1, (3 * real) // 4)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from .checks import TargetResult
 from .flows import UNDER_TEST
-from .runner import Campaign
+from .runner import FLOOD_GOAL, Campaign
 from .schedule import FLOOD_TARGETS
 
 
 def _target(r: TargetResult) -> list[str]:
     node_id, script, hostile_input = UNDER_TEST[r.target]
     p = r.params
-    what = f"{p.hostile} hostile inputs" + (f" + {p.flood} flood acks" if p.flood else "")
+    what = f"{p.hostile} hostile inputs" + (f" + a flood of {p.flood_rate} acks/s" if p.flood_rate else "")
     head = (
         f"{r.label}: {script} `{hostile_input}`, {what}, {p.real} real messages: "
         f"{'PASS' if r.ok else 'FAIL'} in {r.wall_s:.1f} s"
@@ -46,7 +46,7 @@ def _rate(value) -> str:
 def _throughput(t: dict) -> list[str]:
     clean, flood = t["clean"], t["flood"]
     span = flood["span"]
-    hostile = f"{flood['hostile']} hostile + {flood['flood']} flood acks:"
+    hostile = f"{flood['hostile']} hostile + {flood['flood_rate']} flood acks/s:"
     clean_label = "clean:"
     width = max(len(hostile), len(clean_label))
     taken = f" ({flood['flood_acks_per_s']:.0f} flood acks/s taken)" if flood["flood_acks_per_s"] else ""
@@ -61,13 +61,16 @@ def _throughput(t: dict) -> list[str]:
     ratios = [f"{name} {t[key]:.2f}x" for name, key in (("run", "ratio_per_s"), ("span", "ratio_span_per_s")) if t[key]]
     if ratios:
         lines.append(f"  flood / clean: {', '.join(ratios)}")
+    if t["ratio_span_per_s"]:
+        met = "met" if t["ratio_span_per_s"] >= FLOOD_GOAL else "NOT met"
+        lines.append(f"  goal: at least {FLOOD_GOAL}x of the clean rate over the span under the flood: {met}")
     return lines
 
 
 def format_campaign(c: Campaign) -> str:
     o = c.options
     flooded = [t for t in o.targets if t in FLOOD_TARGETS]
-    flood = f", {o.flood} flood acks into {', '.join(flooded)}" if flooded and o.flood else ""
+    flood = f", a flood of {o.flood_rate} acks/s into {', '.join(flooded)}" if flooded and o.flood_rate else ""
     lines = [
         f"node-level fuzzing: seed {o.seed}, targets {', '.join(o.targets)}, {o.hostile} hostile inputs per "
         f"target{flood}",
