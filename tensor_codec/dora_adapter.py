@@ -87,6 +87,8 @@ __all__ = [
     "route_of",
     "route_from_descriptor",
     "expected_receivers",
+    "node_config_problem",
+    "MAX_NODE_CONFIG_CHARS",
     "receivers_per_process",
     "input_queue",
     "pool_size",
@@ -451,18 +453,72 @@ class _IgnoreTags(_SafeLoader):
 _IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
+# The kernel hands a process no environment string over 128 KiB (MAX_ARG_STRLEN), so a daemon's
+# config is never near this; a config handed in another way (a Mapping) is read no further.
+MAX_NODE_CONFIG_CHARS = 1 << 20
+
+
+def _not_utf8(text: str) -> str | None:
+    """What in `text` is not UTF-8, or None. Bytes that are not UTF-8 in an environment variable
+    reach Python as surrogate escapes (0xff as U+DCFF): shown as the byte they were."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(text[e.start])
+        what = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"the code point U+{char:04X}"
+        return f"{what} at character {e.start}"
+    return None
+
+
+def _first_alias(text: str) -> str | None:
+    """The first YAML anchor or alias in `text` (its kind, name and place), or None. Tokens only:
+    scanning expands nothing and stops at the first. Text YAML cannot scan is left to the parse."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML was built with it
+    try:
+        for token in yaml.scan(text, Loader=loader):
+            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
+                kind, sign = ("an anchor", "&") if isinstance(token, yaml.AnchorToken) else ("an alias", "*")
+                place = token.start_mark
+                return f"{kind} ({sign}{token.value:.40}) at line {place.line + 1} column {place.column + 1}"
+    except yaml.YAMLError:
+        return None
+    return None
+
+
+def node_config_problem(text: str) -> str | None:
+    """Why DORA_NODE_CONFIG's `text` must not be parsed (the variable, what was expected, what came),
+    or None. A daemon writes UTF-8 YAML without anchors or aliases (serde_yaml emits none); an alias
+    repeats a whole subtree wherever it is read, so 569 bytes of nested aliases grew to billions of
+    values and ended a node with a MemoryError."""
+    if len(text) > MAX_NODE_CONFIG_CHARS:
+        return f"DORA_NODE_CONFIG: expected at most {MAX_NODE_CONFIG_CHARS} characters, got {len(text)}"
+    not_utf8 = _not_utf8(text)
+    if not_utf8 is not None:
+        return f"DORA_NODE_CONFIG: expected UTF-8 text (the YAML a dora daemon writes), got {not_utf8}"
+    alias = _first_alias(text)
+    if alias is not None:
+        return f"DORA_NODE_CONFIG: expected YAML without anchors or aliases (a dora daemon writes none), got {alias}"
+    return None
+
+
 def daemon_node_config(text: str | None = None) -> dict | None:
     """What the daemon hands the process in ``DORA_NODE_CONFIG`` (`text`, else the environment's),
     parsed: ``node_id``, ``run_config`` (the node's inputs and outputs), ``dataflow_descriptor``,
     ``output_routing``; tagged values (a Rust enum's variant, ``!Tcp``) read as None. None when
-    absent or not a YAML mapping (not started by a daemon). Parsed once per process: it holds the
-    whole dataflow."""
+    absent, not a YAML mapping (not started by a daemon), or not to be parsed at all
+    (`node_config_problem`: a node refuses to start on it, nodes/common/startup.py). Parsed once
+    per process: it holds the whole dataflow."""
     if text is None:
         text = os.environ.get("DORA_NODE_CONFIG")
     if not text:
         return None
     if text not in _NODE_CONFIGS:
         _NODE_CONFIGS.clear()  # one config per process: the cache holds the latest only
+        problem = node_config_problem(text)
+        if problem is not None:
+            log.debug("%s: not read", problem)
+            _NODE_CONFIGS[text] = None
+            return None
         try:
             config = yaml.load(text, Loader=_IgnoreTags)  # a SafeLoader that ignores tags
         except yaml.YAMLError as e:

@@ -52,7 +52,6 @@ __all__ = [
     "wiring_problems",
     "dora_node_config",
     "HostileNodeConfig",
-    "node_config_problem",
     "preflight",
     "join_dataflow",
 ]
@@ -333,59 +332,9 @@ def _this_nodes_env(node: Any) -> list[str] | None:
         return None
 
 
-# The kernel hands a process no environment string over 128 KiB (MAX_ARG_STRLEN), so a daemon's
-# config is never near this; a config handed in another way (a Mapping) is read no further.
-MAX_NODE_CONFIG_CHARS = 1 << 20
-
-
 class HostileNodeConfig(ValueError):
     """DORA_NODE_CONFIG is not what a dora daemon writes, in a way that would cost the node to
     read (memory, a crash): the node does not start (exit status 2), saying why in one line."""
-
-
-def _not_utf8(text: str) -> str | None:
-    """What in `text` is not UTF-8, or None. Bytes that are not UTF-8 in an environment variable
-    reach Python as surrogate escapes (0xff as U+DCFF): shown as the byte they were."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        char = ord(text[e.start])
-        what = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"the code point U+{char:04X}"
-        return f"{what} at character {e.start}"
-    return None
-
-
-def _first_alias(text: str) -> str | None:
-    """The first YAML anchor or alias in `text` (its kind, name and place), or None. Tokens only:
-    scanning expands nothing and stops at the first. Text YAML cannot scan is left to the parse."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML was built with it
-    try:
-        for token in yaml.scan(text, Loader=loader):
-            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
-                kind, sign = ("an anchor", "&") if isinstance(token, yaml.AnchorToken) else ("an alias", "*")
-                place = token.start_mark
-                return f"{kind} ({sign}{token.value:.40}) at line {place.line + 1} column {place.column + 1}"
-    except yaml.YAMLError:
-        return None
-    return None
-
-
-def node_config_problem(text: str) -> str | None:
-    """Why DORA_NODE_CONFIG's `text` must not be parsed (the variable, what was expected, what came),
-    or None. A daemon writes UTF-8 YAML without anchors or aliases (serde_yaml emits none); an alias
-    repeats a whole subtree wherever it is read, so 569 bytes of nested aliases grew to billions of
-    values and ended a node with a MemoryError."""
-    if len(text) > MAX_NODE_CONFIG_CHARS:
-        return f"DORA_NODE_CONFIG: expected at most {MAX_NODE_CONFIG_CHARS} characters, got {len(text)}"
-    not_utf8 = _not_utf8(text)
-    if not_utf8 is not None:
-        return f"DORA_NODE_CONFIG: expected UTF-8 text (the YAML a dora daemon writes), got {not_utf8}"
-    alias = _first_alias(text)
-    if alias is not None:
-        return f"DORA_NODE_CONFIG: expected YAML without anchors or aliases (a dora daemon writes none), got {alias}"
-    return None
 
 
 def dora_node_config(env: Mapping[str, str] = os.environ) -> dict | None:
@@ -396,11 +345,11 @@ def dora_node_config(env: Mapping[str, str] = os.environ) -> dict | None:
     text = env.get("DORA_NODE_CONFIG")
     if not text:
         return None
+    from tensor_codec.dora_adapter import daemon_node_config, node_config_problem  # torch: never for --help
+
     problem = node_config_problem(text)
     if problem is not None:
         raise HostileNodeConfig(problem)
-    from tensor_codec.dora_adapter import daemon_node_config  # torch: never for --help
-
     config = daemon_node_config(text)
     return config if config is not None and isinstance(config.get("node_id"), str) else None
 

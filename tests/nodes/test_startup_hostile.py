@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from tensor_codec.dora_adapter import MAX_NODE_CONFIG_CHARS, daemon_node_config, node_config_problem
 from tensor_codec_nodes.common import startup
 from tensor_codec_nodes.tensor_receiver.config import SPEC as RECEIVER
 from tests.support.dora import node_script
@@ -41,18 +42,26 @@ def alias_bomb(levels: int = 9) -> str:
     return "\n".join(lines)
 
 
+def test_the_codec_never_parses_a_config_a_node_would_refuse():
+    """tc.send reads DORA_NODE_CONFIG too (the output's route): the same text it refuses, never a
+    MemoryError or a UnicodeEncodeError out of a send."""
+    assert daemon_node_config(DAEMON_CONFIG)["node_id"] == "receiver"
+    for hostile in (alias_bomb(), DAEMON_CONFIG + "# \udcff", DAEMON_CONFIG + "#" * MAX_NODE_CONFIG_CHARS):
+        assert node_config_problem(hostile) is not None and daemon_node_config(hostile) is None
+
+
 def test_the_config_a_daemon_writes_is_read():
-    assert startup.node_config_problem(DAEMON_CONFIG) is None
+    assert node_config_problem(DAEMON_CONFIG) is None
     assert startup.dora_node_config({"DORA_NODE_CONFIG": DAEMON_CONFIG})["node_id"] == "receiver"
 
 
 def test_yaml_anchors_and_aliases_are_refused_naming_the_variable_and_where():
-    assert startup.node_config_problem(alias_bomb()) == (
+    assert node_config_problem(alias_bomb()) == (
         "DORA_NODE_CONFIG: expected YAML without anchors or aliases (a dora daemon writes none), got an anchor "
         "(&a0) at line 1 column 5"
     )
     lone_alias = DAEMON_CONFIG + "extra: *nowhere\n"
-    assert startup.node_config_problem(lone_alias).endswith("got an alias (*nowhere) at line 15 column 8")
+    assert node_config_problem(lone_alias).endswith("got an alias (*nowhere) at line 15 column 8")
     with pytest.raises(startup.HostileNodeConfig, match="^DORA_NODE_CONFIG: expected YAML without anchors"):
         startup.dora_node_config({"DORA_NODE_CONFIG": alias_bomb()})
 
@@ -61,21 +70,21 @@ def test_bytes_that_are_not_utf8_are_refused_as_the_bytes_they_were():
     """Such bytes in an environment variable reach Python as surrogate escapes, which the YAML
     parser could not encode (UnicodeEncodeError, exit status 1)."""
     text = os.fsdecode(b"node_id: receiver\nx: \xff\xfe\n")
-    assert startup.node_config_problem(text) == (
+    assert node_config_problem(text) == (
         "DORA_NODE_CONFIG: expected UTF-8 text (the YAML a dora daemon writes), got the byte 0xff at character 21"
     )
-    assert startup.node_config_problem("node_id: \ud800").endswith("got the code point U+D800 at character 9")
+    assert node_config_problem("node_id: \ud800").endswith("got the code point U+D800 at character 9")
 
 
 def test_a_config_no_environment_could_hold_is_not_read():
-    text = DAEMON_CONFIG + "#" * startup.MAX_NODE_CONFIG_CHARS
-    assert startup.node_config_problem(text) == (
-        f"DORA_NODE_CONFIG: expected at most {startup.MAX_NODE_CONFIG_CHARS} characters, got {len(text)}"
+    text = DAEMON_CONFIG + "#" * MAX_NODE_CONFIG_CHARS
+    assert node_config_problem(text) == (
+        f"DORA_NODE_CONFIG: expected at most {MAX_NODE_CONFIG_CHARS} characters, got {len(text)}"
     )
 
 
 def test_text_yaml_cannot_scan_is_left_to_the_parse():
-    assert startup.node_config_problem("node_id: [unclosed") is None
+    assert node_config_problem("node_id: [unclosed") is None
     assert startup.dora_node_config({"DORA_NODE_CONFIG": "node_id: [unclosed"}) is None
 
 
