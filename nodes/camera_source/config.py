@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..common import protocol as P
 from ..common.delivery import DELIVERY_SETTINGS, ack_inputs_port
 from ..common.manifest import NodeSpec, Port
 from ..common.settings import Setting, SettingError, settings_dataclass
@@ -49,7 +50,12 @@ SETTINGS = (
         minimum=0,
     ),
     Setting(
-        "FRAMES", "int", "0", "Stop after this many frames; 0 = endless (or until a video or folder ends).", minimum=0
+        "FRAMES",
+        "int",
+        "0",
+        "Stop after this many frames; 0 = endless (or until a video or folder ends).",
+        minimum=0,
+        maximum=P.MAX_COUNT,
     ),
     Setting("LOOP", "bool", "0", "video / images: start again at the end instead of stopping."),
     Setting(

@@ -13,6 +13,11 @@ import uuid
 
 SEQ = "seq"  # 0, 1, 2, ... per stream
 COUNT = "count"  # messages the stream will send in all; 0 = open-ended
+# A finite stream's length, at most: 100,000 messages a second for 12 hours (a longer run is
+# open-ended, count 0). A receiver counts every message of a counted stream it did not see as
+# missing, so a count past any real run (2**53 once reported "missing 9007199254740991") is a bad
+# message, and a sender may not be set to send more (COUNT, FRAMES).
+MAX_COUNT = 2**32
 STREAM = "stream"  # an id unique to one run of one sending node's output
 # tensor_codec's stamp (tc.stamp, tensor_codec/metadata.py) writes these two; named here too, as
 # literals, because importing tensor_codec imports torch and every node's spec (its --help, its

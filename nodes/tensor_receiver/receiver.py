@@ -31,10 +31,7 @@ COMPRESSED = frozenset(
 # What a report figure may be made of: metadata outside these ranges makes a bad message, never a
 # statistic (one message with seq 2**63 - 1 once reported "missing 9223372036854775807").
 MAX_SEQ = 2**53  # an open-ended stream's seq: a million messages a second for 285 years
-# A finite stream's count: 100,000 messages a second for 12 hours (a longer run is open-ended, count 0).
-# Every message of a counted stream it did not see is missing, so the count bounds that figure: one
-# message with count 2**53 once reported "missing 9007199254740991".
-MAX_COUNT = 2**32
+MAX_COUNT = P.MAX_COUNT  # a finite stream's count (protocol.py says why)
 MAX_SEQ_GAP = 1 << 20  # an open-ended stream's seq: at most this far past the highest seen (not its first)
 MAX_AGE_NS = 3600 * 10**9  # sent_ns / capture_ns: at most an hour before this machine's clock...
 # ... and at most a minute after it: another machine's clock may run ahead (NTP keeps it within

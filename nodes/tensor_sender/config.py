@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..common import protocol as P
 from ..common.delivery import DELIVERY_SETTINGS, ack_inputs_port
 from ..common.manifest import NodeSpec, Port
 from ..common.settings import Setting, SettingError, settings_dataclass
@@ -17,9 +18,9 @@ def _count(raw: str) -> int | None:
     text = raw.lower()
     if text == "all":
         return None
-    if text.isascii() and text.isdigit():
+    if text.isascii() and text.isdigit() and int(text) <= P.MAX_COUNT:
         return int(text)
-    raise SettingError(f"expected all, 0 (endless) or a number of messages, got {raw!r}")
+    raise SettingError(f"expected all, 0 (endless) or a number of messages up to 2**32, got {raw!r:.40}")
 
 
 SETTINGS = (

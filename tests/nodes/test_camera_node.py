@@ -388,3 +388,12 @@ def test_nodes_wait_for_cuda_ipc_receivers_before_exiting(monkeypatch, caplog):
         finish_sharing(log, 3.0)
     assert calls == [3.0]
     assert "still held by receivers after 3 s" in caplog.text
+
+
+def test_frames_past_what_a_receiver_counts_is_a_setting_error():
+    from tensor_codec_nodes.common import protocol as P
+    from tensor_codec_nodes.common.settings import SettingError
+
+    assert load_config({"FRAMES": str(P.MAX_COUNT)}).frames == P.MAX_COUNT
+    with pytest.raises(SettingError, match="FRAMES: expected an integer from 0 to 4294967296, got 4294967297"):
+        load_config({"FRAMES": str(P.MAX_COUNT + 1)})

@@ -318,3 +318,11 @@ def test_cuda_ipc_without_a_gpu_device_is_a_setting_error(monkeypatch, caplog):
     monkeypatch.setattr(sys, "argv", ["tc-tensor-sender"])  # not pytest's own arguments
     assert sender_main.main() == 2
     assert "TRANSPORT: cuda-ipc shares GPU memory, expected DEVICE on a GPU, got cpu" in caplog.text
+
+
+def test_a_count_no_receiver_would_accept_is_a_setting_error():
+    """A receiver refuses a count past 2**32 as a bad message (protocol.MAX_COUNT): a sender set to
+    send more would have every message refused."""
+    assert load_config({"COUNT": str(P.MAX_COUNT)}).count == P.MAX_COUNT
+    with pytest.raises(SettingError, match="COUNT: expected all, 0 .endless. or a number of messages up to 2"):
+        load_config({"COUNT": str(P.MAX_COUNT + 1)})
