@@ -325,24 +325,6 @@ def receivers_per_process(node: Any, output_id: str) -> int:
     return min(most, routing.MAX_IPC_CONSUMERS)
 
 
-class ExpectedReceivers:
-    """A dora output's `Output.receivers`: called, the inputs wired to it (`expected_receivers`);
-    `per_process()`, the most of them one process has (`receivers_per_process`), which the CUDA
-    IPC transport asks for so that its ledger counts no receiving process more often. Asked
-    only by transports that track receivers, at most once per message."""
-
-    __slots__ = ("node", "output_id")
-
-    def __init__(self, node: Any, output_id: str):
-        self.node, self.output_id = node, output_id
-
-    def __call__(self) -> int:
-        return expected_receivers(self.node, self.output_id)
-
-    def per_process(self) -> int:
-        return receivers_per_process(self.node, self.output_id)
-
-
 # ---------------------------------------------------------------------------- dora's limits
 #
 # Measured on dora-rs 1.1.0 in real dataflows (docs/transports.md, "dora's limits"), read off
@@ -1102,7 +1084,11 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
             except UnicodeEncodeError as e:
                 raise _unencodable(metadata, e) from None
             return True
-    output = Output(output_id, ExpectedReceivers(node, output_id))
+    output = Output(
+        output_id,
+        lambda: expected_receivers(node, output_id),
+        receivers_per_process=lambda: receivers_per_process(node, output_id),
+    )
     outgoing = send_pipeline.lay_out(obj, transport, output, lambda: route_of(node, output_id), node_key(node))
     if outgoing is None:
         return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)

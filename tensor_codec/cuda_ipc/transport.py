@@ -250,7 +250,7 @@ class CudaIpcTransport:
                 end = start + leaf.nbytes
             state.backend.record(buffer.event, stream)
             buffer.stream = stream
-            ref = state.producer.publish(output.name, output.receivers(), total, buffer, _per_process(output))
+            ref = state.producer.publish(output.name, output.receivers(), total, buffer, output.receivers_per_process())
         except BaseException:
             # Nothing was published: no receiver can know it. Writes may be queued on this
             # stream: the event follows them, so the buffer's next use orders after them.
@@ -337,14 +337,6 @@ class CudaIpcTransport:
                 f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
             )
         return index
-
-
-def _per_process(output: Output) -> int:
-    """The most claims of one message one receiving process may make (its inputs wired to the
-    output): a dora output's `receivers` says it too (dora_adapter.ExpectedReceivers); where
-    nothing says (tc.encode), 1."""
-    per_process = getattr(output.receivers, "per_process", None)
-    return per_process() if per_process is not None else 1
 
 
 def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> IpcFields:

@@ -20,16 +20,22 @@ __all__ = ["ENCODE_OUTPUT", "Output", "Outgoing", "Materialized", "Transport"]
 ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted and logged under
 
 
+def _one() -> int:
+    return 1
+
+
 @dataclass(slots=True)
 class Output:
     """Where a message goes: the output's name (in-flight accounting, logs), how many receivers
-    will read it (asked only by transports that track receivers), and `onto_gpu`: the UUID of
+    will read it and how many of those one receiving process may be (its inputs wired to the
+    output; both asked only by transports that track receivers), and `onto_gpu`: the UUID of
     the GPU host bytes are to be restored onto at the receivers (routing's small-message rule,
     routing.HOST_TO_GPU), None for tensors restored where the receiver asks."""
 
     name: str
     receivers: Callable[[], int]
     onto_gpu: str | None = None
+    receivers_per_process: Callable[[], int] = _one
 
 
 @dataclass(slots=True)
