@@ -77,6 +77,7 @@ class CameraSource(NodeLogic):
         self.just_sent = True  # the first round takes only what is queued
         self.stop_deadline: float | None = None
         self.gone = False
+        self.opened = False  # an ack opened the full window this round (more_events)
 
     def start(self, node) -> None:
         config = self.config
@@ -123,8 +124,20 @@ class CameraSource(NodeLogic):
         due = self.outbox.next_due()
         return NAP_S if due is None or self.stop_deadline is not None else max(due, 0.0005)
 
+    def more_events(self) -> bool:
+        # A round's reading ends at an ack that opened the full window: the next frame goes before
+        # more acks are read, so a flood on one ack input delays no frame behind it.
+        return not self.opened
+
+    def _may_send(self) -> bool:
+        due = self.tick_due if self.ticked else self.pacer.wait_time() == 0
+        return self.producing and self.outbox.room() > 0 and due
+
     def on_input(self, event: dict) -> None:
-        if not self.outbox.on_ack(event) and event["id"] == TICK_INPUT:
+        full = not self.outbox.room()
+        if self.outbox.on_ack(event):
+            self.opened |= full and self.outbox.room() > 0
+        elif event["id"] == TICK_INPUT:
             self.tick_due = True
 
     def on_input_closed(self, input_id: str) -> None:
@@ -147,8 +160,8 @@ class CameraSource(NodeLogic):
     # -- work -------------------------------------------------------------------------------
     def work(self) -> None:
         self.outbox.resend_due()
-        self.just_sent = False
-        if self.producing and self.outbox.room() and (self.tick_due if self.ticked else self.pacer.wait_time() == 0):
+        self.just_sent = self.opened = False
+        if self._may_send():
             self.tick_due = False
             if not emit(self.node, self.camera, self.log, self.outbox):
                 self.producing = False

@@ -62,6 +62,7 @@ class TensorSenderNode(NodeLogic):
         self.linger_until: float | None = None  # after STOP
         self.gone: list[str] = []  # ack inputs that closed
         self.next_seq = 0  # the next message to make
+        self.opened = False  # an ack opened the full window this round (more_events)
 
     def start(self, node) -> None:
         config = self.config
@@ -116,12 +117,14 @@ class TensorSenderNode(NodeLogic):
         return NAP_S if due is None else max(due, 0.0005)
 
     def more_events(self) -> bool:
-        # A round ends as soon as a new message may go: an ack that opened the window is acted on
-        # before more acks are read (a flood on one ack input then delays no message behind it).
-        return not self._may_send_new()
+        # A round's reading ends at an ack that opened the full window: the next message goes before
+        # more acks are read, so a flood on one ack input delays no message behind it.
+        return not self.opened
 
     def on_input(self, event: dict) -> None:
+        full = not self.outbox.room()
         self.outbox.on_ack(event)
+        self.opened |= full and self.outbox.room() > 0
 
     def on_input_closed(self, input_id: str) -> None:
         if input_id in self.outbox.window.ackers and self.outbox.reliable:
@@ -143,7 +146,7 @@ class TensorSenderNode(NodeLogic):
         )
 
     def work(self) -> None:
-        self.just_sent = False
+        self.just_sent = self.opened = False
         if self.gone:
             return
         self.outbox.resend_due()  # resends, messages held for room in a queue, probes, give-ups

@@ -397,3 +397,35 @@ def test_frames_past_what_a_receiver_counts_is_a_setting_error():
     assert load_config({"FRAMES": str(P.MAX_COUNT)}).frames == P.MAX_COUNT
     with pytest.raises(SettingError, match="FRAMES: expected an integer from 0 to 4294967296, got 4294967297"):
         load_config({"FRAMES": str(P.MAX_COUNT + 1)})
+
+
+def test_the_camera_ends_a_rounds_reading_only_at_an_ack_that_opened_its_window():
+    """Sending as fast as it can without acks, it still reads every round (STOP must reach it);
+    with acks, an ack that frees the full window ends the round's reading, junk does not."""
+    import logging
+
+    from tensor_codec_nodes.camera_source.node import CameraSource
+    from tensor_codec_nodes.common import protocol as P
+    from tests.support.fakes import FakeNode
+
+    def started(inputs):
+        camera = CameraSource(load_config({"WIDTH": "64", "HEIGHT": "64", "FPS": "0", "WINDOW": "2"}), CPU, log)
+        camera.start(FakeNode(node_id="camera", inputs=inputs, outputs=["image"]))
+        return camera
+
+    log = logging.getLogger("camera-test")
+    plain = started([])
+    plain.work()
+    assert plain.more_events()
+    acked = started(["ack"])
+    acked.work()
+    acked.just_sent = False
+    acked.work()
+    assert acked.outbox.room() == 0 and acked.more_events()
+    acked.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 9, P.STREAM: "junk"}})
+    assert acked.more_events()
+    first = next(m for m in (e[2] for e in acked.node.sent) if m[P.SEQ] == 0)
+    acked.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: first[P.STREAM], P.TX: first[P.TX]}})
+    assert not acked.more_events()
+    acked.work()
+    assert acked.more_events()

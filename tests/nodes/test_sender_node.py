@@ -133,6 +133,7 @@ def test_bad_safetensors_files_are_setting_errors(tmp_path):
 
 def test_without_acks_each_message_is_sent_once_and_the_run_ends(monkeypatch):
     logic, node, clock = sender_node(monkeypatch, {"COUNT": "3"}, inputs=())
+    assert logic.more_events()  # sending as fast as it can, it still reads every round (STOP)
     while not logic.finished():
         logic.work()
         clock.now += 0.01
@@ -145,6 +146,8 @@ def test_with_acks_the_window_bounds_what_is_unacknowledged_and_resends_what_is_
     logic, node, clock = sender_node(monkeypatch, {"COUNT": "5", "WINDOW": "2", "RETRY_S": "1", "ACK_TIMEOUT_S": "3"})
     logic.work()
     assert [m[P.SEQ] for _, _, m in node.sent] == [0, 1] and logic.more_events()  # window full: read acks
+    logic.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 7, P.STREAM: "junk"}})
+    assert logic.more_events()  # junk opens nothing: read on
     logic.on_input(ack_of(node.sent[0][2], tx=node.sent[0][2][P.TX]))
     assert not logic.more_events()  # room: the round's reading ends, the next message goes first
     logic.work()
