@@ -296,20 +296,36 @@ def _stream_of(metadata: dict) -> str | None:
     return stream if isinstance(stream, str) and len(stream) <= MAX_STREAM_CHARS else None
 
 
+def _bad_ack_field(metadata: Any) -> str | None:
+    """The first field of an ack's metadata that is not what this project's consumers send
+    ("metadata", "seq", "stream" or "tx"), or None: type and length checks only, nothing
+    formatted, so that a flood of malformed acks costs no more than a flood of well-formed ones."""
+    if not isinstance(metadata, dict):
+        return "metadata"
+    seq = metadata.get(P.SEQ)
+    if type(seq) is not int or seq < 0:
+        return P.SEQ
+    if _stream_of(metadata) is None:
+        return P.STREAM
+    tx = metadata.get(P.TX)
+    if tx is not None and (type(tx) is not int or tx < 0):
+        return P.TX
+    return None
+
+
 def malformed_ack(metadata: Any) -> str | None:
     """Why an ack's metadata is not one this project's consumers send (field, expected, got), or
     None when it is well formed (it may still name nothing in flight)."""
-    if not isinstance(metadata, dict):
+    field = _bad_ack_field(metadata)
+    if field == "metadata":
         return f"metadata: expected a mapping, got {type(metadata).__name__}"
-    seq = metadata.get(P.SEQ)
-    if type(seq) is not int or seq < 0:
-        return f"metadata.{P.SEQ}: expected an integer >= 0, got {shown(seq)}"
-    if _stream_of(metadata) is None:
+    if field == P.SEQ:
+        return f"metadata.{P.SEQ}: expected an integer >= 0, got {shown(metadata.get(P.SEQ))}"
+    if field == P.STREAM:
         stream = shown(metadata.get(P.STREAM))
         return f"metadata.{P.STREAM}: expected a string of at most {MAX_STREAM_CHARS} characters, got {stream}"
-    tx = metadata.get(P.TX)
-    if tx is not None and (type(tx) is not int or tx < 0):
-        return f"metadata.{P.TX}: expected an integer >= 0 (or absent), got {shown(tx)}"
+    if field == P.TX:
+        return f"metadata.{P.TX}: expected an integer >= 0 (or absent), got {shown(metadata.get(P.TX))}"
     return None
 
 
@@ -643,6 +659,7 @@ class Outbox:
         # this output at all (a consumer acknowledges every producer it takes from on one `ack`
         # output, so its acks of another producer's stream, with that producer's tx, come here too).
         self.streams: BoundedStreams[int] = BoundedStreams(int)
+        self._malformed_kinds = {acker: f"{acker}: malformed ack" for acker in window.ackers}
         self.sent = 0
         self.failed = 0
         self._held = False  # messages wait for their first transmission: new ones queue behind
@@ -709,9 +726,8 @@ class Outbox:
         if not isinstance(acker, str) or acker not in self.window.ackers:
             return False
         metadata = event.get("metadata") or {}
-        why = malformed_ack(metadata)
-        if why is not None:
-            self.refusals.refuse(f"{acker}: malformed ack", why)
+        if _bad_ack_field(metadata) is not None:  # why, in words, only if it is logged
+            self.refusals.refuse(self._malformed_kinds[acker], lambda: malformed_ack(metadata) or "")
             return True
         key = (metadata.get(P.STREAM, ""), metadata[P.SEQ])
         if key[0] not in self.streams and key not in self.window.waiting_for:

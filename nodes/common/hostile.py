@@ -43,6 +43,10 @@ def shown(value: object) -> str:
 PACED = {"paced": True}  # a log record's `extra`: its logger paces it already (RateLimitedErrors lets it by)
 
 
+def _words(reason: str | Callable[[], str]) -> str:
+    return (reason if isinstance(reason, str) else reason())[:MAX_REASON]
+
+
 class Refusals:
     """Inputs refused, counted by kind; logged one by one for the first FIRST_LOGGED of each kind,
     then once per LOG_EVERY_S with how many more came (and the last reason)."""
@@ -52,26 +56,28 @@ class Refusals:
         self.clock = clock
         self.counts: dict[str, int] = {}
         self.unexpected = 0  # of them, exceptions out of the node's own code (`raised`): bugs
-        self._quiet: dict[str, tuple[float, int, str]] = {}  # kind -> (last line's time, not logged since, last reason)
+        self._quiet: dict[str, tuple[float, int]] = {}  # kind -> (last line's time, how many not logged since)
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def refuse(self, kind: str, reason: str) -> None:
-        """Count one refused input of `kind` (e.g. "ack: malformed"), log it (rate-limited)."""
+    def refuse(self, kind: str, reason: str | Callable[[], str]) -> None:
+        """Count one refused input of `kind` (e.g. "ack: malformed"), log it (rate-limited).
+        `reason` may be a function that says it: called only when a line is logged, so a flood
+        of bad inputs costs a count each, not the words for each (a 10 kB value's repr)."""
         if kind not in self.counts and len(self.counts) >= MAX_KINDS:
             kind = "other"
         n = self.counts.get(kind, 0) + 1
         self.counts[kind] = n
-        reason = reason[:MAX_REASON]
         if n <= FIRST_LOGGED:
+            words = _words(reason)
             more = " (later ones are summarised)" if n == FIRST_LOGGED else ""
-            self.log.error("refused %s: %s%s", kind, reason, more, extra=PACED)
+            self.log.error("refused %s: %s%s", kind, words, more, extra=PACED)
             if n == FIRST_LOGGED:
-                self._quiet[kind] = (self.clock(), 0, reason)
+                self._quiet[kind] = (self.clock(), 0)
             return
-        last, unlogged, _ = self._quiet[kind]
+        last, unlogged = self._quiet[kind]
         now = self.clock()
         if now - last >= LOG_EVERY_S:
             self.log.error(
@@ -80,12 +86,12 @@ class Refusals:
                 kind,
                 now - last,
                 n,
-                reason,
+                _words(reason),
                 extra=PACED,
             )
-            self._quiet[kind] = (now, 0, reason)
+            self._quiet[kind] = (now, 0)
         else:
-            self._quiet[kind] = (last, unlogged + 1, reason)
+            self._quiet[kind] = (last, unlogged + 1)
 
     def raised(self, kind: str, error: BaseException) -> None:
         """An input whose handling raised `error` in the node's own code: refused like any bad
