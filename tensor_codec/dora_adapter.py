@@ -30,10 +30,13 @@ stream; the checks count it for ``send_output``'s messages too). Then:
   of ~2 ms), and only if the whole request, stream plus metadata, is at most 64 MiB ("exceeding
   the 67108864-byte daemon transport limit"): a payload of at most about 59.6 MB (56.9 MiB).
   That is every message too big for the pool or meeting it full (receivers hold the messages
-  they got, dora queues up to queue_size more per input), and every message of an output dora
+  they got, dora queues up to queue_size more per input), every message of an output dora
   pins there whatever its pool: one with a consumer input declaring ``queue_policy:
   backpressure``, or consumers on other machines that only its daemons' relay reaches (the
-  daemon says so in ``DORA_NODE_CONFIG``'s ``output_routing``).
+  daemon says so in ``DORA_NODE_CONFIG``'s ``output_routing``), and every message of an
+  output whose startup handshake did not complete (`_STARTUP_GRACE_MS`; nothing says so). So
+  the daemon path's limit is the one bound dora always honours
+  (``max_send_bytes(..., guaranteed=True)``); more goes only while the pool takes it.
 
 Placement (`route_of`): dora hands every node the whole dataflow (`node.dataflow_descriptor()`):
 each node's inputs and its ``deploy: {machine: ...}``. A daemon started with ``--machine-id X``
@@ -349,6 +352,13 @@ _SURELY_CARRIED = 32 << 20
 _SLOW_WARN_BYTES = 1 << 20
 # Pool bytes a message needs beyond n + n/8, at most: padding (2 x 63 + 1), framing, chunk header.
 _POOL_SLACK = 127 + _IPC_FRAMING + SHM_CHUNK_OVERHEAD
+# dora's ZENOH_STARTUP_GRACE: an output whose consumers have not acknowledged its startup markers
+# this long after "all nodes ready" stays on the daemon path for the whole run (node/mod.rs,
+# wait_for_grace; dora 1.1 logs nothing a node sees). Measured with a 1 GB pool and one consumer:
+# no run of 10 on an idle 2-core machine, 4 of 10 (and 3 of 8) with four busy processes on it;
+# there every message over the daemon path's limit was refused from the first, at 56.9 MiB every
+# one went. No setting of dora 1.1 lengthens it, and a retry cannot help (the run keeps the path).
+_STARTUP_GRACE_MS = 500
 
 
 def _round64(n: int) -> int:
@@ -639,9 +649,16 @@ def _set_pool(nbytes: int, messages: int = 2) -> str:
 class SendLimit:
     """The most payload bytes one message on an output can carry (`max_bytes`), which of dora's
     limits sets it (`kind`: "cap", "pool" or "daemon"), that limit in words, and the output's
-    pin (None: messages that fit the pool take it)."""
+    pin (None: messages that fit the pool take it).
+
+    `max_bytes` past the daemon path's limit goes only through the pool, and dora takes the pool
+    only while it has room for the message at that moment and once the output's startup
+    handshake completed (`_STARTUP_GRACE_MS`); otherwise dora sends on its daemon path and refuses
+    such a message. `guaranteed_bytes` is what goes whatever happens: the daemon path's limit (at
+    most `max_bytes`; equal on an output dora pins there)."""
 
     max_bytes: int
+    guaranteed_bytes: int
     kind: str
     limit: str
     pool: int
@@ -659,34 +676,50 @@ def send_limit(node: Any, output_id: str, metadata_bytes: int = METADATA_RESERVE
     pinned = pin(node, output_id)
     if pinned is not None:
         why = f"dora sends this output on {daemon_words}, whatever the pool: {pinned.why}"
-        return SendLimit(daemon, "daemon", why, pool, source, pinned)
+        return SendLimit(daemon, daemon, "daemon", why, pool, source, pinned)
     fits = pool_payload(pool)
     if fits >= CAP_PAYLOAD:
         why = (
             "dora caps one message at an Arrow IPC stream of 256 MiB (the payload and 1/8 more for the validity "
             f"bitmap it writes): at most {_mib(CAP_PAYLOAD)} of payload, whatever the pool"
         )
-        return SendLimit(CAP_PAYLOAD, "cap", why, pool, source, None)
+        return SendLimit(CAP_PAYLOAD, daemon, "cap", why, pool, source, None)
     why = (
         f"it does not fit this node's shared_memory_pool_size of {_mib(pool)} (from {source}; it holds at most "
         f"{_mib(fits)} of payload, with dora's 1/8 validity bitmap), so dora would send it on {daemon_words}"
     )
-    return SendLimit(max(fits, daemon), "pool" if fits >= daemon else "daemon", why, pool, source, None)
+    kind = "pool" if fits >= daemon else "daemon"
+    return SendLimit(max(fits, daemon), daemon, kind, why, pool, source, None)
 
 
-def max_send_bytes(node: Any, output_id: str, *, metadata_bytes: int = METADATA_RESERVE) -> int:
+def max_send_bytes(
+    node: Any, output_id: str, *, metadata_bytes: int = METADATA_RESERVE, guaranteed: bool = False
+) -> int:
     """The most payload bytes `tc.send` (or `tc.send_plain`) can carry in one message on
     `output_id` of `node`, given dora 1.1's routes: the 256 MiB cap, the node's shared-memory
     pool, and the daemon path's 64 MiB for outputs dora keeps there (a consumer declaring
     ``queue_policy: backpressure``, consumers on other machines reached through the daemons'
     relay). A bigger message is refused by `tc.send` with `MessageTooLargeError` before anything
-    is written; one within it goes through while the pool has room for it (receivers that hold
-    many messages fill it: see docs/transports.md).
+    is written.
+
+    This default is not a bound dora always honours: past the daemon path's limit (56.9 MiB), a
+    message goes only through the pool, and dora sends on its daemon path, which refuses it,
+    whenever the pool has no room for it at that moment (receivers hold messages, dora queues
+    them) and, for the whole run, when the output's startup handshake with its consumers did not
+    complete (seen on a loaded machine: every such message refused from the first). tc.send then
+    raises `MessageTooLargeError` saying so. With ``guaranteed=True`` it is the bound dora always
+    honours on the output: the daemon path's limit (the same number on an output dora pins there).
+
+    The default is the larger because it is what can ever go: tc.send refuses before writing only
+    what never could, and a node that refuses work whose result could never be sent (the JPEG
+    decoder) should not refuse work that goes on every healthy run. A node that must never have a
+    message refused sends at most the guaranteed bound (several messages, or several outputs).
 
     The payload of a codec message is its tensors' bytes, each padded to 64 bytes (what
     ``tc.encode(obj)[0]`` holds); `metadata_bytes` is what its metadata may take (the default
     covers the header of a few hundred tensors)."""
-    return send_limit(node, output_id, metadata_bytes).max_bytes
+    limit = send_limit(node, output_id, metadata_bytes)
+    return limit.guaranteed_bytes if guaranteed else limit.max_bytes
 
 
 def _cure(limit: SendLimit, nbytes: int) -> str:
@@ -799,9 +832,9 @@ def _limit_hit(text: str, nbytes: int, metadata_bytes: int) -> str | None:
 def size_error(
     node: Any, output_id: str, nbytes: int, error: RuntimeError, metadata: dict | None = None
 ) -> MessageTooLargeError | None:
-    """dora's own size error (should our estimate ever be off, or the pool be full) as a
-    MessageTooLargeError naming the limit hit and what lifts it; None for any other error (the
-    caller re-raises it as it is)."""
+    """dora's own size error (should our estimate ever be off, the pool be full or the output's
+    startup handshake have failed) as a MessageTooLargeError naming the limit hit and what lifts
+    it; None for any other error (the caller re-raises it as it is)."""
     meta = _metadata_bytes(metadata)
     hit = _limit_hit(str(error), nbytes, meta)
     if hit is None:
@@ -839,23 +872,34 @@ def _daemon_cause(node: Any, output_id: str, nbytes: int, metadata_bytes: int) -
             f"it does not fit this node's shared_memory_pool_size of {_mib(pool)} (from {limit.pool_source}), and "
             f"the daemon path carries at most {carried} per message: {_set_pool(nbytes)} (two such messages at once)."
         )
-    in_flight = _messages_in_flight(node, output_id)
+    return _fell_back(output_id, nbytes, limit, carried, _messages_in_flight(node, output_id))
+
+
+def _fell_back(output_id: str, nbytes: int, limit: SendLimit, carried: str, in_flight: int) -> str:
+    """Why dora sent a message its pool should have held on its daemon path, what always goes, and
+    what to do. The two causes cannot be told apart from here (dora says neither), so both are
+    named with what shows which: a handshake that failed refuses every such message of the run."""
+    pool = limit.pool
     if _fits_pool(nbytes, pool, in_flight):
-        advice = (
-            "Make room in the pool (receivers that drop messages sooner, a smaller queue_size, fewer big messages "
-            "on the node's other outputs) or raise it"
+        room = (
+            "make room in it (receivers that drop messages sooner, a smaller queue_size, fewer big messages on the "
+            "node's other outputs) or raise it"
         )
     else:
-        advice = (
-            f"To carry it, {_set_pool(nbytes, in_flight)} ({in_flight} such messages: the one being sent, and per "
-            "consumer input one its receiver holds and its queue_size queued)"
+        room = (
+            f"{_set_pool(nbytes, in_flight)} ({in_flight} such messages: the one being sent, and per consumer input "
+            "one its receiver holds and its queue_size queued)"
         )
     return (
-        f"the message fits this node's shared_memory_pool_size of {_mib(pool)} (from {limit.pool_source}) alone, "
-        "but the pool (one for all the node's outputs) had no room for it: a message stays in it while a receiver "
-        f"holds it or dora queues it for one, and dora then sends on its daemon path, which carries at most "
-        f"{carried}. {advice}, or send at most {carried} per message (a full pool then costs time, not the "
-        "message). (dora also keeps an output there when its startup handshake with a consumer did not complete.)"
+        f"dora fell back to its daemon path although this node's shared_memory_pool_size of {_mib(pool)} (from "
+        f"{limit.pool_source}) should have held the message. That path carries at most {carried} per message, "
+        f"and that much always goes (`tc.max_send_bytes(node, '{output_id}', guaranteed=True)`); to have every "
+        "message go, send no more (several messages, or several outputs). dora falls back when the pool had no room "
+        "for it at that moment: a message stays in it while a receiver holds it or dora queues it for one (one pool "
+        f"for all the node's outputs); to carry it, {room}. It also falls back for the whole run when the output's "
+        f"startup handshake with its consumers did not complete within dora's {_STARTUP_GRACE_MS} ms (a loaded "
+        "machine): then every message past that path's limit is refused from the first, and only a fresh start "
+        "lifts it (stop and run the dataflow again)."
     )
 
 

@@ -140,6 +140,25 @@ def test_max_send_bytes_is_public_and_follows_the_routes():
     [FakeNode(), FakeNode(pool=100 * MiB), FakeNode(pool=GiB), backpressured()],
     ids=["default-pool", "100MB-pool", "1GB-pool", "backpressure"],
 )
+def test_the_bound_dora_always_honours_is_the_daemon_paths_on_every_output(node):
+    """The retest of 2026-12-07: max_send_bytes said 227.6 MiB with a 1 GB pool, and in 2 of 9 runs
+    dora refused such messages from the first send (measured here: on a loaded machine the output's
+    startup handshake did not complete and dora kept it on its daemon path for the run; with it done,
+    a pool with no room at that moment did the same to some sends). What goes whatever the pool's
+    room and however the output's start went is the daemon path's limit, below or at the default."""
+    always = tc.max_send_bytes(node, "out", guaranteed=True)
+    assert always == DAEMON_PATH_MAX_PAYLOAD <= tc.max_send_bytes(node, "out")
+    assert tc.max_send_bytes(node, "out", metadata_bytes=0, guaranteed=True) == daemon_payload(0)
+    limit = dora_adapter.send_limit(node, "out")
+    assert (limit.guaranteed_bytes, limit.max_bytes) == (always, tc.max_send_bytes(node, "out"))
+    check_route(node, "out", always, {"tc.header": "x" * 8000})  # tc.send never refuses it
+
+
+@pytest.mark.parametrize(
+    "node",
+    [FakeNode(), FakeNode(pool=100 * MiB), FakeNode(pool=GiB), backpressured()],
+    ids=["default-pool", "100MB-pool", "1GB-pool", "backpressure"],
+)
 def test_check_route_refuses_exactly_past_max_send_bytes(node):
     """One rule for both: exact for a message's own metadata; the default reserve is on the safe side."""
     check_route(node, "out", tc.max_send_bytes(node, "out"), {"tc.header": "x" * 8000})
@@ -262,6 +281,22 @@ def test_a_full_big_pool_is_never_told_to_shrink():
     assert "had no room for it" in text and "128MB" not in text and "shared_memory_pool_size:" not in text
     assert 'dora said: output error: output "out": IPC-encoded message is 70779208 bytes, exceeding' in text
     assert "Stack backtrace" not in text
+
+
+def test_doras_refusal_of_a_message_the_pool_should_hold_says_it_fell_back_and_what_always_goes():
+    """The retest's refusal: 227.6 MiB with a 1 GB pool, refused on the daemon path. The old words
+    blamed a full pool alone; measured, the first send of a run whose startup handshake did not
+    complete is refused too, for the whole run, and no pool setting or wait lifts that."""
+    node = node_with(consumer("receiver", {"x": "sender/out"}), pool=GiB)
+    error = RuntimeError(DAEMON_ERROR.replace("70779208", str(ipc_stream_bytes(CAP_PAYLOAD))))
+    text = str(size_error(node, "out", CAP_PAYLOAD, error)).split(" dora said: ", 1)[0]  # ours, not dora's
+    assert "fell back to its daemon path although this node's shared_memory_pool_size of 1024.0 MiB" in text
+    assert "should have held the message" in text
+    always = daemon_payload(0)  # the daemon path's limit for this message's metadata (none)
+    assert f"at most 56.9 MiB ({always} bytes) per message, and that much always goes" in text
+    assert "tc.max_send_bytes(node, 'out', guaranteed=True)" in text
+    assert "had no room for it" in text and "holds it" in text  # one cause, and its cure
+    assert "startup handshake" in text and "for the whole run" in text and "run the dataflow again" in text
 
 
 def test_the_daemons_bare_internal_error_near_the_limit_is_a_size_error():

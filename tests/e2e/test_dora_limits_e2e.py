@@ -15,6 +15,7 @@ the 57 MiB one that is sent is ever written).
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -123,3 +124,79 @@ def test_messages_just_over_doras_limits_are_refused_with_the_limit_and_its_cure
 
         log = run.node_logs()["sender"].read_text()
         assert "pinned_over: MessageTooLargeError" in log and "free_over: MessageTooLargeError" in log
+
+
+# The bound dora always honours (the retest of 2026-12-07: tc.max_send_bytes said 227.6 MiB with a
+# 1 GB pool and dora refused such sends in 2 of 9 runs). A keeper that holds every message it gets
+# fills a 100MB pool with the first: from then on dora sends on its daemon path, as it does from
+# the first message for the whole run when the output's startup handshake did not complete (a
+# loaded machine). Either way the guaranteed bound goes, message after message, and the default
+# bound (what the pool holds when it has room) is refused in words that say so.
+ALWAYS_SENDER = textwrap.dedent(
+    """\
+    import json, os
+    import torch
+    from dora import Node
+    import tensor_codec as tc
+
+    node = Node()
+    always = tc.max_send_bytes(node, "out", guaranteed=True)
+    most = tc.max_send_bytes(node, "out")
+    result = {"always": always, "most": most, "sends": []}
+    payload = torch.empty(always, dtype=torch.uint8)
+    for _ in range(4):
+        tc.send(node, "out", payload)  # an error ends the node: the test reads its log
+        result["sends"].append(always)
+    del payload
+    try:
+        tc.send(node, "out", torch.empty(most, dtype=torch.uint8))
+        result["most"] = {"sent": True}
+    except tc.MessageTooLargeError as e:
+        result["most"] = {"raised": str(e)}
+    with open(os.environ["RESULT"], "w") as f:
+        json.dump(result, f)
+    """
+)
+
+KEEPER = textwrap.dedent(
+    """\
+    import json, os
+    from dora import Node
+
+    kept = []  # every message stays in the sender's pool while this holds it
+    for event in Node():
+        if event["type"] == "INPUT":
+            kept.append(event["value"])
+    with open(os.environ["REPORT"], "w") as f:
+        json.dump([len(value) for value in kept], f)
+    """
+)
+
+
+def test_the_guaranteed_bound_goes_every_time_and_more_is_refused_saying_what_always_goes(dora_cli, tmp_path):
+    (tmp_path / "sender.py").write_text(ALWAYS_SENDER)
+    (tmp_path / "keeper.py").write_text(KEEPER)
+    nodes = [
+        python_node(
+            "sender",
+            tmp_path / "sender.py",
+            outputs=["out"],
+            env={"RESULT": "result.json"},
+            extra={"shared_memory_pool_size": "100MB"},
+        ),
+        python_node("keeper", tmp_path / "keeper.py", inputs={"x": "sender/out"}, env={"REPORT": "keeper.json"}),
+    ]
+    run = run_dataflow(dora_cli, tmp_path, nodes, timeout=240)
+    with run.explained():
+        assert run.returncode == 0
+        result = json.loads((tmp_path / "result.json").read_text())
+        always = result["always"]
+        assert 59_600_000 < always <= 59_651_904, result  # the daemon path's 56.9 MiB
+        assert result["sends"] == [always] * 4, result
+        assert json.loads((tmp_path / "keeper.json").read_text()) == [always] * 4
+        text = result["most"].get("raised", "")
+        assert "fell back to its daemon path although" in text, result
+        # The daemon path's limit for that message's own metadata: the guaranteed bound keeps 16 KiB.
+        goes = re.search(r"at most 56\.9 MiB \((\d+) bytes\) per message, and that much always goes", text)
+        assert goes and always <= int(goes.group(1)), result
+        assert "guaranteed=True" in text and "dora said:" in text, result
