@@ -696,13 +696,14 @@ class Outbox:
         if self._held or not self.window.may_transmit():
             self._held = True  # due at once: its first transmission when there is room
             return
-        self._transmit(key, kept, now, first=True)
+        self.window.transmit(key, now)
+        self._transmit(key, kept)
 
-    def _transmit(self, key: tuple[str, Any], kept: _Kept, now: float, first: bool) -> None:
-        """One transmission of a kept message (numbered already when it is a resend). A first
-        one dora refuses is counted lost and raised."""
-        if first:
-            self.window.transmit(key, now)
+    def _transmit(self, key: tuple[str, Any], kept: _Kept) -> None:
+        """Send a kept message, numbered for this transmission (`AckWindow.transmit`). If dora
+        refuses its first transmission, nobody can have it: it is counted lost (`failed`), and
+        the error raised either way (a resend is tried again when due)."""
+        first = P.TX not in kept.metadata
         kept.metadata[P.TX] = self.window.tx_of(key)
         kept.metadata[P.SENT_NS] = P.now_ns()
         try:
@@ -748,13 +749,8 @@ class Outbox:
                 continue
             first = P.TX not in kept.metadata
             try:
-                self._transmit(key, kept, now, first=False)
+                self._transmit(key, kept)
             except Exception as e:
-                if first:
-                    self.sent -= 1
-                    self.failed += 1
-                    self.window.forget(key)
-                    self.kept.pop(key, None)
                 self.log.error(
                     "message %s not %s: %s: %s",
                     P.label(kept.metadata),
