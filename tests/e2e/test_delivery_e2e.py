@@ -227,23 +227,21 @@ def test_producers_whose_consumer_acknowledges_wrongly_never_wedge_they_end_sayi
     acknowledged and exits 1 saying how many, in seconds."""
     producer = {"DEVICE": "cpu", "RETRY_S": "0.2", "ACK_TIMEOUT_S": "2"}
     sender_env = {**producer, "MODE": "random", "SIZES": "4KB", "COUNT": "40", "RATE": "0"}
+
+    def sender(node_id: str, acker: str) -> dict:
+        return {
+            "id": node_id,
+            "path": "tc-tensor-sender",
+            "outputs": ["tensors"],
+            "inputs": {"ack": {"source": f"{acker}/ack", "queue_size": 64}},
+            "env": sender_env,
+        }
+
     flow = {
         "nodes": [
-            {
-                "id": "quiet-sender",
-                "path": "tc-tensor-sender",
-                "outputs": ["tensors"],
-                "inputs": {"ack": {"source": "stops/ack", "queue_size": 64}},
-                "env": sender_env,
-            },
+            sender("quiet-sender", "stops"),
             false_acker("stops", "quiet-sender/tensors", "stop_after:24"),
-            {
-                "id": "echoed-sender",
-                "path": "tc-tensor-sender",
-                "outputs": ["tensors"],
-                "inputs": {"ack": {"source": "stale/ack", "queue_size": 64}},
-                "env": sender_env,
-            },
+            sender("echoed-sender", "stale"),
             false_acker("stale", "echoed-sender/tensors", "tx:0"),
             {
                 "id": "camera",
