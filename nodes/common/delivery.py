@@ -110,6 +110,7 @@ STOP_GRACE_S = 2.0  # after STOP: how long a producer still waits for acks of wh
 DEFAULT_CAPACITY = 10
 PROBE_MIN_S = 1.0  # a consumer silent this long (at least retry_s) with its queue counted full is probed
 RECENT_TX = 1024  # transmissions remembered at least, for the acks of messages no longer in flight
+RECENT_TX_MAX = 1 << 16  # and at most (a queue of 100,000 with backpressure would ask for 4 million)
 EMPTY = pa.array([], type=pa.uint8())
 MAX_BACKLOG = 256  # messages a relay holds taken from dora and not yet worked on (see Relay)
 MAX_STREAM_CHARS = 64  # stream ids are 16 hex characters (protocol.new_stream_id); a longer one is not ours
@@ -448,9 +449,12 @@ class AckWindow:
         # Recent transmissions (tx -> message), for the acks of messages no longer in flight: a
         # late duplicate's tx still says copies left its consumer's queue, if it is one this window
         # made for that message. Every copy a consumer may still hold is among the last
-        # (its queue + its window) transmissions; four times that, at least RECENT_TX.
+        # (its queue + its window) transmissions; four times that, between RECENT_TX and
+        # RECENT_TX_MAX, and none every acker is known to be past. A late ack whose tx was
+        # forgotten only leaves its count where it was, for a later ack or a probe to move.
         self.recent: dict[int, Hashable] = {}
-        self.recent_limit = max(RECENT_TX, 4 * (max(self.capacity.values(), default=0) + window))
+        wanted = 4 * (max(self.capacity.values(), default=0) + window)
+        self.recent_limit = min(RECENT_TX_MAX, max(RECENT_TX, wanted))
         self.probe_base_s = max(retry_s, PROBE_MIN_S)
         # Probes back off (twice as long after each unanswered one) up to 64 x the first wait, but
         # never past give_up_s: a sender with anything to send is never silent for longer.
@@ -594,6 +598,7 @@ class AckWindow:
             self.acked_tx[acker] = taken
             self.heard[acker] = None
             self.probe_s[acker] = self.probe_base_s
+            self._forget_passed()
         waiting = self.waiting_for.get(key)
         if waiting is None:
             self.stray_acks += 1  # unknown, or already delivered: a late duplicate
@@ -605,6 +610,17 @@ class AckWindow:
         self.unacked.pop(key, None)
         self.delivered += 1
         return True
+
+    def _forget_passed(self) -> None:
+        """Drop the recent transmissions every acker's consumer is past: no ack can move a count
+        with them any more."""
+        floor = min(self.acked_tx.values())
+        recent = self.recent
+        while recent:
+            oldest = next(iter(recent))
+            if oldest > floor:
+                return
+            del recent[oldest]
 
     def forget(self, key: Hashable) -> None:
         """A message that could not be sent at all: count it lost, stop waiting for it."""

@@ -804,3 +804,22 @@ def test_probes_back_off_but_never_past_the_give_up_time():
     assert w.probe_base_s == PROBE_MIN_S and w.probe_max_s == 7.0
     assert AckWindow(reliable=True, retry_s=2.0, give_up_s=1000.0).probe_max_s == 128.0  # 64 x the first wait
     assert AckWindow(reliable=True, retry_s=5.0, give_up_s=2.0).probe_max_s == 5.0  # never below the first
+
+
+def test_the_transmissions_remembered_for_late_acks_stay_bounded():
+    """A camera behind a backpressure queue of 100,000 ran for days: what it remembers of its
+    transmissions (for the acks of messages no longer in flight) is what its consumers may still
+    hold, at most RECENT_TX_MAX, and none every consumer is known to be past."""
+    from tensor_codec_nodes.common.delivery import RECENT_TX_MAX
+
+    assert AckWindow(reliable=True, capacity=1_000_000).recent_limit == RECENT_TX_MAX
+    w = AckWindow(reliable=True, window=8, capacity=10, ackers=("ack", "ack_b"))
+    for seq in range(100):
+        w.track(seq, 0.0)
+        tx = w.transmit(seq, 0.0)
+        w.ack(seq, "ack", tx)
+    assert len(w.recent) == 100  # ack_b said nothing: any of them may still be in its queue
+    w.ack(0, "ack_b", 90)  # not message 0's copy: counts for nothing
+    assert len(w.recent) == 100
+    w.ack(89, "ack_b", 90)
+    assert sorted(w.recent) == list(range(91, 101)) and w.acked_tx == {"ack": 100, "ack_b": 90}
