@@ -466,10 +466,6 @@ class AckWindow:
         self.probes = 0  # transmissions past a silent consumer's count (see the module's docstring)
         self.held = 0  # messages whose transmission waited for room in a consumer's queue
 
-    @property
-    def full(self) -> bool:
-        return self.reliable and len(self.unacked) >= self.window
-
     def room(self) -> int:
         """How many more messages may be made now (unbounded without acks: a large number)."""
         return max(0, self.window - len(self.unacked)) if self.reliable else 1 << 30
