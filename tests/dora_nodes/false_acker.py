@@ -2,7 +2,9 @@
 found tensor senders wedged by (issue 60). It takes every message of every input, and:
 
     MODE=stop_after:N   acknowledges the first N distinct messages it takes (echoing each copy's
-                        tx, as tc-tensor-receiver does), then none: alive and silent
+                        tx, as tc-tensor-receiver does, and each later copy of them again, so an
+                        ack dora lost is made good by the resend), then no other: alive and
+                        silent
     MODE=tx:T           acknowledges every copy it takes, echoing tx T instead of the copy's
 
 It ends when its event stream ends (every producer gone)."""
@@ -24,6 +26,7 @@ def main() -> int:
     number = int(value)
     node = Node()
     taken: set = set()
+    acked: set = set()  # stop_after: the messages it acknowledges (and every copy of them)
     acknowledged = 0
     for event in node:
         if event["type"] != "INPUT":
@@ -31,10 +34,13 @@ def main() -> int:
         ack = ack_for(event["metadata"] or {})
         if ack is None:
             continue
-        taken.add((ack[P.STREAM], ack[P.SEQ]))
+        key = (ack[P.STREAM], ack[P.SEQ])
+        taken.add(key)
         if kind == "tx":
             ack[P.TX] = number
-        elif len(taken) > number:
+        elif key in acked or len(acked) < number:
+            acked.add(key)
+        else:
             continue
         node.send_output("ack", EMPTY, ack)
         acknowledged += 1
