@@ -24,7 +24,7 @@ from . import versions as _versions
 _versions.require()  # a preinstalled torch (container, GPU host) is not checked by pip: say what is wrong
 
 from .codec import decode, encode
-from .dora_adapter import max_send_bytes, receive, send, send_plain, transport_for
+from .dora import max_send_bytes, receive, send, send_plain, transport_for
 from .errors import (
     CodecError,
     DecodeError,

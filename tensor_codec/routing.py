@@ -1,38 +1,12 @@
-"""Which transport an output's messages take, from where the dataflow places its consumers.
+"""Which transport an output's messages take, from where the dataflow places its consumers: the
+rule of docs/transports.md, "Across machines: the transport is chosen per output" (`choose`,
+`resolve`), including ``TC_TRANSPORT`` and ``TC_IPC_MIN_BYTES`` (`HOST_TO_GPU`). Where the
+consumers run (an `OutputRoute`) is read from dora by the caller: this module holds the rule
+only, and knows nothing of dora.
 
-Where they run (an `OutputRoute`) is read from dora by dora_adapter.py; this module holds the
-rule only, and knows nothing of dora.
-
-The rule (`choose`), for ``transport="auto"``:
-
-* CUDA IPC only when the message holds a CUDA tensor **and** every consumer of the output is
-  known to run on this node's machine (same machine id) **and** there are at most 16 of them
-  (what one ledger slot tracks).
-* Host bytes otherwise: no CUDA tensor, a consumer on another machine, a consumer whose
-  placement cannot be known (label-scheduled, dynamic, or no readable descriptor), no consumer.
-* Except that a message CUDA IPC could carry, but whose tensors hold fewer bytes than
-  ``TC_IPC_MIN_BYTES`` (default `IPC_MIN_BYTES`), goes as host bytes **restored onto the same
-  GPU** at the receivers (`HOST_TO_GPU`): below some size a GPU->host->GPU copy through dora
-  costs less than CUDA IPC's fixed per-message work (record, wait, ledger), and the receiver
-  gets what CUDA IPC would have given it, a tensor on that GPU. Where that size lies is
-  measured by bench/cuda_ipc.py on the GPU at hand (it prints the value to set).
-
-One dora message reaches every consumer of an output, so an output with consumers on both
-sides gets host bytes for all of them: the one form every consumer can read. To give the local
-consumers CUDA IPC anyway, send the same object on two outputs (one wired to local consumers,
-one to remote ones); each output is routed on its own.
-
-``TC_TRANSPORT=host|cuda-ipc|auto`` in a node's environment forces the transport of every
-``transport="auto"`` send of that node (the env: block of the node in the dataflow YAML).
-
-A message with no CUDA tensor at all goes as host bytes even where ``cuda-ipc`` was asked for
-(explicitly, or forced by ``TC_TRANSPORT``): there is no GPU memory to share, and a stream that
-mixes such messages in (an empty dict, a structure of plain values) must not lose them. The
-choice is logged once per output, like every automatic one (`resolve`).
-
-What each consumer's input queue holds (`Consumer.capacity`, `queue_capacity`) is dora's rule too,
-read from the same descriptor: the nodes' acknowledged outputs size what they send against it
-(nodes/common/delivery.py).
+What each consumer's input queue holds (`Consumer.capacity`, `queue_capacity`) is dora's rule
+too, read from the same descriptor: the nodes' acknowledged outputs size what they send against
+it (docs/delivery.md, "The window must fit the consumer's queue").
 """
 
 from __future__ import annotations
@@ -161,7 +135,6 @@ def forced_transport(explicit: str) -> str:
 
 
 NO_CUDA = "no CUDA tensor in the message"
-_announced: set[tuple] = set()
 
 
 def ipc_min_bytes() -> int:
@@ -181,7 +154,7 @@ def resolve(
     has_cuda: bool,
     route: Callable[[], OutputRoute] | None,
     *,
-    key: Any,
+    announced: set,
     output: str,
     size: Callable[[], int] | None = None,
 ) -> tuple[str, str]:
@@ -190,7 +163,7 @@ def resolve(
     bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``,
     `size` (the message's tensor bytes) only where ``TC_IPC_MIN_BYTES`` could apply. The
     transport may be `HOST_TO_GPU` (host bytes on the wire). Choices the code did not name itself
-    are logged once per (`key`, `output`, transport, reason)."""
+    are logged once per output, transport and reason (`announced`: the output's record of them)."""
     name = forced_transport(requested)
     if name == CUDA_IPC and not has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
@@ -205,26 +178,15 @@ def resolve(
         return name, f"forced by {ENV_TRANSPORT}={name}"
     else:
         return name, "asked for by the code"
-    announce(key, output, name, why)
+    announce(announced, output, name, why)
     return name, why
 
 
-def forget_announced() -> None:
-    """Log every choice again (tests: node ids come back once their nodes are gone)."""
-    _announced.clear()
-
-
-def forget_key(key: Any) -> None:
-    """Log the choices of the sender behind `key` again (its key is about to be another's)."""
-    _announced.difference_update([entry for entry in _announced if entry[0] == key])
-
-
-def announce(key: Any, output: str, name: str, why: str) -> None:
-    entry = (key, output, name, why)
-    if entry not in _announced and len(_announced) < 4096:
-        # Once per output, choice and reason (a handful per output): what a user needs to see
-        # when a deployment changes it.
-        _announced.add(entry)
+def announce(announced: set, output: str, name: str, why: str) -> None:
+    """Log an output's choice of transport and its reason, once (`announced` holds those logged:
+    a handful per output, what a user needs to see when a deployment changes it)."""
+    if (name, why) not in announced and len(announced) < 64:
+        announced.add((name, why))
         log.info("output '%s': transport %s (%s)", output, name, why)
 
 

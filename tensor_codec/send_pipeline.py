@@ -1,5 +1,5 @@
 """The send path, one way, written once for `tc.encode` (an Arrow buffer of its own) and `tc.send`
-(dora's send buffer, or a value dora copies):
+(dora's send buffer, or a value dora copies: tensor_codec/dora/output.py):
 
 1. `lay_out`: the object taken apart (plan.py), its transport picked (routing.py), the message
    laid out by that transport (its metadata, its length, where each leaf goes);
@@ -13,17 +13,15 @@ each of them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from . import routing
+from . import gpus, routing
 from .layout import Destination
 from .plan import Plan, make_plan
 from .transports import Outgoing, Output, get_transport
-from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
-
-if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
-    from .cuda_ipc.transport import CudaIpcTransport
+from .transports.names import HOST, HOST_TO_GPU
 
 __all__ = ["lay_out", "resolve", "write"]
 
@@ -33,19 +31,17 @@ def lay_out(
     requested: str,
     output: Output,
     route: Callable[[], routing.OutputRoute] | None = None,
-    key: Any = None,
 ) -> Outgoing | None:
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
-    out (the Outgoing names the transport that laid it out). None: the output's in-flight policy dropped it (CUDA
-    IPC past its cap)."""
+    out (the Outgoing names the transport that laid it out). None: the output's in-flight policy
+    dropped it (CUDA IPC past its cap)."""
     plan = make_plan(obj)
     # "host" is host bytes, always (`resolve`'s first line), without a call: this runs per message.
-    name = HOST if requested == HOST else resolve(plan, requested, output.name, route, key)[0]
+    name = HOST if requested == HOST else resolve(plan, requested, output, route)[0]
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
-        ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))  # it maps GPUs to UUIDs (and the stand-in's)
-        name, output.onto_gpu = HOST, ipc.gpu_of(plan)
+        name, output = HOST, dataclasses.replace(output, onto_gpu=gpus.gpu_of(plan))
     return get_transport(name).lay_out(plan, output)
 
 
@@ -53,17 +49,15 @@ _ASKED_FOR_HOST = (HOST, "asked for by the code")
 
 
 def resolve(
-    plan: Plan,
-    requested: str,
-    output: str,
-    route: Callable[[], routing.OutputRoute] | None = None,
-    key: Any = None,
+    plan: Plan, requested: str, output: Output, route: Callable[[], routing.OutputRoute] | None = None
 ) -> tuple[str, str]:
     """-> (transport, why) of a message of `plan` on `output` (routing.resolve; HOST_TO_GPU
     included): what `lay_out` uses, and what `tc.transport_for` reports."""
     if requested == HOST:
         return _ASKED_FOR_HOST  # what routing.resolve gives "host", always: no call per message
-    return routing.resolve(requested, plan.has_cuda, route, key=key, output=output, size=lambda: plan.data_bytes)
+    return routing.resolve(
+        requested, plan.has_cuda, route, announced=output.announced, output=output.name, size=lambda: plan.data_bytes
+    )
 
 
 def write(outgoing: Outgoing, dest: Destination) -> None:

@@ -6,7 +6,7 @@ never call dora (dora_adapter.py does)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -30,12 +30,15 @@ class Output:
     will read it and how many of those one receiving process may be (its inputs wired to the
     output; both asked only by transports that track receivers), and `onto_gpu`: the UUID of
     the GPU host bytes are to be restored onto at the receivers (routing's small-message rule,
-    routing.HOST_TO_GPU), None for tensors restored where the receiver asks."""
+    routing.HOST_TO_GPU), None for tensors restored where the receiver asks. One per output port,
+    kept (a dora Output's `sink`): `announced` holds the choices of transport it logged
+    (routing.announce); a message restored onto a GPU goes with a copy naming it."""
 
     name: str
     receivers: Callable[[], int]
     onto_gpu: str | None = None
     receivers_per_process: Callable[[], int] = _one
+    announced: set = field(default_factory=set)
 
 
 @dataclass(slots=True)

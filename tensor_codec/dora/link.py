@@ -1,0 +1,158 @@
+"""`Link`: what this process's dora Node is, read once: its id, machine, config, the daemon's
+config (``DORA_NODE_CONFIG``) and the dataflow descriptor, and an `Output` per output port.
+
+A dora process has one Node, and what dora says about it does not change while it runs, so a
+Link reads each fact on first use and keeps it; its Outputs keep what their messages fixed
+(route, limits, prepared sends). `Link.of(node)` is the link of a node, found by identity.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, ClassVar
+
+from ..routing import OutputRoute
+from . import descriptor as D
+from .limits import DEFAULT_POOL_BYTES
+from .output import Output
+
+__all__ = ["Link"]
+
+_UNREAD: Any = object()  # a fact not read yet (None is a fact: "dora does not say")
+
+
+class Link:
+    """This process's dora Node (`node`: dora's, or a test double with the same methods)."""
+
+    # The link `of` gave last (one dora Node per process: nearly every call finds it here), and
+    # the links of nodes that take weak references (test doubles), forgotten with their node. A
+    # dora Node takes none: its link holds it until `close()` (the project's nodes close it when
+    # their loop ends: dora's Node leaves the dataflow only when freed) or another node's link
+    # takes its place.
+    _last: ClassVar[Link | None] = None
+    _weak: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, node: Any) -> Link:
+        """The link of `node` (made on first use)."""
+        link = cls._last
+        if link is not None and link.node is node:
+            return link
+        try:
+            link = cls._weak.get(node)
+            if link is None:
+                link = cls._weak[node] = cls(node)
+        except TypeError:  # takes no weak reference (dora's Node)
+            link = cls(node)
+        cls._last = link
+        return link
+
+    def __init__(self, node: Any):
+        self.node = node
+        self.config = _node_config(node)  # inputs, outputs, pool size, id; {} from a double without
+        self.machine = D.clean_machine(os.environ.get("DORA_MACHINE_ID"))  # None: the default machine
+        found = self.config.get("node_id")
+        self.node_id: str | None = found if isinstance(found, str) else D.node_id_in(_daemon_text())
+        self.outputs: dict[str, Output] = {}
+        self._descriptor = _UNREAD
+        self._daemon_config = _UNREAD
+        self._pool: tuple[int, str] | None = None
+
+    def close(self) -> None:
+        """Stop holding the node: `of` forgets this link (its Outputs go with it)."""
+        if Link._last is self:
+            Link._last = None
+        try:
+            Link._weak.pop(self.node, None)
+        except TypeError:
+            pass
+
+    # -- what dora says --------------------------------------------------------------------
+
+    @property
+    def descriptor(self) -> Any:
+        """The dataflow descriptor dora hands the node (None: it cannot say)."""
+        if self._descriptor is _UNREAD:
+            try:
+                self._descriptor = self.node.dataflow_descriptor()
+            except Exception:  # a test double, or a dora without it
+                self._descriptor = None
+        return self._descriptor
+
+    @property
+    def daemon_config(self) -> dict | None:
+        """``DORA_NODE_CONFIG`` parsed (descriptor.parse_daemon_config), None where absent or unreadable."""
+        if self._daemon_config is _UNREAD:
+            self._daemon_config = D.parse_daemon_config(_daemon_text())
+        return self._daemon_config
+
+    @property
+    def name(self) -> str:
+        """The node's id for messages ("<this node>" where dora does not say)."""
+        return self.node_id or "<this node>"
+
+    @property
+    def pool(self) -> tuple[int, str]:
+        """-> (bytes, where the value comes from) of the node's shared-memory pool. dora reads
+        ``64MB`` in the YAML as 64 MiB (and refuses ``64MiB``)."""
+        if self._pool is None:
+            pool = self.config.get("shared_memory_pool_size")
+            env = os.environ.get("DORA_NODE_SHM_POOL_SIZE", "")
+            if isinstance(pool, int):
+                self._pool = pool, "the dataflow YAML"
+            elif env.isdigit():
+                self._pool = int(env), "DORA_NODE_SHM_POOL_SIZE"
+            else:
+                self._pool = DEFAULT_POOL_BYTES, "dora's default"
+        return self._pool
+
+    def declared_inputs(self) -> set[str]:
+        """The input ids the dataflow YAML gives this node (optional inputs switch features on)."""
+        return set(self.config.get("inputs") or {})
+
+    def declared_outputs(self) -> set[str]:
+        """The output ids the dataflow YAML gives this node (dora ignores sends to undeclared ones)."""
+        return set(self.config.get("outputs") or [])
+
+    def env_names(self) -> list[str] | None:
+        """The env names the dataflow YAML gives this node, or None when dora does not say."""
+        return D.env_names(self.descriptor, self.node_id)
+
+    def input_queue(self, input_id: str) -> tuple[int | None, str | None]:
+        """-> (queue_size, queue_policy) of this node's input `input_id` (None where not said:
+        dora's defaults apply)."""
+        return D.input_queue(self.descriptor, self.node_id, input_id)
+
+    def route(self, output_id: str) -> OutputRoute:
+        """Where the consumers of `output_id` run, and their queues."""
+        return self.output(output_id).route
+
+    def output_routing(self, output_id: str) -> Any:
+        """The daemon's routing entry of `output_id` (DORA_NODE_CONFIG's ``output_routing``:
+        ``{daemon_only: bool, ...}``), None where it gives none."""
+        config = self.daemon_config
+        routing = config.get("output_routing") if config is not None else None
+        return routing.get(output_id) if isinstance(routing, dict) else None
+
+    # -- outputs ---------------------------------------------------------------------------
+
+    def output(self, output_id: str) -> Output:
+        """The Output of port `output_id` (one per port, kept)."""
+        out = self.outputs.get(output_id)
+        if out is None:
+            out = self.outputs[output_id] = Output(self, output_id)
+        return out
+
+
+def _daemon_text() -> str:
+    return os.environ.get("DORA_NODE_CONFIG", "")
+
+
+def _node_config(node: Any) -> dict:
+    """The node's config as dora gives it; {} from a test double or a dora without it."""
+    try:
+        config = node.node_config()
+    except Exception:
+        return {}
+    return config if isinstance(config, dict) else {}
