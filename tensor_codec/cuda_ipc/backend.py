@@ -1,4 +1,5 @@
-"""The only place that talks to CUDA for the CUDA IPC transport, through torch's own APIs.
+"""The only place that talks to CUDA for the CUDA IPC transport, through torch's own APIs (which
+GPU is which aside: tensor_codec/gpus.py).
 
 The transport (``transport.py``) does the protocol: plans, ledger, caps, validation,
 lifetimes. This backend does the few device operations it needs, so a CPU stand-in with the same
@@ -30,7 +31,6 @@ from typing import Any
 import torch
 
 from ..wire.cuda_ipc import EVENT_HANDLE_BYTES
-from .identity import gpu_uuid, local_index_of_uuid
 
 __all__ = ["CudaBackend", "Segment"]
 
@@ -76,20 +76,7 @@ class CudaBackend:
 
     name = "cuda"
 
-    # ---- identity
-    def gpu_uuid(self, index: int) -> str:
-        return gpu_uuid(index)
-
-    def local_index(self, uuid: str) -> int | None:
-        return local_index_of_uuid(uuid)
-
-    def visible_gpus(self) -> list[str]:
-        return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
-
-    def torch_device(self, index: int) -> torch.device:
-        """The device tensors of GPU `index` are restored onto (host bytes bound for a GPU)."""
-        return torch.device("cuda", index)
-
+    # ---- where the work goes (which GPU is which is gpus.py's: the stand-in serves both)
     def current_index(self) -> int:
         return torch.cuda.current_device()
 
@@ -97,10 +84,6 @@ class CudaBackend:
         return torch.cuda.current_stream(index)
 
     # ---- producer: set-up, once per pooled buffer
-    def device_index_of(self, t: torch.Tensor) -> int | None:
-        """The GPU a leaf lives on, None for a CPU leaf (copied up into the message)."""
-        return t.device.index if t.device.type == "cuda" else None
-
     def allocate(self, nbytes: int, index: int) -> torch.Tensor:
         """A message buffer, allocated on the current stream (the one that first writes it)."""
         return torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))

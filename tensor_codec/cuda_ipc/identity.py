@@ -1,11 +1,10 @@
-"""Who and where a process is, for CUDA IPC: the same kernel (host), the same physical GPU.
+"""Who and where a process is, for CUDA IPC: the same kernel (host), the same pid namespace.
 
-CUDA IPC handles only open on the machine that made them, on the same physical GPU. A message
-carries the producer's host identity and the GPU's UUID; a receiver compares them with its own
-and refuses, naming both, instead of failing inside the driver. The host identity is the
-kernel's boot id (shared by every process and container of one running kernel, new at every
-boot) plus the host name for people to read. GPUs are matched by UUID, so the same physical GPU
-seen under another index (CUDA_VISIBLE_DEVICES) is found.
+CUDA IPC handles only open on the machine that made them. A message carries the producer's host
+identity; a receiver compares it with its own and refuses, naming both, instead of failing inside
+the driver. The host identity is the kernel's boot id (shared by every process and container of
+one running kernel, new at every boot) plus the host name for people to read. The same physical
+GPU is matched by UUID: tensor_codec/gpus.py.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ __all__ = [
     "host_name",
     "pid_namespace",
     "pid_alive",
-    "gpu_uuid",
-    "local_index_of_uuid",
     "check_same_machine",
 ]
 
@@ -61,25 +58,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def gpu_uuid(index: int) -> str:
-    """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
-    import torch
-
-    raw = torch.cuda.get_device_properties(index).uuid
-    text = str(raw)
-    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
-
-
-def local_index_of_uuid(uuid: str) -> int | None:
-    """This process's CUDA index for a GPU UUID, or None if it cannot see that GPU."""
-    import torch
-
-    for index in range(torch.cuda.device_count()):
-        if gpu_uuid(index) == uuid:
-            return index
-    return None
 
 
 def check_same_machine(

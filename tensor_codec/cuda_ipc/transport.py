@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from .. import limits
-from ..errors import DecodeError, EncodeError, UsageError, format_path
+from .. import gpus, limits
+from ..errors import DecodeError, UsageError
 from ..layout import Destination, write_leaf
 from ..plan import Plan
 from ..transports.arrow_values import leaf_views
@@ -55,8 +55,6 @@ class _State:
         self.pool = BufferPool(backend)
         self.producer = ProducerBook(recycle=self.pool.give_back)
         self.receiver = Receiver(backend)
-        self.index_of_uuid: dict[str, int] = {}  # GPUs this process sees, by UUID
-        self.uuid_of_index: dict[int, str] = {}
 
 
 _state: _State | None = None
@@ -75,10 +73,12 @@ def _get_state() -> _State:
 
 
 def use_backend(backend: Any) -> None:
-    """Replace the device backend (tests: a CPU stand-in); None restores the CUDA one lazily."""
+    """Replace the device backend (tests: a CPU stand-in); None restores the CUDA one lazily. The
+    stand-in's GPUs replace torch's too (gpus.py): its "GPU" memory is CPU memory."""
     global _state
     with _state_lock:
         _state = None if backend is None else _State(backend)
+        gpus.use(backend)
 
 
 class CudaIpcTransport:
@@ -146,69 +146,12 @@ class CudaIpcTransport:
             pause = min(pause * 2, 0.02)
 
     # ---------------------------------------------------------------- sending
-    def _device_of(self, plan: Plan, device_index_of) -> int:
-        index = None
-        for leaf, path in zip(plan.leaves, plan.paths):
-            here = device_index_of(leaf.source)
-            if here is None:
-                continue
-            if index is None:
-                index, first = here, path
-            elif here != index:
-                raise EncodeError(
-                    f"mixed GPUs at `{format_path(path)}`: transport='cuda-ipc' sends one GPU per message, "
-                    f"got cuda:{here} here and cuda:{index} at `{format_path(first)}`"
-                )
-        if index is None:
-            raise EncodeError(
-                "unsupported transport at `$`: transport='cuda-ipc' moves CUDA tensors, got no CUDA tensor "
-                "in the message (use transport='host' for CPU tensors)"
-            )
-        return index
-
-    def _uuid(self, state: _State, index: int) -> str:
-        uuid = state.uuid_of_index.get(index)
-        if uuid is None:
-            uuid = state.uuid_of_index[index] = state.backend.gpu_uuid(index)
-        return uuid
-
-    def gpu_of(self, plan: Plan) -> str:
-        """The UUID of the one GPU a message's tensors are on (the errors of a send: tensors on
-        two GPUs, or none); for host bytes that receivers restore onto that GPU (routing's
-        HOST_TO_GPU)."""
-        state = _get_state()
-        return self._uuid(state, self._device_of(plan, state.backend.device_index_of))
-
-    def device_of_gpu(self, uuid: str, where: str) -> torch.device:
-        """This process's device for a GPU named by UUID in a received header (`where`); a
-        DecodeError if it cannot see that GPU."""
-        state = _get_state()
-        index = self._index_of(state, uuid)
-        if index is None:
-            raise DecodeError(
-                f"{where}: the message's tensors were on {uuid}, which this process cannot see "
-                f"({self._seen(state)}); pass device=... to restore them elsewhere"
-            )
-        return state.backend.torch_device(index)
-
-    def _index_of(self, state: _State, uuid: str) -> int | None:
-        index = state.index_of_uuid.get(uuid)
-        if index is None:
-            index = state.backend.local_index(uuid)
-            if index is not None:  # only GPUs this process sees: a few; names from messages are hostile
-                state.index_of_uuid[uuid] = index
-        return index
-
-    def _seen(self, state: _State) -> str:
-        seen = state.backend.visible_gpus()
-        return f"it sees {', '.join(seen) if seen else 'no GPU'}"
-
     def _codec_metadata(self, state: _State, plan: Plan, index: int) -> tuple[dict, list[int], int]:
         key = (self.name, index, state.producer.ledger.name)
         memo = plan.memo
         if memo is not None and key in memo:
             return memo[key]
-        uuid = self._uuid(state, index)
+        uuid = gpus.current().uuid(index)
         offsets, total = layout_offsets([leaf.nbytes for leaf in plan.leaves], ALIGNMENT)
         producer = ProducerIdentity(host_identity(), pid_namespace(), os.getpid(), uuid, state.producer.ledger.name)
         leaf_fields = [{"offset": o} for o in offsets]
@@ -232,7 +175,7 @@ class CudaIpcTransport:
         publish it in a ledger slot; the Arrow value stays empty. None when the output's policy
         dropped it. In steady state nothing is allocated, exported or created here."""
         state = _get_state()
-        index = self._device_of(plan, state.backend.device_index_of)
+        index = gpus.current().device_of(plan)
         codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
         if not state.producer.admit(output.name, total):
             return None
@@ -301,7 +244,7 @@ class CudaIpcTransport:
             raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
         fields = _message_fields(metadata, total, producer)
         state = _get_state()
-        base, memory, index = state.receiver.open(producer, fields, lambda: self._local_index(state, producer.gpu))
+        base, memory, index = state.receiver.open(producer, fields, lambda: _local_index(producer.gpu))
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
         elif copy:
@@ -328,16 +271,6 @@ class CudaIpcTransport:
         fields = _message_fields(metadata, total, producer)
         _get_state().receiver.pass_unread(producer, fields)
 
-    def _local_index(self, state: _State, uuid: str) -> int:
-        index = self._index_of(state, uuid)
-        if index is None:
-            raise DecodeError(
-                f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
-                f"({self._seen(state)}); send with transport='host' to reach another GPU "
-                f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
-            )
-        return index
-
 
 def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> IpcFields:
     """A received message's `tc.ipc.*` fields, once they and its producer's identity pass every
@@ -349,3 +282,16 @@ def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> I
             f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
         )
     return fields
+
+
+def _local_index(uuid: str) -> int:
+    """This process's index of the GPU a CUDA IPC message lives on; DecodeError if it cannot see it."""
+    found = gpus.current()
+    index = found.index_of(uuid)
+    if index is None:
+        raise DecodeError(
+            f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
+            f"({found.seen()}); send with transport='host' to reach another GPU "
+            f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
+        )
+    return index

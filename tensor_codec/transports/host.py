@@ -19,24 +19,21 @@ them onto that GPU, where CUDA IPC would have put them, unless it asks for a dev
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import pyarrow as pa
 import torch
 
-from .. import limits
+from .. import gpus, limits
 from ..errors import DecodeError
 from ..layout import Destination, LeafLayout, write_leaf
 from ..plan import Plan
 from ..wire.buffer import HOST_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import KEY_GPU, Padding, check_canonical_offsets, check_value, layout_offsets
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
-from . import arrow_values, get_transport  # the package is loaded before any transport module
+from . import arrow_values
 from .base import Materialized, Outgoing, Output
-from .names import CUDA_IPC, HOST
-
-if TYPE_CHECKING:  # loaded on first use, as every transport is
-    from ..cuda_ipc.transport import CudaIpcTransport
+from .names import HOST
 
 _UINT8 = pa.uint8()
 SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
@@ -217,10 +214,9 @@ def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
 
 
 def _gpu_device(uuid: str) -> torch.device:
-    """This process's device for the GPU a header names (the CUDA IPC transport keeps that
-    mapping, and the CPU stand-in of the tests replaces it)."""
-    ipc = cast("CudaIpcTransport", get_transport(CUDA_IPC))
-    return ipc.device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
+    """This process's device for the GPU a header names (gpus.py: torch's GPUs, or the CPU
+    stand-in's in the tests)."""
+    return gpus.device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
 
 
 # ---------------------------------------------------------------------------- host <-> GPU

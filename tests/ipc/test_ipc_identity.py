@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from tensor_codec.cuda_ipc.identity import gpu_uuid, host_identity, host_name, local_index_of_uuid, pid_namespace
+from tensor_codec.cuda_ipc.identity import host_identity, host_name, pid_namespace
+from tensor_codec.gpus import gpu_uuid, local_index_of_uuid
 
 
 @pytest.mark.slow  # fresh interpreters
@@ -39,7 +40,7 @@ def test_the_same_gpu_under_another_index_has_the_same_uuid():
         pytest.skip("needs two GPUs to renumber them")
     uuid_of_1 = gpu_uuid(1)
     seen = subprocess.run(
-        [sys.executable, "-c", "from tensor_codec.cuda_ipc.identity import gpu_uuid; print(gpu_uuid(0))"],
+        [sys.executable, "-c", "from tensor_codec.gpus import gpu_uuid; print(gpu_uuid(0))"],
         capture_output=True,
         text=True,
         check=True,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import routing
+from tensor_codec import gpus, routing
 from tensor_codec.errors import DecodeError, EncodeError
 from tensor_codec.wire.header import KEY_HEADER
 from tests.support.fakes import FakeNode
@@ -163,12 +163,11 @@ def _host_message_naming(gpu) -> tuple[pa.Array, dict]:
 def test_a_gpu_this_process_cannot_see_is_named_and_device_is_the_way_out(fake):
     other = "GPU-99999999-1111-2222-3333-444444444444"
     value, metadata = _host_message_naming(other)
-    from tensor_codec.cuda_ipc import transport as cuda_ipc
 
     for _ in range(3):  # names from messages are hostile: what this process cannot see is not kept
         with pytest.raises(DecodeError):
             tc.decode(value, metadata)
-    assert other not in cuda_ipc._get_state().index_of_uuid
+    assert other not in gpus.current().index_of_uuid
     with pytest.raises(DecodeError) as e:
         tc.decode(value, metadata)
     assert str(e.value).startswith(

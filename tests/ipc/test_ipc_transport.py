@@ -14,7 +14,7 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter
+from tensor_codec import dora_adapter, gpus
 from tensor_codec.cuda_ipc import identity
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.testing import (
@@ -281,7 +281,7 @@ def test_a_message_is_claimed_before_the_receiver_starts_cuda(fake, monkeypatch)
         return finding_the_gpu(uuid)
 
     monkeypatch.setattr(fake, "local_index", slow_start)
-    state.index_of_uuid.clear()
+    gpus.current().index_of_uuid.clear()
     got = tc.decode(value, metadata)
     assert got.tolist() == list(range(100))
 
@@ -379,7 +379,7 @@ def test_a_gpu_this_process_cannot_see_names_both(fake):
 
 def test_the_same_gpu_under_another_index_is_found(fake):
     fake.gpus.insert(0, "GPU-aaaaaaaa-0000-0000-0000-000000000000")  # as CUDA_VISIBLE_DEVICES=1,0 would
-    cuda_ipc._get_state().index_of_uuid.clear()
+    gpus.current().index_of_uuid.clear()
     value, metadata = _message(fake)
     assert tc.decode(value, metadata).tolist() == list(range(8))
 

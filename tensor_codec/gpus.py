@@ -1,0 +1,159 @@
+"""This process's GPUs: which physical GPU (by UUID) is behind a CUDA device index, and back.
+
+A header names a GPU by its UUID: a CUDA IPC producer's GPU, or the GPU host bytes are restored
+onto (routing's HOST_TO_GPU). UUIDs, not indices, so the same physical GPU seen under another
+index (CUDA_VISIBLE_DEVICES) is found. Both transports ask here, and so does the send pipeline:
+the host transport restores onto the GPU a header names, the send pipeline names the GPU of host
+bytes bound for one, the CUDA IPC transport names its producer's GPU and finds it on receipt.
+
+What is learned comes from a source of GPUs: torch's (`TorchGpus`), or the CPU stand-in of the
+tests, installed with the CUDA IPC backend it belongs to (cuda_ipc.use_backend): its "GPU" memory
+is CPU memory. Nothing here initialises CUDA before a GPU is asked about.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .errors import DecodeError, EncodeError, format_path
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["Gpus", "TorchGpus", "current", "use", "gpu_of", "device_of_gpu", "gpu_uuid", "local_index_of_uuid"]
+
+
+def gpu_uuid(index: int) -> str:
+    """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
+    raw = torch.cuda.get_device_properties(index).uuid
+    text = str(raw)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def local_index_of_uuid(uuid: str) -> int | None:
+    """This process's CUDA index for a GPU UUID, or None if it cannot see that GPU."""
+    for index in range(torch.cuda.device_count()):
+        if gpu_uuid(index) == uuid:
+            return index
+    return None
+
+
+class TorchGpus:
+    """The GPUs torch sees. A stand-in has the same five methods (tests/support/ipc_fake_backend.py)."""
+
+    def gpu_uuid(self, index: int) -> str:
+        return gpu_uuid(index)
+
+    def local_index(self, uuid: str) -> int | None:
+        return local_index_of_uuid(uuid)
+
+    def visible_gpus(self) -> list[str]:
+        return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
+
+    def torch_device(self, index: int) -> torch.device:
+        """The device tensors of GPU `index` are restored onto (host bytes bound for a GPU)."""
+        return torch.device("cuda", index)
+
+    def device_index_of(self, t: torch.Tensor) -> int | None:
+        """The GPU a tensor lives on, None for a CPU tensor."""
+        return t.device.index if t.device.type == "cuda" else None
+
+
+class Gpus:
+    """The GPUs of this process by UUID and by index, learned from `source` once each."""
+
+    def __init__(self, source: Any):
+        self.source = source
+        self.uuid_of_index: dict[int, str] = {}
+        self.index_of_uuid: dict[str, int] = {}  # only GPUs this process sees: names from messages are hostile
+
+    def uuid(self, index: int) -> str:
+        uuid = self.uuid_of_index.get(index)
+        if uuid is None:
+            uuid = self.uuid_of_index[index] = self.source.gpu_uuid(index)
+        return uuid
+
+    def index_of(self, uuid: str) -> int | None:
+        """This process's index of the GPU `uuid`, None if it cannot see it (not remembered)."""
+        index = self.index_of_uuid.get(uuid)
+        if index is None:
+            index = self.source.local_index(uuid)
+            if index is not None:
+                self.index_of_uuid[uuid] = index
+        return index
+
+    def seen(self) -> str:
+        """What this process sees, for an error naming a GPU it does not."""
+        seen = self.source.visible_gpus()
+        return f"it sees {', '.join(seen) if seen else 'no GPU'}"
+
+    def device_of(self, plan: Plan) -> int:
+        """The index of the one GPU a message's tensors are on; EncodeError for tensors on two
+        GPUs, or on none (the CPU leaves of a message are copied up: they do not count)."""
+        index = None
+        device_index_of = self.source.device_index_of
+        for leaf, path in zip(plan.leaves, plan.paths):
+            here = device_index_of(leaf.source)
+            if here is None:
+                continue
+            if index is None:
+                index, first = here, path
+            elif here != index:
+                raise EncodeError(
+                    f"mixed GPUs at `{format_path(path)}`: transport='cuda-ipc' sends one GPU per message, "
+                    f"got cuda:{here} here and cuda:{index} at `{format_path(first)}`"
+                )
+        if index is None:
+            raise EncodeError(
+                "unsupported transport at `$`: transport='cuda-ipc' moves CUDA tensors, got no CUDA tensor "
+                "in the message (use transport='host' for CPU tensors)"
+            )
+        return index
+
+    def gpu_of(self, plan: Plan) -> str:
+        """The UUID of the one GPU a message's tensors are on (`device_of`'s errors)."""
+        return self.uuid(self.device_of(plan))
+
+    def device_of_gpu(self, uuid: str, where: str) -> torch.device:
+        """This process's device for a GPU named by UUID in a received header (`where`); a
+        DecodeError if it cannot see that GPU."""
+        index = self.index_of(uuid)
+        if index is None:
+            raise DecodeError(
+                f"{where}: the message's tensors were on {uuid}, which this process cannot see "
+                f"({self.seen()}); pass device=... to restore them elsewhere"
+            )
+        return self.source.torch_device(index)
+
+
+# Process-wide by nature: a GPU's identity is the whole process's (tests install a stand-in's).
+_current: Gpus | None = None
+
+
+def current() -> Gpus:
+    """This process's GPUs (torch's unless a stand-in was installed with `use`)."""
+    global _current
+    gpus = _current
+    if gpus is None:
+        gpus = _current = Gpus(TorchGpus())
+    return gpus
+
+
+def use(source: Any) -> None:
+    """Learn GPUs from `source` from now on (the CPU stand-in of the tests); None: torch's."""
+    global _current
+    _current = None if source is None else Gpus(source)
+
+
+def gpu_of(plan: Plan) -> str:
+    """The UUID of the one GPU a message's tensors are on (`Gpus.device_of`'s errors): the GPU
+    host bytes are restored onto (routing's HOST_TO_GPU)."""
+    return current().gpu_of(plan)
+
+
+def device_of_gpu(uuid: str, where: str) -> torch.device:
+    """This process's device for the GPU a received header names at `where` (DecodeError if it
+    cannot see it)."""
+    return current().device_of_gpu(uuid, where)
