@@ -2,9 +2,12 @@
 
 A newcomer's map (docs/cuda-ipc-design.md has the design):
 
+* __init__.py    the package's face: tc.ipc_configure / ipc_flush / ipc_stats / ipc_trim, which load
+                 the transport on their first call (importing this package never does);
 * transport.py   the transport (lay out on the GPU, publish; validate, open, wait, view) and its
                  own API: configure (the cap on bytes in flight), flush, stats;
-* identity.py    host, pid namespace and GPU identities, and the same-machine check;
+* identity.py    host and pid namespace identities, and the same-machine check (which GPU is
+                 which: tensor_codec/gpus.py);
 * ledger.py      the shared-memory ledger through which receivers release what they read;
 * progress.py    how far each receiver of an output got: when an unclaimed message was lost;
 * producing.py   the sending process's bookkeeping (`ProducerBook`: slots, bytes in flight);
@@ -22,9 +25,12 @@ Importing this package never initialises CUDA.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["use_backend"]
+if TYPE_CHECKING:  # the transport loads on first use (tests/codec/test_hygiene.py)
+    from .transport import CudaIpcTransport
+
+__all__ = ["use_backend", "ipc_configure", "ipc_flush", "ipc_stats", "ipc_trim"]
 
 
 def use_backend(backend: Any) -> None:
@@ -32,3 +38,48 @@ def use_backend(backend: Any) -> None:
     from .transport import use_backend as _use
 
     _use(backend)
+
+
+def _transport() -> CudaIpcTransport:
+    """The CUDA IPC transport the codec sends with (loaded now if no message loaded it yet)."""
+    from ..transports import get_transport
+    from ..transports.names import CUDA_IPC
+    from .transport import CudaIpcTransport
+
+    transport = get_transport(CUDA_IPC)
+    assert isinstance(transport, CudaIpcTransport)  # transports._TABLE's entry for CUDA_IPC
+    return transport
+
+
+def ipc_configure(
+    output_id: str,
+    *,
+    max_bytes_in_flight: int | None = None,
+    on_full: str | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
+    what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
+    `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""
+    _transport().configure(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+
+
+def ipc_flush(timeout_s: float = 10.0) -> bool:
+    """Wait until receivers released everything this process sent with transport='cuda-ipc'
+    (call before a producer exits: its GPU memory goes with it); False on timeout."""
+    return _transport().flush(timeout_s)
+
+
+def ipc_stats() -> dict:
+    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops at the cap,
+    waits, messages lost on the way: given up unclaimed, as dora dropped them),
+    its message buffers (made, reused, idle) and as a receiver (claims, releases, opened
+    segments and events, cache hits)."""
+    return _transport().stats()
+
+
+def ipc_trim() -> int:
+    """Give this process's idle CUDA IPC message buffers back to torch's caching allocator; ->
+    how many. Sending keeps released buffers for the next messages (exported once, so a steady
+    stream allocates nothing): call this when a burst is over and the memory is wanted elsewhere."""
+    return _transport().trim()

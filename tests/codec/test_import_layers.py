@@ -3,6 +3,7 @@ rests only on errors, nothing imports a layer above its own, no module-level cyc
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tools import import_graph
@@ -25,6 +26,22 @@ def test_the_wire_format_rests_only_on_errors():
     _, arrows = import_graph.arrows(ROOT)
     from_wire = {a.target for a in arrows if a.source.split(".")[0] == "wire"}
     assert {t for t in from_wire if t.split(".")[0] != "wire"} == {"errors"}
+
+
+def test_the_packages_init_only_re_exports():
+    """tensor_codec/__init__.py is the package's face: its imports, every one at the top, then the
+    version check, __version__ and __all__; nothing defined there (the ipc_* functions live with
+    CUDA IPC, and are the same objects under tc.)."""
+    import tensor_codec as tc
+    from tensor_codec import cuda_ipc
+
+    tree = ast.parse((ROOT / "tensor_codec" / "__init__.py").read_text())
+    body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+    imports = [isinstance(n, ast.Import | ast.ImportFrom) for n in body]
+    rest = [ast.unparse(n).partition(" = ")[0] for n in body[imports.count(True) :]]
+    assert all(imports[: imports.count(True)]) and rest == ["_versions.require()", "__version__", "__all__"]
+    for name in ("ipc_configure", "ipc_flush", "ipc_stats", "ipc_trim"):
+        assert getattr(tc, name) is getattr(cuda_ipc, name) and name in tc.__all__
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
