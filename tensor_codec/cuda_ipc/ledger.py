@@ -25,13 +25,6 @@ over (a monitor shown a forwarded copy, or entries written straight into the fil
 up for a receiver that has not claimed yet. A process that only passes messages over
 (`LedgerView.pass_over`, the monitor) remembers what it passed, so a copy is a no-op.
 
-Nothing here trusts a file it did not make: /dev/shm is world-writable, so every path is opened
-without following a symbolic link and without blocking (a FIFO would block a plain open until a
-writer came), then fstat'ed: only a regular file of this user is read, mapped or removed.
-
-Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
-so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
-
 `collect` runs at every send, so it must not cost a lock, a process check and a progress update
 per message in flight (that made a send O(messages in flight): ~7 us each, 0.2 ms with 32 held).
 It compares each live slot's bytes, read without the lock, with what it saw at its last full
@@ -43,61 +36,47 @@ what was seen (the locked look comes now) or still equals it (a claim writes its
 outside the old bytes, before the head: the look comes at the next collect); it never decides
 anything by itself.
 
-Slot layout (little endian), SLOT_BYTES each, after a HEADER_BYTES file header:
-
-    0   u64  generation      (0 = never used)
-    8   u16  state           (0 free, 1 live)
-    10  u16  per_process     (claims one receiving process may make: its inputs on the output)
-    12  u16  expected        (receivers the producer expects)
-    14  u16  claims          (holder entries in use)
-    16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
-    24  u64  nbytes          (for reports)
-    32  HOLDERS x 80 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released, 3 released+event),
-                             u64 claimed_ns (CLOCK_MONOTONIC), 64-byte event handle
+The file itself (its layout, and the checks of a file under a world-writable directory):
+ledger_file.py. Nothing here touches CUDA.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import mmap
 import os
-import stat
-import struct
-import threading
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 
-from ..errors import CodecError, UsageError
+from ..errors import UsageError
 from ..wire.cuda_ipc import EVENT_HANDLE_BYTES, HOLDERS
-from .identity import pid_alive, pid_namespace
+from .identity import pid_alive
+from .ledger_file import (
+    FREE,
+    HOLDER,
+    HOLDER_BYTES,
+    HOLDING,
+    LIVE,
+    RELEASED,
+    RELEASED_WITH_EVENT,
+    SHM_DIR,
+    SLOT_BYTES,
+    SLOT_HEAD,
+    SLOT_HEAD_BYTES,
+    LedgerError,
+    claims_in,
+    create_ledger_file,
+    open_ledger_file,
+    remove_stale_ledgers,
+    signature,
+    slot_offset,
+)
 from .progress import OutputProgress
 
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
-MAGIC = b"tcledg02"  # 02: claims capped per process (`per_process` in the slot head)
-MAGIC_FAMILY = MAGIC[:6]  # any version's: a stale ledger of an older tensor_codec is removed too
-HEADER_BYTES = 64
-HOLDER_BYTES = 80
-SLOT_HEAD = struct.Struct("<QHHHHQQ")  # generation, state, per_process, expected, claims, published_ns, nbytes
-HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
-SLOT_BYTES = 32 + HOLDERS * HOLDER_BYTES
-SHM_DIR = "/dev/shm"
-# A path under a world-writable directory may be anything another user put there: no symbolic
-# link is followed, and a FIFO's open returns at once instead of waiting for a writer.
-_UNTRUSTED_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
 SWEEP_NS = 10_000_000  # a full look at every live slot at most this often (dead receivers, timeouts)
-_CLAIMS = struct.Struct("<H")  # the claims field, at offset 14 of a slot
-
-FREE, LIVE = 0, 1
-EMPTY, HOLDING, RELEASED, RELEASED_WITH_EVENT = 0, 1, 2, 3
-
-
-class LedgerError(CodecError, RuntimeError):
-    """A slot that cannot be claimed or released (expired, full, unknown ledger)."""
 
 
 @dataclass(frozen=True)
@@ -119,112 +98,6 @@ class Finished:
     unclaimed: int = 0  # expected claims it never got: > 0, given up for lost (dora dropped it, a receiver died)
 
 
-def _open_own_file(path: str, flags: int) -> int:
-    """Open `path`, under a directory anyone may write to (/dev/shm), only if it is a regular file
-    of this user -> its descriptor; never following a symbolic link, never waiting on a FIFO.
-    LedgerError naming what is there instead (a symbolic link, a FIFO, another user's file);
-    OSError where the open itself fails (no such file, a directory opened for writing)."""
-    try:
-        fd = os.open(path, flags | _UNTRUSTED_OPEN, 0o600)
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a symbolic link
-            raise LedgerError("expected a regular file of this user, got a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise LedgerError(f"expected a regular file of this user, got {_file_kind(st.st_mode)}")
-        if st.st_uid != os.geteuid():
-            raise LedgerError(f"expected a regular file of this user (uid {os.geteuid()}), got one of uid {st.st_uid}")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else f"file type {stat.S_IFMT(mode):o}"
-
-
-class _File:
-    """An mmap'ed file under /dev/shm with per-slot record locks."""
-
-    def __init__(self, name: str, size: int | None, create: bool, directory: str = SHM_DIR):
-        if "/" in name or "\0" in name or not name.startswith("tc-"):
-            raise LedgerError(f"ledger: expected a name like 'tc-...', got {name!r}")
-        self.name = name
-        self.path = os.path.join(directory, name)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        try:
-            self.fd = _open_own_file(self.path, flags)
-        except FileNotFoundError:
-            raise LedgerError(f"ledger: {name!r} does not exist (its producer has exited?)") from None
-        except LedgerError as e:  # a name from the network: a symbolic link, a FIFO, another user's file
-            raise LedgerError(f"ledger: {name!r}: {e}") from None
-        except OSError as e:  # a directory, a file this user may not open, ...
-            raise LedgerError(f"ledger: {name!r} cannot be opened: {e.strerror or e}") from None
-        try:
-            if create:
-                if size is None:
-                    raise UsageError("ledger: a new ledger file needs its size")
-                os.ftruncate(self.fd, size)
-            actual = os.fstat(self.fd).st_size
-            if actual < HEADER_BYTES:
-                raise LedgerError(f"ledger: {name!r} is {actual} bytes, expected at least {HEADER_BYTES}")
-            self.map = mmap.mmap(self.fd, actual)
-        except (OSError, ValueError) as e:  # a file mmap cannot map after all
-            os.close(self.fd)
-            if create:
-                raise
-            raise LedgerError(f"ledger: {name!r} cannot be mapped: {e}") from None
-        except BaseException:
-            os.close(self.fd)
-            raise
-        self.size = actual
-        self.thread_lock = threading.Lock()
-
-    def locked(self, start: int, length: int):
-        return _RangeLock(self, start, length)
-
-    def close(self) -> None:
-        try:
-            self.map.close()
-        finally:
-            os.close(self.fd)
-
-
-class _RangeLock:
-    def __init__(self, f: _File, start: int, length: int):
-        self.f, self.start, self.length = f, start, length
-
-    def __enter__(self):
-        self.f.thread_lock.acquire()
-        try:
-            fcntl.lockf(self.f.fd, fcntl.LOCK_EX, self.length, self.start)
-        except BaseException:
-            self.f.thread_lock.release()
-            raise
-
-    def __exit__(self, *exc):
-        try:
-            fcntl.lockf(self.f.fd, fcntl.LOCK_UN, self.length, self.start)
-        finally:
-            self.f.thread_lock.release()
-
-
-def _slot_offset(slot: int) -> int:
-    return HEADER_BYTES + slot * SLOT_BYTES
-
-
-def _signature(m: mmap.mmap, start: int) -> bytes:
-    """A slot's head and its claimed holders' entries, as bytes: any claim or release changes them."""
-    claims = min(_CLAIMS.unpack_from(m, start + 14)[0], HOLDERS)
-    return m[start : start + 32 + claims * HOLDER_BYTES]
-
-
 class Ledger:
     """The producer's side: publish slots, collect finished ones. One per producer process."""
 
@@ -241,16 +114,14 @@ class Ledger:
         self.slots = slots
         self.claim_timeout_ns = int(claim_timeout_s * 1e9)
         self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.file = _File(self.name, HEADER_BYTES + slots * SLOT_BYTES, create=True, directory=directory)
-        self.file.map[0:16] = MAGIC + struct.pack("<II", slots, SLOT_BYTES)
-        # Who made it, so a later producer can tell a crashed one's file from a live one's.
-        self.file.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
+        self.file = create_ledger_file(self.name, slots, directory)
         self.pid = os.getpid()
-        # slot -> (generation, producer's token, output, publish order, expected, per_process): the
-        # producer's own copy of what it published, which a receiver writing the file cannot change.
-        self.live: dict[int, tuple[int, object, str, int, int, int]] = {}
+        # slot -> (generation, producer's token, output, publish order, expected, per_process, the
+        # slot's offset in the file): the producer's own copy of what it published, which a
+        # receiver writing the file cannot change.
+        self.live: dict[int, tuple[int, object, str, int, int, int, int]] = {}
         self.progress: dict[str, OutputProgress] = {}  # output -> how far its receivers got
-        self.seen: dict[int, bytes] = {}  # live slot -> its bytes at the last full look
+        self.seen: dict[int, bytes] = {}  # live slot -> its `signature` at the last full look
         self.last_sweep_ns = 0
         self.published = 0
         self.next_slot = 0
@@ -270,15 +141,15 @@ class Ledger:
             self.next_slot = (self.next_slot + 1) % self.slots
             if slot in self.live:
                 continue
-            start = _slot_offset(slot)
+            start = slot_offset(slot)
             with self.file.locked(start, SLOT_BYTES):
                 generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
                 self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
                 now = time.monotonic_ns()
                 SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, per_process, expected, 0, now, nbytes)
-                self.seen[slot] = _signature(self.file.map, start)
+                self.seen[slot] = signature(self.file.map, start)
             self.published += 1
-            self.live[slot] = (generation, token, output, self.published, expected, per_process)
+            self.live[slot] = (generation, token, output, self.published, expected, per_process, start)
             if output not in self.progress:
                 self.progress[output] = OutputProgress()
             return SlotRef(self.name, slot, generation)
@@ -299,14 +170,14 @@ class Ledger:
         for slot, entry in reversed(list(self.live.items())):
             output = entry[2]
             if not sweep:
-                # _signature, inlined: this loop runs over every message in flight at every send.
-                start = HEADER_BYTES + slot * SLOT_BYTES
-                claims = min(m[start + 14] | m[start + 15] << 8, HOLDERS)
-                if m[start : start + 32 + claims * HOLDER_BYTES] == seen.get(slot):
+                # This loop runs over every message in flight at every send: the slot's bytes are
+                # compared with its last `signature`, taken as long again (equal, it is unchanged).
+                start, last = entry[6], seen.get(slot)
+                if last is not None and m[start : start + len(last)] == last:
                     # With as many claims as receivers expected it waits for releases, not for
                     # progress.py's inference (claims by one process past its share, counted
                     # once in the full look, can only postpone that look to the next sweep).
-                    if output not in changed or claims >= entry[4]:
+                    if output not in changed or claims_in(last) >= entry[4]:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)
@@ -318,12 +189,11 @@ class Ledger:
         return done
 
     def _finish_if_done(
-        self, slot: int, entry: tuple[int, object, str, int, int, int], now: int
+        self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int
     ) -> tuple[list[bytes], int] | None:
         """-> (the receivers' release events, the expected claims it never got), once finished."""
-        generation, _, output, order, expected, per_process = entry
+        generation, _, output, order, expected, per_process, start = entry
         progress = self.progress[output]
-        start = _slot_offset(slot)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
             gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
@@ -333,7 +203,7 @@ class Ledger:
             claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
             claimed_ns: dict[int, int] = {}
             for h in range(min(claims, HOLDERS)):
-                at = start + 32 + h * HOLDER_BYTES
+                at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
                 pid, hstate, when = HOLDER.unpack_from(m, at)
                 if claimers[pid] < per_process:
                     claimers[pid] += 1
@@ -347,7 +217,7 @@ class Ledger:
                     events.append(bytes(m[at + 16 : at + 16 + EVENT_HANDLE_BYTES]))
             progress.saw(order, claimers, claimed_ns)
             if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
-                self.seen[slot] = _signature(m, start)
+                self.seen[slot] = signature(m, start)
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
             return events, max(0, expected - claimers.total())
@@ -372,7 +242,7 @@ class Ledger:
         entry = self.live.get(ref.slot)
         if entry is None or entry[0] != ref.generation:
             return None
-        start = _slot_offset(ref.slot)
+        start = slot_offset(ref.slot)
         with self.file.locked(start, SLOT_BYTES):
             gen, _, per_process, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
             if claims:
@@ -386,7 +256,7 @@ class Ledger:
         return sum(self.nbytes(slot) for slot in self.live)
 
     def nbytes(self, slot: int) -> int:
-        return SLOT_HEAD.unpack_from(self.file.map, _slot_offset(slot))[6]
+        return SLOT_HEAD.unpack_from(self.file.map, slot_offset(slot))[6]
 
     def close(self) -> None:
         """Remove the file (receivers that mapped it keep their mapping until they close it)."""
@@ -400,55 +270,11 @@ class Ledger:
         self.file.close()
 
 
-def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
-    """Remove ledger files left by producers of this pid namespace that died without closing
-    theirs (a crash, SIGKILL); -> how many. Files of other namespaces, and anything that is not a
-    regular file of this user (`_open_own_file`: a FIFO, a symbolic link, another user's file),
-    are left alone, and nothing found there can make this wait."""
-    mine = pid_namespace().encode()[: HEADER_BYTES - 16]
-    removed = 0
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return 0
-    for name in names:
-        parts = name.split("-")
-        if len(parts) != 3 or parts[0] != "tc" or not parts[1].isdigit():
-            continue
-        pid = int(parts[1])
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            fd = _open_own_file(path, os.O_RDONLY)
-        except (OSError, LedgerError):
-            continue
-        try:
-            head = os.pread(fd, HEADER_BYTES, 0)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if head[:6] != MAGIC_FAMILY or head[16:].rstrip(b"\0") != mine:
-            continue
-        try:
-            os.unlink(path)  # the directory is sticky (/dev/shm): no other user can put another file at this name
-            removed += 1
-        except OSError:
-            pass
-    return removed
-
-
 class LedgerView:
     """A receiver's side of one producer's ledger: claim and release slots."""
 
     def __init__(self, name: str, *, directory: str = SHM_DIR):
-        self.file = _File(name, None, create=False, directory=directory)
-        magic, slots, slot_bytes = self.file.map[0:8], *struct.unpack_from("<II", self.file.map, 8)
-        if magic != MAGIC or slot_bytes != SLOT_BYTES or self.file.size < HEADER_BYTES + slots * SLOT_BYTES:
-            self.file.close()
-            raise LedgerError(f"ledger: {name!r} is not a tensor_codec ledger of this version")
-        self.slots = slots
+        self.file, self.slots = open_ledger_file(name, directory)
         self.pid = os.getpid()
         # slot -> the generation this process last passed over (`pass_over`); at most one entry per slot.
         self.passed: dict[int, int] = {}
@@ -456,7 +282,7 @@ class LedgerView:
     def _check(self, ref: SlotRef) -> int:
         if type(ref.slot) is not int or not 0 <= ref.slot < self.slots:
             raise LedgerError(f"ledger slot: expected 0..{self.slots - 1}, got {ref.slot!r}")
-        return _slot_offset(ref.slot)
+        return slot_offset(ref.slot)
 
     def claim(self, ref: SlotRef) -> None:
         """Register this process as a user of the message; LedgerError if it is gone, or if this
@@ -476,7 +302,7 @@ class LedgerView:
                     f"claimed the message {mine} time(s), as many as its producer allows one process (its inputs "
                     f"wired to the output); a copy of a message counts once"
                 )
-            HOLDER.pack_into(m, start + 32 + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
+            HOLDER.pack_into(m, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
             SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
 
     def pass_over(self, ref: SlotRef) -> bool:
@@ -503,7 +329,7 @@ class LedgerView:
             if gen != ref.generation or state != LIVE:
                 return  # already collected (this process was taken for dead, or released twice)
             for h in range(min(claims, HOLDERS)):
-                at = start + 32 + h * HOLDER_BYTES
+                at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
                 pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
                 if pid == self.pid and hstate == HOLDING:
                     if event_handle is not None:
@@ -523,7 +349,7 @@ def _claims_by(m: mmap.mmap, start: int, claims: int, pid: int) -> int:
     """How many of a slot's `claims` holder entries are `pid`'s (released ones included)."""
     mine = 0
     for h in range(claims):
-        if HOLDER.unpack_from(m, start + 32 + h * HOLDER_BYTES)[0] == pid:
+        if HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)[0] == pid:
             mine += 1
     return mine
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tensor_codec.cuda_ipc.ledger import SHM_DIR, LedgerView, SlotRef
+from tensor_codec.cuda_ipc.ledger import LedgerView, SlotRef
+from tensor_codec.cuda_ipc.ledger_file import SHM_DIR
 
 JOIN_S = 60.0  # generous on a loaded machine: each call returns in milliseconds unless it blocks
 

@@ -15,20 +15,8 @@ import torch
 
 import tensor_codec as tc
 from tensor_codec import dora_adapter
-from tensor_codec.cuda_ipc.ledger import (
-    HOLDER,
-    HOLDER_BYTES,
-    HOLDERS,
-    LIVE,
-    RELEASED,
-    SLOT_HEAD,
-    SWEEP_NS,
-    Ledger,
-    LedgerError,
-    LedgerView,
-    SlotRef,
-    _slot_offset,
-)
+from tensor_codec.cuda_ipc.ledger import HOLDERS, SWEEP_NS, Ledger, LedgerError, LedgerView, SlotRef
+from tensor_codec.cuda_ipc.ledger_file import HOLDER, HOLDER_BYTES, LIVE, RELEASED, SLOT_HEAD, slot_offset
 from tensor_codec.transports import get_transport
 from tests.ipc.other_process import claim_and_release_elsewhere, slot_of
 from tests.support.fakes import FakeNode
@@ -91,7 +79,7 @@ def test_pass_unread_twice_claims_once_and_the_receiver_still_gets_the_message(f
 def forge_claims(ledger: Ledger, ref: SlotRef, pid: int) -> None:
     """Released claims of `pid` in every holder entry but the last, the cap raised and the
     expected count lowered in the slot's head: the file written as any process of this user can."""
-    m, start = ledger.file.map, _slot_offset(ref.slot)
+    m, start = ledger.file.map, slot_offset(ref.slot)
     gen, state, _, _, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
     for h in range(claims, HOLDERS - 1):
         HOLDER.pack_into(m, start + 32 + h * HOLDER_BYTES, pid, RELEASED, time.monotonic_ns())

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tensor_codec.cuda_ipc import ledger as ledger_module
+from tensor_codec.cuda_ipc import ledger_file
 from tensor_codec.cuda_ipc.ledger import HOLDERS, SWEEP_NS, Ledger, LedgerError, LedgerView, SlotRef
 from tests.support.load import cpu_hog
 
@@ -138,7 +139,7 @@ def test_claims_from_many_processes_at_once_are_all_counted():
             p.join(10)
         import struct
 
-        from tensor_codec.cuda_ipc.ledger import HEADER_BYTES
+        from tensor_codec.cuda_ipc.ledger_file import HEADER_BYTES
 
         claims = struct.unpack_from("<H", ledger.file.map, HEADER_BYTES + 14)[0]
         assert claims == HOLDERS
@@ -407,7 +408,7 @@ def test_a_ledger_name_that_is_not_a_file_this_process_can_map_is_a_ledger_error
     """The name comes from the network: a directory, or a pipe, under it is refused as a
     LedgerError (the codec's DecodeError), never an OSError that a node counts as its own bug."""
     names = [f"tc-test-{os.getpid()}-dir", f"tc-test-{os.getpid()}-fifo"]
-    paths = [os.path.join(ledger_module.SHM_DIR, name) for name in names]
+    paths = [os.path.join(ledger_file.SHM_DIR, name) for name in names]
     os.mkdir(paths[0])
     os.mkfifo(paths[1])
     try:
