@@ -9,7 +9,12 @@ package's structure is judged by.
 An arrow is one module importing another of the package, at module level or inside a function
 (a lazy import: counted, and shown as such). `LAYERS` is the intended layering, lowest first:
 a module may import its own layer and those below. tests/codec/test_import_layers.py holds the
-package to it (no upward arrow, no cycle at module level).
+package to it (no upward arrow, no cycle at module level, no reach into CUDA IPC from the modules
+of `KEPT_FROM_CUDA_IPC`).
+
+What an import graph cannot see, a module asking the transport table for a sibling transport at
+run time (``get_transport(CUDA_IPC)``), is looked for in the modules that must not depend on CUDA
+IPC (`cuda_ipc_reaches`).
 """
 
 from __future__ import annotations
@@ -37,13 +42,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # An object taken apart (plan), received trees compiled, lifetimes, the helpers over a whole
     # structure (pinning, stamps, the sample suite).
     ("structure", ("plan", "tree", "received", "lifetimes", "metadata", "pinning", "testing")),
+    # Which GPU is which (by UUID), for both transports and the send pipeline.
+    ("gpus", ("gpus",)),
     # The transports: how bytes travel (host bytes, CUDA IPC) and the host<->GPU copies they make.
     ("transports", ("transports", "cuda_ipc")),
     # The paths one way and back (most messages back in one step: in_place), the rule that picks
     # a transport, and `describe` (a message checked as decode checks it, through its
     # transport's keys, without restoring it).
     ("paths", ("routing", "send_pipeline", "in_place", "codec", "describe")),
-    ("dora", ("dora_adapter",)),
+    # The top of the codec: dora's nodes, outputs and limits (dora_adapter: its name before issue 61).
+    ("dora", ("dora", "dora_adapter")),
     ("api", ("__init__",)),
 )
 
@@ -175,6 +183,48 @@ def cycles(edges: list[Arrow]) -> list[list[str]]:
     return groups
 
 
+# Modules that must not depend on the CUDA IPC transport: the host transport, and the send
+# pipeline, which hands a message to whichever transport routing picked. Which GPU is which is
+# gpus.py's.
+KEPT_FROM_CUDA_IPC = ("transports.host", "send_pipeline")
+CUDA_IPC_NAMES = frozenset({"CUDA_IPC", "cuda-ipc"})  # names.py's constant, and its text
+
+
+def cuda_ipc_reaches(root: Path) -> list[str]:
+    """Where a module of KEPT_FROM_CUDA_IPC reaches CUDA IPC: it imports the cuda_ipc package
+    (at module level, inside a function, or for the type checker: a cast of what the transport
+    table gives follows), or it asks the transport table for it by name (a call whose arguments
+    name ``CUDA_IPC`` or ``"cuda-ipc"``: ``get_transport(CUDA_IPC)``). A module this checkout
+    lacks is skipped."""
+    modules = module_names(root)
+    known = set(modules)
+    found = []
+    for name in KEPT_FROM_CUDA_IPC:
+        path = modules.get(name)
+        if path is None:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                targets = _resolve(name, path.name == "__init__.py", node, known)
+                if any(t.split(".")[0] == "cuda_ipc" for t in targets):
+                    found.append(f"{name}:{node.lineno}: imports {ast.unparse(node)!r}")
+            elif isinstance(node, ast.Call) and _names_cuda_ipc(node):
+                found.append(f"{name}:{node.lineno}: asks for the CUDA IPC transport: {ast.unparse(node)}")
+    return found
+
+
+def _names_cuda_ipc(call: ast.Call) -> bool:
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(arg, ast.Name) and arg.id in CUDA_IPC_NAMES:
+            return True
+        if isinstance(arg, ast.Attribute) and arg.attr in CUDA_IPC_NAMES:
+            return True
+        if isinstance(arg, ast.Constant) and arg.value in CUDA_IPC_NAMES:
+            return True
+    return False
+
+
 def summary(root: Path) -> dict:
     modules, edges = arrows(root)
     up = [a for a in edges if upward(a)]
@@ -187,6 +237,7 @@ def summary(root: Path) -> dict:
         "upward_arrows": len(up),
         "upward": [f"{a.source} -> {a.target}{' (lazy)' if a.lazy else ''}" for a in up],
         "cycles": cycles(edges),
+        "cuda_ipc_reaches": cuda_ipc_reaches(root),
         "largest": sorted(lines.items(), key=lambda kv: -kv[1])[:5],
     }
 
@@ -202,12 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     s = summary(args.root)
     print(
         f"{PACKAGE} at {args.root}: {s['modules']} modules, {s['lines']} lines, {s['arrows']} import arrows "
-        f"({s['lazy_arrows']} lazy), {s['upward_arrows']} upward, {len(s['cycles'])} cycles"
+        f"({s['lazy_arrows']} lazy), {s['upward_arrows']} upward, {len(s['cycles'])} cycles, "
+        f"{len(s['cuda_ipc_reaches'])} reaches into CUDA IPC from {', '.join(KEPT_FROM_CUDA_IPC)}"
     )
     for line in s["upward"]:
         print(f"  upward: {line}")
     for group in s["cycles"]:
         print(f"  cycle: {' <-> '.join(group)}")
+    for line in s["cuda_ipc_reaches"]:
+        print(f"  reaches CUDA IPC: {line}")
     if args.list:
         for a in arrows(args.root)[1]:
             mark = " UPWARD" if upward(a) else ""

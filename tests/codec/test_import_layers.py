@@ -22,6 +22,19 @@ def test_no_import_points_upward_and_none_makes_a_cycle():
     assert found["cycles"] == []
 
 
+def test_the_host_transport_and_the_send_pipeline_never_reach_cuda_ipc():
+    """Which GPU a UUID names is gpus.py's: neither imports the CUDA IPC package nor asks the
+    transport table for it (an arrow no import graph shows)."""
+    assert import_graph.cuda_ipc_reaches(ROOT) == []
+
+
+def test_gpus_lies_below_the_transports_and_dora_above_the_paths():
+    layer = import_graph.layer_of
+    assert layer("plan") < layer("gpus") < layer("transports.host")
+    assert layer("gpus") < layer("cuda_ipc.transport")
+    assert max(layer(m) for m in ("codec", "send_pipeline", "routing", "transports")) < layer("dora.output")
+
+
 def test_the_wire_format_rests_only_on_errors():
     _, arrows = import_graph.arrows(ROOT)
     from_wire = {a.target for a in arrows if a.source.split(".")[0] == "wire"}
@@ -78,3 +91,29 @@ def test_the_tool_finds_an_upward_import_a_lazy_one_and_a_cycle(tmp_path):
     assert sorted(found["upward"]) == ["wire.header -> codec", "wire.header -> routing (lazy)"]
     assert found["cycles"] == [["codec", "routing", "wire.header"]]  # one group: each reaches the others
     assert ("wire.header", "plan") not in {(a.source, a.target) for a in import_graph.arrows(root)[1]}
+
+
+def test_the_tool_finds_a_reach_into_cuda_ipc_from_the_modules_kept_from_it(tmp_path):
+    """An import of the cuda_ipc package (lazy, or for the type checker) and a call naming the
+    CUDA IPC transport, in the host transport or the send pipeline, are reaches; handing a message
+    to a transport named by a variable is not, nor is the same code in another module."""
+    asks = "def f():\n    return get_transport(CUDA_IPC)\n"
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cuda_ipc/__init__.py": "",
+            "cuda_ipc/transport.py": "",
+            "transports/__init__.py": "",
+            "transports/host.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..cuda_ipc.transport import T\n" + asks
+            ),
+            "send_pipeline.py": (
+                "def g(name):\n    from .cuda_ipc import transport\n    return get_transport(name)\n"
+                "def h():\n    return get_transport('cuda-ipc')\n"
+            ),
+            "codec.py": asks,
+        },
+    )
+    found = [line.split(": ")[0] for line in import_graph.cuda_ipc_reaches(root)]
+    assert sorted(found) == ["send_pipeline:2", "send_pipeline:5", "transports.host:3", "transports.host:5"]
