@@ -1,13 +1,10 @@
-"""The one table of dtypes the wire format knows: wire name, item size, torch dtype.
+"""The one table of dtypes the wire format knows (docs/wire-format.md, section 4): wire name,
+item size, torch dtype.
 
-Wire names are torch's own attribute names (``torch.float32`` -> ``"float32"``), so a reader in
-another language can map them without guessing. The item size is part of the wire contract and
-is fixed here, not read from torch: a test checks that torch agrees.
-
-Dtypes that a given torch build lacks (float8 / float4 in older releases) stay in the table and
-resolve to ``None``: encoding cannot produce them and decoding refuses them with a clear error.
-Quantized dtypes and the sub-byte ``int1..int7`` / ``uint1..uint7`` shells are not supported
-(torch has no copy kernel for the latter).
+The item size is part of the wire contract and is fixed here, not read from torch: a test checks
+that torch agrees. A dtype this torch build lacks (float8 / float4 in older releases) stays in the
+table and resolves to ``None``: encoding cannot produce it and decoding refuses it by name. The
+sub-byte ``int1..int7`` / ``uint1..uint7`` shells are left out: torch has no copy kernel for them.
 """
 
 from __future__ import annotations

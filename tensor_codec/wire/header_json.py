@@ -1,27 +1,15 @@
-"""The header's JSON text: what it may cost, measured before it is parsed, and strict parsing.
+"""The header's JSON text: what it may cost, measured before it is parsed, and strict parsing
+(docs/wire-format.md, sections 2 and 7a).
 
-Cost is counted on the raw text with C-speed string operations, so refusing an oversized header
-costs one pass over at most `header_bytes` of text, never the parse of what it describes:
+Cost (bytes, items, string bytes and nesting, as section 7a counts them) is counted on the raw
+text with C-speed string operations, so refusing an oversized header costs one pass over at most
+`header_bytes` of text, never the parse of what it describes. The cheap bound (the same count
+over the whole text, string literals included) decides almost every header; only one near a
+limit has its string literals taken out first (still C-speed). The nesting bound is the codec's
+own, not the interpreter's, so the same message gets the same answer on every Python.
 
-* bytes: UTF-8 bytes of the text;
-* items: JSON values and member names. Every item but the first follows one of ``[ { , :``
-  outside a string literal, and each of those precedes exactly one item unless it opens an empty
-  container, so items = 1 + count(``[{,:`` outside strings) - count(``[]``, ``{}``);
-* string bytes: bytes of the text inside string literals (quotes and escapes included);
-* nesting depth: the deepest run of open ``[``/``{`` outside string literals, refused above
-  `MAX_NESTING` before the parser recurses into it. Python's own guard against deep JSON differs
-  by version (3.11 stops near 1,000 levels, 3.12 parses 5,000), so the codec sets its own: the
-  same message is accepted or refused, with the same words, on every interpreter.
-
-The cheap bound (the same count over the whole text, string literals included) decides almost
-every header; only one near a limit has its string literals taken out first (still C-speed).
-
-Strict JSON, as serde and other strict readers take it: no NaN/Infinity tokens, no object
-with the same member name twice (Python's json keeps the last one silently, so a Rust or C++
-reader could see another message than this one), and no string holding a lone surrogate: JSON
-text may escape one (``"\\ud800"``), Python's json turns it into a str no UTF-8 can carry, and
-the encoder refuses to send one (`lone_surrogate`), so a receiver refuses it too, naming the
-field. An escaped pair that forms one character (``"\\ud83d\\ude00"``) is that character.
+Strict JSON as section 2 states it, where Python's json is lax: it keeps the last of a member
+named twice silently, and turns an escaped lone surrogate into a str no UTF-8 can carry.
 """
 
 from __future__ import annotations

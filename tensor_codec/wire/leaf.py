@@ -1,10 +1,7 @@
 """The layout rule of one leaf on the wire (docs/wire-format.md, section 6): which shapes,
-strides and byte counts a writer may produce, and the receiver's check that accepts exactly those,
-so every addressable element lies inside the leaf's bytes.
-
-* Dims of size > 1 with stride 0 are *broadcast* dims: their data is sent once.
-* The remaining dims form a dense layout (every element of the byte span addressed exactly once,
-  in any dim order: contiguous, transposed, channels_last, ...): `dense_span`.
+strides and byte counts a writer may produce (broadcast dims sent once, the others dense in any
+dim order: `dense_span`), and the receiver's check that accepts exactly those, so every
+addressable element lies inside the leaf's bytes.
 """
 
 from __future__ import annotations
