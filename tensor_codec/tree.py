@@ -14,7 +14,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import walk
 from .wire.kinds import TensorKind
-from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE, children_of
 from .wire.tree import NAMEDTUPLES, namedtuple_name
 
 __all__ = [
@@ -60,35 +60,19 @@ def _encode_container(x: Any, tag: str, values: list, path: tuple) -> dict:
 
 
 def leaf_paths(tree: Any) -> list[tuple]:
-    """Path parts of each leaf of a tree that `compile_tree` accepted, in leaf order (for messages).
-
-    `flatten`'s walk read back from the tree it wrote (each container node as `_encode_container`
-    makes it), so a leaf's path here is the path `walk.fold` gave it on the sender."""
+    """Path parts of each leaf of a tree that `compile_tree` accepted, in leaf order (for messages):
+    `flatten`'s walk read back from the tree it wrote, so a leaf's path here is the path
+    `walk.fold` gave it on the sender."""
     paths: list[tuple] = []
-
-    def visit(node, path):
+    todo: list[tuple[Any, tuple]] = [(tree, ())]  # depth first: children pushed in reverse
+    while todo:
+        node, path = todo.pop()
         if type(node) is not dict:
-            return
-        tag = node.get("t")
+            continue
         if "leaf" in node:
             paths.append(path)
-        elif tag == LIST or tag == TUPLE:
-            for i, item in enumerate(node["items"]):
-                visit(item, path + (i,))  # noqa: F821  (itself; deleted after the walk)
-        elif tag == DICT:
-            for key, item in node["items"]:
-                visit(item, path + (key,))  # noqa: F821  (itself; deleted after the walk)
-        elif tag == NAMEDTUPLE:
-            for field, item in zip(node["fields"], node["items"]):
-                visit(item, path + (field,))  # noqa: F821  (itself; deleted after the walk)
-        elif tag == PACKED:
-            for field in PACKED_FIELDS:
-                visit(node[field], path + (field,))  # noqa: F821  (itself; deleted after the walk)
-
-    try:
-        visit(tree, ())
-    finally:
-        del visit  # refers to itself
+        else:
+            todo.extend((child, path + (key,)) for key, child in reversed(children_of(node)))
     return paths
 
 

@@ -1,27 +1,9 @@
-"""Wire format v2: header objects to header text and back, and the checks every receiver runs.
+"""The header (docs/wire-format.md, sections 1, 2 and 8): header objects to header text and back,
+and the checks every receiver runs on it before a single data byte is interpreted (section 7).
 
 This module turns text into objects and objects into text, nothing else: planning is plan.py's,
-the cache of received headers received.py's, the bytes the transports'.
-
-A message is an Arrow value plus flat metadata. The codec's metadata keys all start with ``tc.``
-so a caller's own keys (and dora's ``timestamp``) sit beside them. Every message has one:
-
-* ``tc.header``  str, compact JSON: ``{"version": 2, "transport": ..., "leaves": [...], "tree": ...}``
-  plus the transport's fields (the CUDA IPC transport adds per-message ``tc.ipc.*`` keys).
-
-One key, because dora carries each metadata key at a cost of its own: folding version 1's
-``tc.version`` and ``tc.transport`` into the header took 4 to 7 us off each message
-(bench/dora_latency.py --split, 1 MB, a 2-core machine: dora carried the header alone for 5.5 to
-7.3 us over the floor, with version 1's two keys beside it for 9.6 to 14.5), and a receiver
-checks the version and transport once per header text that its cache keeps (received.py caches
-what it validated by that text), not once per message.
-
-Each leaf entry holds ``dtype``, ``shape``, ``strides`` (elements), ``nbytes`` and the transport's
-own location fields (host: ``offset``). Everything is validated here before a single data byte
-is interpreted: the header's cost (limits.py: bytes, items and string bytes, counted before it is
-parsed), strict JSON, version, sizes, types, a dtype whitelist, layouts whose every element lies
-inside the leaf's bytes, logical sizes within limits. The full specification is
-docs/wire-format.md.
+the cache of received headers received.py's, the bytes the transports'. A receiver checks the
+version and transport once per header text its cache keeps (received.py), not once per message.
 """
 
 from __future__ import annotations
@@ -37,7 +19,7 @@ from . import header_json
 from .dtypes import WireDType, by_name
 from .leaf import MAX_DIM, MAX_RANK, check_leaf_layout
 from .limits import Limits, check_logical_sizes
-from .structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .structure import DICT, NAMEDTUPLE, children_of
 
 __all__ = [
     "VERSION",
@@ -78,8 +60,8 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 def _compact_encoder() -> Callable[[Any], str]:
     """`_JSON.encode`, with its C encoder made once: `JSONEncoder.encode` makes one (and a float
     formatter) anew on every call (json/encoder.py, `iterencode`), about a third of a small
-    tree's encoding: 0.7 of 2.0 us, paid for every new header (bench/small_message.py). The same
-    arguments `_JSON` passes it, so the same text; `_JSON.encode` where Python has no C encoder."""
+    tree's encoding, paid for every new header. The same arguments `_JSON` passes it, so the
+    same text; `_JSON.encode` where Python has no C encoder."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return _JSON.encode
@@ -170,22 +152,15 @@ def _surrogate_in(node: Any, path: tuple) -> str | None:
                 if found:
                     return found
         return None
-    children: list[tuple[Any, Any]] = []
     if tag == DICT:
-        for key, item in node["items"]:
+        for key, _ in node["items"]:
             if type(key) is str and (found := _bad_text("dict key", path, key)):
                 return found
-            children.append((key, item))
-    elif tag == LIST or tag == TUPLE:
-        children = list(enumerate(node["items"]))
     elif tag == NAMEDTUPLE:
         for text in [node["name"], *node["fields"]]:
             if found := _bad_text("namedtuple name or field", path, text):
                 return found
-        children = list(zip(node["fields"], node["items"]))
-    elif tag == PACKED:
-        children = [(field, node[field]) for field in PACKED_FIELDS]
-    for part, item in children:
+    for part, item in children_of(node):
         if found := _surrogate_in(item, path + (part,)):
             return found
     return None

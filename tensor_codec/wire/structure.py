@@ -5,6 +5,8 @@ encoder's walk (walk.py) and the receiver's compiler (wire/tree.py) both read th
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "MAX_DEPTH",
     "INT64_MIN",
@@ -16,6 +18,7 @@ __all__ = [
     "PACKED",
     "PACKED_FIELDS",
     "is_bare_tensor",
+    "children_of",
 ]
 
 MAX_DEPTH = 64  # nesting levels; also stops self-referencing structures
@@ -33,3 +36,19 @@ def is_bare_tensor(tree: object) -> bool:
     sender repeats and the receiver views in one step. (Leaves are numbered in order and used
     once, so such a tree's leaf is the message's only one.)"""
     return type(tree) is dict and len(tree) == 2 and "leaf" in tree
+
+
+def children_of(node: dict) -> list[tuple[Any, Any]]:
+    """(key, child) of each child of a well-formed tree node, keyed as the sender's walk keys
+    them (dict keys, list/tuple indices, namedtuple and PackedSequence field names); none for a
+    tensor or a float node."""
+    tag = node.get("t")
+    if tag == DICT:
+        return [(key, child) for key, child in node["items"]]
+    if tag == LIST or tag == TUPLE:
+        return list(enumerate(node["items"]))
+    if tag == NAMEDTUPLE:
+        return list(zip(node["fields"], node["items"]))
+    if tag == PACKED:
+        return [(field, node[field]) for field in PACKED_FIELDS]
+    return []
