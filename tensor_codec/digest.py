@@ -18,11 +18,10 @@ import torch
 
 from .layout import values_of
 from .walk import fold, plain_of
+from .wire.kinds import TV_ATTRIBUTES
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED
 
 __all__ = ["content_digest", "logical_bytes"]
-
-_TV_ATTRIBUTES = ("format", "canvas_size", "clamping_mode")
 
 
 def content_digest(obj: Any) -> str:
@@ -84,7 +83,7 @@ def logical_bytes(obj: Any) -> int:
 
 def _tensor(t: torch.Tensor, feed) -> None:
     attrs = []
-    for name in _TV_ATTRIBUTES:
+    for name in TV_ATTRIBUTES:
         if hasattr(t, name):
             value = getattr(t, name)
             if name == "canvas_size":  # torchvision keeps what it was given: torch.Size or a tuple, one size

@@ -23,6 +23,7 @@ from .errors import format_path
 from .layout import plan_leaf
 from .walk import children, fold, plain_of
 from .wire.dtypes import supported_torch_dtypes
+from .wire.kinds import TV_ATTRIBUTES
 from .wire.structure import DICT, LIST, NAMEDTUPLE, TUPLE
 
 __all__ = [
@@ -259,7 +260,7 @@ def _assert_tensor(actual: torch.Tensor, expected: torch.Tensor, strides: str, p
         assert actual.stride() == expected.stride(), (
             f"{path}: expected strides {expected.stride()}, got {actual.stride()}"
         )
-    for attr in ("format", "canvas_size", "clamping_mode"):
+    for attr in TV_ATTRIBUTES:
         if hasattr(expected, attr):
             want, got = getattr(expected, attr), getattr(actual, attr, "<missing>")
             assert got == want and type(got) is type(want), f"{path}.{attr}: expected {want!r}, got {got!r}"

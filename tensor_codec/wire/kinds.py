@@ -1,17 +1,14 @@
-"""Tensor kinds: plain tensors and each torchvision TVTensor class, with their attributes.
+"""Tensor kinds (docs/wire-format.md, section 3): plain tensors and each torchvision TVTensor
+class, with a stable wire tag (never ``str(type(x))``) and its attributes, to JSON and back
+(validating what arrives).
 
-Each kind has a stable wire tag (never ``str(type(x))``), knows which attributes its class carries,
-turns them into JSON and back (validating what arrives), and rebuilds an instance around a plain
-tensor. Rebuilding makes an instance of the class over the same tensor (`handed_out_as`; a leaf
-nothing else holds or tracks becomes one in place) plus the classes' public attributes, so it
-keeps any shape the sender had (torchvision's constructors would add dims to a 2-D Image or
-reject a batched BoundingBoxes) and does not copy.
+A received kind is an instance of its class made over the same tensor (`handed_out_as`; a leaf
+nothing else holds or tracks becomes one in place) plus the class's public attributes: it keeps
+any shape the sender had (torchvision's constructors would add dims to a 2-D Image or reject a
+batched BoundingBoxes) and does not copy.
 
-torchvision is optional: without it only plain tensors are known, and a message carrying a
-TVTensor is refused with a clear error. Attributes an older torchvision lacks (``clamping_mode``)
-are left out on encode and ignored on decode.
-
-torchvision is imported the first time a TVTensor is met (sent, or named by a received header),
+torchvision is optional: without it only plain tensors are known, and a TVTensor is refused by
+name. It is imported the first time a TVTensor is met (sent, or named by a received header),
 not with this module: importing it costs a process about 1.3 s of CPU (its ops pull in
 torch._dynamo), which every node of plain tensors would pay at start for nothing.
 """
@@ -31,13 +28,14 @@ __all__ = [
     "PLAIN",
     "kind_of",
     "kind_by_tag",
-    "all_kinds",
     "handed_out_as",
     "retypes_in_place",
     "MAKE_SUBCLASS",
+    "TV_ATTRIBUTES",
 ]
 
 _MAX_CANVAS = 1 << 31
+TV_ATTRIBUTES = ("format", "canvas_size", "clamping_mode")  # every attribute a TVTensor kind carries
 
 
 class TensorKind:
@@ -89,8 +87,7 @@ def retypes_in_place(cls: type) -> bool:
     """Whether a tensor torch made (DLPack's view of a message) can be handed out as a `cls` by
     setting its ``__class__``, instead of a second tensor object made over it (`handed_out_as`).
     In a dora node that second object cost 15 to 20 us of a 1 MB Image's receive with the caches
-    cold between messages, three times the rest of tc's receive (a scratch copy of
-    bench/dora_latency.py's node, 1,200 messages a contender: bench/README.md, eighth round).
+    cold between messages, three times the rest of tc's receive.
     Yes for a subclass without a ``__torch_dispatch__`` of its own (torch sets up such a class's
     dispatch when it makes the object, which an assignment skips; TVTensors have none) whose
     objects Python lets a tensor become (the same memory layout: tried here, once per class)."""
@@ -114,7 +111,7 @@ def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
 
     `owned`: nothing else holds or tracks `plain` (a decode's copied leaf, tensor_codec/codec.py),
     so `plain` itself becomes the instance where the class allows (`retypes_in_place`): no second
-    tensor object, 7% of a small message's encode + decode in instructions (bench/README.md, ninth round)."""
+    tensor object, 7% of a small message's encode + decode in instructions."""
     if owned and retypes_in_place(cls):
         plain.__class__ = cls
         return plain
@@ -122,7 +119,8 @@ def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
 
 
 class _PlainSubclassKind(TensorKind):
-    """TVTensors without attributes: Image, Video, Mask."""
+    """A TVTensor class, tagged ``tv.`` and its name; as it stands, one without attributes:
+    Image, Video, Mask."""
 
     def __init__(self, cls: type):
         self.cls = cls
@@ -159,15 +157,15 @@ def _parse_canvas(node: dict, where: str) -> tuple[int, int]:
     raise DecodeError(f"{where}.canvas_size: expected [height, width] as two integers in [0, 2**31), got {value!r:.80}")
 
 
-class _BoundingBoxesKind(TensorKind):
+class _BoundingBoxesKind(_PlainSubclassKind):
+    attribute_names = ("format", "canvas_size")
+    optional_attribute_names = ("clamping_mode",)
+
     def __init__(self, cls: type, formats: Any):
-        self.cls = cls
-        self.tag = "tv.BoundingBoxes"
+        super().__init__(cls)
         self.formats = {m.name: m for m in formats}
         # clamping_mode arrived in torchvision 0.23; tolerate releases without it, both ways.
         self.has_clamping = "clamping_mode" in getattr(cls, "__annotations__", {})
-        self.attribute_names = ("format", "canvas_size")
-        self.optional_attribute_names = ("clamping_mode",)
 
     def attribute_key(self, x):
         fmt = _attribute(x, "format")
@@ -212,12 +210,8 @@ class _BoundingBoxesKind(TensorKind):
         return self.wrap(plain, attrs)
 
 
-class _KeyPointsKind(TensorKind):
+class _KeyPointsKind(_PlainSubclassKind):
     attribute_names = ("canvas_size",)
-
-    def __init__(self, cls: type):
-        self.cls = cls
-        self.tag = "tv.KeyPoints"
 
     def attribute_key(self, x):
         return (tuple(_attribute(x, "canvas_size")),)
@@ -238,7 +232,6 @@ class _KeyPointsKind(TensorKind):
 
 
 PLAIN = TensorKind()  # a plain torch.Tensor
-_KINDS: list[TensorKind] = [PLAIN]
 _BY_TYPE: dict[type, TensorKind] = {torch.Tensor: PLAIN}
 _BY_TAG: dict[str, TensorKind] = {PLAIN.tag: PLAIN}
 # Tags this build may meet from a peer with a newer torchvision, for a precise error.
@@ -269,15 +262,7 @@ def _add_tvtensor_kinds() -> None:
             for kind in added:  # readers never see a half-added kind: each dict entry is whole
                 _BY_TYPE[kind.cls] = kind
                 _BY_TAG[kind.tag] = kind
-            _KINDS.extend(added)
         _tv_looked_for = True
-
-
-def all_kinds() -> list[TensorKind]:
-    """Every kind this process knows, TVTensors included (imports torchvision if it is there)."""
-    if not _tv_looked_for:
-        _add_tvtensor_kinds()
-    return list(_KINDS)
 
 
 def kind_of(x: object) -> TensorKind | None:
