@@ -1,20 +1,7 @@
-"""The tree of a message (docs/wire-format.md, section 3), as a receiver takes it: validated once
-against its leaf table and compiled into a builder of its objects; and the names namedtuple
-classes travel by (`register_namedtuple`).
-
-Tree nodes:
-
-* JSON ``null``, ``true``/``false``, integers (int64 range), finite floats and strings stand for
-  themselves;
-* ``{"t": "float", "v": "nan" | "inf" | "-inf"}`` for non-finite floats;
-* ``{"t": <tensor kind tag>, "leaf": i, ...attributes, "grad": true?}`` for a tensor or TVTensor;
-* ``{"t": "list" | "tuple", "items": [...]}``, ``{"t": "dict", "items": [[key, node], ...]}``
-  (keys are strings or int64 integers), ``{"t": "namedtuple", "name": ..., "fields": [...],
-  "items": [...]}`` and ``{"t": "PackedSequence", "data": ..., "batch_sizes": ...,
-  "sorted_indices": ..., "unsorted_indices": ...}``.
-
-Leaves are numbered in depth-first order; a receiver requires each index exactly once, in order.
-The sender's side (an object flattened into this tree) is tensor_codec/tree.py's.
+"""The tree of a message (docs/wire-format.md, section 3, which lists its nodes), as a receiver
+takes it: validated once against its leaf table and compiled into a builder of its objects; and
+the names namedtuple classes travel by (`register_namedtuple`). The sender's side (an object
+flattened into this tree) is tensor_codec/tree.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ from typing import Any, Protocol, cast, final
 from torch.nn.utils.rnn import PackedSequence
 
 from ..errors import DecodeError, UsageError, Where, some_keys
-from .kinds import PLAIN, TensorKind, kind_by_tag
+from .kinds import TensorKind, kind_by_tag
 from .limits import Limits
 from .structure import DICT, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS
 from .structure import INT64_MAX as _INT64_MAX
@@ -148,20 +135,16 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Bui
     if type(node) is not dict:
         return _compile_scalar(node, where)
     tag = node.get("t")
-    kind = _TENSOR_KINDS.get(tag) if type(tag) is str else None
-    if kind is None and type(tag) is str and tag.startswith("tv."):
-        kind = kind_by_tag(tag, where)  # TVTensor kinds are added on first sight (or refused)
-        if kind is not None:
-            _TENSOR_KINDS[tag] = kind
+    if type(tag) is not str:
+        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r:.80}")
+    kind = kind_by_tag(tag, where)  # a TVTensor's imports torchvision on first sight (or is refused)
     if kind is not None:
         return _compile_tensor(node, kind, comp, where)
     if tag == "list" or tag == "tuple":
         return _compile_sequence(node, tag, comp, where, depth)
-    compile_other = _COMPILERS.get(tag) if type(tag) is str else None
+    compile_other = _COMPILERS.get(tag)
     if compile_other is not None:
         return compile_other(node, comp, where, depth)
-    if type(tag) is not str:
-        raise DecodeError(f"{where}.t: expected a string tag, got {tag!r:.80}")
     raise DecodeError(
         f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
         f"PackedSequence, float), got {tag!r:.80}"
@@ -436,8 +419,7 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
     return cls
 
 
-# Tags of tensor kinds, and of the other nodes that are objects (lists and tuples come first).
-_TENSOR_KINDS = {PLAIN.tag: PLAIN}  # TVTensor kinds join on first sight (_compile)
+# Tags of the nodes that are objects but no tensor (lists and tuples come first: _compile).
 _COMPILERS = {
     DICT: _compile_dict,
     "float": _compile_float,
