@@ -20,7 +20,6 @@ from ..errors import DecodeError
 __all__ = [
     "IpcFields",
     "ProducerIdentity",
-    "IPC_KEYS",
     "parse_ipc_fields",
     "ipc_metadata",
     "parse_producer",
@@ -44,7 +43,6 @@ KEY_SIZE = "tc.ipc.size"
 KEY_EVENT = "tc.ipc.event"
 KEY_SLOT = "tc.ipc.slot"
 KEY_GENERATION = "tc.ipc.generation"
-IPC_KEYS = (KEY_HANDLE, KEY_OFFSET, KEY_SIZE, KEY_EVENT, KEY_SLOT, KEY_GENERATION)
 
 _GPU = re.compile(r"^(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]{7,63}$")
 _LEDGER = re.compile(r"^tc-[0-9]{1,10}-[0-9a-f]{12}$")
