@@ -6,19 +6,15 @@ decoding a tensor or reading a data byte (a monitor, a log line, a debugger).
     d.structure  # "{image: Image uint8[3, 480, 640], boxes: BoundingBoxes float32[2, 4] format=XYXY ...}"
     d.transport, d.leaves, d.nbytes, d.gpu
 
-The metadata is hostile input, validated exactly as `tc.decode` validates it before reading data
-(the same code: wire.header.read_metadata, then received.compile_header, whose result is cached for
-decode as well): a bad one raises `DecodeError` naming the field, what was expected and what
-came. Nothing is evaluated or unpickled; a namedtuple is described by the name its header
-gives, never imported. Work and text are bounded: the header's cost is bounded by the limits
-(limits.py) before it is parsed, the description shows at most `width` items per container and
-`depth` levels, and the text stops at `max_chars`.
+The metadata is hostile input, validated by decode's own code (wire.header.read_metadata, then
+received.compile_header, whose result decode reuses from its cache): a bad one raises
+`DecodeError` naming the field, what was expected and what came. A namedtuple is described by
+the name its header gives, never imported. The text is bounded: at most `width` items per
+container, `depth` levels and `max_chars` characters.
 
 With `value` (the message's Arrow value), what decode checks of the value without reading its
-bytes is checked too: host bytes must be an array of fixed-width integers or floats
-(wire-format.md, section 5) of exactly the header's length in bytes, a CUDA IPC message an empty
-array with valid `tc.ipc.*` fields of the header's size. (What only the bytes can show, zero
-padding and bool bytes, is decode's.)
+bytes is checked too (docs/wire-format.md, sections 5 and 5a); what only the bytes can show,
+zero padding and bool bytes, is decode's.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""What one received message may cost: the receiver's limits, and the sender's check against them.
-
-Every limit bounds work or memory that a message could otherwise demand for free. A header is
-text of at most 16 MiB by the old rule, but what it costs to handle depends on what it *says*: a
-list of 8 million items cost 20 s and 2 GB; a stride-0 tensor of 2^62 logical bytes travels in 4.
-So the header is bounded in bytes, in items (JSON values and member names, counted from the raw
-text before it is parsed, so a refusal costs one pass in C) and in string bytes, and each leaf and
-the whole message in logical bytes (what a consumer that densifies the tensors would allocate).
-
-The defaults sit far above real messages (a message of 3,000 tensors, a 4 GiB tensor) and keep
-the worst accepted header within ~50 ms and ~32 MB to handle (bench/header_cost.py shows it).
-A user who needs more raises them per process, in code or in the node's environment:
+"""The limits in force in this process: what one received message may cost, since what a header
+costs depends on what it says (a list of 8 million items cost 20 s and 2 GB). docs/wire-format.md,
+section 7a, says what each limit bounds and what the defaults cost. The bounds and their checks
+are wire/limits.py's; this module holds the current ones, read from the environment on first use
+or set in code, and tells the caches of what was checked against them when they change:
 
     tc.set_limits(leaf_logical_bytes=16 << 30)        # returns the previous Limits
     TC_MAX_LEAF_LOGICAL_BYTES=17179869184             # read on first use
@@ -48,7 +41,7 @@ def current() -> Limits:
 def set_limits(limits: Limits | None = None, **changes: int) -> Limits:
     """Replace this process's limits (all of them, or some by name); -> the previous ones."""
     previous = current()
-    unknown = set(changes) - {f.name for f in dataclasses.fields(Limits)}
+    unknown = set(changes) - set(_names())
     if unknown:
         raise UsageError(f"set_limits: expected keywords among {_names()}, got unexpected {sorted(unknown)}")
     base = previous if limits is None else limits

@@ -1,20 +1,14 @@
-"""The caller's own metadata keys beside the codec's: a stamp that makes a message verifiable and
-timeable, and what a node carries on from a message it received to the one it makes from it.
+"""The caller's own metadata keys beside the codec's (the README's example uses both): `stamp`
+writes what makes a message verifiable and timeable, `checksum` (the content digest of digest.py,
+which the receiver recomputes from what it restored) and `sent_ns` (the wall clock just before the
+send); `carry` keeps what travels on from a received message to the one a node makes from it.
 
-A receiver (the project's `tc-tensor-receiver`, or anyone's) can check a message only against what
-its metadata promises. `stamp` writes the promise: `checksum`, the content digest (digest.py) that
-the receiver recomputes from what it restored, and `sent_ns`, the wall clock just before the send,
-from which it times the hop. Call it last, right before `tc.send`.
-
-Forwarding a received message's metadata onto a new object is the natural pattern, and wrong as
-it stands: the codec's `tc.*` keys describe the input's bytes (`tc.send` refuses them), and so do
-some of the caller's keys. A frame's `pixel_format` and `pattern` tell a receiver "this is that
-synthetic frame: check its pixels"; on the boxes a detector made from it they make every message
-fail ("type: expected Image, got BoundingBoxes"). `carry` keeps what identifies the message and
-where it came from (`frame`, `seq`, `count`, `stream`, `capture_ns`, the caller's own keys) and
-drops what described the input: the codec's keys, dora's image keys, the stamp, the keys the
-project's nodes use to describe a frame or a JPEG, and the per-link delivery keys (an
-acknowledgement belongs to the hop that asked for it).
+Forwarding a received message's metadata as it stands is wrong: the codec's `tc.*` keys describe
+the input's bytes (`tc.send` refuses them), and so do some of the caller's (a frame's
+`pixel_format` on the boxes a detector made from it fails every message: "type: expected Image,
+got BoundingBoxes"). `carry` keeps what identifies the message and where it came from (`frame`,
+`seq`, `stream`, `capture_ns`, the caller's own keys) and drops what described the input
+(`DESCRIBES_INPUT`).
 """
 
 from __future__ import annotations
@@ -64,9 +58,7 @@ def stamp(obj: Any, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]
     `tc.send(node, output, obj, tc.stamp(obj, metadata))`; the digest reads every tensor's
     logical bytes once (CUDA tensors are copied to the host for it: keep it off a hot GPU path).
     Raises EncodeError for what the codec cannot send."""
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
-    out = dict(metadata or {})
+    out = dict(_checked(metadata))
     out[CHECKSUM] = content_digest(obj)
     out[SENT_NS] = time.time_ns()
     return out
@@ -76,12 +68,16 @@ def carry(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """The keys of a received message's metadata that travel on with an object made from it: all
     but the codec's own (`tc.*`) and those that described the input (`DESCRIBES_INPUT`). Pass the
     result (with `stamp` on top, if the receiver should verify it) to `tc.send`."""
+    return {
+        k: v
+        for k, v in _checked(metadata).items()
+        if not (isinstance(k, str) and k.startswith(RESERVED_PREFIX)) and k not in DESCRIBES_INPUT
+    }
+
+
+def _checked(metadata: Any) -> Mapping[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise EncodeError(f"metadata: expected a dict (or None), got {type(metadata).__name__}")
-    return {
-        k: v
-        for k, v in metadata.items()
-        if not (isinstance(k, str) and k.startswith(RESERVED_PREFIX)) and k not in DESCRIBES_INPUT
-    }
+    return metadata

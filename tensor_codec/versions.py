@@ -1,13 +1,12 @@
-"""The torch, torchvision and pyarrow releases this package supports, checked when it is imported.
+"""The torch, torchvision and pyarrow releases this package supports (docs/install.md,
+"Supported releases"), checked when it is imported.
 
 The floors are the oldest releases the code has been read and tested against (torch 2.11 and
 torchvision 0.26 are what the GPU hosts carry); pyproject.toml declares the same floors, and a
 test keeps the two in step. pip enforces them on a normal install, but an interpreter that came
 with torch preinstalled (a container, a GPU host, ``make install PYTHON=...``) is used as it is,
-so the import checks again and says what was found and what is needed.
-
-A build's pre-release or local tag does not count against it: NGC containers ship torch as
-``2.11.0a0+<commit>.nv26.xx``, which is a 2.11 build. Only the release numbers are compared.
+so the import checks again. Only release numbers are compared: NGC's torch
+``2.11.0a0+<commit>.nv26.xx`` is a 2.11 build.
 
 This module imports nothing heavy: the installer (tools/install_env.py) loads it by path to
 apply the same rule before anything is installed.

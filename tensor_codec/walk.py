@@ -5,20 +5,13 @@ over its tensors, listing its leaves, the nodes' content digest, the tests' stri
 goes through `fold`, so they all accept the same objects, visit them in the same order, name
 places the same way (``("boxes", 2)``, rendered ``$.boxes[2]``) and stop at the same depth.
 
-The rule (what `encode` accepts; docs/wire-format.md, section 3), by *exact* type, never
+The rule is what `encode` accepts: the Python types of docs/wire-format.md, section 3
+(`SUPPORTED`), children in the order that section numbers leaves, at most `MAX_DEPTH` levels
+below the root (a self-referencing structure ends there). Types match *exactly*, never by
 isinstance: a subclass of dict or list, or of a tensor class, is not what the receiver rebuilds,
-so it is refused rather than silently turned into its base class.
-
-* leaves: a tensor of a known kind (``torch.Tensor`` or a TVTensor class, kinds.py), ``None``,
-  ``bool``, ``int`` (int64 range), ``float``, ``str``;
-* containers: ``dict`` (keys ``str`` or int64 ``int``), ``list``, ``tuple``, a namedtuple (a tuple
-  subclass with ``_fields``) and ``PackedSequence``; children in order (dict items, list/tuple
-  items, namedtuple fields, PackedSequence fields ``data, batch_sizes, sorted_indices,
-  unsorted_indices``);
-* at most `MAX_DEPTH` levels below the root (a self-referencing structure ends there).
-
-The walk of a *received* tree (wire/tree.py, compile_tree) is separate: it reads hostile JSON, not Python
-objects, and checks far more.
+so it is refused rather than silently turned into its base class (a namedtuple, a tuple subclass
+with ``_fields``, is a type of its own). The walk of a *received* tree (wire/tree.py) is separate:
+it reads hostile JSON, not Python objects, and checks far more.
 """
 
 from __future__ import annotations
