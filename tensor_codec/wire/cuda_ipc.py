@@ -1,10 +1,8 @@
-"""The CUDA IPC transport's message fields (docs/wire-format.md, section 5a;
-docs/cuda-ipc-design.md), validated before anything is opened.
-
-Two parts: the producer's identity, inside the cached header (`producer`), and the fields that
-change with every message, as flat metadata keys (`tc.ipc.*`). A receiver treats both as hostile:
-types, sizes, ranges, encodings; only then does the transport check the identity (same kernel,
-not the receiving process itself: cuda_ipc/identity.py's `check_same_machine`).
+"""The CUDA IPC transport's message fields (docs/wire-format.md, section 5a, which orders the
+checks; docs/cuda-ipc-design.md): the producer's identity, inside the cached header
+(`producer`), and the fields that change with every message, as flat metadata keys (`tc.ipc.*`).
+A receiver validates both as hostile input (types, sizes, ranges, encodings) before the
+transport compares the identity with its own (cuda_ipc/identity.py's `check_same_machine`).
 """
 
 from __future__ import annotations
