@@ -185,9 +185,7 @@ def register_message(
         _handouts[id(leaf)] = (refs[i], message, i)
     stack = _local.scopes
     if stack:
-        scope = stack[-1]  # Scope._adopt, inlined
-        scope._messages.append(message)
-        scope._leaves.extend(leaves)
+        stack[-1]._adopt(message, leaves)
     return message
 
 
@@ -196,7 +194,7 @@ _AT_START = (0,)  # the one leaf's location: it views `borrowed` from its start
 
 def register_leaf(name: str | None, leaf: torch.Tensor, version: int, borrowed: Any, layouts: list, tree: Any) -> None:
     """`register_message` for a message that is one tensor viewing `borrowed` from its start
-    (most messages: in_place.view_in_place), in fewer steps: `leaf` as handed out (a plain
+    (most messages: received.Compiled.view), in fewer steps: `leaf` as handed out (a plain
     tensor, or an Image), `version` its version counter, read by the caller while it was plain."""
     key = id(leaf)
     ref = _HandedOut(leaf, _forget)
@@ -205,9 +203,7 @@ def register_leaf(name: str | None, leaf: torch.Tensor, version: int, borrowed: 
     _handouts[key] = (ref, message, 0)
     stack = _local.scopes
     if stack:
-        scope = stack[-1]
-        scope._messages.append(message)
-        scope._leaves.append(leaf)
+        stack[-1]._adopt(message, (leaf,))
 
 
 def _message_of(t: torch.Tensor) -> tuple[Message, int] | None:
@@ -241,6 +237,11 @@ class Scope:
     def __enter__(self) -> Scope:
         _local.scopes.append(self)
         return self
+
+    def _adopt(self, message: Message, leaves: Sequence[torch.Tensor]) -> None:
+        """Release `message` with this scope, and check its `leaves` (as handed out) then."""
+        self._messages.append(message)
+        self._leaves.extend(leaves)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
