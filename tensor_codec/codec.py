@@ -1,10 +1,10 @@
 """encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport.
 
 The path one way: send_pipeline.py (plan, transport, layout, write), into an Arrow buffer here
-(dora_adapter.py has it write into dora's send buffer instead). Back: most messages (one tensor,
-its header seen before) in one step, in_place.py; any other, wire/header.py reads the metadata
-key, received.py compiles the header (cached), the transport materializes the leaves, the
-compiled tree builds the object.
+(dora/output.py has it write into dora's send buffer instead). Back: wire/header.py reads the
+metadata key, received.py compiles the header (cached), and the compiled header makes the
+object: most messages (one tensor) viewed where they lie in one step (`Compiled.view`), any
+other materialized by the transport and built by the compiled tree (`Compiled.restore`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import torch
 
-from . import lifetimes, received, send_pipeline
+from . import received, send_pipeline
 from .errors import EncodeError, UsageError
-from .in_place import view_in_place
 from .layout import Destination
 from .transports import ENCODE_OUTPUT, Output, get_transport, transport_for_message
+from .transports.arrow_values import view_of
 from .transports.names import HOST
 from .wire.header import read_metadata
 
 if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
     from .transports.host import HostTransport
 
-__all__ = ["encode", "decode", "decode_in_full"]
+__all__ = ["encode", "decode"]
 
 _UINT8 = pa.uint8()
 _ENCODE = Output(ENCODE_OUTPUT, lambda: 1)
@@ -74,61 +74,24 @@ def decode(value: Any, metadata: Any, *, copy: bool = False, device: Any = None,
     host bytes restored onto "cpu" are viewed as without `device` (``copy=True`` copies them).
     `name` (an input id) appears in error messages.
     """
-    if not copy and device is None:
-        obj = view_in_place(value, metadata, name)  # most messages (in_place.py)
-        if obj is not None:
-            return obj
-    return decode_in_full(value, metadata, copy, device, name)
-
-
-def decode_in_full(value: Any, metadata: Any, copy: bool, device: Any, name: str | None) -> Any:
-    """`decode` of a message that `view_in_place` did not take (tc.receive calls the two itself):
-    its header compiled if it was not seen before, its leaves materialized by its transport, its
-    object built; or the error that names what is wrong with it."""
     text = read_metadata(metadata)
     compiled = received.cached(text)
     target = None if device is None else _target_device(device)
-    if compiled is not None and compiled.nodes <= received.SMALL_NODES:
-        # A stream's small header, seen before: a few objects made, nothing for the collector.
-        materialized = compiled.transport.materialize(
-            value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
-        )
-        handed_out: list | None
-        if compiled.handed_out_as is torch.Tensor:  # one plain tensor: the object is the leaf, handed out as it is
-            handed_out = materialized.tensors
-            obj = handed_out[0]
-        else:
-            # Leaves the message does not lend (copied: a small message's, most of them) are
-            # tracked by nothing: each becomes its object (a BoundingBoxes) in place.
-            handed_out = None if materialized.borrowed is None else []
-            obj = compiled.build(materialized.tensors, handed_out)
-    else:
+    if compiled is None or compiled.nodes > received.SMALL_NODES:
+        # A header not seen before, or a big tree: parsed, compiled and built with the collector
+        # paused where the header is long. (A small header seen before, most messages, makes a
+        # few objects, nothing for the collector.)
         with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
             if compiled is None:
                 compiled = received.compile_header(text, transport_for_message)
-                if compiled.in_place is not None and not copy and target is None:
-                    # A stream's first message: its header is kept now, so it is viewed as the
-                    # next ones will be (one way for all of them).
-                    obj = view_in_place(value, metadata, name)
-                    if obj is not None:
-                        return obj
-            materialized = compiled.transport.materialize(
-                value, metadata, compiled.prepared, compiled.leaves, copy=copy, device=target
-            )
-            handed_out = None if materialized.borrowed is None else []
-            obj = compiled.build(materialized.tensors, handed_out)
-    if materialized.borrowed is not None:
-        assert handed_out is not None
-        lifetimes.register_message(
-            name,
-            materialized.borrowed,
-            handed_out,
-            materialized.tensors,
-            materialized.locations,
-            compiled.leaves,
-            compiled.header["tree"],
-        )
-    return obj
+            if compiled.in_place is None:
+                return compiled.restore(value, metadata, copy, target, name)
+    if compiled.in_place is not None and not copy and device is None:
+        # One tensor (most messages), a stream's first message too: viewed as the next ones will be.
+        obj = compiled.view(value, name, view_of)
+        if obj is not None:
+            return obj
+    return compiled.restore(value, metadata, copy, target, name)
 
 
 # A header this short makes too few objects for the collector to matter (a young collection at

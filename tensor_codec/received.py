@@ -1,6 +1,7 @@
 """The receive side's counterpart of planning: a header text compiled once into everything a
 message of that header needs (validated leaf table, tree builder, the transport's prepared
-layout), and a cache of those.
+layout), with the two ways such a message becomes its object (`Compiled.view`, `Compiled.restore`),
+and a cache of those.
 
 A stream repeats the same header for every message of the same shape. Validation is a pure
 function of the header text (which names its version and transport), so its result is cached by
@@ -18,40 +19,131 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from . import limits
+from . import lifetimes, limits
 from .wire import header as wire_header
 from .wire import kinds
+from .wire.buffer import HOST_ALIGNMENT, UNITS
 from .wire.structure import is_bare_tensor
 from .wire.tree import compile_tree
 
-__all__ = ["Compiled", "compile_header", "cached", "lookup", "SMALL_NODES"]
+__all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
 
 
-class Compiled(NamedTuple):
-    header: dict
-    leaves: list[wire_header.ReceivedLeaf]
-    build: Any  # (tensors, handed_out) -> the object
-    prepared: Any  # the transport's `prepare` result
-    nodes: int  # tree nodes plus leaves: what building the object costs, roughly
-    # The class the object is handed out as when it is one tensor node without grad or
-    # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
-    # TVTensor class without attributes (Image, Video, Mask); None where the object must be built
-    # (`build`).
-    handed_out_as: type | None
-    transport: Any  # the transport the header names (transports.base.Transport)
-    # For such a header whose messages the transport views where they lie
-    # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
-    # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
-    # what in_place.view_in_place unpacks in one step; else None. A stream of one tensor or
-    # Image, header seen before: most messages.
-    in_place: tuple | None
+class Compiled:
+    """One header, validated and compiled: what every message of it needs, and the two ways such
+    a message becomes its object (`view`, `restore`). Made once per distinct header (cached)."""
+
+    __slots__ = ("header", "leaves", "build", "prepared", "nodes", "handed_out_as", "transport", "in_place")
+
+    def __init__(
+        self,
+        header: dict,
+        leaves: list[wire_header.ReceivedLeaf],
+        build: Any,
+        prepared: Any,
+        nodes: int,
+        handed_out_as: type | None,
+        transport: Any,
+        in_place: tuple | None,
+    ) -> None:
+        self.header = header
+        self.leaves = leaves
+        self.build = build  # (tensors, handed_out) -> the object
+        self.prepared = prepared  # the transport's `prepare` result
+        self.nodes = nodes  # tree nodes plus leaves: what building the object costs, roughly
+        # The class the object is handed out as when it is one tensor node without grad or
+        # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
+        # TVTensor class without attributes (Image, Video, Mask); None where the object must be
+        # built (`build`).
+        self.handed_out_as = handed_out_as
+        self.transport = transport  # the transport the header names (transports.base.Transport)
+        # For such a header whose messages the transport views where they lie
+        # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
+        # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
+        # what `view` unpacks in one step; else None. A stream of one tensor or Image: most
+        # messages.
+        self.in_place = in_place
+
+    def view(self, value: Any, name: str | None, view_of: Callable[[Any], torch.Tensor]) -> Any:
+        """The object of one message of this header, `value` viewed where dora put it,
+        zero-copy, and registered under `name` (an input id, for errors; lifetimes.py); or None
+        where it cannot be: a header without `in_place`, a value that is not exactly the bytes
+        the header describes, bytes not aligned for a view. `restore` takes such a message,
+        naming what is wrong or copying. The caller asks for no copy and no device.
+
+        `view_of` is transports.arrow_values.view_of, DLPack's view of a value (passed in, as
+        `compile_header`'s transport lookup is, so that this module stays below the transports).
+
+        Most messages come here. A stream sends them one after another, and between two of them
+        a dora node waits in dora's event loop, so each step runs with the CPU's caches cold:
+        every Python call then costs a microsecond or two, and reading a tuple's fields one by
+        one more than unpacking it once. So what the header fixed is unpacked from one tuple, and
+        the tensor DLPack makes is shaped (and retyped) in place: no second tensor object."""
+        layout = self.in_place
+        if layout is None:
+            return None
+        total, dtype, shape, strides, retype, leaves, tree = layout
+        width = UNITS.get(type(value), 0)  # the class gives the Arrow type (wire.buffer.check_value)
+        if not width or len(value) * width != total or value.null_count:
+            return None
+        leaf = view_of(value)  # its storage keeps the Arrow buffer alive; it starts at the value's first byte
+        if leaf.data_ptr() % HOST_ALIGNMENT:
+            return None  # copied into aligned memory by `restore`
+        if leaf.dtype is dtype:  # the value is typed as the leaf (tc.send)
+            leaf.as_strided_(shape, strides)  # in bounds: the header was checked
+            borrowed = value  # keep() copies the value itself
+        else:
+            # The bytes retyped (send_output_raw's UInt8, or the unit that tiles a dtype Arrow lacks):
+            # a dtype view is no autograd view (no `_base`), so a released leaf keeps nothing of the
+            # message alive; two torch calls, where a new tensor set onto the storage takes three.
+            try:
+                retyped = leaf.view(dtype)
+            except RuntimeError:  # a view torch will not make: `restore` (leaf_views) instead
+                return None
+            borrowed, leaf = leaf, retyped.as_strided_(shape, strides)
+        version = leaf._version  # read while plain: an Image's reads go through its __torch_function__
+        if retype is not None:
+            # The tensor itself becomes the Image (Video, Mask): no second tensor object over it
+            # (wire.kinds.retypes_in_place, checked when the header was compiled).
+            leaf.__class__ = retype
+        lifetimes.register_leaf(name, leaf, version, borrowed, leaves, tree)
+        return leaf
+
+    def restore(self, value: Any, metadata: dict, copy: bool, device: torch.device | None, name: str | None) -> Any:
+        """The object of one message of this header, its leaves materialized by the transport
+        (checked against the header; views of `value`, or copies with `copy`, or on `device`),
+        its object built, and registered under `name` where it borrows the message's memory.
+        Any message comes here that `view` did not take (DecodeError naming what is wrong)."""
+        materialized = self.transport.materialize(value, metadata, self.prepared, self.leaves, copy=copy, device=device)
+        tensors = materialized.tensors
+        handed_out: list | None
+        if self.handed_out_as is torch.Tensor:  # one plain tensor: the object is the leaf, handed out as it is
+            handed_out = tensors
+            obj = tensors[0]
+        else:
+            # Leaves the message does not lend (copied: a small message's, most of them) are
+            # tracked by nothing: each becomes its object (a BoundingBoxes) in place.
+            handed_out = None if materialized.borrowed is None else []
+            obj = self.build(tensors, handed_out)
+        if materialized.borrowed is not None:
+            assert handed_out is not None
+            lifetimes.register_message(
+                name,
+                materialized.borrowed,
+                handed_out,
+                tensors,
+                materialized.locations,
+                self.leaves,
+                self.header["tree"],
+            )
+        return obj
 
 
-SMALL_NODES = 64  # a header this small builds its object in microseconds (see codec.decode)
+SMALL_NODES = 64  # a header this small builds its object in microseconds (codec.decode: no collector pause)
 
 
 _CACHE_ENTRIES = 256
@@ -98,11 +190,6 @@ _tables = _Bounded()
 # always transports.transport_for_message (the caches hold what it returned), passed in by the
 # callers only so that this module stays below the transports.
 TransportLookup = Callable[[str], Any]
-
-
-# text -> (Compiled, cost) or None: the cache's own `get`, for in_place.view_in_place, whose every
-# step runs per message (a call of ours in between would cost a microsecond more each time).
-lookup = _cache.get
 
 
 def cached(text: str) -> Compiled | None:

@@ -107,7 +107,7 @@ FROM_CAPSULE: Any = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
 
 def view_of(value: pa.Array) -> torch.Tensor:
     """torch's zero-copy view of a host value (1-D, of the value's type), which keeps the value's
-    buffer alive (in_place.view_in_place has the same two steps inlined)."""
+    buffer alive (most messages: received.Compiled.view's, codec.decode passing it in)."""
     if VERSIONED_CAPSULES:
         return FROM_CAPSULE(value.__dlpack__(max_version=DLPACK_VERSION))
     return FROM_CAPSULE(value.__dlpack__())

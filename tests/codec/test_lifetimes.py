@@ -385,7 +385,7 @@ def test_a_stream_of_one_tensor_is_viewed_in_one_step_from_its_first_message(mon
     """The steady state of a receiving stream (structural: counted, not timed): its header is
     compiled once, with its first message, and no message of one plain tensor is materialized by
     the transport or built as a tree; each is viewed where it lies and registered in one step
-    (in_place.py), the first too. Each is still a borrowed view with this message's bytes,
+    (received.Compiled.view), the first too. Each is still a borrowed view with this message's bytes,
     released at scope exit, checked for writes, kept exactly."""
     from tensor_codec import lifetimes, received
     from tensor_codec.transports.host import HostTransport
