@@ -1,7 +1,8 @@
 """Hooks and fixtures only (helpers are in tests/support/): the tiers' markers (`e2e` for
 everything under tests/e2e/ and every `dora` test, the `gpu` skip without CUDA), the `dora_cli`
-fixture, dataflow runs explained in a failing test's report, a fresh route cache per test, and
-whether the session deselected tests (tests/support/collection.py).
+fixture, dataflow runs explained in a failing test's report, and whether the session deselected
+tests (tests/support/collection.py). A test that needs a fresh dora link makes a new FakeNode:
+the codec keeps what it learns of a node on that node's `Link`.
 """
 
 from __future__ import annotations
@@ -62,14 +63,3 @@ def _forget_runs():
     _dora._runs.clear()
     yield
     _dora._runs.clear()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_routes():
-    """Routes are cached per id(node) for a node's life; test nodes die young and their ids come
-    back, so each test starts with no cached route."""
-    from tensor_codec import dora_adapter, routing
-
-    dora_adapter.forget_routes()
-    routing.forget_announced()
-    yield

@@ -13,7 +13,9 @@ import torch
 from torchvision import tv_tensors
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter, routing
+from tensor_codec import routing
+from tensor_codec.dora import Link
+from tensor_codec.dora.descriptor import route_from_descriptor
 from tensor_codec.errors import EncodeError
 from tests.support.fakes import FakeNode
 
@@ -35,7 +37,7 @@ SENDER = entry("sender", machine="A", outputs=["out", "other"])
 
 
 def decide(desc, machine="A", has_cuda=True, output="out", node_id="sender"):
-    return routing.choose(dora_adapter.route_from_descriptor(desc, node_id, output, machine), has_cuda)
+    return routing.choose(route_from_descriptor(desc, node_id, output, machine), has_cuda)
 
 
 def test_every_consumer_on_this_machine_gets_cuda_ipc():
@@ -100,7 +102,7 @@ def test_the_top_level_deploy_is_every_node_default():
         entry("s", machine="B", inputs={"x": "sender/out"}),
         deploy={"machine": "A"},
     )
-    route = dora_adapter.route_from_descriptor(desc, "sender", "out", "A")
+    route = route_from_descriptor(desc, "sender", "out", "A")
     assert [(c.node, c.machine) for c in route.consumers] == [("r", "A"), ("s", "B")]
     assert routing.choose(route, True)[0] == "host"
 
@@ -145,7 +147,7 @@ def test_describe_names_every_consumer_and_machine():
     desc = descriptor(
         SENDER, entry("a", machine="A", inputs={"x": "sender/out"}), entry("b", machine="B", inputs={"y": "sender/out"})
     )
-    text = dora_adapter.route_from_descriptor(desc, "sender", "out", "A").describe()
+    text = route_from_descriptor(desc, "sender", "out", "A").describe()
     assert text == "output 'out' of sender on machine 'A': a/x on machine 'A', b/y on machine 'B'"
 
 
@@ -207,7 +209,7 @@ def test_the_route_is_read_once_per_node_and_output(monkeypatch):
     )
     monkeypatch.setenv("DORA_MACHINE_ID", "A")
     for _ in range(3):
-        route = dora_adapter.route_of(node, "out")
+        route = Link.of(node).route("out")
     assert len(calls) == 1
     assert route.machine == "A" and [c.node for c in route.consumers] == ["a"]
 
@@ -216,9 +218,9 @@ def test_the_node_id_falls_back_to_dora_node_config(monkeypatch):
     no_id = FakeNode(outputs=["out"])
     assert no_id.node_config() == {"inputs": {}, "outputs": ["out"]}  # what dora 1.1 returns
     monkeypatch.setenv("DORA_NODE_CONFIG", "dataflow_id: x\nnode_id: sender\nrun_config: {}\n")
-    assert dora_adapter.node_id(no_id) == "sender"
+    assert Link(no_id).node_id == "sender"
     monkeypatch.delenv("DORA_NODE_CONFIG")
-    assert dora_adapter.node_id(no_id) is None
+    assert Link(no_id).node_id is None
 
 
 @pytest.mark.gpu
@@ -277,7 +279,7 @@ def test_the_route_reads_each_consumers_queue_size_and_policy():
         entry("b", inputs={"z": {"source": "sender/out", "queue_size": 7, "queue_policy": "backpressure"}}),
         entry("c", inputs={"w": {"source": "sender/out", "queue_policy": "drop_oldest", "queue_size": "x"}}),
     )
-    route = dora_adapter.route_from_descriptor(desc, "sender", "out", None)
+    route = route_from_descriptor(desc, "sender", "out", None)
     queues = [(c.node, c.input, c.queue_size, c.queue_policy, c.capacity) for c in route.consumers]
     assert queues == [
         ("a", "x", None, None, 10),

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter, send_pipeline
+from tensor_codec import send_pipeline
+from tensor_codec.dora import Link, user_metadata
+from tensor_codec.dora import limits as dora_limits
+from tensor_codec.dora import output as dora_output
 from tensor_codec.testing import assert_identical, make_suite
 from tensor_codec.wire.buffer import UNIT_NAMES, UNIT_TYPES
 from tests.support.calls import with_c_calls_named
@@ -80,17 +83,17 @@ def test_a_non_contiguous_tensor_is_compacted_in_one_copy_straight_into_the_buff
 )
 def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, dora_copies_below, memmove_max, copies):
     """Its bytes are copied as they lie, once, never made contiguous first: by dora's send_output
-    from the tensor's own memory (below dora_adapter.DORA_COPIES_BELOW: no aten op at all), or
+    from the tensor's own memory (below the output's `copies_below`: no aten op at all), or
     into send_output_raw's buffer by torch's copy above layout._MEMMOVE_MAX (one aten::copy_) or
     by one memmove below it (no aten op)."""
-    from tensor_codec import dora_adapter, layout
+    from tensor_codec import layout
 
-    if dora_copies_below is not None:
-        monkeypatch.setattr(dora_adapter, "DORA_COPIES_BELOW", dora_copies_below)
     if memmove_max is not None:
         monkeypatch.setattr(layout, "_MEMMOVE_MAX", memmove_max)
     big = torch.randn(2, 3, 256, 256).contiguous(memory_format=torch.channels_last)
     node = FakeNode()
+    if dora_copies_below is not None:
+        Link.of(node).output("out").copies_below = dora_copies_below
     raw = []
     monkeypatch.setattr(
         node, "send_output_raw", lambda *a, **k: raw.append(a) or FakeNode.send_output_raw(node, *a, **k)
@@ -188,9 +191,8 @@ def test_a_streams_metadata_keys_are_checked_once_and_a_bad_key_every_time(monke
     message, are checked once per set of keys; a set with a reserved, image or unencodable key
     is never taken as checked, so every message carrying it is refused."""
     checked = []
-    real = dora_adapter._keys_pass
-    monkeypatch.setattr(dora_adapter, "_keys_pass", lambda keys: checked.append(keys) or real(keys))
-    dora_adapter._keys_checked.clear()
+    real = user_metadata.keys_pass
+    monkeypatch.setattr(user_metadata, "keys_pass", lambda keys: checked.append(keys) or real(keys))
     node = FakeNode()
     frame = torch.randn(64, 64)
     for seq in range(5):
@@ -244,7 +246,7 @@ def test_a_message_over_the_pool_but_under_the_daemon_limit_warns_once(caplog):
 
 def test_pool_size_from_the_environment(monkeypatch):
     monkeypatch.setenv("DORA_NODE_SHM_POOL_SIZE", str(64 << 20))
-    assert dora_adapter.pool_size(FakeNode()) == (64 << 20, "DORA_NODE_SHM_POOL_SIZE")
+    assert Link.of(FakeNode()).pool == (64 << 20, "DORA_NODE_SHM_POOL_SIZE")
 
 
 def test_doras_own_size_error_becomes_a_clear_codec_error():
@@ -256,8 +258,8 @@ def test_doras_own_size_error_becomes_a_clear_codec_error():
 
 
 def test_suggested_pool_holds_two_messages():
-    assert dora_adapter.suggested_pool(70 << 20) == "256MB"
-    assert dora_adapter.suggested_pool(10 << 20) == "32MB"
+    assert dora_limits.suggested_pool(70 << 20) == "256MB"
+    assert dora_limits.suggested_pool(10 << 20) == "32MB"
 
 
 def test_cuda_ipc_without_a_cuda_tensor_sends_host_bytes_and_says_why_once(caplog):
@@ -310,31 +312,30 @@ def test_a_stream_whose_metadata_keys_change_every_message_still_repeats(monkeyp
     keys change with every message, past what the checked sets keep) are checked and the message
     is still the stream's repeat: one plan for the stream, every key sent."""
     made = _counting_plans(monkeypatch)
-    dora_adapter._keys_checked.clear()
     node = FakeNode()
     t = torch.randn(64, 64)
-    n = dora_adapter._KEYS_CHECKED_MAX + 3  # past what the checked sets keep
+    n = 300  # past what the output keeps of the key sets that passed
     for frame in range(n):
         tc.send(node, "out", t, {f"key {frame}": frame})
-    assert len(made) == 1
+    assert len(made) == 1 and len(Link.of(node).output("out")._keys_ok) < n
     assert [sorted(m) for _, _, m in node.sent[-2:]] == [[f"key {f}", "tc.header"] for f in (n - 2, n - 1)]
 
 
 @pytest.mark.parametrize("kind", ["crop", "span-over-dora-copies"])
 def test_a_stream_written_into_the_raw_buffer_is_planned_once_and_copied_once(monkeypatch, kind):
     """The steady state of a stream whose bytes tc writes into send_output_raw's buffer (a crop,
-    compacted; a dense span from DORA_COPIES_BELOW up): after its first message, no plan, layout
-    or route check, one copy straight into the buffer (one aten::copy_ for the crop, one memmove
-    for the span), each message with the tensor's bytes at that time."""
+    compacted; a dense span from the output's `copies_below` up): after its first message, no
+    plan, layout or route check, one copy straight into the buffer (one aten::copy_ for the crop,
+    one memmove for the span), each message with the tensor's bytes at that time."""
     made = _counting_plans(monkeypatch)
+    node = FakeNode()
     if kind == "span-over-dora-copies":
-        monkeypatch.setattr(dora_adapter, "DORA_COPIES_BELOW", 1024)
+        Link.of(node).output("out").copies_below = 1024
         base = torch.arange(64 * 64, dtype=torch.float32).reshape(64, 64)
         t = base.t()  # dense, in another dim order: its span as it lies
     else:
         base = torch.arange(128 * 128, dtype=torch.float32).reshape(128, 128)
         t = base[::2, 1::2]
-    node = FakeNode()
     raw = []
     real_raw = FakeNode.send_output_raw
     monkeypatch.setattr(node, "send_output_raw", lambda *a, **k: raw.append(a) or real_raw(node, *a, **k))
@@ -547,7 +548,7 @@ def test_an_output_sending_a_few_layouts_in_turn_plans_each_once(monkeypatch):
 
 
 def test_repeats_are_bounded_dropping_the_oldest(monkeypatch):
-    monkeypatch.setattr(dora_adapter, "_REPEATS_KEPT", 2)
+    monkeypatch.setattr(dora_output, "PREPARED_MAX", 2)
     made = _counting_plans(monkeypatch)
     node = FakeNode()
     a, b, c = torch.zeros(1), torch.zeros(2), torch.zeros(3)
@@ -567,6 +568,116 @@ def test_repeats_are_kept_per_output_and_node():
     headers = [m["tc.header"] for _, _, m in node.sent]
     assert headers[0] == headers[2] and headers[1] == headers[3] and headers[0] != headers[1]
     assert tc.receive(as_event(other.sent[0])).shape == (4, 4)
+
+
+# ---------------------------------------------------------------------------- the prepared path
+
+
+def _counting_lay_outs(monkeypatch) -> list:
+    """The send pipeline's layouts made (Output.send's full path: plan, transport, layout, checks)."""
+    laid = []
+    real = send_pipeline.lay_out
+    monkeypatch.setattr(send_pipeline, "lay_out", lambda obj, *a, **k: laid.append(obj) or real(obj, *a, **k))
+    return laid
+
+
+def _message(sent) -> tuple[bytes, dict]:
+    """A message the FakeNode got, as the bytes and metadata a receiver gets."""
+    _, raw, metadata = sent
+    return bytes(raw), dict(metadata)
+
+
+def test_a_stream_of_one_signature_is_laid_out_once_with_the_same_metadata(monkeypatch):
+    """Structural (counted): an Output's second and later messages of one dtype, shape and strides
+    go by its Prepared, never through send_pipeline.lay_out, with the first message's metadata."""
+    laid = _counting_lay_outs(monkeypatch)
+    node = FakeNode()
+    t = torch.randn(48, 64)
+    for _ in range(4):
+        tc.send(node, "out", t)
+    assert len(laid) == 1 and len(node.sent) == 4
+    assert all(m == node.sent[0][2] for _, _, m in node.sent[1:])
+    assert list(Link.of(node).output("out").prepared) == [(torch.Tensor, t.dtype, t.shape, t.stride())]
+
+
+def _tv_image(t):
+    from torchvision import tv_tensors
+
+    return tv_tensors.Image(t)
+
+
+def _another_signature():
+    return torch.randn(64, 64), torch.randn(32, 128)
+
+
+def _requiring_grad():  # the stream's own signature, which a prepared send must not take
+    return torch.randn(64, 64), torch.randn(64, 64).requires_grad_(True)
+
+
+def _conjugated():  # ditto: the conj bit leaves dtype, shape and strides as they are
+    z = torch.randn(64, 64, dtype=torch.complex64)
+    return z, torch.randn(64, 64, dtype=torch.complex64).conj()
+
+
+def _image():
+    return torch.randn(3, 32, 48), _tv_image(torch.randn(3, 32, 48))
+
+
+def _crop():  # the stream's dtype and shape, other strides: compacted into dora's buffer
+    return torch.randn(64, 64), torch.randn(128, 128)[::2, 1::2]
+
+
+@pytest.mark.parametrize(
+    "make, lay_outs",
+    [(_another_signature, 1), (_requiring_grad, 2), (_conjugated, 2), (_image, 1), (_crop, 1)],
+    ids=["shape", "requires-grad", "conj", "tv-image", "strided-crop"],
+)
+def test_after_a_prepared_stream_each_message_arrives_bit_exact_and_plain_then_prepared_are_identical(
+    monkeypatch, make, lay_outs
+):
+    """A stream prepared for one signature, then another object sent twice: a changed shape, a
+    tensor requiring grad or with the conj bit (the stream's own signature: never its Prepared),
+    a TVTensor Image, a strided crop. Each arrives bit-exact, its two messages (the full path's,
+    then the prepared one's where it has one) are byte for byte what `tc.encode` makes, and
+    `lay_outs` says which path the second took."""
+    laid = _counting_lay_outs(monkeypatch)
+    node = FakeNode()
+    stream, other = make()
+    tc.send(node, "out", stream)
+    tc.send(node, "out", stream)  # the stream's Prepared
+    assert len(laid) == 1 and _message(node.sent[0]) == _message(node.sent[1])
+    tc.send(node, "out", other)
+    tc.send(node, "out", other)
+    assert len(laid) == 1 + lay_outs
+    value, metadata = tc.encode(other)
+    expected = (value.buffers()[1].to_pybytes()[: len(value)], metadata)
+    assert _message(node.sent[2]) == _message(node.sent[3]) == expected
+    for sent in node.sent[2:]:
+        got = tc.receive(as_event(sent), copy=True)
+        assert_identical(got, other)
+        assert got.requires_grad == other.requires_grad and not got.is_conj()
+
+
+def test_new_limits_make_the_next_send_plan_again(monkeypatch):
+    """A Prepared holds the codec limits it was checked under: after tc.set_limits the next
+    message is laid out (and checked) again, and prepared under the new limits."""
+    laid = _counting_lay_outs(monkeypatch)
+    node = FakeNode()
+    t = torch.randn(64, 64)
+    tc.send(node, "out", t)
+    tc.send(node, "out", t)
+    assert len(laid) == 1
+    previous = tc.set_limits(leaf_logical_bytes=tc.limits.current().leaf_logical_bytes + 1)
+    try:
+        tc.send(node, "out", t)
+        assert len(laid) == 2
+        tc.send(node, "out", t)
+        assert len(laid) == 2  # prepared again, under these limits
+    finally:
+        tc.set_limits(previous)
+    tc.send(node, "out", t)
+    assert len(laid) == 3
+    assert all(_message(sent) == _message(node.sent[0]) for sent in node.sent)
 
 
 # ---------------------------------------------------------------------------- the value's units

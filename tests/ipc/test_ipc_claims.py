@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter
 from tensor_codec.cuda_ipc.ledger import HOLDERS, SWEEP_NS, Ledger, LedgerError, LedgerView, SlotRef
 from tensor_codec.cuda_ipc.ledger_file import HOLDER, HOLDER_BYTES, LIVE, RELEASED, SLOT_HEAD, slot_offset
+from tensor_codec.dora import Link
 from tensor_codec.transports import get_transport
 from tests.ipc.other_process import claim_and_release_elsewhere, slot_of
 from tests.support.fakes import FakeNode
@@ -123,10 +123,11 @@ def two_input_node() -> FakeNode:
 
 def test_receivers_per_process_is_the_most_inputs_one_node_has_on_the_output():
     node = two_input_node()
-    assert dora_adapter.receivers_per_process(node, "image") == 2
-    assert dora_adapter.receivers_per_process(node, "other") == 1
-    assert dora_adapter.receivers_per_process(node, "none") == 1
-    assert dora_adapter.receivers_per_process(FakeNode(descriptor=None), "image") == 1  # unknown: 1
+    link = Link.of(node)
+    assert link.output("image").receivers_per_process() == 2
+    assert link.output("other").receivers_per_process() == 1
+    assert link.output("none").receivers_per_process() == 1
+    assert Link.of(FakeNode(descriptor=None)).output("image").receivers_per_process() == 1  # unknown: 1
 
 
 def test_a_node_with_two_inputs_on_one_output_claims_twice_and_the_slot_finishes(fake):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tensor_codec.dora_adapter import CAP_PAYLOAD, DAEMON_PATH_MAX_PAYLOAD
+from tensor_codec.dora.limits import CAP_PAYLOAD, DAEMON_PATH_MAX_PAYLOAD
 from tests.support.dora import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -17,7 +17,7 @@ def mib(n: int) -> str:
 
 
 def test_the_readmes_dora_limits_are_the_ones_the_code_enforces_and_errors_name():
-    """A newcomer read one figure in the README and another in the error (`_mib`, dora_adapter)."""
+    """A newcomer read one figure in the README and another in the error (`_mib`, tensor_codec/dora/limits.py)."""
     daemon = re.search(r"which carries at most about (\d+\.\d) MiB", README)
     ceiling = re.search(r"No message passes (\d+\.\d) MiB", README)
     assert daemon and ceiling
