@@ -19,10 +19,15 @@ import torch
 from dora import Node
 
 import tensor_codec as tc
-from tensor_codec import dora_adapter
 
-# tc with one of dora's primitives forced (tc picks per message by size, DORA_COPIES_BELOW): the
-# rows that show whether that choice is the faster one on this machine.
+try:
+    from tensor_codec.dora import Link
+except ImportError:  # a tensor_codec from before its dora package (compare_revisions.py --scripts current)
+    Link = None
+
+# tc with one of dora's primitives forced: the output's `copies_below` (tc picks per message by
+# size, below it dora's send_output copies the bytes) set for that contender's messages alone. The
+# rows that show whether tc's choice is the faster one on this machine.
 FORCED_PRIMITIVE = {"tc:send_output": 1 << 62, "tc:send_output_raw": 0}
 
 MB = 1 << 20
@@ -121,15 +126,7 @@ def _send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> N
     elif contender == "send_output+v1-keys":
         node.send_output("out", bytes_of(tensor, pa.float32()), metadata | tc_metadata(tensor) | V1_KEYS)
     elif contender in FORCED_PRIMITIVE:
-        chosen = getattr(dora_adapter, "DORA_COPIES_BELOW", None)  # None: a tensor_codec without the choice
-        dora_adapter.DORA_COPIES_BELOW = FORCED_PRIMITIVE[contender]
-        try:
-            tc.send(node, "out", tensor, metadata)
-        finally:
-            if chosen is None:
-                del dora_adapter.DORA_COPIES_BELOW
-            else:
-                dora_adapter.DORA_COPIES_BELOW = chosen
+        send_forced(node, FORCED_PRIMITIVE[contender], tensor, metadata)
     elif contender == "raw":  # plain send_output_raw of the same bytes (contiguous input only)
         source = tensor.numpy().reshape(-1).view(np.uint8)
         with node.send_output_raw("out", source.nbytes, metadata=metadata) as buf:
@@ -148,6 +145,22 @@ def _send(node: Node, contender: str, tensor: torch.Tensor, metadata: dict) -> N
         node.send_output("out", pa.array(tensor.contiguous().numpy().ravel()), metadata)
     else:
         raise ValueError(contender)
+
+
+def send_forced(node: Node, copies_below: int, tensor: torch.Tensor, metadata: dict) -> None:
+    """`tc.send` with the output's `copies_below` set for this message (then as it was: the
+    other contenders share the output). A tensor_codec without Outputs has no such option: its
+    own choice goes."""
+    if Link is None:
+        tc.send(node, "out", tensor, metadata)
+        return
+    output = Link.of(node).output("out")
+    chosen = output.copies_below
+    output.copies_below = copies_below
+    try:
+        tc.send(node, "out", tensor, metadata)
+    finally:
+        output.copies_below = chosen
 
 
 def usable(event: dict) -> torch.Tensor:

@@ -309,8 +309,8 @@ def report(rows: list[dict], sizes_mb: list[int]) -> tuple[dict, list[dict]]:
 # are cold there between messages, unlike in a tight loop), per size, sampled by py-spy.
 SAMPLE_HZ = 499  # py-spy pauses the process for each sample (slower messages): the shares count
 PROFILED = {  # side -> the frames whose time is tc's (function, file) and what they are
-    "sender": [("send", "dora_adapter.py")],
-    "receiver": [("receive", "dora_adapter.py"), ("__exit__", "lifetimes.py")],
+    "sender": [("send", "output.py")],  # tensor_codec/dora/output.py: Output.send
+    "receiver": [("receive", "receive.py"), ("__exit__", "lifetimes.py")],  # tensor_codec/dora/receive.py
 }
 
 
@@ -457,13 +457,13 @@ PICK_TOLERANCE = 1.05  # the primitive tc picks may be this much slower than the
 def primitives(table: dict, rows: list[dict], sizes_mb: list[int]) -> list[dict]:
     """dora's two primitives side by side (send_output_raw, send_output; the latter's bytes typed
     as the tensor, Float32 here, and as UInt8), tc forced onto each, and what tc picks by size
-    (tensor_codec.dora_adapter.DORA_COPIES_BELOW) and as which type (the tensor's own, here): the
-    measurements those rules are made from, kept in the run that checks them."""
-    from tensor_codec import dora_adapter
-
-    # 0: a tensor_codec from before the choice (compare_revisions.py --scripts current), which
-    # always wrote into send_output_raw's buffer.
-    copies_below = getattr(dora_adapter, "DORA_COPIES_BELOW", 0)
+    (an Output's `copies_below`, by default tensor_codec.dora.output.DORA_COPIES_BELOW) and as
+    which type (the tensor's own, here): the measurements those rules are made from, kept in the
+    run that checks them."""
+    try:
+        from tensor_codec.dora.output import DORA_COPIES_BELOW as copies_below
+    except ImportError:  # a tensor_codec from before its dora package (compare_revisions.py --scripts
+        copies_below = 0  # current): its choice is not read here, and shows as send_output_raw
 
     def p50(size, contender):
         sel = [r for r in rows if r["layout"] == "contiguous" and r["size_mb"] == size and r["contender"] == contender]

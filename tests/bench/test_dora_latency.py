@@ -188,7 +188,7 @@ def test_profile_attributes_samples_to_tc_frames_and_leaves_imports_out(tmp_path
     bench = load_module("dora_latency", monkeypatch)
     samples = tmp_path / "sender-1MB.txt"
     node = "<module> (/x/bench/_latency_node.py:9)"
-    send = "send (/x/tensor_codec/dora_adapter.py:880)"
+    send = "send (/x/tensor_codec/dora/output.py:180)"
     samples.write_text(
         "\n".join(
             [
@@ -199,10 +199,10 @@ def test_profile_attributes_samples_to_tc_frames_and_leaves_imports_out(tmp_path
             ]
         )
     )
-    per_message, where = bench.attribute(samples, [("send", "dora_adapter.py")], messages=10)
+    per_message, where = bench.attribute(samples, [("send", "output.py")], messages=10)
     us = 1e6 / bench.SAMPLE_HZ / 10
     assert per_message == pytest.approx(40 * us)
     assert where == [
-        ("send (dora_adapter.py) > memcpy (libc.so.6)", pytest.approx(30 * us)),
-        ("send (dora_adapter.py)", pytest.approx(10 * us)),
+        ("send (output.py) > memcpy (libc.so.6)", pytest.approx(30 * us)),
+        ("send (output.py)", pytest.approx(10 * us)),
     ]
