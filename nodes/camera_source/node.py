@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 
-import tensor_codec as tc
+from tensor_codec.dora import Link, Output
 
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, sized_window
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, CannotStart, NodeLogic, run
-from ..common.runtime import Pacer, declared_inputs
+from ..common.runtime import Pacer
 from .camera import Camera
 from .config import OUTPUT, SPEC, TICK_INPUT, load_config
 from .sources import SourceError, open_source
@@ -19,15 +19,17 @@ from .sources import SourceError, open_source
 MAX_FAILURES_IN_A_ROW = 30  # then the source is broken, not glitching: stop with an error
 
 
-def send_frame(node, camera: Camera, obj, metadata: dict) -> None:
+def send_frame(output: Output, camera: Camera, obj, metadata: dict) -> None:
+    """One frame out on `output`: its flat bytes for FORMAT=raw (what dora's image nodes read),
+    else a codec message."""
     if camera.config.format == "raw":
-        tc.send_plain(node, OUTPUT, obj, metadata)
+        output.send_plain(obj, metadata)
     else:
-        tc.send(node, OUTPUT, obj, metadata)
+        output.send(obj, metadata)
 
 
-def emit(node, camera: Camera, log, outbox: Outbox | None = None) -> bool:
-    """Send the next frame (through `outbox` when the output is acknowledged); False when the
+def emit(output: Output, camera: Camera, log, outbox: Outbox | None = None) -> bool:
+    """Send the next frame on `output` (through `outbox` when it is acknowledged); False when the
     stream is over. A frame that cannot be read or sent is logged and counted, and the camera
     goes on, unless frames keep failing."""
     try:
@@ -39,7 +41,7 @@ def emit(node, camera: Camera, log, outbox: Outbox | None = None) -> bool:
             outbox.send(obj, metadata)
         else:
             metadata[P.SENT_NS] = P.now_ns()
-            send_frame(node, camera, obj, metadata)
+            send_frame(output, camera, obj, metadata)
     except Exception as e:
         camera.failed += 1
         camera.failures_in_a_row += 1
@@ -79,23 +81,23 @@ class CameraSource(NodeLogic):
         self.gone = False
         self.opened = False  # an ack opened the full window this round (more_events)
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config = self.config
-        inputs = declared_inputs(node)
+        inputs = link.declared_inputs()
         self.ticked = TICK_INPUT in inputs
         ackers = ackers_of(inputs)
         # WINDOW sized to the consumers' queues (refused, status 2, when it does not fit one).
         window = AckWindow(
-            reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [OUTPUT], self.log)
+            reliable=bool(ackers), ackers=ackers, **sized_window(link, config, ackers, [OUTPUT], self.log)
         )
+        self.output = link.output(OUTPUT)
         self.outbox = Outbox(
             window,
-            lambda obj, metadata: send_frame(node, self.camera, obj, metadata),
+            lambda obj, metadata: send_frame(self.output, self.camera, obj, metadata),
             self.log,
             time.monotonic,
             self.refusals,
         )
-        self.node = node
         acked = f", acknowledged by {', '.join(ackers)} (window {config.window})" if ackers else ""
         self.log.info(
             "%s on %s, %s, format %s%s", self.source.describe(), self.device, self.length(), config.format, acked
@@ -163,7 +165,7 @@ class CameraSource(NodeLogic):
         self.just_sent = self.opened = False
         if self._may_send():
             self.tick_due = False
-            if not emit(self.node, self.camera, self.log, self.outbox):
+            if not emit(self.output, self.camera, self.log, self.outbox):
                 self.producing = False
             elif not self.ticked:
                 self.pacer.sent()

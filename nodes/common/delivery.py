@@ -66,7 +66,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -76,6 +76,9 @@ from .loop import CannotStart
 from .manifest import Port
 from .settings import Setting
 from .stats import SeqTracker
+
+if TYPE_CHECKING:  # tensor_codec loads torch: --help reads this module's settings before it
+    from tensor_codec.dora import Link
 
 __all__ = [
     "AckWindow",
@@ -183,20 +186,19 @@ def _source_node(spec: Any) -> str | None:
     return None
 
 
-def queue_bounds(node: Any, ackers: Iterable[str], outputs: Iterable[str]) -> tuple[dict[str, QueueBound], str | None]:
-    """-> ({acker: its QueueBound}, why the dataflow did not say, or None), read from the dataflow
-    descriptor. An acker's consumer is the node its ack input is wired to; its bound is the
-    smallest queue among that node's inputs wired to `outputs` (one copy of each transmission goes
-    into each of them). Acks relayed from further down (the acker's node is not wired to
-    `outputs`: examples/echo-passthrough.yml) are bounded by the smallest queue among every input
-    wired to `outputs`. Where nothing is known: dora's default queue."""
-    from tensor_codec.dora_adapter import node_config, route_of
-
-    wired = node_config(node).get("inputs") or {}
+def queue_bounds(link: Link, ackers: Iterable[str], outputs: Iterable[str]) -> tuple[dict[str, QueueBound], str | None]:
+    """-> ({acker: its QueueBound}, why the dataflow did not say, or None), read through the node's
+    `link` (its wiring and its outputs' routes). An acker's consumer is the node its ack input is
+    wired to; its bound is the smallest queue among that node's inputs wired to `outputs` (one
+    copy of each transmission goes into each of them). Acks relayed from further down (the
+    acker's node is not wired to `outputs`: examples/echo-passthrough.yml) are bounded by the
+    smallest queue among every input wired to `outputs`. Where nothing is known: dora's default
+    queue."""
+    wired = link.config.get("inputs") or {}
     consumers: list[tuple[str, Any]] = []
     unknown = None
     for output in outputs:
-        route = route_of(node, output)
+        route = link.route(output)
         if route.unknown:
             unknown = f"output `{output}`: {route.unknown}"
         consumers += [(output, c) for c in route.consumers]
@@ -232,17 +234,18 @@ def window_refusal(window: int, bound: QueueBound) -> str:
     )
 
 
-def sized_window(node: Any, config: Any, ackers: Iterable[str], outputs: Iterable[str], log: logging.Logger) -> dict:
+def sized_window(link: Link, config: Any, ackers: Iterable[str], outputs: Iterable[str], log: logging.Logger) -> dict:
     """The AckWindow arguments of a node whose `outputs` are acknowledged on `ackers`: its config's
-    window settings (`window_of`) and each acker's queue capacity, read from the dataflow
-    (`queue_bounds`; where it does not say, dora's default, logged once). Raises CannotStart (the
-    node exits with status 2) when WINDOW does not fit a consumer's queue: `window_refusal`."""
+    window settings (`window_of`) and each acker's queue capacity, read from the dataflow through
+    the node's `link` (`queue_bounds`; where it does not say, dora's default, logged once).
+    Raises CannotStart (the node exits with status 2) when WINDOW does not fit a consumer's
+    queue: `window_refusal`."""
     args = window_of(config)
     ackers = sorted(ackers)
     if not ackers:
         return args
     outputs = sorted(outputs)
-    bounds, unknown = queue_bounds(node, ackers, outputs)
+    bounds, unknown = queue_bounds(link, ackers, outputs)
     if unknown is not None:
         log.warning(
             "the dataflow does not say how many messages the consumers' queues hold (%s): assuming dora's default "
@@ -345,13 +348,12 @@ def ack_for(metadata: dict) -> dict | None:
     return ack
 
 
-def ack_sender(node: Any) -> Callable[[dict], None] | None:
+def ack_sender(link: Link) -> Callable[[dict], None] | None:
     """How a consumer sends an ack (see `ack_for`): on its `ack` output when the dataflow declares
-    one, else None (nobody waits for its acks)."""
-    from .runtime import declared_outputs
-
-    if P.ACK_OUTPUT not in declared_outputs(node):
+    one (an empty dora message: no codec), else None (nobody waits for its acks)."""
+    if P.ACK_OUTPUT not in link.declared_outputs():
         return None
+    node = link.node
     return lambda ack: node.send_output(P.ACK_OUTPUT, EMPTY, ack)
 
 
@@ -1030,7 +1032,7 @@ class Relay:
 
 
 def relayed_output(
-    node: Any,
+    link: Link,
     ackers: list[str],
     data_input: str,
     output: str,
@@ -1046,12 +1048,11 @@ def relayed_output(
     output that acknowledges what it takes to its own sender; inputs refused are counted in
     `refusals`, the node's own (NodeLogic.refusals: what its end summary reports; a private one
     kept the decoder's refused acks out of it). -> (window, outbox, relay)."""
-    from tensor_codec.dora_adapter import input_queue
     from tensor_codec.routing import queue_capacity
 
-    window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(node, config, ackers, [output], log))
+    window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized_window(link, config, ackers, [output], log))
     outbox = Outbox(window, send, log, time.monotonic, refusals)
     # An upstream with acks keeps at most its WINDOW here, which must fit this input's queue (it
     # refuses to start otherwise): past that queue's capacity, it is not keeping its window.
-    backlog = max(MAX_BACKLOG, queue_capacity(*input_queue(node, data_input)))
-    return window, outbox, Relay({data_input}, outbox, ack_sender(node), log, max_backlog=backlog)
+    backlog = max(MAX_BACKLOG, queue_capacity(*link.input_queue(data_input)))
+    return window, outbox, Relay({data_input}, outbox, ack_sender(link), log, max_backlog=backlog)

@@ -14,10 +14,12 @@ tensor_codec is imported; else node.py's `main()`, which is `run(Logic)`:
 3. join the dataflow (`startup.join_dataflow`: not started by dora -> status 2; first
    `startup.preflight` on what the daemon handed the process: an env name close to a setting, an
    input the node does not read or a required one not wired -> status 2 without joining, so dora
-   does not start the dataflow; what only looks wrong is a warning), then `logic.start(node)`:
-   what needs the dora node (outputs, acks, an engine; CannotStart: 2).
+   does not start the dataflow; what only looks wrong is a warning) gives the node's one `Link`
+   (tensor_codec.dora: what dora says about the node, read once, and an Output per port); then
+   `logic.start(link)`: what needs dora (outputs, acks, an engine; CannotStart: 2).
 4. the loop, until the node is finished (below).
-5. `logic.close()`; when the node sends with tc.send (`SENDS_WITH_TC`), CUDA IPC is flushed
+5. `logic.close()` and `link.close()` (`Link.of` forgets the node: its Node leaves the dataflow
+   once freed); when the node sends with an Output's `send` (`SENDS_WITH_TC`), CUDA IPC is flushed
    (`runtime.finish_sharing`: GPU memory shared with receivers dies with this process); then
    `logic.finish()`, its summary, -> the exit status (0, or 1: EXIT_FAILED).
 
@@ -55,10 +57,13 @@ import logging
 import os
 import time
 from collections.abc import MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .hostile import Refusals
 from .settings import SettingError
+
+if TYPE_CHECKING:  # tensor_codec loads torch: `--help` answers before it (console_main)
+    from tensor_codec.dora import Link
 
 __all__ = [
     "NodeLogic",
@@ -107,7 +112,7 @@ class NodeLogic:
 
     spec: Any  # the node's NodeSpec (config.py's SPEC): its name, for the logs and for joining
     load_config: Any  # staticmethod: env -> the node's config (config.py)
-    SENDS_WITH_TC = False  # True: the node sends with tc.send, so CUDA IPC is flushed before it exits
+    SENDS_WITH_TC = False  # True: the node sends with an Output's `send`, so CUDA IPC is flushed before it exits
 
     def __init__(self, config: Any, device: Any, log: logging.Logger):
         self.config = config
@@ -115,8 +120,9 @@ class NodeLogic:
         self.log = log
         self.refusals = Refusals(log)  # inputs refused (see hostile.py); summarised when the node ends
 
-    def start(self, node: Any) -> None:
-        """Joined: set up what needs the dora node (its outputs, its ack inputs)."""
+    def start(self, link: Link) -> None:
+        """Joined: set up what needs dora, through `link` (its declared inputs and outputs, their
+        queues, `link.output(name)` to send on)."""
 
     # -- reading ------------------------------------------------------------------------------
     def wait(self) -> float | None:
@@ -162,15 +168,14 @@ class NodeLogic:
 
 
 class EventLoop:
-    """Runs one `NodeLogic` on a dora node (or a test double with next/try_recv/node_config)."""
+    """Runs one `NodeLogic` on a node's Link (a dora node's, or a test double's with
+    next/try_recv/node_config)."""
 
-    def __init__(self, node: Any, logic: NodeLogic, log: logging.Logger):
-        from .runtime import declared_inputs
-
-        self.node = node
+    def __init__(self, link: Link, logic: NodeLogic, log: logging.Logger):
+        self.node = link.node  # events are read from it directly: the hot path
         self.logic = logic
         self.log = log
-        self.inputs = declared_inputs(node)
+        self.inputs = link.declared_inputs()
         self.closed: set[str] = set()
         self.over = False
         self.errors = 0
@@ -264,7 +269,7 @@ class EventLoop:
 
 def run(logic_class: type[NodeLogic]) -> int:
     """A node's main(): settings, joining, the loop, flushing, the exit status (module docstring)."""
-    from .runtime import finish_sharing, release_node, settle_pacing, setup_logging
+    from .runtime import finish_sharing, settle_pacing, setup_logging
     from .startup import join_dataflow
 
     spec = logic_class.spec
@@ -280,22 +285,23 @@ def run(logic_class: type[NodeLogic]) -> int:
     except (SettingError, CannotStart) as e:
         _said(log, e)
         return EXIT_BAD_CONFIG
-    node = None
+    link = None
     try:
-        node = join_dataflow(spec, log)
-        if node is None:
+        link = join_dataflow(spec, log)
+        if link is None:
             return EXIT_BAD_CONFIG
         try:
-            logic.start(node)
+            logic.start(link)
         except CannotStart as e:
             _said(log, e)
             return EXIT_BAD_CONFIG
-        EventLoop(node, logic, log).run()
+        EventLoop(link, logic, log).run()
     finally:
         logic.close()
+        if link is not None:
+            link.close()  # the loop is done with the Node: it leaves the dataflow once freed
     if logic.SENDS_WITH_TC:
         finish_sharing(log)
-    release_node(node)
     settle_pacing(log)
     status = logic.finish()
     refusals = logic.refusals

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import gc
 import logging
-import sys
 import time
 from typing import Any
 
 __all__ = [
     "setup_logging",
     "settle_pacing",
-    "declared_inputs",
-    "declared_outputs",
     "settle_heap",
     "Pacer",
     "drain",
     "finish_sharing",
-    "release_node",
 ]
 
 
@@ -57,22 +53,6 @@ def settle_heap() -> None:
     messages in, and that stall was the p99 latency of the whole run on every input."""
     gc.collect()
     gc.freeze()
-
-
-def _node_config(node: Any) -> dict:
-    from tensor_codec.dora_adapter import node_config  # here: --help answers before torch loads
-
-    return node_config(node)
-
-
-def declared_inputs(node: Any) -> set[str]:
-    """The input ids the dataflow YAML gives this node (optional inputs switch features on)."""
-    return set(_node_config(node).get("inputs") or {})
-
-
-def declared_outputs(node: Any) -> set[str]:
-    """The output ids the dataflow YAML gives this node (dora ignores sends to undeclared ones)."""
-    return set(_node_config(node).get("outputs") or [])
 
 
 def drain(node: Any) -> list[dict]:
@@ -118,16 +98,6 @@ class Pacer:
         pause = min(self.wait_time(), limit)
         if pause > 0:
             time.sleep(pause)
-
-
-def release_node(node: Any) -> None:
-    """Let tensor_codec's caches go of `node` (they hold a dora Node, which takes no weak
-    reference, so that its id keys them safely: tensor_codec.dora_adapter.node_key). Once the
-    node's loop is done with it: the Node closes its outputs and leaves the dataflow when freed,
-    which is then when run() returns, as before the caches held it."""
-    adapter = sys.modules.get("tensor_codec.dora_adapter")
-    if adapter is not None and node is not None:
-        adapter.release_node(node)
 
 
 def finish_sharing(log: logging.Logger, timeout_s: float = 10.0) -> None:

@@ -34,11 +34,14 @@ import os
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .manifest import NodeSpec, Port
 from .registry import PROJECT
 from .settings import Setting
+
+if TYPE_CHECKING:  # tensor_codec loads torch: never for --help
+    from tensor_codec.dora import Link
 
 __all__ = [
     "help_text",
@@ -311,27 +314,6 @@ def wiring_problems(spec: NodeSpec, inputs: Iterable[str], outputs: Iterable[str
     return Problems(errors, warnings)
 
 
-def _env_of(descriptor: Any, me: Any) -> list[str] | None:
-    """The env names the descriptor's entry for node `me` gives it, or None when it has none."""
-    if not isinstance(descriptor, dict) or not isinstance(me, str):
-        return None
-    for entry in descriptor.get("nodes") or []:
-        if isinstance(entry, dict) and entry.get("id") == me:
-            env = entry.get("env") or {}
-            return [str(k) for k in env] if isinstance(env, dict) else []
-    return None
-
-
-def _this_nodes_env(node: Any) -> list[str] | None:
-    """The env names the dataflow YAML gives this node, or None when dora does not say."""
-    from tensor_codec.dora_adapter import node_id as this_node_id
-
-    try:
-        return _env_of(node.dataflow_descriptor(), this_node_id(node))
-    except Exception:  # a test double, or a dora without the descriptor
-        return None
-
-
 class HostileNodeConfig(ValueError):
     """DORA_NODE_CONFIG is not what a dora daemon writes, in a way that would cost the node to
     read (memory, a crash): the node does not start (exit status 2), saying why in one line."""
@@ -340,46 +322,42 @@ class HostileNodeConfig(ValueError):
 def dora_node_config(env: Mapping[str, str] = os.environ) -> dict | None:
     """What the daemon hands the process in DORA_NODE_CONFIG (`node_id`, `run_config` with the
     node's inputs and outputs, the `dataflow_descriptor`: tensor_codec's parse of it), read before
-    joining; None when absent or unreadable (then the checks run once joined, on what the node says).
+    joining; None when absent or unreadable (then the checks run once joined, on the node's Link).
     Raises HostileNodeConfig when it must not be read at all (`node_config_problem`)."""
     text = env.get("DORA_NODE_CONFIG")
     if not text:
         return None
-    from tensor_codec.dora_adapter import daemon_node_config, node_config_problem  # torch: never for --help
+    from tensor_codec.dora.descriptor import node_config_problem, parse_daemon_config  # torch: never for --help
 
     problem = node_config_problem(text)
     if problem is not None:
         raise HostileNodeConfig(problem)
-    config = daemon_node_config(text)
+    config = parse_daemon_config(text)
     return config if config is not None and isinstance(config.get("node_id"), str) else None
 
 
-def _setup_of(source: Any) -> tuple[list[str] | None, Iterable[str] | None, Iterable[str] | None]:
+def _setup_of(source: dict | Link) -> tuple[list[str] | None, Iterable[str] | None, Iterable[str] | None]:
     """(env names the dataflow gives the node, its input ids, its output ids), None where unknown,
-    from dora's config (a dict, before joining) or the joined node (or a test double)."""
+    from dora's config (a dict, before joining) or the joined node's Link (a test double's too)."""
     if isinstance(source, dict):
+        from tensor_codec.dora.descriptor import env_names
+
         run_config = source.get("run_config")
-        names = _env_of(source.get("dataflow_descriptor"), source.get("node_id"))
+        names = env_names(source.get("dataflow_descriptor"), source.get("node_id"))
         if not isinstance(run_config, dict):
             return names, None, None
         inputs, outputs = run_config.get("inputs") or {}, run_config.get("outputs") or []
         return names, [str(i) for i in inputs], [str(o) for o in outputs]
-    from .runtime import declared_inputs, declared_outputs
-
-    names = _this_nodes_env(source)
-    try:
-        config = source.node_config()
-    except Exception:
-        config = None
-    if not isinstance(config, dict):  # a test double: nothing is known about the wiring
-        return names, None, None
-    return names, declared_inputs(source), declared_outputs(source)
+    if not source.config:  # a test double without a node config: nothing is known about the wiring
+        return source.env_names(), None, None
+    return source.env_names(), source.declared_inputs(), source.declared_outputs()
 
 
-def preflight(source: Any, spec: NodeSpec, log: logging.Logger) -> Problems:
+def preflight(source: dict | Link, spec: NodeSpec, log: logging.Logger) -> Problems:
     """Check how the dataflow sets this node up (the module's docstring): `source` is what the
-    daemon hands the process (`dora_node_config`, before joining) or the joined node. Each error is
-    logged as one, then that the node does not start; each warning as one. -> what was found."""
+    daemon hands the process (`dora_node_config`, before joining) or the joined node's Link. Each
+    error is logged as one, then that the node does not start; each warning as one. -> what was
+    found."""
     names, inputs, outputs = _setup_of(source)
     problems = env_problems(spec, os.environ if names is None else names, from_dataflow=names is not None)
     if inputs is not None and outputs is not None:  # without them (a test double) nothing is known of the wiring
@@ -412,13 +390,15 @@ def _cause(error: Exception) -> str:
     return (causes[-1] if causes else lines[0] if lines else repr(error))[:1000]
 
 
-def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Any | None:
-    """The node's dora `Node`, once joined: its wiring and env checked (`preflight`: before joining,
-    from DORA_NODE_CONFIG; once joined when that could not be read) and start-up's objects out of
-    the garbage collector's way (`settle_heap`). None, and the node's main exits with status 2:
-    not started by dora (`outside_dora` said so), the check found errors, or dora refused the
-    node (another node of the dataflow refused to start: its log says why), or DORA_NODE_CONFIG
-    must not be read (`node_config_problem`: then neither this node nor dora's `Node()` reads it)."""
+def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Link | None:
+    """The node's `Link` (tensor_codec.dora: what dora says about the node, read once, and an
+    Output per port) once joined: its wiring and env checked (`preflight`: before joining, from
+    DORA_NODE_CONFIG; once joined, on the link, when that could not be read) and start-up's
+    objects out of the garbage collector's way (`settle_heap`). None, and the node's main exits
+    with status 2: not started by dora (`outside_dora` said so), the check found errors, or dora
+    refused the node (another node of the dataflow refused to start: its log says why), or
+    DORA_NODE_CONFIG must not be read (`node_config_problem`: then neither this node nor dora's
+    `Node()` reads it)."""
     if outside_dora(spec):
         return None
     try:
@@ -430,6 +410,8 @@ def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Any | None:
         return None
     from dora import Node
 
+    from tensor_codec.dora import Link
+
     from .runtime import settle_heap
 
     try:
@@ -437,7 +419,9 @@ def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Any | None:
     except RuntimeError as e:
         log.error("could not join the dataflow: %s", _cause(e))
         return None
-    if config is None and preflight(node, spec, log).errors:
+    link = Link.of(node)
+    if config is None and preflight(link, spec, log).errors:
+        link.close()  # the Node leaves the dataflow once freed
         return None
     settle_heap()
-    return node
+    return link

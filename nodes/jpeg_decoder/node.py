@@ -10,12 +10,11 @@ import time
 
 import torch
 
-import tensor_codec as tc
+from tensor_codec.dora import Link, Output
 
 from ..common.delivery import ackers_of, relayed_output
 from ..common.jpeg_engines import choose_decoder, start_engine
 from ..common.loop import CannotStart, NodeLogic, run
-from ..common.runtime import declared_inputs
 from .config import INPUT, OUTPUT, SPEC, load_config
 from .decoder import JpegDecoder
 from .engines import make_decode_engine
@@ -23,19 +22,19 @@ from .engines import make_decode_engine
 POLL_S = 0.002  # while batches are being decoded: how long to wait for one before looking for input
 
 
-def frame_bound(node, device: torch.device) -> int | None:
-    """The most bytes a decoded frame may take: what the output can carry (tc.max_send_bytes), so
+def frame_bound(output: Output, device: torch.device) -> int | None:
+    """The most bytes a decoded frame may take: what `output` can carry (its max_send_bytes), so
     a frame that could never be sent is refused before it is decoded (issue 31); None where frames
     go by CUDA IPC, whose message carries a handle while the frame stays in this process's GPU
     memory (MAX_PIXELS bounds it there)."""
-    if device.type == "cuda" and _transport(node, device) == "cuda-ipc":
+    if device.type == "cuda" and _transport(output, device) == "cuda-ipc":
         return None
-    return tc.max_send_bytes(node, OUTPUT)
+    return output.max_send_bytes()
 
 
-def _transport(node, device: torch.device) -> str:
-    """The transport tc.send picks for a frame on `device` (the consumers' placement decides)."""
-    return tc.transport_for(node, OUTPUT, torch.empty(0, dtype=torch.uint8, device=device))[0]
+def _transport(output: Output, device: torch.device) -> str:
+    """The transport `output.send` picks for a frame on `device` (the consumers' placement decides)."""
+    return output.transport_for(torch.empty(0, dtype=torch.uint8, device=device))[0]
 
 
 def take(relay, decoder: JpegDecoder) -> bool:
@@ -58,8 +57,9 @@ class JpegDecoderNode(NodeLogic):
     SENDS_WITH_TC = True  # decoded images sent by CUDA IPC live in this process's GPU memory
     decoder = None
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config, device = self.config, self.device
+        output = link.output(OUTPUT)
         started = start_engine(
             self.log,
             config.engine,
@@ -77,20 +77,20 @@ class JpegDecoderNode(NodeLogic):
             max_scans=config.max_scans,
             max_segments=config.max_segments,
             max_scan_pixels=config.max_scan_pixels,
-            max_frame_bytes=frame_bound(node, device),
+            max_frame_bytes=frame_bound(output, device),
             refusals=self.refusals,
             batch=config.batch,
             workers=config.workers,
         )
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the frames' consumers
         # make the output windowed; an `ack` output acknowledges the JPEGs to their sender.
-        ackers = ackers_of(declared_inputs(node))
+        ackers = ackers_of(link.declared_inputs())
         self.window, self.outbox, self.relay = relayed_output(
-            node,
+            link,
             ackers,
             INPUT,
             OUTPUT,
-            lambda image, metadata: tc.send(node, OUTPUT, image, metadata),
+            output.send,
             config,
             self.log,
             self.refusals,

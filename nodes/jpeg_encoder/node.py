@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import time
 
-import tensor_codec as tc
+from tensor_codec.dora import Link
 
 from ..common.delivery import Relay, ackers_of, relayed_output
 from ..common.jpeg_engines import start_engine
 from ..common.loop import CannotStart, NodeLogic, run
-from ..common.runtime import declared_inputs
 from .config import INPUT, OUTPUT, SPEC, load_config
 from .encoder import JpegEncoder
 from .engines import choose_encoder, make_engine
@@ -44,7 +43,7 @@ class JpegEncoderNode(NodeLogic):
     load_config = staticmethod(load_config)
     encoder = None
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config, device = self.config, self.device
         started = start_engine(
             self.log,
@@ -59,13 +58,13 @@ class JpegEncoderNode(NodeLogic):
         self.encoder = JpegEncoder(engine, config.quality, config.batch, refusals=self.refusals)
         # Acknowledged delivery (see ../common/delivery.py): `ack*` inputs from the JPEGs' consumers
         # make the output windowed; an `ack` output acknowledges the frames to their sender.
-        ackers = ackers_of(declared_inputs(node))
+        ackers = ackers_of(link.declared_inputs())
         self.window, self.outbox, self.relay = relayed_output(
-            node,
+            link,
             ackers,
             INPUT,
             OUTPUT,
-            lambda data, metadata: tc.send_plain(node, OUTPUT, data, metadata),
+            link.output(OUTPUT).send_plain,  # the JPEG bytes as a plain dora message (encoding: jpeg)
             config,
             self.log,
             self.refusals,

@@ -4,6 +4,8 @@ answers --help before any of this is imported)."""
 
 from __future__ import annotations
 
+from tensor_codec.dora import Link
+
 from ..common.delivery import SinkIntake, ack_sender
 from ..common.loop import EXIT_OK, NodeLogic, run
 from .config import INPUT, SPEC, load_config
@@ -14,9 +16,9 @@ class JpegSinkNode(NodeLogic):
     spec = SPEC
     load_config = staticmethod(load_config)
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         self.sink = JpegSink(self.config.dir, self.config.count, self.config.prefix, self.refusals)
-        self.intake = SinkIntake(ack_sender(node))  # acknowledged delivery: see ../common/delivery.py
+        self.intake = SinkIntake(ack_sender(link))  # acknowledged delivery: see ../common/delivery.py
 
     def on_input(self, event: dict) -> None:
         if event["id"] != INPUT:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
+from tensor_codec.dora import Link
+
 from ..common.loop import EXIT_OK, NodeLogic, run
-from ..common.runtime import declared_inputs
 from .config import SPEC, load_config
 from .monitor import Monitor, echo_line
 
@@ -26,10 +27,10 @@ class MonitorNode(NodeLogic):
     spec = SPEC
     load_config = staticmethod(load_config)
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config = self.config
         self.monitor = Monitor(
-            declared_inputs(node),
+            link.declared_inputs(),
             width=config.max_shown,
             depth=config.max_depth,
             refusals=self.refusals,

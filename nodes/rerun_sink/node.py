@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import tensor_codec as tc
+from tensor_codec.dora import Link
 
 from ..common import protocol as P
 from ..common.delivery import SinkIntake, ack_sender
@@ -34,7 +35,7 @@ class RerunSinkNode(NodeLogic):
         self.taken = 0
         self.refused = 0  # without rerun-sdk: bad messages their sender marked expect=reject
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config = self.config
         if self.why is None:
             file = _prepare(config.file)
@@ -45,7 +46,7 @@ class RerunSinkNode(NodeLogic):
             self.log.info("recording to %s", " and ".join(where))
         else:
             self.log.warning("%s; REQUIRED=0: taking the inputs without recording them", self.why)
-        self.intake = SinkIntake(ack_sender(node))  # acknowledged delivery: see ../common/delivery.py
+        self.intake = SinkIntake(ack_sender(link))  # acknowledged delivery: see ../common/delivery.py
 
     def on_input(self, event: dict) -> None:
         metadata = event.get("metadata") or {}

@@ -8,9 +8,10 @@ import json
 import time
 from pathlib import Path
 
+from tensor_codec.dora import Link
+
 from ..common.delivery import ack_for, ack_sender
 from ..common.loop import EXIT_FAILED, EXIT_OK, NodeLogic, run
-from ..common.runtime import declared_inputs
 from .config import SPEC, load_config
 from .receiver import Receiver
 from .report import progress_line, summary_table
@@ -24,17 +25,17 @@ class TensorReceiver(NodeLogic):
     spec = SPEC
     load_config = staticmethod(load_config)
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         lossy = LossyBounds(self.config.jpeg_min_psnr, self.config.jpeg_max_mad)
         self.receiver = Receiver(
             self.device,
             self.config.verify,
-            inputs=declared_inputs(node),
+            inputs=link.declared_inputs(),
             lossy=lossy,
             verify_max_bytes=self.config.verify_max_bytes,
             refusals=self.refusals,
         )
-        self.send_ack = ack_sender(node)
+        self.send_ack = ack_sender(link)
         self.last_progress = time.monotonic()
 
     def wait(self) -> float | None:

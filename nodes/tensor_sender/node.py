@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 
 import tensor_codec as tc
+from tensor_codec.dora import Link
 
 from ..common import protocol as P
 from ..common.delivery import STOP_GRACE_S, AckWindow, Outbox, ackers_of, sized_window, window_figures
 from ..common.loop import EXIT_FAILED, EXIT_OK, NAP_S, NodeLogic, run
-from ..common.runtime import Pacer, declared_inputs, declared_outputs
+from ..common.runtime import Pacer
 from ..common.settings import SettingError
 from .config import OUTPUT, SPEC, load_config
 from .payloads import corrupted_messages, make_payloads
@@ -21,21 +22,23 @@ MAX_FAILURES_IN_A_ROW = 30  # then sending itself is broken (no daemon, no room)
 MAX_LOST_LINES = 20  # messages named one by one in the log at the end; the count covers the rest
 
 
-def transmit(node, sender: TensorSender, seq: int, window_metadata: dict, transport: str = "auto", outputs=(OUTPUT,)):
-    """Send message `seq`, rebuilt from its seq, on each output (each is routed on its own: see
-    tensor_codec/routing.py), with what the window numbered it (`tx`, `sent_ns`). Raises what
-    dora raised (the outbox counts the message lost, or resends it later); counts the sends that
-    failed in a row (`sender.failures_in_a_row`)."""
+def transmit(
+    link: Link, sender: TensorSender, seq: int, window_metadata: dict, transport: str = "auto", outputs=(OUTPUT,)
+):
+    """Send message `seq`, rebuilt from its seq, on each of the node's `outputs` (each its own
+    `link.output`, routed on its own: see tensor_codec/routing.py), with what the window numbered
+    it (`tx`, `sent_ns`). Raises what dora raised (the outbox counts the message lost, or resends
+    it later); counts the sends that failed in a row (`sender.failures_in_a_row`)."""
     outgoing = sender.message(seq)
     for key in (P.TX, P.SENT_NS):
         if key in window_metadata:
             outgoing.metadata[key] = window_metadata[key]
     try:
         for output in outputs:
-            if outgoing.raw is not None:
-                node.send_output(output, outgoing.raw, outgoing.metadata)
+            if outgoing.raw is not None:  # a corrupted message's bytes, past the codec
+                link.node.send_output(output, outgoing.raw, outgoing.metadata)
             else:
-                tc.send(node, output, outgoing.obj, outgoing.metadata, transport=transport)
+                link.output(output).send(outgoing.obj, outgoing.metadata, transport=transport)
     except Exception:
         sender.failures_in_a_row += 1
         raise
@@ -64,24 +67,24 @@ class TensorSenderNode(NodeLogic):
         self.next_seq = 0  # the next message to make
         self.opened = False  # an ack opened the full window this round (more_events)
 
-    def start(self, node) -> None:
+    def start(self, link: Link) -> None:
         config = self.config
         # Every declared output gets every message: wire local consumers to one output and remote
         # ones to another, and each gets its own transport.
-        self.outputs = sorted(declared_outputs(node)) or [OUTPUT]
+        self.outputs = sorted(link.declared_outputs()) or [OUTPUT]
         self.may_share_gpu = self.device.type == "cuda" and config.transport != "host"
         if self.may_share_gpu:
             for output in self.outputs:
                 tc.ipc_configure(output, max_bytes_in_flight=config.max_in_flight, on_full="wait")
         corrupted = corrupted_messages(config.seed) if config.corrupt else ()
-        ackers = ackers_of(declared_inputs(node))
+        ackers = ackers_of(link.declared_inputs())
         self.sender = TensorSender(self.payloads, config.count, corrupted, wants_ack=bool(ackers))
         # WINDOW sized to the consumers' queues (refused, status 2, when it does not fit one).
-        sized = sized_window(node, config, ackers, self.outputs, self.log)
+        sized = sized_window(link, config, ackers, self.outputs, self.log)
         window = AckWindow(reliable=bool(ackers), ackers=ackers, **sized)
         self.outbox = Outbox(
             window,
-            lambda seq, metadata: transmit(node, self.sender, seq, metadata, config.transport, self.outputs),
+            lambda seq, metadata: transmit(link, self.sender, seq, metadata, config.transport, self.outputs),
             self.log,
             time.monotonic,
             self.refusals,

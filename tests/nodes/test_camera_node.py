@@ -9,6 +9,7 @@ import pytest
 import torch
 from torchvision import tv_tensors
 
+from tensor_codec.dora import Link
 from tensor_codec_nodes.camera_source import sources
 from tensor_codec_nodes.camera_source.camera import Camera
 from tensor_codec_nodes.camera_source.config import load_config
@@ -365,13 +366,14 @@ def test_emit_sends_frames_and_survives_send_failures(caplog):
     node = FakeNode(fail="no room", fail_times=2)
     camera = synthetic_camera(frames=5)
     log = logging.getLogger("test")
-    while emit(node, camera, log):
+    while emit(Link.of(node).output("image"), camera, log):
         pass
     assert (camera.sent, camera.failed, len(node.sent)) == (3, 2, 3)
     assert [m[2][P.FRAME] for m in node.sent] == [2, 3, 4] and all(P.SENT_NS in m[2] for m in node.sent)
     assert "frame 1 skipped: RuntimeError" in caplog.text
     broken = synthetic_camera(frames=0)
-    assert sum(1 for _ in iter(lambda: emit(FakeNode(fail="no room"), broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1
+    failing = Link.of(FakeNode(fail="no room")).output("image")
+    assert sum(1 for _ in iter(lambda: emit(failing, broken, log), False)) == MAX_FAILURES_IN_A_ROW - 1
 
 
 def test_nodes_wait_for_cuda_ipc_receivers_before_exiting(monkeypatch, caplog):
@@ -410,7 +412,7 @@ def test_the_camera_ends_a_rounds_reading_only_at_an_ack_that_opened_its_window(
 
     def started(inputs):
         camera = CameraSource(load_config({"WIDTH": "64", "HEIGHT": "64", "FPS": "0", "WINDOW": "2"}), CPU, log)
-        camera.start(FakeNode(node_id="camera", inputs=inputs, outputs=["image"]))
+        camera.start(Link.of(FakeNode(node_id="camera", inputs=inputs, outputs=["image"])))
         return camera
 
     log = logging.getLogger("camera-test")
@@ -424,7 +426,7 @@ def test_the_camera_ends_a_rounds_reading_only_at_an_ack_that_opened_its_window(
     assert acked.outbox.room() == 0 and acked.more_events()
     acked.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 9, P.STREAM: "junk"}})
     assert acked.more_events()
-    first = next(m for m in (e[2] for e in acked.node.sent) if m[P.SEQ] == 0)
+    first = next(m for m in (e[2] for e in acked.output.link.node.sent) if m[P.SEQ] == 0)
     acked.on_input({"type": "INPUT", "id": "ack", "metadata": {P.SEQ: 0, P.STREAM: first[P.STREAM], P.TX: first[P.TX]}})
     assert not acked.more_events()
     acked.work()

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from tensor_codec.dora import Link
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import (
     DEFAULT_CAPACITY,
@@ -553,8 +554,8 @@ def test_hostile_acks_on_an_outbox_are_applied_or_ignored_never_raise():
 # -- the window sized from the dataflow --------------------------------------------------------
 
 
-def node_with_consumer(queue, *, window_node="sender", output="tensors", ack_source="receiver/ack", extra=()):
-    """A FakeNode `sender` with an `ack` input from `ack_source` and `output` feeding
+def link_with_consumer(queue, *, window_node="sender", output="tensors", ack_source="receiver/ack", extra=()):
+    """The Link of a FakeNode `sender` with an `ack` input from `ack_source` and `output` feeding
     receiver/tensors with the input spec `queue` (a dict of queue_size / queue_policy)."""
     descriptor = {
         "nodes": [
@@ -565,7 +566,7 @@ def node_with_consumer(queue, *, window_node="sender", output="tensors", ack_sou
     }
     node = FakeNode(node_id=window_node, outputs=[output], descriptor=descriptor)
     node._node_config["inputs"] = {"ack": {"source": ack_source, "queue_size": 256}}
-    return node
+    return Link.of(node)
 
 
 def config(window=8):
@@ -580,12 +581,12 @@ def test_the_default_capacity_is_dora_s_rule_for_an_input_without_queue_settings
 
 
 def test_the_window_is_sized_to_the_consumers_queue(caplog):
-    node = node_with_consumer({"queue_size": 16})
+    link = link_with_consumer({"queue_size": 16})
     with caplog.at_level(logging.WARNING):
-        args = sized_window(node, config(), ["ack"], ["tensors"], log)
+        args = sized_window(link, config(), ["ack"], ["tensors"], log)
     assert args == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0, "capacity": {"ack": 16}} and not caplog.text
-    node = node_with_consumer({"queue_size": 4, "queue_policy": "backpressure"})
-    assert sized_window(node, config(), ["ack"], ["tensors"], log)["capacity"] == {"ack": 100}
+    link = link_with_consumer({"queue_size": 4, "queue_policy": "backpressure"})
+    assert sized_window(link, config(), ["ack"], ["tensors"], log)["capacity"] == {"ack": 100}
 
 
 @pytest.mark.parametrize(
@@ -611,26 +612,26 @@ def test_the_window_is_sized_to_the_consumers_queue(caplog):
 )
 def test_a_window_that_does_not_fit_the_consumers_queue_refuses_to_start(queue, window, words):
     with pytest.raises(CannotStart) as refused:
-        sized_window(node_with_consumer(queue), config(window), ["ack"], ["tensors"], log)
+        sized_window(link_with_consumer(queue), config(window), ["ack"], ["tensors"], log)
     assert words in str(refused.value)
 
 
 def test_acks_from_a_node_further_down_are_bounded_by_the_smallest_queue_of_the_output():
     """examples/echo-passthrough.yml: the sender's acks come from the receiver behind the echo."""
     echo = {"id": "echo", "inputs": {"in": {"source": "sender/tensors", "queue_size": 6}}}
-    node = node_with_consumer({"queue_size": 64}, ack_source="far/ack", extra=[echo])
-    assert sized_window(node, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 6}
-    node = node_with_consumer({"queue_size": 64}, extra=[echo])  # acks from receiver: its own queue
-    assert sized_window(node, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 64}
+    link = link_with_consumer({"queue_size": 64}, ack_source="far/ack", extra=[echo])
+    assert sized_window(link, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 6}
+    link = link_with_consumer({"queue_size": 64}, extra=[echo])  # acks from receiver: its own queue
+    assert sized_window(link, config(window=6), ["ack"], ["tensors"], log)["capacity"] == {"ack": 64}
 
 
 def test_without_a_descriptor_dora_s_default_queue_is_assumed_and_said_once(caplog):
-    node = FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"], descriptor=None)
+    link = Link.of(FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"], descriptor=None))
     with caplog.at_level(logging.WARNING):
-        args = sized_window(node, config(window=16), ["ack"], ["tensors"], log)
+        args = sized_window(link, config(window=16), ["ack"], ["tensors"], log)
     assert args["capacity"] == {"ack": DEFAULT_CAPACITY}  # not refused: nothing is known to be wrong
     assert caplog.text.count("assuming dora's default (queue_size 10, 10 messages) for ack") == 1
-    assert sized_window(node, config(), [], ["tensors"], log) == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0}
+    assert sized_window(link, config(), [], ["tensors"], log) == {"window": 8, "retry_s": 1.0, "give_up_s": 30.0}
 
 
 def test_a_sender_whose_window_does_not_fit_exits_with_status_2_saying_why(monkeypatch, caplog):
@@ -638,15 +639,15 @@ def test_a_sender_whose_window_does_not_fit_exits_with_status_2_saying_why(monke
     from tensor_codec_nodes.common.loop import run
     from tensor_codec_nodes.tensor_sender.node import TensorSenderNode
 
-    node = node_with_consumer({"queue_size": 4})
-    monkeypatch.setattr(startup, "join_dataflow", lambda spec, log: node)
+    link = link_with_consumer({"queue_size": 4})
+    monkeypatch.setattr(startup, "join_dataflow", lambda spec, log: link)
     for name in ("WINDOW", "COUNT", "MODE", "DEVICE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DEVICE", "cpu")
     monkeypatch.setenv("COUNT", "3")
     with caplog.at_level(logging.ERROR):
         assert run(TensorSenderNode) == EXIT_BAD_CONFIG
-    assert "WINDOW=8 does not fit the queue of receiver/tensors" in caplog.text and not node.sent
+    assert "WINDOW=8 does not fit the queue of receiver/tensors" in caplog.text and not link.node.sent
 
 
 PRODUCER_PATHS = {"tc-camera-source", "tc-tensor-sender", "tc-jpeg-encoder", "tc-jpeg-decoder"}
@@ -667,7 +668,7 @@ def test_every_shipped_dataflow_has_acknowledged_windows_that_fit_their_consumer
         node = FakeNode(node_id=entry["id"], outputs=entry.get("outputs") or [], descriptor=descriptor)
         node._node_config["inputs"] = entry["inputs"]
         window = int((entry.get("env") or {}).get("WINDOW", 8))
-        capacity = sized_window(node, config(window), ackers, outputs, log)["capacity"]  # CannotStart: broken
+        capacity = sized_window(Link.of(node), config(window), ackers, outputs, log)["capacity"]  # CannotStart: broken
         assert set(capacity) == set(ackers) and min(capacity.values()) >= window
         checked += 1
     if flow == "dataflow.yml":

@@ -13,7 +13,7 @@ import torch
 
 import tensor_codec as tc
 from tensor_codec.digest import content_digest
-from tensor_codec.dora_adapter import input_queue
+from tensor_codec.dora import Link
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.delivery import AckWindow, Outbox, Relay, SinkIntake, malformed_ack, relayed_output
 from tensor_codec_nodes.common.hostile import FIRST_LOGGED, MAX_STREAMS, BoundedStreams, RateLimitedErrors, Refusals
@@ -78,7 +78,7 @@ def test_a_malformed_ack_is_refused_counted_and_the_outbox_goes_on(metadata):
 
 def started_sender(env, node=None):
     logic = TensorSenderNode(sender_config({"DEVICE": "cpu", **env}), CPU, log)
-    logic.start(node or FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"]))
+    logic.start(Link.of(node or FakeNode(node_id="sender", inputs=["ack"], outputs=["tensors"])))
     return logic
 
 
@@ -151,7 +151,7 @@ def test_a_flooded_input_neither_starves_the_nodes_work_nor_keeps_it_from_ending
     queued event before the node's own work, and a flood is never drained."""
     logic = Flood(rounds=50)
     node = EndlessNode()
-    EventLoop(node, logic, log).run()  # ends: finished() with a bounded last look at the queue
+    EventLoop(Link.of(node), logic, log).run()  # ends: finished() with a bounded last look at the queue
     assert logic.works == 50
     assert logic.events <= 50 * MAX_EVENTS_PER_ROUND + QUEUED_BOUND
     assert logic.refusals.counts == {"ack: TypeError": logic.events // 3}  # raised, refused, went on
@@ -346,14 +346,14 @@ def test_once_every_input_closed_everything_queued_is_dispatched():
     node = FakeNode([*inputs, None], inputs=("a",))
     logic = Flood(rounds=10**9)
     logic.finished = lambda: False
-    EventLoop(node, logic, log).run()
+    EventLoop(Link.of(node), logic, log).run()
     assert logic.events == QUEUED_BOUND + 1000
 
 
 def test_an_exception_out_of_a_nodes_own_code_is_refused_with_its_traceback_and_counted_unexpected(caplog):
     logic = Flood(rounds=3)
     with caplog.at_level(logging.ERROR, logger="hostile-test"):
-        EventLoop(EndlessNode(), logic, log).run()
+        EventLoop(Link.of(EndlessNode()), logic, log).run()
     assert logic.refusals.unexpected == logic.refusals.counts["ack: TypeError"] > 0
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and "unhashable type" in caplog.text  # the first of its kind only
@@ -385,9 +385,10 @@ def test_a_relay_holds_what_its_input_queue_holds_from_an_upstream_with_acks():
         ]
     }
     node = FakeNode(node_id="enc", inputs=["frames"], outputs=["jpeg"], descriptor=descriptor)
-    assert input_queue(node, "frames") == (64, "backpressure")
-    assert input_queue(node, "other") == (None, None)
-    _, _, relay = relayed_output(node, [], "frames", "jpeg", lambda *a: None, sender_config({}), log, Refusals(log))
+    link = Link.of(node)
+    assert link.input_queue("frames") == (64, "backpressure")
+    assert link.input_queue("other") == (None, None)
+    _, _, relay = relayed_output(link, [], "frames", "jpeg", lambda *a: None, sender_config({}), log, Refusals(log))
     assert relay.max_backlog == 640
 
 

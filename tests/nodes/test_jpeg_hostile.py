@@ -317,17 +317,19 @@ def test_data_after_the_end_of_image_marker_is_not_walked():
 
 def test_the_node_bounds_frames_by_what_image_carries(monkeypatch):
     import tensor_codec as tc
+    from tensor_codec.dora import Link
     from tensor_codec_nodes.jpeg_decoder import node as decoder_node
     from tests.support.fakes import FakeNode
 
     fake = FakeNode(node_id="jpeg-decoder", inputs=["jpeg"], outputs=["image"], pool=8 * MIB)
     carried = tc.max_send_bytes(fake, "image")
-    assert decoder_node.frame_bound(fake, torch.device("cpu")) == carried < 64 * MIB
+    image = Link.of(fake).output("image")
+    assert decoder_node.frame_bound(image, torch.device("cpu")) == carried < 64 * MIB
     # Frames sent by CUDA IPC stay in GPU memory: the message carries a handle, not the frame.
-    monkeypatch.setattr(decoder_node, "_transport", lambda node, device: "cuda-ipc")
-    assert decoder_node.frame_bound(fake, torch.device("cuda")) is None
-    monkeypatch.setattr(decoder_node, "_transport", lambda node, device: "host")
-    assert decoder_node.frame_bound(fake, torch.device("cuda")) == carried
+    monkeypatch.setattr(decoder_node, "_transport", lambda output, device: "cuda-ipc")
+    assert decoder_node.frame_bound(image, torch.device("cuda")) is None
+    monkeypatch.setattr(decoder_node, "_transport", lambda output, device: "host")
+    assert decoder_node.frame_bound(image, torch.device("cuda")) == carried
 
 
 def test_the_settings_defaults_are_the_header_checks_bounds():

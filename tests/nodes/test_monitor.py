@@ -18,6 +18,7 @@ from torchvision import tv_tensors
 import tensor_codec as tc
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.describe import describe
+from tensor_codec.dora import Link
 from tensor_codec.transports import ENCODE_OUTPUT
 from tensor_codec_nodes.common.hostile import Refusals
 from tensor_codec_nodes.common.loop import EXIT_OK, EventLoop
@@ -350,8 +351,8 @@ def test_the_node_reports_each_input_and_its_summary_then_exits_0(capsys):
     events += [{"type": "INPUT", "id": "det", "value": value, "metadata": {"tc.header": "{"}}, None]
     node = FakeNode(events, inputs=["det", "raw"])
     logic = MonitorNode(load_config({"PERIOD_S": "0"}), None, logging.getLogger("monitor-test"))
-    logic.start(node)
-    EventLoop(node, logic, logic.log).run()
+    logic.start(Link.of(node))
+    EventLoop(Link.of(node), logic, logic.log).run()
     assert logic.finish() == EXIT_OK and logic.refusals.unexpected == 0
     out = capsys.readouterr().out
     assert (
@@ -369,8 +370,8 @@ def test_echo_prints_one_line_per_good_message(capsys):
     events += [{"type": "INPUT", "id": "b", "value": value, "metadata": {**metadata, "tc.version": 1}}, None]
     node = FakeNode(events, inputs=["a", "b"])
     logic = MonitorNode(load_config({"PERIOD_S": "0", "ECHO": "1"}), None, logging.getLogger("monitor-test"))
-    logic.start(node)
-    EventLoop(node, logic, logic.log).run()
+    logic.start(Link.of(node))
+    EventLoop(Link.of(node), logic, logic.log).run()
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["monitor: a: arrow: int64 x 3", "monitor: b: tc host: [Tensor int16[2]]"]
 
@@ -378,13 +379,13 @@ def test_echo_prints_one_line_per_good_message(capsys):
 def test_the_node_wakes_up_for_its_period_and_stays_quiet_without_one():
     node = FakeNode([None], inputs=["a"])
     logic = MonitorNode(load_config({"PERIOD_S": "2"}), None, logging.getLogger("monitor-test"))
-    logic.start(node)
+    logic.start(Link.of(node))
     assert 1.5 < logic.wait() <= 2.0
     logic = MonitorNode(load_config({}), None, logging.getLogger("monitor-test"))
-    logic.start(node)
+    logic.start(Link.of(node))
     assert 0.5 < logic.wait() <= 1.0  # PERIOD_S defaults to 1 s
     logic = MonitorNode(load_config({"PERIOD_S": "0"}), None, logging.getLogger("monitor-test"))
-    logic.start(node)
+    logic.start(Link.of(node))
     assert logic.wait() is None
 
 

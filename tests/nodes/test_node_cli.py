@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tensor_codec.dora import Link
 from tensor_codec_nodes.common.manifest import manifests
 from tensor_codec_nodes.common.registry import node_packages
 from tensor_codec_nodes.common.startup import close_setting_names, help_text, preflight, wiring_problems
@@ -261,7 +262,7 @@ def test_preflight_reads_this_nodes_env_and_wiring_and_logs_errors_and_warnings(
         descriptor={"nodes": [{"id": "other", "env": {"QUALTY": "1"}}, {"id": "enc", "env": env}]},
     )
     with caplog.at_level(logging.WARNING):
-        problems = preflight(node, ENCODER, logging.getLogger("t"))
+        problems = preflight(Link.of(node), ENCODER, logging.getLogger("t"))
     assert problems.errors[0] == (
         "env QUALTY is not a setting of tc-jpeg-encoder: did you mean QUALITY? (`tc-jpeg-encoder --help` lists its "
         "settings)"
@@ -325,6 +326,32 @@ def test_a_node_refuses_before_it_joins_the_dataflow(monkeypatch, caplog):
         assert run(CameraSource) == EXIT_BAD_CONFIG
     assert "env FRAMEZ is not a setting of tc-camera-source: did you mean FRAMES?" in caplog.text
     assert "OMP_NUM_THREADS" not in caplog.text
+
+
+def test_a_node_joined_without_the_daemons_config_is_checked_through_its_one_link(monkeypatch, caplog):
+    """Without DORA_NODE_CONFIG the checks run once joined, on the node's Link; that link is the
+    one the node's code finds (`Link.of`, what tc.send uses too), and a refused node's is let go."""
+    import dora
+
+    from tensor_codec.dora import Link
+    from tensor_codec_nodes.common import runtime, startup
+
+    monkeypatch.delenv("DORA_NODE_CONFIG", raising=False)
+    monkeypatch.setenv("DORA_TEST_WITH_INPUTS", "inputs.json")  # started by dora's test harness
+    monkeypatch.setattr(runtime, "settle_heap", lambda: None)  # no gc.freeze() in the test process
+    descriptor = {"nodes": [{"id": "enc", "env": {"QUALITY": "50"}}]}
+    node = FakeNode(node_id="enc", inputs=["frames"], outputs=["jpeg"], descriptor=descriptor)
+    monkeypatch.setattr(dora, "Node", lambda: node)
+    link = startup.join_dataflow(ENCODER, logging.getLogger("t"))
+    assert link is not None and link.node is node and Link.of(node) is link
+
+    miswired = FakeNode(node_id="enc", inputs=["image"], outputs=["jpeg"], descriptor=descriptor)
+    monkeypatch.setattr(dora, "Node", lambda: miswired)
+    closed, close = [], Link.close
+    monkeypatch.setattr(Link, "close", lambda self: closed.append(self.node) or close(self))
+    with caplog.at_level(logging.ERROR):
+        assert startup.join_dataflow(ENCODER, logging.getLogger("t")) is None
+    assert "input `image` is not one this node reads" in caplog.text and closed == [miswired]
 
 
 def test_a_miswired_input_in_the_daemons_config_is_refused_before_joining(caplog):

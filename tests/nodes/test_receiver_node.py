@@ -9,6 +9,7 @@ from torchvision import tv_tensors
 
 import tensor_codec as tc
 from tensor_codec.digest import content_digest
+from tensor_codec.dora import Link
 from tensor_codec.testing import make_suite
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.pattern import PATTERN_NAME, render
@@ -393,7 +394,7 @@ def test_the_receivers_verdict_is_its_exit_status_by_default():
 
     def exit_status(env, events):
         logic = TensorReceiver(load_config(env), CPU, logging.getLogger("t"))
-        logic.start(FakeNode(inputs=["tensors"]))
+        logic.start(Link.of(FakeNode(inputs=["tensors"])))
         for event in events:
             logic.on_input(event)
         return logic.finish()

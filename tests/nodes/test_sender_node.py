@@ -11,6 +11,7 @@ import torch
 
 import tensor_codec as tc
 from tensor_codec.digest import content_digest
+from tensor_codec.dora import Link
 from tensor_codec.testing import make_suite
 from tensor_codec_nodes.common import protocol as P
 from tensor_codec_nodes.common.loop import EXIT_FAILED, EXIT_OK
@@ -48,7 +49,7 @@ def sender_node(monkeypatch, env=None, inputs=("ack",), node=None):
     config = load_config({"MODE": "random", "SIZES": "1KB", "DEVICE": "cpu", **(env or {})})
     logic = TensorSenderNode(config, CPU, logging.getLogger("sender-test"))
     node = node or FakeNode(node_id="sender", inputs=inputs, outputs=["tensors"])
-    logic.start(node)
+    logic.start(Link.of(node))
     return logic, node, clock
 
 
@@ -302,9 +303,9 @@ def test_sending_that_keeps_failing_stops_the_sender():
     node = FakeNode(fail="dora says no")
     for _ in range(MAX_FAILURES_IN_A_ROW):
         with pytest.raises(RuntimeError):
-            transmit(node, sender, 0, {})
+            transmit(Link.of(node), sender, 0, {})
     assert sender.failures_in_a_row == MAX_FAILURES_IN_A_ROW
-    transmit(FakeNode(outputs=["tensors"]), sender, 1, {P.TX: 7})
+    transmit(Link.of(FakeNode(outputs=["tensors"])), sender, 1, {P.TX: 7})
     assert sender.failures_in_a_row == 0
 
 

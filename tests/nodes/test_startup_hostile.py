@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tensor_codec.dora_adapter import MAX_NODE_CONFIG_CHARS, daemon_node_config, node_config_problem
+from tensor_codec.dora.descriptor import MAX_NODE_CONFIG_CHARS, node_config_problem, parse_daemon_config
 from tensor_codec_nodes.common import startup
 from tensor_codec_nodes.tensor_receiver.config import SPEC as RECEIVER
 from tests.support.dora import node_script
@@ -45,9 +45,9 @@ def alias_bomb(levels: int = 9) -> str:
 def test_the_codec_never_parses_a_config_a_node_would_refuse():
     """tc.send reads DORA_NODE_CONFIG too (the output's route): the same text it refuses, never a
     MemoryError or a UnicodeEncodeError out of a send."""
-    assert daemon_node_config(DAEMON_CONFIG)["node_id"] == "receiver"
+    assert parse_daemon_config(DAEMON_CONFIG)["node_id"] == "receiver"
     for hostile in (alias_bomb(), DAEMON_CONFIG + "# \udcff", DAEMON_CONFIG + "#" * MAX_NODE_CONFIG_CHARS):
-        assert node_config_problem(hostile) is not None and daemon_node_config(hostile) is None
+        assert node_config_problem(hostile) is not None and parse_daemon_config(hostile) is None
 
 
 def test_the_config_a_daemon_writes_is_read():
