@@ -9,7 +9,6 @@ Link reads each fact on first use and keeps it; its Outputs keep what their mess
 from __future__ import annotations
 
 import os
-import weakref
 from typing import Any, ClassVar
 
 from ..routing import OutputRoute
@@ -20,32 +19,33 @@ from .output import Output
 __all__ = ["Link"]
 
 _UNREAD: Any = object()  # a fact not read yet (None is a fact: "dora does not say")
+_ATTRIBUTE = "_tensor_codec_link"  # where a node that takes attributes keeps its link
 
 
 class Link:
     """This process's dora Node (`node`: dora's, or a test double with the same methods)."""
 
-    # The link `of` gave last (one dora Node per process: nearly every call finds it here), and
-    # the links of nodes that take weak references (test doubles), forgotten with their node. A
-    # dora Node takes none: its link holds it until `close()` (the project's nodes close it when
-    # their loop ends: dora's Node leaves the dataflow only when freed) or another node's link
-    # takes its place.
-    _last: ClassVar[Link | None] = None
-    _weak: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()
+    # A dora Node takes neither attributes nor weak references, and a process has one: its link
+    # is held here until `close()` (the project's nodes close it when their loop ends: dora's Node
+    # leaves the dataflow only when freed) or another such node's link takes its place. A node
+    # that takes attributes (a test double) keeps its own link (`_ATTRIBUTE`): found by
+    # identity, whatever the node's `==`, and freed with it.
+    _held: ClassVar[Link | None] = None
 
     @classmethod
     def of(cls, node: Any) -> Link:
         """The link of `node` (made on first use)."""
-        link = cls._last
+        link = cls._held
         if link is not None and link.node is node:
             return link
+        link = getattr(node, _ATTRIBUTE, None)
+        if isinstance(link, Link) and link.node is node:
+            return link
+        link = cls(node)
         try:
-            link = cls._weak.get(node)
-            if link is None:
-                link = cls._weak[node] = cls(node)
-        except TypeError:  # takes no weak reference (dora's Node)
-            link = cls(node)
-        cls._last = link
+            setattr(node, _ATTRIBUTE, link)
+        except (AttributeError, TypeError):  # dora's Node
+            cls._held = link
         return link
 
     def __init__(self, node: Any):
@@ -61,12 +61,10 @@ class Link:
 
     def close(self) -> None:
         """Stop holding the node: `of` forgets this link (its Outputs go with it)."""
-        if Link._last is self:
-            Link._last = None
-        try:
-            Link._weak.pop(self.node, None)
-        except TypeError:
-            pass
+        if Link._held is self:
+            Link._held = None
+        elif getattr(self.node, _ATTRIBUTE, None) is self:
+            delattr(self.node, _ATTRIBUTE)
 
     # -- what dora says --------------------------------------------------------------------
 
