@@ -419,7 +419,7 @@ def join_dataflow(spec: NodeSpec, log: logging.Logger) -> Link | None:
     except RuntimeError as e:
         log.error("could not join the dataflow: %s", _cause(e))
         return None
-    link = Link.of(node)
+    link = Link.of(node, daemon_config=config) if config is not None else Link.of(node)  # parsed once
     if config is None and preflight(link, spec, log).errors:
         link.close()  # the Node leaves the dataflow once freed
         return None

@@ -33,8 +33,9 @@ class Link:
     _held: ClassVar[Link | None] = None
 
     @classmethod
-    def of(cls, node: Any) -> Link:
-        """The link of `node` (made on first use)."""
+    def of(cls, node: Any, *, daemon_config: Any = _UNREAD) -> Link:
+        """The link of `node` (made on first use; `daemon_config`: DORA_NODE_CONFIG as the caller
+        parsed it already, for a link made now)."""
         link = cls._held
         if link is not None and link.node is node:
             return link
@@ -42,6 +43,7 @@ class Link:
         if isinstance(link, Link) and link.node is node:
             return link
         link = cls(node)
+        link._daemon_config = daemon_config
         try:
             setattr(node, _ATTRIBUTE, link)
         except (AttributeError, TypeError):  # dora's Node
