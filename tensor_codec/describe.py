@@ -19,8 +19,6 @@ zero padding and bool bytes, is decode's.
 
 from __future__ import annotations
 
-import collections
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +33,7 @@ __all__ = ["Description", "describe", "message_transport", "MAX_CHARS"]
 
 MAX_CHARS = 4000  # the most `max_chars` may ask for
 _MAX_SCALAR = 24  # characters of a string (or other scalar) shown
-_CACHE_ENTRIES = 64  # descriptions of recent headers (a stream repeats its header)
-_CACHE_MAX_TEXT = 64 << 10
+_DESCRIPTIONS_PER_HEADER = 8  # the texts kept of one header (of its (width, depth, max_chars))
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,7 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     _check_bounds(width, depth, max_chars)
     text = read_metadata(metadata)
     compiled = received.compile_header(text, transport_for_message)
-    prepared, leaves, header = compiled.prepared, compiled.leaves, compiled.header
+    prepared, leaves = compiled.prepared, compiled.leaves
     transport_name = compiled.transport.name
     total = prepared[1]  # every transport's prepared layout: (offsets, total length, ...)
     if transport_name == HOST:
@@ -86,13 +83,21 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
         gpu = prepared[2].gpu
         if value is not None:
             _check_ipc(value, metadata, total)
-    key = (text, width, depth, max_chars)
-    structure = _cache.get(key)
+    return Description(transport_name, _structure(compiled, width, depth, max_chars), len(leaves), total, gpu)
+
+
+def _structure(compiled: received.Compiled, width: int, depth: int, max_chars: int) -> str:
+    """The object of `compiled` as text, kept on it: a stream repeats its header, and the
+    compiled header is cached with decode's (received.py)."""
+    key = (width, depth, max_chars)
+    descriptions = compiled.descriptions
+    structure = descriptions.get(key)
     if structure is None:
-        structure = _Writer(leaves, width, depth, max_chars).text(header["tree"])
-        if len(text) <= _CACHE_MAX_TEXT:
-            _remember(key, structure)
-    return Description(transport_name, structure, len(leaves), total, gpu)
+        structure = _Writer(compiled.leaves, width, depth, max_chars).text(compiled.header["tree"])
+        if len(descriptions) >= _DESCRIPTIONS_PER_HEADER:
+            descriptions.clear()
+        descriptions[key] = structure
+    return structure
 
 
 def _check_bounds(width: Any, depth: Any, max_chars: Any) -> None:
@@ -114,17 +119,6 @@ def _check_ipc(value: Any, metadata: dict, total: int) -> None:
         what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
         raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
     parse_ipc_fields(metadata, total)
-
-
-_cache: collections.OrderedDict = collections.OrderedDict()
-_cache_lock = threading.Lock()
-
-
-def _remember(key: tuple, structure: str) -> None:
-    with _cache_lock:
-        _cache[key] = structure
-        while len(_cache) > _CACHE_ENTRIES:
-            _cache.popitem(last=False)
 
 
 class _Full(Exception):

@@ -37,7 +37,17 @@ class Compiled:
     """One header, validated and compiled: what every message of it needs, and the two ways such
     a message becomes its object (`view`, `restore`). Made once per distinct header (cached)."""
 
-    __slots__ = ("header", "leaves", "build", "prepared", "nodes", "handed_out_as", "transport", "in_place")
+    __slots__ = (
+        "header",
+        "leaves",
+        "build",
+        "prepared",
+        "nodes",
+        "handed_out_as",
+        "transport",
+        "in_place",
+        "descriptions",
+    )
 
     def __init__(
         self,
@@ -67,6 +77,9 @@ class Compiled:
         # what `view` unpacks in one step; else None. A stream of one tensor or Image: most
         # messages.
         self.in_place = in_place
+        # describe's texts of this header's object, by (width, depth, max_chars): kept with the
+        # header they describe, and forgotten with it.
+        self.descriptions: dict[tuple[int, int, int], str] = {}
 
     def view(self, value: Any, name: str | None, view_of: Callable[[Any], torch.Tensor]) -> Any:
         """The object of one message of this header, `value` viewed where dora put it,
