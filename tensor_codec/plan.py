@@ -9,6 +9,7 @@ on, and the transports keep what they derive from it (their metadata) in the cac
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class Plan:
 
     tree: Any
     leaves: list[LeafLayout]
-    paths: list[tuple]
+    paths: Sequence[tuple]
     memo: dict | None = None
     has_cuda: bool = False  # whether any tensor lives on a GPU (what CUDA IPC could share)
     layout_memo: dict | None = None
@@ -52,19 +53,21 @@ def on_gpu(t: torch.Tensor) -> bool:
     return t.is_cuda
 
 
-_PLAN_CACHE_ENTRIES = 256
-# Two levels: a tensor's wire layout by everything it depends on (dtype, shape, strides, device,
-# lazy bits), and the plan (tree and the transports' memo) by that and the kind's attributes. A
-# stream whose attributes change (a new canvas size every frame) still reuses the layout.
-_layout_cache: collections.OrderedDict = collections.OrderedDict()
-_plan_cache: collections.OrderedDict = collections.OrderedDict()
-_ROOT_PATHS: list[tuple] = [()]
+_PLAN_CACHE_ENTRIES = 512
+# The plans of single tensors, two levels in one table, oldest first: a tensor's wire layout by
+# everything it depends on (a layout key: dtype, shape, strides, device, lazy bits), and its plan
+# (tree and the transports' memo) by that and the kind's attributes (a plan key: (layout key, tag,
+# attributes)). The two keys never meet: a layout key starts with a dtype, a plan key with a
+# tuple. A stream whose attributes change (a new canvas size every frame) still reuses the layout
+# (laid out again once its own new plans have pushed it out).
+_plans: collections.OrderedDict = collections.OrderedDict()
+_ROOT_PATHS = ((),)
 
 
-def _remember(cache: collections.OrderedDict, key: Any, entry: Any) -> None:
-    cache[key] = entry
-    if len(cache) > _PLAN_CACHE_ENTRIES:
-        cache.popitem(last=False)
+def _remember(key: Any, entry: Any) -> None:
+    _plans[key] = entry
+    if len(_plans) > _PLAN_CACHE_ENTRIES:
+        _plans.popitem(last=False)
 
 
 def make_plan(obj: Any) -> Plan:
@@ -92,11 +95,11 @@ def make_plan(obj: Any) -> Plan:
             plain.is_neg(),
         )
         plan_key = (layout_key, kind.tag, kind.attribute_key(obj))
-        cached = _plan_cache.get(plan_key)
+        cached = _plans.get(plan_key)
         leaf = None
         if cached is None:
             cached, leaf = _new_plan_entry(kind, obj, plain, layout_key)
-            _remember(_plan_cache, plan_key, cached)
+            _remember(plan_key, cached)
         tree, template, memo, layout_memo = cached
         if leaf is None:  # else a new layout's first tensor, planned in full just now
             # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
@@ -110,22 +113,21 @@ def make_plan(obj: Any) -> Plan:
 
 def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple) -> tuple[tuple, Any]:
     """-> ((tree, layout template, memo, layout memo) for the plan cache, the tensor's leaf when
-    its layout was new and planned in full here, else None: the layout comes from the layout
-    cache when a plan of another tree (other attributes) had it)."""
+    its layout was new and planned in full here, else None: the layout comes from the table
+    when a plan of another tree (other attributes) had it)."""
     leaf = None
-    layout = _layout_cache.get(layout_key)
+    layout = _plans.get(layout_key)
     if layout is None:
         leaf = plan_leaf(plain, ())
         check_logical_sizes([leaf], limits.current(), EncodeError, lambda i: "tensor at `$`")
         template = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span, leaf.broadcast)
         layout = (template, {})
-        _remember(_layout_cache, layout_key, layout)
+        _remember(layout_key, layout)
     return (tensor_node(kind, obj, plain, 0), layout[0], {}, layout[1]), leaf
 
 
 def _forget_plans() -> None:
-    _layout_cache.clear()
-    _plan_cache.clear()
+    _plans.clear()
 
 
 limits.on_change(_forget_plans)  # plans were checked against the limits they were made under

@@ -42,7 +42,9 @@ SUPPORTED = (
 
 _SCALAR, _INT = object(), object()  # leaves other than tensors; int has a range to check
 
-# Exact type -> what it is: a TensorKind, _SCALAR, _INT or a container tag.
+# Exact type -> what it is: a TensorKind, _SCALAR, _INT or a container tag. Built here, never
+# written: a TVTensor's kind is kinds.kind_of's (its one table of kinds), a namedtuple class is
+# told by its fields (`_other`). A dict, not a read-only view: `fold` reads it for every node.
 _TYPES: dict[type, Any] = {
     type(None): _SCALAR,
     bool: _SCALAR,
@@ -53,13 +55,8 @@ _TYPES: dict[type, Any] = {
     list: LIST,
     tuple: TUPLE,
     PackedSequence: PACKED,
+    torch.Tensor: PLAIN,
 }
-_TYPES[torch.Tensor] = PLAIN  # TVTensor classes join on first sight (_other)
-
-# Namedtuple classes seen so far (a class is checked once). Bounded: classes made on the fly
-# (received namedtuples, wire/tree.py's _generic_namedtuple) must not be kept alive forever.
-_NAMEDTUPLES: dict[type, str] = {}
-_MAX_REMEMBERED = 1024
 
 
 def plain_of(x: torch.Tensor) -> torch.Tensor:
@@ -69,21 +66,12 @@ def plain_of(x: torch.Tensor) -> torch.Tensor:
 
 
 def _other(x: Any, path: tuple) -> Any:
-    """What a type the walk has not met is: a TVTensor class (known from then on), a
-    namedtuple, or refused."""
+    """What a type outside `_TYPES` is: a TVTensor class, a namedtuple, or refused."""
     kind = kind_of(x)
     if kind is not None:
-        _TYPES[type(x)] = kind
         return kind
-    return _namedtuple_or_refuse(x, path)
-
-
-def _namedtuple_or_refuse(x: Any, path: tuple) -> str:
     tx = type(x)
     if issubclass(tx, tuple) and hasattr(tx, "_fields"):
-        if len(_NAMEDTUPLES) >= _MAX_REMEMBERED:
-            _NAMEDTUPLES.clear()
-        _NAMEDTUPLES[tx] = NAMEDTUPLE
         return NAMEDTUPLE
     what = f"{tx.__module__}.{tx.__qualname__}"
     hint = ""
@@ -139,7 +127,7 @@ def fold(
     indices and namedtuple or PackedSequence field names from the root.
     """
     # Locals of the closure: read faster than module globals on every node.
-    types, namedtuples, scalar, integer, max_depth = _TYPES, _NAMEDTUPLES, _SCALAR, _INT, MAX_DEPTH
+    types, scalar, integer, max_depth = _TYPES, _SCALAR, _INT, MAX_DEPTH
     lo, hi = INT64_MIN, INT64_MAX
 
     def node(x: Any, path: tuple, depth: int) -> Any:
@@ -148,7 +136,7 @@ def fold(
         tx = type(x)
         what = types.get(tx)
         if what is None:
-            what = namedtuples.get(tx) or _other(x, path)
+            what = _other(x, path)
         if what is scalar:
             return x if on_scalar is None else on_scalar(x, path)
         if what is integer:

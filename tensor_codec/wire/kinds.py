@@ -232,10 +232,11 @@ class _KeyPointsKind(_PlainSubclassKind):
 
 
 PLAIN = TensorKind()  # a plain torch.Tensor
-_BY_TYPE: dict[type, TensorKind] = {torch.Tensor: PLAIN}
-_BY_TAG: dict[str, TensorKind] = {PLAIN.tag: PLAIN}
+# The kinds known so far, each under its class (`kind_of`) and its tag (`kind_by_tag`): a class is
+# never a str, so the two never meet. The TVTensor kinds join once, when torchvision is first needed.
+_KINDS: dict[type | str, TensorKind] = {torch.Tensor: PLAIN, PLAIN.tag: PLAIN}
 # Tags this build may meet from a peer with a newer torchvision, for a precise error.
-_KNOWN_TV_TAGS = {"tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"}
+_KNOWN_TV_TAGS = frozenset({"tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"})
 _TV_MODULE = "torchvision.tv_tensors"
 _tv_looked_for = False
 _tv_lock = threading.Lock()
@@ -260,28 +261,28 @@ def _add_tvtensor_kinds() -> None:
             if hasattr(tvt, "KeyPoints"):
                 added.append(_KeyPointsKind(tvt.KeyPoints))
             for kind in added:  # readers never see a half-added kind: each dict entry is whole
-                _BY_TYPE[kind.cls] = kind
-                _BY_TAG[kind.tag] = kind
+                _KINDS[kind.cls] = kind
+                _KINDS[kind.tag] = kind
         _tv_looked_for = True
 
 
 def kind_of(x: object) -> TensorKind | None:
     """The kind of `x` by exact type (a subclass is a different type and is not accepted)."""
-    kind = _BY_TYPE.get(type(x))
+    kind = _KINDS.get(type(x))
     if kind is None and not _tv_looked_for and type(x).__module__.startswith(_TV_MODULE):
         _add_tvtensor_kinds()  # an instance of a TVTensor: torchvision is imported already
-        kind = _BY_TYPE.get(type(x))
+        kind = _KINDS.get(type(x))
     return kind
 
 
 def kind_by_tag(tag: str, where: str) -> TensorKind | None:
     """The kind a received tree node's tag names (torchvision imported for a TVTensor tag), None
     for a tag that is no tensor kind."""
-    kind = _BY_TAG.get(tag)
+    kind = _KINDS.get(tag)
     if kind is None and tag in _KNOWN_TV_TAGS:
         if not _tv_looked_for:
             _add_tvtensor_kinds()
-            kind = _BY_TAG.get(tag)
+            kind = _KINDS.get(tag)
         if kind is None:
             raise DecodeError(f"{where}.t: {tag!r} needs a torchvision that provides it; this process has none")
     return kind
