@@ -15,16 +15,20 @@ apply the same rule before anything is installed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 __all__ = ["MINIMUM", "release", "problems", "require"]
 
 # distribution name -> oldest supported release
-MINIMUM: dict[str, tuple[int, ...]] = {
-    "torch": (2, 11),
-    "torchvision": (0, 26),
-    # 16: pyarrow 15's wheels need numpy < 2, and the project needs numpy >= 2 (pyproject.toml).
-    "pyarrow": (16,),
-}
+MINIMUM: Mapping[str, tuple[int, ...]] = MappingProxyType(
+    {
+        "torch": (2, 11),
+        "torchvision": (0, 26),
+        # 16: pyarrow 15's wheels need numpy < 2, and the project needs numpy >= 2 (pyproject.toml).
+        "pyarrow": (16,),
+    }
+)
 
 
 def release(version: str) -> tuple[int, ...] | None:

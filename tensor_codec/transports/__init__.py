@@ -11,6 +11,7 @@ select one of these.
 from __future__ import annotations
 
 import importlib
+from types import MappingProxyType
 
 from ..errors import DecodeError, EncodeError
 from ..wire.header import TRANSPORT_FIELD
@@ -29,10 +30,12 @@ __all__ = [
 ]
 
 # name -> "module:Class", relative to this package
-_TABLE = {
-    HOST: ".host:HostTransport",
-    CUDA_IPC: "..cuda_ipc.transport:CudaIpcTransport",
-}
+_TABLE = MappingProxyType(
+    {
+        HOST: ".host:HostTransport",
+        CUDA_IPC: "..cuda_ipc.transport:CudaIpcTransport",
+    }
+)
 assert tuple(_TABLE) == NAMES
 _loaded: dict[str, Transport] = {}
 

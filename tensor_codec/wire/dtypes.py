@@ -9,7 +9,9 @@ sub-byte ``int1..int7`` / ``uint1..uint7`` shells are left out: torch has no cop
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -53,18 +55,22 @@ _TABLE: tuple[tuple[str, int, bool], ...] = (
     ("float4_e2m1fn_x2", 1, True),
 )
 
-WIRE_DTYPES: dict[str, WireDType] = {
-    name: WireDType(
-        name=name,
-        itemsize=size,
-        torch_dtype=getattr(torch, name, None),
-        is_bool=(name == "bool"),
-        can_require_grad=grad,
-    )
-    for name, size, grad in _TABLE
-}
+WIRE_DTYPES: Mapping[str, WireDType] = MappingProxyType(
+    {
+        name: WireDType(
+            name=name,
+            itemsize=size,
+            torch_dtype=getattr(torch, name, None),
+            is_bool=(name == "bool"),
+            can_require_grad=grad,
+        )
+        for name, size, grad in _TABLE
+    }
+)
 
-_BY_TORCH: dict[torch.dtype, WireDType] = {d.torch_dtype: d for d in WIRE_DTYPES.values() if d.torch_dtype is not None}
+_BY_TORCH: Mapping[torch.dtype, WireDType] = MappingProxyType(
+    {d.torch_dtype: d for d in WIRE_DTYPES.values() if d.torch_dtype is not None}
+)
 
 
 def supported_torch_dtypes() -> list[torch.dtype]:

@@ -11,6 +11,7 @@ import keyword
 import math
 import threading
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, Protocol, cast, final
 
 from torch.nn.utils.rnn import PackedSequence
@@ -125,7 +126,7 @@ def compile_tree(tree: Any, leaves: list, bounds: Limits) -> tuple[Builder, int]
 
 _CONTAINER_KEYS = frozenset({"t", "items"})
 _FLOAT_KEYS = frozenset({"t", "v"})
-_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_SPECIAL_FLOATS = MappingProxyType({"nan": math.nan, "inf": math.inf, "-inf": -math.inf})
 
 
 def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Builder:
@@ -420,12 +421,14 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
 
 
 # Tags of the nodes that are objects but no tensor (lists and tuples come first: _compile).
-_COMPILERS = {
-    DICT: _compile_dict,
-    "float": _compile_float,
-    PACKED: _compile_packed_sequence,
-    NAMEDTUPLE: _compile_namedtuple,
-}
+_COMPILERS = MappingProxyType(
+    {
+        DICT: _compile_dict,
+        "float": _compile_float,
+        PACKED: _compile_packed_sequence,
+        NAMEDTUPLE: _compile_namedtuple,
+    }
+)
 
 
 def _expect_keys(node: dict, allowed: set | frozenset, where: Any, required=None) -> None:
