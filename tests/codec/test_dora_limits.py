@@ -398,11 +398,6 @@ class _Twin(FakeNode):
         return 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Link.of looks doubles up in a WeakKeyDictionary, which compares by == and hash: an equal "
-    "node gets the first one's link, whose sends go to the first node",
-)
 def test_a_node_equal_to_another_still_gets_a_link_of_its_own():
     first, second = _Twin(), _Twin()
     assert first == second and Link.of(first).node is first
@@ -411,14 +406,9 @@ def test_a_node_equal_to_another_still_gets_a_link_of_its_own():
     assert len(second.sent) == 1 and not first.sent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a link holds its node, so the WeakKeyDictionary's value keeps its key alive (and Link._last "
-    "holds the last one): every FakeNode given to Link.of lives as long as the process",
-)
 def test_a_nodes_link_is_forgotten_with_the_node():
-    """A test double takes weak references: once it is gone (gc), so is its link, and with it
-    everything its outputs kept (prepared sends, the messages the double recorded)."""
+    """A test double (it takes attributes: its link is kept on it): once it is gone (gc), so is
+    its link, and with it everything its outputs kept (prepared sends, the messages it recorded)."""
     node = FakeNode()
     tc.send(node, "out", torch.zeros(1 << 16))
     gone = weakref.ref(node)
