@@ -50,8 +50,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # a transport, and `describe` (a message checked as decode checks it, through its
     # transport's keys, without restoring it).
     ("paths", ("routing", "send_pipeline", "in_place", "codec", "describe")),
-    # The top of the codec: dora's nodes, outputs and limits (dora_adapter: its name before issue 61).
-    ("dora", ("dora", "dora_adapter")),
+    # The top of the codec: dora's nodes, outputs and limits.
+    ("dora", ("dora",)),
     ("api", ("__init__",)),
 )
 

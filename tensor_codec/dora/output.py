@@ -62,6 +62,7 @@ log = logging.getLogger("tensor_codec")
 # faster below this size. An Output's `copies_below` (a benchmark sets it) starts here.
 DORA_COPIES_BELOW = 32 << 20
 PREPARED_MAX = 64  # signatures an output keeps (a stream has one, or a few in turn); the oldest goes
+KEYS_KEPT = 256  # metadata key tuples an output remembers as checked (keys that change every message gain nothing)
 _EMPTY = pa.array([], type=pa.uint8())
 # A TVTensor's attributes read as a plain tensor's, without a second tensor object: an alias
 # (as_subclass) costs a tensor's construction per message, and the Image's own reads would go
@@ -187,7 +188,7 @@ class Output:
         if keys is None or not user_metadata.keys_pass(keys):
             user_metadata.refuse(metadata)  # raises, naming what is wrong, unless nothing is
             return  # (keys dora itself may refuse: checked again each time)
-        if len(self._keys_ok) >= 256:  # keys that change every message gain nothing
+        if len(self._keys_ok) >= KEYS_KEPT:
             self._keys_ok.clear()
         self._keys_ok.add(keys)
 

@@ -1,7 +1,7 @@
 """What every transport provides: it lays a planned message out and writes its bytes into a
 destination it is given (an Arrow buffer for `tc.encode`, dora's send buffer for `tc.send`: the
 two differ only in where the bytes go), and it materializes a received message. Transports
-never call dora (dora_adapter.py does)."""
+never call dora (tensor_codec/dora/ does)."""
 
 from __future__ import annotations
 
