@@ -19,6 +19,7 @@ from . import limits
 from .errors import EncodeError, format_path
 from .layout import LeafLayout, plan_leaf
 from .tree import flatten, tensor_node
+from .walk import plain_of
 from .wire.kinds import kind_of
 from .wire.limits import check_logical_sizes
 
@@ -72,9 +73,7 @@ def _remember(key: Any, entry: Any) -> None:
 
 def make_plan(obj: Any) -> Plan:
     kind = kind_of(obj)
-    # walk.plain_of, inlined: a Python call costs about a microsecond per message with the caches
-    # cold (bench/dora_latency.py); every other place calls it.
-    plain = None if kind is None else (obj if type(obj) is torch.Tensor else obj.as_subclass(torch.Tensor))
+    plain = None if kind is None else plain_of(obj)
     # Only dense CPU or CUDA tensors take the cached path; anything else (sparse, nested, meta,
     # quantized, other devices) takes the general path and its errors.
     if (
