@@ -27,6 +27,9 @@ ENV_PREFIX = "TC_MAX_"
 _lock = threading.Lock()
 _current: Limits | None = None
 _listeners: list = []
+# Bumped at every change: what was checked under an older generation is checked again (an
+# attribute read, for the senders' prepared messages, which check it per message).
+generation = 0
 
 
 def current() -> Limits:
@@ -57,9 +60,10 @@ def on_change(callback: Callable[[], object]) -> None:
 
 
 def _install(limits: Limits) -> None:
-    global _current
+    global _current, generation
     with _lock:
         _current = limits
+        generation += 1
     for callback in _listeners:
         callback()
 

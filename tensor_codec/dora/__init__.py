@@ -31,7 +31,9 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     this machine without touching the host (see `tensor_codec.ipc_configure` for the cap on
     bytes in flight). Returns False when that cap's ``on_full="drop"`` policy dropped the
     message, else True."""
-    return Link.of(node).output(output_id).send(obj, metadata, transport=transport)
+    link = Link.of(node)
+    out = link.outputs.get(output_id) or link.output(output_id)  # (a builtin call when it exists: every message)
+    return out.send(obj, metadata, transport=transport)
 
 
 def send_plain(node: Any, output_id: str, tensor: Any, metadata: dict | None = None) -> None:

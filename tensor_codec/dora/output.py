@@ -80,7 +80,7 @@ class Prepared:
     element_size: int
     complex: bool  # the lazy conjugate bit exists only on complex tensors
     layout: LeafLayout  # no source: a prepared send must not keep a tensor alive
-    bounds: codec_limits.Limits  # the codec's limits it was checked under (others: prepared again)
+    generation: int  # of the codec's limits it was checked under (limits.generation; others: prepared again)
 
 
 class Output:
@@ -173,15 +173,55 @@ class Output:
 
     def send(self, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
         """`tc.send` on this output (see its documentation). -> False when CUDA IPC's in-flight
-        policy dropped the message, else True."""
+        policy dropped the message, else True.
+
+        A message of a signature kept (`prepared`) goes by it, unless its tensor's state asks for
+        the full path (autograd, lazy bits, off the host, a storage too small, which the full path
+        names). A host tensor goes as host bytes whatever transport was asked for, so a signature
+        holds none."""
         if metadata is not None and (type(metadata) is not dict or tuple(metadata) not in self._keys_ok):
             self._check_metadata(metadata)
         if transport not in TRANSPORT_CHOICES:
             choices = list(TRANSPORT_CHOICES)
             raise EncodeError(f"unsupported transport: expected one of {choices}, got {transport!r:.80}")
-        if type(obj) in self._preparable and self.prepared and self._send_prepared(obj, metadata):
-            return True
-        return self._send_new(obj, metadata, transport)
+        if type(obj) not in self._preparable or not self.prepared:
+            return self._send_new(obj, metadata, transport)
+        t = obj
+        off = None if type(obj) is torch.Tensor else _TORCH_FUNCTION_OFF()
+        if off is not None:
+            off.__enter__()
+        try:
+            try:
+                prepared = self.prepared.get((type(obj), t.dtype, t.shape, t.stride()))
+            except RuntimeError:  # a tensor without strides (sparse, nested)
+                prepared = None
+            value = None
+            if (
+                prepared is None
+                or prepared.generation != codec_limits.generation
+                or not t.is_cpu
+                or t.requires_grad
+                or t.is_neg()
+                or (prepared.complex and t.is_conj())
+            ):
+                prepared = None
+            elif prepared.layout.raw_span and prepared.nbytes < self.copies_below:
+                if holds_dense_span(t, prepared.nbytes, prepared.element_size):
+                    value = value_of(t.data_ptr(), prepared.nbytes, t.dtype, t)  # dense: its bytes from data_ptr() up
+                else:
+                    prepared = None
+        finally:
+            if off is not None:
+                off.__exit__(None, None, None)
+        if prepared is None:
+            return self._send_new(obj, metadata, transport)
+        merged = {**metadata, **prepared.metadata} if metadata else dict(prepared.metadata)
+        if value is not None:
+            self._emit(prepared.nbytes, merged, metadata, value)
+        else:  # a strided crop, compacted in one pass (an Image's from a plain alias: torch's copy)
+            leaf = prepared.layout.with_plain_source(t if off is None else obj.as_subclass(torch.Tensor))
+            self._emit(prepared.nbytes, merged, metadata, write=lambda dest: write_leaf(leaf, dest, 0))
+        return True
 
     def _check_metadata(self, metadata: Any) -> None:
         keys = tuple(metadata) if isinstance(metadata, dict) else None
@@ -192,50 +232,11 @@ class Output:
             self._keys_ok.clear()
         self._keys_ok.add(keys)
 
-    def _send_prepared(self, obj: Any, metadata: dict | None) -> bool:
-        """Send `obj` by its signature's Prepared; False (nothing sent) when it has none or its
-        tensor's state asks for the full path (autograd, lazy bits, off the host, a storage too
-        small, which the full path names). A host tensor goes as host bytes whatever transport
-        was asked for, so the signature holds none."""
-        t = obj
-        off = None if type(obj) is torch.Tensor else _TORCH_FUNCTION_OFF()
-        if off is not None:
-            off.__enter__()
-        try:
-            try:
-                prepared = self.prepared.get((type(obj), t.dtype, t.shape, t.stride()))
-            except RuntimeError:  # a tensor without strides (sparse, nested)
-                return False
-            if (
-                prepared is None
-                or prepared.bounds is not codec_limits.current()
-                or not t.is_cpu
-                or t.requires_grad
-                or t.is_neg()
-                or (prepared.complex and t.is_conj())
-            ):
-                return False
-            nbytes = prepared.nbytes
-            value = None
-            if prepared.layout.raw_span and nbytes < self.copies_below:
-                if not holds_dense_span(t, nbytes, prepared.element_size):
-                    return False
-                value = value_of(t.data_ptr(), nbytes, t.dtype, t)  # dense: its bytes from data_ptr() up
-        finally:
-            if off is not None:
-                off.__exit__(None, None, None)
-        merged = {**metadata, **prepared.metadata} if metadata else dict(prepared.metadata)
-        if value is not None:
-            self._emit(nbytes, merged, metadata, value)
-        else:  # a strided crop, compacted in one pass (an Image's from a plain alias: torch's copy)
-            leaf = prepared.layout.with_plain_source(t if off is None else obj.as_subclass(torch.Tensor))
-            self._emit(nbytes, merged, metadata, write=lambda dest: write_leaf(leaf, dest, 0))
-        return True
-
     def _send_new(self, obj: Any, metadata: dict | None, transport: str) -> bool:
         """Plan, lay out and check `obj`'s message, send it, and keep its signature's Prepared
         when it has one."""
-        bounds = codec_limits.current()
+        codec_limits.current()  # (installed: its generation is the one the layout checks under)
+        generation = codec_limits.generation
         outgoing = send_pipeline.lay_out(obj, transport, self.sink, self._route_now)
         if outgoing is None:
             return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)
@@ -251,7 +252,7 @@ class Output:
             else:
                 self._emit(nbytes, merged, metadata, write=lambda dest: send_pipeline.write(outgoing, dest))
         if outgoing.transport.name == HOST and not outgoing.plan.has_cuda and is_bare_tensor(outgoing.plan.tree):
-            self._prepare(obj, outgoing, bounds)
+            self._prepare(obj, outgoing, generation)
         return True
 
     def _copied_value(self, outgoing: Any) -> pa.Array | None:
@@ -261,7 +262,7 @@ class Output:
             return None
         return cast("HostTransport", outgoing.transport).value_in_place(outgoing)
 
-    def _prepare(self, obj: Any, outgoing: Any, bounds: codec_limits.Limits) -> None:
+    def _prepare(self, obj: Any, outgoing: Any, generation: int) -> None:
         """Keep what a sent message of one host tensor fixed for its signature's next ones, when
         its tensor's own bytes made the value (not a broadcast tensor narrowed, nor lazy bits
         resolved into a copy) and dora surely carries them."""
@@ -276,7 +277,7 @@ class Output:
                 pass
         layout = LeafLayout(leaf.dtype, leaf.shape, leaf.strides, leaf.nbytes, None, leaf.raw_span)
         self.prepared[(type(obj), t.dtype, t.shape, t.stride())] = Prepared(
-            outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), layout, bounds
+            outgoing.metadata, outgoing.nbytes, t.element_size(), t.is_complex(), layout, generation
         )
         self._preparable.add(type(obj))
 
