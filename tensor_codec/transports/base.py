@@ -110,11 +110,11 @@ class Transport(Protocol):
     def in_place_layout(self, prepared: Any) -> tuple[int, torch.dtype, tuple, tuple] | None:
         """For a header of one leaf: (the value's length in bytes, the leaf's dtype, shape and
         strides) when a message's value is an Arrow array of exactly those bytes, which a DLPack
-        view retypes and shapes in place (in_place.py does, for messages of seen headers whose
+        view retypes and shapes in place (received.Compiled.view does, for messages of seen headers whose
         object is one tensor); None when this transport has no such view for this header. Asked
         once per distinct header (cached with it).
 
-        A layout is a promise that in_place.py may hand those bytes out as they are, checking only
+        A layout is a promise that Compiled.view may hand those bytes out as they are, checking only
         the value's Arrow type, length, nulls and alignment, and never calling the transport for
         that message: the leaf starts at the value's first byte, is not empty, needs no check of
         its bytes (not bool, whose bytes must be 0 or 1) and is a dtype torch views without

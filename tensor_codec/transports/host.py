@@ -118,7 +118,7 @@ class HostTransport:
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
-        or None, the layout in_place.py views such a message with where it lies or None:
+        or None, the layout received.Compiled.view views such a message with where it lies or None:
         `in_place_layout`), after checking every offset is the canonical one. Cached with the
         header: a stream's messages share it. (Zero-copy leaves are never autograd views of
         another tensor (`leaf_view`s of the storage, or DLPack's tensor shaped or retyped in
@@ -150,7 +150,7 @@ class HostTransport:
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        # One tensor viewed where it lies is in_place.py's (most messages): what comes here is
+        # One tensor viewed where it lies is received.Compiled.view's (most messages): what comes here is
         # copied, padded, of several leaves, restored onto a device, or named wrong.
         offsets, total, padding, single, gpu, _ = prepared
         width = check_value(value, total)
