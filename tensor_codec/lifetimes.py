@@ -272,17 +272,6 @@ def scope() -> Scope:
     return Scope()
 
 
-def _leaves_of(obj: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-
-    def collect(t: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
-        found.append(original)
-        return t
-
-    map_tensors(collect, obj)
-    return found
-
-
 def release(obj: Any) -> None:
     """Release every received message behind `obj` now (all of their parts, not only `obj`'s)."""
     messages: dict[int, Message] = {}

@@ -1,7 +1,7 @@
 """A message buffer's bytes as tensors and as Arrow values, without copying: each leaf viewed at
 its offset (`leaf_views`, host or GPU), a host value viewed through DLPack (`view_of`), and a
-tensor's bytes made the value tc.send hands dora (`value_of`, `bytes_value`). What the buffer and
-the value must be is the wire format's (wire/buffer.py)."""
+tensor's bytes made the value tc.send hands dora (`value_of`). What the buffer and the value must
+be is the wire format's (wire/buffer.py)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,7 @@ from ..errors import DecodeError
 from ..layout import leaf_view
 from ..wire.header import ReceivedLeaf
 
-__all__ = [
-    "leaf_views",
-    "value_of",
-    "arrow_type_of",
-    "bytes_value",
-    "view_of",
-    "FROM_CAPSULE",
-    "VERSIONED_CAPSULES",
-    "DLPACK_VERSION",
-]
+__all__ = ["leaf_views", "value_of", "view_of"]
 
 
 def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int]) -> list[torch.Tensor]:
@@ -58,29 +49,17 @@ _ARROW_TYPE = {
 }
 
 
-def arrow_type_of(dtype: torch.dtype) -> pa.DataType | None:
-    """The Arrow type `value_of` types a leaf of `dtype` as, when its address is aligned to it
-    (its width is the dtype's item size); None for a dtype that goes as `bytes_value`."""
-    return _ARROW_TYPE.get(dtype)
-
-
 def value_of(address: int, nbytes: int, dtype: torch.dtype, owner: Any) -> pa.Array:
     """One leaf's `nbytes` (> 0) at `address` as a message value, without copying them: typed as
-    the leaf's dtype where Arrow has it (and the address is aligned to it), else `bytes_value`.
+    the leaf's dtype where Arrow has it (and the address is aligned to it), else as the widest
+    unsigned integers that tile them (the length and the address are multiples of its width).
     The array keeps `owner` alive."""
+    data = pa.foreign_buffer(address, nbytes, base=owner)
     unit = _ARROW_TYPE.get(dtype)
     if unit is not None:
         size = unit.bit_width >> 3
         if not (nbytes % size or address % size):
-            return pa.Array.from_buffers(unit, nbytes // size, [None, pa.foreign_buffer(address, nbytes, base=owner)])
-    return bytes_value(address, nbytes, owner)
-
-
-def bytes_value(address: int, nbytes: int, owner: Any) -> pa.Array:
-    """`nbytes` (> 0) at `address` as a value without copying them: an Arrow array of the widest
-    unsigned integers that tile them (the length and the address are multiples of its width),
-    which keeps `owner` alive."""
-    data = pa.foreign_buffer(address, nbytes, base=owner)
+            return pa.Array.from_buffers(unit, nbytes // size, [None, data])
     for width, unit in _WIDEST_FIRST:
         if not (nbytes % width or address % width):
             return pa.Array.from_buffers(unit, nbytes // width, [None, data])
