@@ -1,14 +1,9 @@
 """This process's GPUs: which physical GPU (by UUID) is behind a CUDA device index, and back.
 
-A header names a GPU by its UUID: a CUDA IPC producer's GPU, or the GPU host bytes are restored
-onto (routing's HOST_TO_GPU). UUIDs, not indices, so the same physical GPU seen under another
-index (CUDA_VISIBLE_DEVICES) is found. Both transports ask here, and so does the send pipeline:
-the host transport restores onto the GPU a header names, the send pipeline names the GPU of host
-bytes bound for one, the CUDA IPC transport names its producer's GPU and finds it on receipt.
-
-What is learned comes from a source of GPUs: torch's (`TorchGpus`), or the CPU stand-in of the
-tests, installed with the CUDA IPC backend it belongs to (cuda_ipc.use_backend): its "GPU" memory
-is CPU memory. Nothing here initialises CUDA before a GPU is asked about.
+A header names a GPU by UUID (a CUDA IPC producer's GPU, or the GPU host bytes are restored onto),
+so the same GPU under another index (CUDA_VISIBLE_DEVICES) is found. The GPUs are torch's
+(`TorchGpus`), or the tests' CPU stand-in installed with its CUDA IPC backend
+(cuda_ipc.use_backend). Nothing here initialises CUDA before a GPU is asked about.
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ __all__ = ["Gpus", "TorchGpus", "current", "use", "gpu_of", "device_of_gpu", "gp
 
 def gpu_uuid(index: int) -> str:
     """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
-    raw = torch.cuda.get_device_properties(index).uuid
-    text = str(raw)
+    text = str(torch.cuda.get_device_properties(index).uuid)
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
@@ -43,11 +37,8 @@ def local_index_of_uuid(uuid: str) -> int | None:
 class TorchGpus:
     """The GPUs torch sees. A stand-in has the same five methods (tests/support/ipc_fake_backend.py)."""
 
-    def gpu_uuid(self, index: int) -> str:
-        return gpu_uuid(index)
-
-    def local_index(self, uuid: str) -> int | None:
-        return local_index_of_uuid(uuid)
+    gpu_uuid = staticmethod(gpu_uuid)
+    local_index = staticmethod(local_index_of_uuid)
 
     def visible_gpus(self) -> list[str]:
         return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
@@ -112,21 +103,6 @@ class Gpus:
             )
         return index
 
-    def gpu_of(self, plan: Plan) -> str:
-        """The UUID of the one GPU a message's tensors are on (`device_of`'s errors)."""
-        return self.uuid(self.device_of(plan))
-
-    def device_of_gpu(self, uuid: str, where: str) -> torch.device:
-        """This process's device for a GPU named by UUID in a received header (`where`); a
-        DecodeError if it cannot see that GPU."""
-        index = self.index_of(uuid)
-        if index is None:
-            raise DecodeError(
-                f"{where}: the message's tensors were on {uuid}, which this process cannot see "
-                f"({self.seen()}); pass device=... to restore them elsewhere"
-            )
-        return self.source.torch_device(index)
-
 
 # Process-wide by nature: a GPU's identity is the whole process's (tests install a stand-in's).
 _current: Gpus | None = None
@@ -150,10 +126,18 @@ def use(source: Any) -> None:
 def gpu_of(plan: Plan) -> str:
     """The UUID of the one GPU a message's tensors are on (`Gpus.device_of`'s errors): the GPU
     host bytes are restored onto (routing's HOST_TO_GPU)."""
-    return current().gpu_of(plan)
+    gpus = current()
+    return gpus.uuid(gpus.device_of(plan))
 
 
 def device_of_gpu(uuid: str, where: str) -> torch.device:
     """This process's device for the GPU a received header names at `where` (DecodeError if it
     cannot see it)."""
-    return current().device_of_gpu(uuid, where)
+    gpus = current()
+    index = gpus.index_of(uuid)
+    if index is None:
+        raise DecodeError(
+            f"{where}: the message's tensors were on {uuid}, which this process cannot see "
+            f"({gpus.seen()}); pass device=... to restore them elsewhere"
+        )
+    return gpus.source.torch_device(index)
