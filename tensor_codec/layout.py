@@ -205,7 +205,7 @@ class Destination:
 def write_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
     """Copy `leaf.source` into `dest` at byte `start` (`leaf.nbytes` bytes). One pass: a dense
     source is one byte copy of its span, anything else one strided copy that compacts it. (A GPU
-    leaf into host bytes is the host transport's: transports/host.py.)"""
+    leaf to compact into host bytes is compacted on the GPU first: transports/host.py.)"""
     if leaf.nbytes == 0:
         return
     src = leaf.source

@@ -1,19 +1,8 @@
-"""Host transport: every leaf's bytes in the Arrow value, one flat buffer.
-
-Layout (docs/wire-format.md, section 5; wire/buffer.py): leaves in depth-first order, leaf i at
-``offset[i] = align_up(offset[i-1] + nbytes[i-1], 64)`` with ``offset[0] = 0``; the padding is
-zero; the buffer ends exactly at the last leaf's end. A receiver requires exactly this layout, so
-offsets are in bounds and never overlap.
-
+"""Host transport: every leaf's bytes in the Arrow value, one flat buffer laid out as
+docs/wire-format.md, section 5 says (wire/buffer.py checks it), its ``gpu`` header key included.
 Writing puts each tensor straight into the destination it is given (an Arrow buffer, or dora's
-send buffer): a dense tensor is one byte copy, a non-contiguous one is compacted by one strided
-copy. Receiving views the Arrow
-buffer through DLPack without copying; a message whose buffer is not 64-byte aligned (dora hands
-small messages over at arbitrary addresses) is copied once into aligned memory.
-
-A header may name a GPU by UUID (``gpu``): a sender on this machine sent CUDA tensors as host
-bytes because they were small (routing.py, ``TC_IPC_MIN_BYTES``), and the receiver restores
-them onto that GPU, where CUDA IPC would have put them, unless it asks for a device itself.
+send buffer: layout.write_leaf); receiving views the value through DLPack, or copies it once
+where it must.
 """
 
 from __future__ import annotations
@@ -155,7 +144,7 @@ class HostTransport:
         offsets, total, padding, single, gpu, _ = prepared
         width = check_value(value, total)
         if gpu is not None and device is None:
-            device = _gpu_device(gpu)
+            device = gpus.device_of_gpu(gpu, f"tc.header.{KEY_GPU}")  # torch's GPUs, or the tests' stand-in's
         if device is not None and device.type != "cpu":
             copy = False  # the host bytes are only read once, by the copy onto the device
         owned = copy or total < SMALL_MESSAGE_BYTES
@@ -213,12 +202,6 @@ def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
     return src if leaf.raw_span and src is not None and src.is_cpu else None
 
 
-def _gpu_device(uuid: str) -> torch.device:
-    """This process's device for the GPU a header names (gpus.py: torch's GPUs, or the CPU
-    stand-in's in the tests)."""
-    return gpus.device_of_gpu(uuid, f"tc.header.{KEY_GPU}")
-
-
 # ---------------------------------------------------------------------------- host <-> GPU
 # Host bytes of GPU tensors, both ways, are this transport's: off the GPU when a sender's CUDA
 # tensors go as host bytes (`write`), onto a GPU when a receiver restores them there
@@ -226,25 +209,13 @@ def _gpu_device(uuid: str) -> torch.device:
 
 
 def _write_any_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """`write_leaf`, or `_write_from_gpu` for a leaf on a GPU (a message that holds one)."""
-    source = leaf.source
-    if source is not None and source.is_cuda:
-        _write_from_gpu(leaf, dest, start)
-    else:
-        write_leaf(leaf, dest, start)
-
-
-def _write_from_gpu(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """GPU leaf -> host bytes: one plain copy off the GPU (staging it through pinned buffers of
-    our own measured slower at every size, bench/host_staging.py); a non-dense leaf is compacted
-    on the GPU first, where it is cheap."""
+    """`write_leaf` for a message that holds a GPU leaf: a GPU leaf goes off the GPU in one plain
+    copy (staging it through pinned buffers of our own measured slower at every size,
+    bench/host_staging.py), a non-dense one compacted on the GPU first, where it is cheap."""
     src = leaf.source
-    assert src is not None  # a sender's layout (plan_leaf) holds its tensor
-    if leaf.raw_span:
-        dense = torch.empty(0, dtype=torch.uint8, device=src.device).set_(
-            src.untyped_storage(), src.storage_offset() * leaf.dtype.itemsize, (leaf.nbytes,), (1,)
-        )
-    else:
-        dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
-        dense.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)
+    if src is None or not src.is_cuda or leaf.raw_span:
+        write_leaf(leaf, dest, start)  # a dense GPU leaf: one plain copy of its span
+        return
+    dense = torch.empty(leaf.nbytes, dtype=torch.uint8, device=src.device)
+    dense.view(src.dtype).as_strided(src.shape, leaf.strides).copy_(src)
     dest.tensor()[start : start + leaf.nbytes].copy_(dense)
