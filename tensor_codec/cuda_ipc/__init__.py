@@ -1,43 +1,19 @@
-"""CUDA IPC: GPU tensors between processes of one machine, never through the host, in one package.
+"""CUDA IPC: GPU tensors between processes of one machine, never through the host.
 
-A newcomer's map (docs/cuda-ipc-design.md has the design):
-
-* __init__.py    the package's face: tc.ipc_configure / ipc_flush / ipc_stats / ipc_trim, which load
-                 the transport on their first call (importing this package never does);
-* transport.py   the transport (lay out on the GPU, publish; validate, open, wait, view) and its
-                 own API: configure (the cap on bytes in flight), flush, stats;
-* identity.py    host and pid namespace identities, and the same-machine check (which GPU is
-                 which: tensor_codec/gpus.py);
-* ledger.py      the shared-memory ledger through which receivers release what they read;
-* progress.py    how far each receiver of an output got: when an unclaimed message was lost;
-* producing.py   the sending process's bookkeeping (`ProducerBook`: slots, bytes in flight);
-* inflight.py    the per-output cap and its wait / drop policy;
-* receiving.py   the receiving process's bookkeeping (claims, releases, opened segments);
-* handle_cache.py  opened segments, reused while their producer lives;
-* pool.py        the sending process's message buffers and their events, exported once, reused;
-* backend.py     the only code that touches the CUDA runtime (tests swap in a CPU stand-in).
-
-The message fields and the producer's identity (`ProducerIdentity`), validated as hostile input
-before anything is opened, are the wire format's: tensor_codec/wire/cuda_ipc.py.
-
-Importing this package never initialises CUDA.
+This package's face is tc.ipc_configure / ipc_flush / ipc_stats / ipc_trim, which load the
+transport on their first call (importing this package never initialises CUDA). A map of its
+modules: docs/cuda-ipc-design.md (its opening "Status"); the message fields are
+tensor_codec/wire/cuda_ipc.py's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the transport loads on first use (tests/codec/test_hygiene.py)
     from .transport import CudaIpcTransport
 
-__all__ = ["use_backend", "ipc_configure", "ipc_flush", "ipc_stats", "ipc_trim"]
-
-
-def use_backend(backend: Any) -> None:
-    """Replace the device backend (tests: a CPU stand-in); None restores the CUDA one lazily."""
-    from .transport import use_backend as _use
-
-    _use(backend)
+__all__ = ["ipc_configure", "ipc_flush", "ipc_stats", "ipc_trim"]
 
 
 def _transport() -> CudaIpcTransport:
