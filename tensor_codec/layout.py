@@ -1,11 +1,5 @@
-"""How one tensor is laid on the wire and read back: the writer's half of the layout rule
-(wire/leaf.py states the rule and holds the receiver's check), and the copies.
-
-* Broadcast dims (size > 1, stride 0; ``expand``) keep stride 0 on the wire: their data is sent once.
-* A tensor whose other dims are dense (wire.leaf.dense_span) travels with its own strides and its
-  span is copied byte for byte.
-* Otherwise (gaps, such as a strided crop, or overlap) it is compacted: row-major strides, and one
-  strided copy straight into the destination.
+"""How one tensor is laid on the wire and read back: the writer's half of the layout rule of
+docs/wire-format.md, section 6 (wire/leaf.py holds the receiver's check), and the copies.
 """
 
 from __future__ import annotations
@@ -44,12 +38,9 @@ class LeafLayout:
     raw_span: bool = False
     broadcast: tuple[int, ...] = ()  # dims narrowed to size 1 in `source`
 
-    def with_source(self, t: torch.Tensor, path: tuple = ()) -> LeafLayout:
+    def with_source(self, t: torch.Tensor) -> LeafLayout:
         """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
-        t = values_of(t, path)
-        for d in self.broadcast:
-            t = t.narrow(d, 0, 1)
-        return LeafLayout(self.dtype, self.shape, self.strides, self.nbytes, t, self.raw_span, self.broadcast)
+        return self.with_plain_source(values_of(t, ()))
 
     def with_plain_source(self, t: torch.Tensor) -> LeafLayout:
         """`with_source` for a tensor its plan's key shows to need nothing resolved (no autograd,
