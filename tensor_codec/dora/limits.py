@@ -1,23 +1,9 @@
 """What dora 1.1 can carry in one message, as functions of values (a route, a pool, a routing
 entry, dora's error text): no node and no caches. Measured on dora-rs 1.1.0 in real dataflows
-and read off its source (apis/rust/node: arrow_utils/ipc_encode.rs, node/mod.rs);
-docs/transports.md, "dora's limits", has the measurements.
-
-A message of n payload bytes travels as a UInt8 Arrow IPC stream of ``ipc_stream_bytes(n)``
-bytes (a validity bitmap of n/8 bytes and 328 bytes of framing around the payload). Then:
-
-* **the cap**: no stream over 256 MiB, on any route: a payload of at most 238,608,896 bytes;
-* **the pool**: a message whose stream, plus 1,208 bytes of chunk header, fits the free room of
-  the node's shared-memory pool (``shared_memory_pool_size``, else ``DORA_NODE_SHM_POOL_SIZE``,
-  else 8 MiB; one pool for all the node's outputs) goes through it, fast;
-* **the daemon path**: anything else goes through the daemon, slowly, and only if the request,
-  stream plus metadata, is at most 64 MiB: a payload of at most about 59.6 MB (56.9 MiB). That
-  is every message too big for the pool or meeting it full, every message of an output dora
-  pins there (a consumer input with ``queue_policy: backpressure``, consumers on other machines
-  that only its daemons' relay reaches), and every message of an output whose startup handshake
-  did not complete (`STARTUP_GRACE_MS`). So the daemon path's limit is the one bound dora always
-  honours (`SendLimit.guaranteed_bytes`); more goes only while the pool takes it.
-"""
+and read off its source (apis/rust/node: arrow_utils/ipc_encode.rs, node/mod.rs): the cap, the
+pool and the daemon path, their numbers and when each applies are docs/transports.md, "dora's
+limits on one message"; the daemon path's limit is the one bound dora always honours
+(`SendLimit.guaranteed_bytes`)."""
 
 from __future__ import annotations
 
@@ -30,10 +16,8 @@ from ..routing import BACKPRESSURE, OutputRoute
 
 __all__ = [
     "ipc_stream_bytes",
-    "payload_within",
     "daemon_payload",
     "pool_payload",
-    "fits_pool",
     "metadata_bytes",
     "suggested_pool",
     "Pin",
@@ -43,13 +27,9 @@ __all__ = [
     "too_large",
     "slow_warning",
     "size_error",
-    "messages_in_flight",
     "DEFAULT_POOL_BYTES",
-    "IPC_STREAM_MAX",
-    "DAEMON_LIMIT_BYTES",
     "CAP_PAYLOAD",
     "DAEMON_PATH_MAX_PAYLOAD",
-    "SHM_CHUNK_OVERHEAD",
     "METADATA_RESERVE",
     "SURELY_CARRIED",
     "SLOW_WARN_BYTES",
@@ -225,15 +205,11 @@ def pin_of(route: OutputRoute, daemon_only: Any) -> Pin | None:
 
 @dataclass(frozen=True)
 class SendLimit:
-    """The most payload bytes one message on an output can carry (`max_bytes`), which of dora's
-    limits sets it (`kind`: "cap", "pool" or "daemon"), that limit in words, and the output's
-    pin (None: messages that fit the pool take it).
-
-    `max_bytes` past the daemon path's limit goes only through the pool, and dora takes the pool
-    only while it has room for the message at that moment and once the output's startup
-    handshake completed (`STARTUP_GRACE_MS`); otherwise dora sends on its daemon path and refuses
-    such a message. `guaranteed_bytes` is what goes whatever happens: the daemon path's limit (at
-    most `max_bytes`; equal on an output dora pins there)."""
+    """The most payload bytes one message on an output can carry (`max_bytes`: past the daemon
+    path's limit only while dora's pool has room and the output's startup handshake completed,
+    `STARTUP_GRACE_MS`), what goes whatever happens (`guaranteed_bytes`: the daemon path's
+    limit), which of dora's limits sets `max_bytes` (`kind`: "cap", "pool" or "daemon"), that
+    limit in words, and the output's pin (None: messages that fit the pool take it)."""
 
     max_bytes: int
     guaranteed_bytes: int
@@ -268,8 +244,7 @@ def send_limit(pool: int, pool_source: str, pinned: Pin | None, metadata_bytes: 
 
 
 def too_large(output_id: str, nbytes: int, limit: SendLimit, node: str) -> MessageTooLargeError:
-    """The error for a message of `nbytes` over `limit` (node `node`'s output `output_id`),
-    naming the limit and what lifts it."""
+    """The error for a message of `nbytes` over `limit`, naming the limit and what lifts it."""
     if limit.pin is not None:
         cure = "To carry it, " + limit.pin.cure.format(limit=_mib(limit.max_bytes))
     elif limit.kind == "cap" or nbytes > CAP_PAYLOAD:
@@ -353,8 +328,7 @@ def size_error(
 ) -> MessageTooLargeError | None:
     """dora's own size error (should the estimate ever be off, the pool be full or the output's
     startup handshake have failed) as a MessageTooLargeError naming the limit hit and what lifts
-    it; None for any other error (the caller re-raises it as it is). `limit`: the output's for a
-    message with `meta_bytes` of metadata; `route`: its consumers."""
+    it; None for any other error (the caller re-raises it as it is)."""
     hit = _limit_hit(str(error), nbytes, meta_bytes)
     if hit is None:
         return None
@@ -390,14 +364,10 @@ def _daemon_cause(output_id: str, nbytes: int, meta_bytes: int, limit: SendLimit
             f"the daemon path carries at most {carried} per message: {_set_pool(node, nbytes)} (two such messages "
             "at once)."
         )
-    return _fell_back(output_id, nbytes, limit, carried, messages_in_flight(route), node)
-
-
-def _fell_back(output_id: str, nbytes: int, limit: SendLimit, carried: str, in_flight: int, node: str) -> str:
-    """Why dora sent a message its pool should have held on its daemon path, what always goes, and
-    what to do. The two causes cannot be told apart from here (dora says neither), so both are
-    named with what shows which: a handshake that failed refuses every such message of the run."""
-    pool = limit.pool
+    # dora fell back although the pool should have held it, and says neither why: a full pool or a
+    # failed startup handshake. Both are named, with what tells them apart (a failed handshake
+    # refuses every such message of the run).
+    in_flight = messages_in_flight(route)
     if fits_pool(nbytes, pool, in_flight):
         room = (
             "make room in it (receivers that drop messages sooner, a smaller queue_size, fewer big messages on the "
