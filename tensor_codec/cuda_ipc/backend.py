@@ -1,23 +1,8 @@
 """The only place that talks to CUDA for the CUDA IPC transport, through torch's own APIs (which
-GPU is which aside: tensor_codec/gpus.py).
-
-The transport (``transport.py``) does the protocol: plans, ledger, caps, validation,
-lifetimes. This backend does the few device operations it needs, so a CPU stand-in with the same
-methods (tests/support/ipc_fake_backend.py) can drive the whole protocol on a machine without a GPU.
-
-Facts this rests on (torch 2.14, see docs/cuda-ipc-design.md):
-
-* ``UntypedStorage._share_cuda_()`` names the caching-allocator *segment* holding a storage (the
-  cudaMalloc block) and the storage's byte offset inside it; it also makes an interprocess event
-  and takes a slot in torch's shared ref counter (which we hand back at once,
-  `_release_ipc_counter_cuda`: our ledger, not torch's counter, decides when the memory may be
-  reused). It costs a few hundred microseconds: the pool (pool.py) calls it once per buffer.
-* ``UntypedStorage._new_shared_cuda(...)`` opens such a segment in another process (cudaIpc-
-  OpenMemHandle, slow: milliseconds) and returns a storage at base + offset. So does opening an
-  interprocess event handle: receivers cache both, per producer.
-* A ``__cuda_array_interface__`` object given to ``torch.as_tensor`` becomes a tensor whose storage
-  holds a reference to that object and drops it when the storage dies: the receiver's signal that
-  every view of a message is gone, without polling and without a host sync.
+GPU is which aside: tensor_codec/gpus.py). The transport (transport.py) does the protocol; these
+are the few device operations it needs, so a CPU stand-in with the same methods
+(tests/support/ipc_fake_backend.py) drives the whole protocol without a GPU. The torch 2.14 facts
+they rest on: docs/cuda-ipc-design.md, "Facts about torch 2.14" and "Release without events".
 """
 
 from __future__ import annotations
@@ -77,9 +62,6 @@ class CudaBackend:
     name = "cuda"
 
     # ---- where the work goes (which GPU is which is gpus.py's: the stand-in serves both)
-    def current_index(self) -> int:
-        return torch.cuda.current_device()
-
     def current_stream(self, index: int) -> Any:
         return torch.cuda.current_stream(index)
 
