@@ -1,17 +1,13 @@
 """The receive side's counterpart of planning: a header text compiled once into everything a
 message of that header needs (validated leaf table, tree builder, the transport's prepared
 layout), with the two ways such a message becomes its object (`Compiled.view`, `Compiled.restore`),
-and a cache of those.
+and a cache of those (docs/repository.md, "Module-level state": `_cache`, `_tables`).
 
-A stream repeats the same header for every message of the same shape. Validation is a pure
-function of the header text (which names its version and transport), so its result is cached by
-the text alone (the data checks against the buffer still run for every message, in the
-transport). Bounded in entries and text size; a change of limits empties it.
-
-A stream whose tree changes while its layout stays (a new canvas size, a new timestamp in a dict,
-every frame) sends a new header each time with the same leaf table. The leaf table, validated and
-prepared by the transport, is kept too, by the text before the tree (wire_header.split_header): such a
-header costs the parse and compile of its tree alone.
+Validation is a pure function of the header text (which names its version and transport), so its
+result is cached by the text alone; the data checks against the buffer still run for every
+message, in the transport. A stream whose tree changes while its layout stays (a new canvas size
+every frame) keeps its leaf table, validated and prepared, by the text before the tree
+(wire_header.split_header): such a header costs the parse and compile of its tree alone.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,53 +30,31 @@ from .wire.tree import compile_tree
 __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
 
 
+@dataclass(slots=True, eq=False)  # eq=False: one per header, compared and hashed by identity
 class Compiled:
     """One header, validated and compiled: what every message of it needs, and the two ways such
     a message becomes its object (`view`, `restore`). Made once per distinct header (cached)."""
 
-    __slots__ = (
-        "header",
-        "leaves",
-        "build",
-        "prepared",
-        "nodes",
-        "handed_out_as",
-        "transport",
-        "in_place",
-        "descriptions",
-    )
-
-    def __init__(
-        self,
-        header: dict,
-        leaves: list[wire_header.ReceivedLeaf],
-        build: Any,
-        prepared: Any,
-        nodes: int,
-        handed_out_as: type | None,
-        transport: Any,
-        in_place: tuple | None,
-    ) -> None:
-        self.header = header
-        self.leaves = leaves
-        self.build = build  # (tensors, handed_out) -> the object
-        self.prepared = prepared  # the transport's `prepare` result
-        self.nodes = nodes  # tree nodes plus leaves: what building the object costs, roughly
-        # The class the object is handed out as when it is one tensor node without grad or
-        # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
-        # TVTensor class without attributes (Image, Video, Mask); None where the object must be
-        # built (`build`).
-        self.handed_out_as = handed_out_as
-        self.transport = transport  # the transport the header names (transports.base.Transport)
-        # For such a header whose messages the transport views where they lie
-        # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
-        # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
-        # what `view` unpacks in one step; else None. A stream of one tensor or Image: most
-        # messages.
-        self.in_place = in_place
-        # describe's texts of this header's object, by (width, depth, max_chars): kept with the
-        # header they describe, and forgotten with it.
-        self.descriptions: dict[tuple[int, int, int], str] = {}
+    header: dict
+    leaves: list[wire_header.ReceivedLeaf]
+    build: Any  # (tensors, handed_out) -> the object
+    prepared: Any  # the transport's `prepare` result
+    nodes: int  # tree nodes plus leaves: what building the object costs, roughly
+    # The class the object is handed out as when it is one tensor node without grad or
+    # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
+    # TVTensor class without attributes (Image, Video, Mask); None where the object must be
+    # built (`build`).
+    handed_out_as: type | None
+    transport: Any  # the transport the header names (transports.base.Transport)
+    # For such a header whose messages the transport views where they lie
+    # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
+    # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
+    # what `view` unpacks in one step; else None. A stream of one tensor or Image: most
+    # messages.
+    in_place: tuple | None
+    # describe's texts of this header's object, by (width, depth, max_chars): kept with the
+    # header they describe, and forgotten with it.
+    descriptions: dict[tuple[int, int, int], str] = field(default_factory=dict)
 
     def view(self, value: Any, name: str | None, view_of: Callable[[Any], torch.Tensor]) -> Any:
         """The object of one message of this header, `value` viewed where dora put it,
@@ -91,11 +66,10 @@ class Compiled:
         `view_of` is transports.arrow_values.view_of, DLPack's view of a value (passed in, as
         `compile_header`'s transport lookup is, so that this module stays below the transports).
 
-        Most messages come here. A stream sends them one after another, and between two of them
-        a dora node waits in dora's event loop, so each step runs with the CPU's caches cold:
-        every Python call then costs a microsecond or two, and reading a tuple's fields one by
-        one more than unpacking it once. So what the header fixed is unpacked from one tuple, and
-        the tensor DLPack makes is shaped (and retyped) in place: no second tensor object."""
+        Most messages come here, each step with the CPU's caches cold (docs/transports.md, "A
+        stream's receives"), where reading a tuple's fields one by one costs more than unpacking
+        it once: so what the header fixed is unpacked from one tuple, and the tensor DLPack makes
+        is shaped (and retyped) in place: no second tensor object."""
         layout = self.in_place
         if layout is None:
             return None
