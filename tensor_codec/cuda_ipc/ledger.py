@@ -1,48 +1,15 @@
-"""A release ledger in shared memory: who still uses what a producer sent by CUDA IPC.
-
-A producer that shares GPU memory must keep it alive, and unchanged, until every receiver is done
-with it, without trusting receivers to stay alive or to get every message (dora 1.1 can drop
-messages). The ledger is one small shared-memory file per producer process with a ring of slots,
-one slot per message in flight:
-
-* the producer `publish`es a slot (its generation goes up, so a stale reference can never match)
-  with the number of receivers the dataflow gives the output, and the most claims one receiving
-  process may make (`per_process`: its inputs wired to the output, 1 in nearly every dataflow);
-* each receiver `claim`s the slot when it decodes the message (refused if the producer already
-  reclaimed it, or if this process already made its `per_process` claims: a copy of a message
-  it already took) and `release`s it when the views are released, leaving an interprocess event
-  handle recorded after its last use, so the producer can fence its stream on it;
-* the producer `collect`s finished slots: every claim released (or its process gone), and every
-  expected receiver either claimed it or is known to have passed it (progress.py: dora delivers
-  an input's messages in order, so a receiver that claimed a later message of the same output
-  lost this one on the way). Only then may the memory be reused. A receiver that never claimed
-  anything on the output is waited for until the claim timeout; one that claims is waited for
-  as long as it keeps claiming, however far behind it is.
-
-Claims are counted per receiving process (its pid), at most `per_process` times each, with the
-expected count and the cap the producer keeps itself: a process that claims one message over and
-over (a monitor shown a forwarded copy, or entries written straight into the file) never makes
-up for a receiver that has not claimed yet. A process that only passes messages over
-(`LedgerView.pass_over`, the monitor) remembers what it passed, so a copy is a no-op.
-
-`collect` runs at every send, so it must not cost a lock, a process check and a progress update
-per message in flight (that made a send O(messages in flight): ~7 us each, 0.2 ms with 32 held).
-It compares each live slot's bytes, read without the lock, with what it saw at its last full
-(locked) look, and looks again only where they changed (a claim, a release), where a newer
-message of the same output changed and this one still lacks claims (progress.py's inference),
-and at most every `SWEEP_NS` at every slot (a receiver that died, a claim timeout: nothing in the
-slot changes for those). An unlocked read that catches a write half-done either differs from
-what was seen (the locked look comes now) or still equals it (a claim writes its holder entry,
-outside the old bytes, before the head: the look comes at the next collect); it never decides
-anything by itself.
-
-The file itself (its layout, and the checks of a file under a world-writable directory):
-ledger_file.py. Nothing here touches CUDA.
+"""The release ledger: who still uses what a producer sent by CUDA IPC. One shared-memory file per
+producer process (its layout, and the checks of a file it did not make: ledger_file.py), a slot
+per message in flight: the producer `publish`es a slot (a new generation, so a stale reference
+never matches), each receiver `claim`s it when it decodes the message and `release`s it (with an
+event handle) when its views are gone, and the producer `collect`s it once every expected
+receiver released it or never will (progress.py). The rules: docs/wire-format.md, section 5a
+("Lifetime"), and docs/cuda-ipc-design.md, "As built" (claims per receiving process, at most
+`per_process` each; collecting costs what changed). Nothing here touches CUDA.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 import uuid
@@ -115,7 +82,6 @@ class Ledger:
         self.claim_timeout_ns = int(claim_timeout_s * 1e9)
         self.name = name or f"tc-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.file = create_ledger_file(self.name, slots, directory)
-        self.pid = os.getpid()
         # slot -> (generation, producer's token, output, publish order, expected, per_process, the
         # slot's offset in the file): the producer's own copy of what it published, which a
         # receiver writing the file cannot change.
@@ -157,7 +123,16 @@ class Ledger:
 
     def collect(self, *, now_ns: int | None = None) -> list[Finished]:
         """Free every finished slot; -> what the producer may now let go of (after fencing its
-        stream on the receivers' release events)."""
+        stream on the receivers' release events).
+
+        It runs at every send, so it must not take a lock per message in flight: each live slot's
+        bytes, read without the lock, are compared with what the last full (locked) look saw, and
+        looked at again only where they changed, where a newer message of the same output changed
+        and this one still lacks claims (progress.py's inference), and at every slot once per
+        `SWEEP_NS` (a dead receiver or a claim timeout changes nothing in a slot). An unlocked read
+        that catches a write half-done either differs from what was seen (the locked look comes
+        now) or still equals it (a claim writes its holder entry, outside the old bytes, before the
+        head: the look comes at the next collect); it never decides anything by itself."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         sweep = now - self.last_sweep_ns >= SWEEP_NS or now < self.last_sweep_ns
         if sweep:
@@ -252,12 +227,6 @@ class Ledger:
         self.seen.pop(ref.slot, None)
         return entry[1]
 
-    def bytes_live(self) -> int:
-        return sum(self.nbytes(slot) for slot in self.live)
-
-    def nbytes(self, slot: int) -> int:
-        return SLOT_HEAD.unpack_from(self.file.map, slot_offset(slot))[6]
-
     def close(self) -> None:
         """Remove the file (receivers that mapped it keep their mapping until they close it)."""
         if self.closed:
@@ -295,7 +264,8 @@ class LedgerView:
                 raise LedgerError(_expired(ref, gen))
             if claims >= HOLDERS:
                 raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
-            mine = _claims_by(m, start, claims, self.pid)
+            holders = range(start + SLOT_HEAD_BYTES, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, HOLDER_BYTES)
+            mine = sum(HOLDER.unpack_from(m, at)[0] == self.pid for at in holders)  # released ones included
             if mine >= per_process:
                 raise LedgerError(
                     f"ledger slot {ref.slot}, generation {ref.generation}: this process (pid {self.pid}) already "
@@ -343,15 +313,6 @@ class LedgerView:
 
     def close(self) -> None:
         self.file.close()
-
-
-def _claims_by(m: mmap.mmap, start: int, claims: int, pid: int) -> int:
-    """How many of a slot's `claims` holder entries are `pid`'s (released ones included)."""
-    mine = 0
-    for h in range(claims):
-        if HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)[0] == pid:
-            mine += 1
-    return mine
 
 
 def _expired(ref: SlotRef, generation: int) -> str:
