@@ -12,7 +12,7 @@ import math
 import threading
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, Protocol, cast, final
+from typing import Any, cast, final
 
 from torch.nn.utils.rnn import PackedSequence
 
@@ -82,14 +82,6 @@ class _Const:
 
     def __init__(self, value: Any):
         self.value = value
-
-
-class _TensorBuilder(Protocol):
-    """The builder of a tensor node: a Builder that also names its leaf."""
-
-    tensor_leaf: int
-
-    def __call__(self, tensors: list, out: list | None, /) -> Any: ...
 
 
 def _builder(part: _Const | Builder) -> Builder:
@@ -248,7 +240,7 @@ def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const
     return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
 
 
-def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -> _TensorBuilder:
+def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -> Builder:
     keys = node.keys()
     if not (keys <= kind.node_keys and keys >= kind.required_node_keys):
         _expect_keys(node, kind.node_keys, where, required=kind.required_node_keys)
@@ -279,9 +271,7 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
         out.append(obj)
         return obj
 
-    tensor_build = cast(_TensorBuilder, build)
-    tensor_build.tensor_leaf = index  # lets PackedSequence checks see which leaf a part is
-    return tensor_build
+    return build
 
 
 def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
@@ -295,13 +285,12 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int
         if part is None and optional:
             parts.append(None)
             continue
-        if not _is_tensor_node(part, here):
+        if not (type(part) is dict and type(part.get("t")) is str and kind_by_tag(part["t"], here) is not None):
             raise DecodeError(f"{here}: expected a tensor, got {_json_type(part)}")
-        builder = cast(_TensorBuilder, _compile(part, comp, here, depth + 1))  # a tensor node, checked above
-        leaf = comp.leaves[builder.tensor_leaf]
+        parts.append(_builder(_compile(part, comp, here, depth + 1)))
+        leaf = comp.leaves[comp.next - 1]  # a tensor node, checked above: it took the next leaf
         if f != "data" and (leaf.dtype.name != "int64" or len(leaf.shape) != 1):
             raise DecodeError(f"{here}: expected a 1-D int64 tensor, got {len(leaf.shape)}-D {leaf.dtype.name}")
-        parts.append(builder)
     if (parts[2] is None) != (parts[3] is None):
         raise DecodeError(f"{where}: expected sorted_indices and unsorted_indices both present or both null")
 
@@ -313,10 +302,6 @@ def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int
         return tuple.__new__(PackedSequence, tuple(values))
 
     return build
-
-
-def _is_tensor_node(node: Any, where: Any) -> bool:
-    return type(node) is dict and type(node.get("t")) is str and kind_by_tag(node["t"], where) is not None
 
 
 def _compile_namedtuple(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
