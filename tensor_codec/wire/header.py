@@ -145,12 +145,10 @@ def _surrogate_in(node: Any, path: tuple) -> str | None:
     if type(node) is not dict:
         return None
     tag = node.get("t")
-    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text
+    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text, each a string or none
         for name, value in node.items():
-            for text in _strings(value):
-                found = _bad_text(f"attribute `{name}` of the tensor", path, text)
-                if found:
-                    return found
+            if type(value) is str and (found := _bad_text(f"attribute `{name}` of the tensor", path, value)):
+                return found
         return None
     if tag == DICT:
         for key, _ in node["items"]:
@@ -164,14 +162,6 @@ def _surrogate_in(node: Any, path: tuple) -> str | None:
         if found := _surrogate_in(item, path + (part,)):
             return found
     return None
-
-
-def _strings(value: Any) -> list[str]:
-    if type(value) is str:
-        return [value]
-    if type(value) is list:
-        return [text for item in value for text in _strings(item)]
-    return []
 
 
 # --------------------------------------------------------------------------------------------
