@@ -2,19 +2,11 @@
 keys, dtypes, shapes, TVTensor attributes), its transport and the bytes it carries, without
 decoding a tensor or reading a data byte (a monitor, a log line, a debugger).
 
-    d = describe(metadata, value)   # value optional: then it is checked against the header too
-    d.structure  # "{image: Image uint8[3, 480, 640], boxes: BoundingBoxes float32[2, 4] format=XYXY ...}"
-    d.transport, d.leaves, d.nbytes, d.gpu
-
-The metadata is hostile input, validated by decode's own code (wire.header.read_metadata, then
-received.compile_header, whose result decode reuses from its cache): a bad one raises
-`DecodeError` naming the field, what was expected and what came. A namedtuple is described by
-the name its header gives, never imported. The text is bounded: at most `width` items per
-container, `depth` levels and `max_chars` characters.
-
-With `value` (the message's Arrow value), what decode checks of the value without reading its
-bytes is checked too (docs/wire-format.md, sections 5 and 5a); what only the bytes can show,
-zero padding and bool bytes, is decode's.
+The metadata is hostile input, validated by decode's own code and kept in decode's cache
+(received.compile_header). A namedtuple is described by the name its header gives, never
+imported. With `value`, what decode checks of the value without reading its bytes is checked too
+(docs/wire-format.md, sections 5 and 5a); what only the bytes show (zero padding, bool bytes) is
+decode's.
 """
 
 from __future__ import annotations
@@ -26,6 +18,7 @@ from . import received
 from .errors import DecodeError, UsageError
 from .transports import transport_for_message
 from .transports.names import HOST
+from .wire.buffer import check_value
 from .wire.header import ReceivedLeaf, read_metadata
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
@@ -68,27 +61,23 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     levels shown (deeper ones counted: ``{...3 items}``); `max_chars`: the most characters of
     `structure` (cut with ``...``). DecodeError for a malformed or inconsistent message."""
     _check_bounds(width, depth, max_chars)
-    text = read_metadata(metadata)
-    compiled = received.compile_header(text, transport_for_message)
-    prepared, leaves = compiled.prepared, compiled.leaves
-    transport_name = compiled.transport.name
+    compiled = received.compile_header(read_metadata(metadata), transport_for_message)
+    prepared, transport_name = compiled.prepared, compiled.transport.name
     total = prepared[1]  # every transport's prepared layout: (offsets, total length, ...)
     if transport_name == HOST:
         gpu = prepared[4]
         if value is not None:
-            from .wire.buffer import check_value
-
             check_value(value, total)
     else:
         gpu = prepared[2].gpu
         if value is not None:
             _check_ipc(value, metadata, total)
-    return Description(transport_name, _structure(compiled, width, depth, max_chars), len(leaves), total, gpu)
+    structure = _structure(compiled, width, depth, max_chars)
+    return Description(transport_name, structure, len(compiled.leaves), total, gpu)
 
 
 def _structure(compiled: received.Compiled, width: int, depth: int, max_chars: int) -> str:
-    """The object of `compiled` as text, kept on it: a stream repeats its header, and the
-    compiled header is cached with decode's (received.py)."""
+    """The object of `compiled` as text, kept on it: a stream repeats its header."""
     key = (width, depth, max_chars)
     descriptions = compiled.descriptions
     structure = descriptions.get(key)
