@@ -1,13 +1,10 @@
 """Sample objects and a strict comparison, shared by the tests, the demo nodes and the benchmarks.
 
-`make_suite()` returns the failure-mode cases (stacked 0..11, storage offsets, transposes,
-expanded views, channels_last, strided crops, many small tensors allocated back to back), one
-tensor per supported dtype, every TVTensor class and attribute, PackedSequences and a nested
-detection-style sample, all deterministic for a seed so a receiver can rebuild what a sender sent.
-
-`assert_identical(actual, expected)` checks type, structure, dtype, shape, strides (those the
-wire format promises), device, requires_grad, TVTensor attributes and bytes (bit-exact, NaNs
-included).
+`make_suite()` returns every case (the layouts that broke senders, one tensor per dtype, every
+TVTensor class and attribute, PackedSequences, nested samples), deterministic for a seed so a
+receiver can rebuild what a sender sent. `assert_identical(actual, expected)` compares all that
+the wire format keeps: types, structure, dtype, shape, strides, device, requires_grad, TVTensor
+attributes and bytes (bit-exact, NaNs included).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_sequence
 
 from .errors import format_path
-from .layout import plan_leaf
+from .layout import plan_leaf, values_of
 from .walk import children, fold, plain_of
 from .wire.dtypes import supported_torch_dtypes
 from .wire.kinds import TV_ATTRIBUTES
@@ -77,10 +74,9 @@ def make_dtype_cases(seed: int = 0, shape: tuple[int, ...] = (3, 5)) -> dict[str
     """One tensor per supported dtype, from random bytes (NaNs and all), bools as 0/1."""
     g = _gen(seed)
     out = {}
+    numel = math.prod(shape)
     for dtype in supported_torch_dtypes():
-        itemsize = dtype.itemsize
-        numel = math.prod(shape)
-        raw = torch.randint(0, 256, (numel * itemsize,), dtype=torch.uint8, generator=g)
+        raw = torch.randint(0, 256, (numel * dtype.itemsize,), dtype=torch.uint8, generator=g)
         if dtype == torch.bool:
             raw = raw % 2
         out[str(dtype).removeprefix("torch.")] = raw.view(dtype).reshape(shape)
@@ -139,7 +135,7 @@ def make_detection_sample(seed: int = 0, height: int = 48, width: int = 64) -> d
     image = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=g)
     boxes = torch.rand(7, 4, generator=g) * min(height, width) / 2
     boxes[:, 2:] += boxes[:, :2]
-    sample: dict[str, Any] = {
+    return {
         "image": tvt.Image(image) if tvt else image,
         "boxes": tvt.BoundingBoxes(boxes, format="XYXY", canvas_size=(height, width)) if tvt else boxes,
         "labels": torch.randint(0, 80, (7,), generator=g),
@@ -154,7 +150,6 @@ def make_detection_sample(seed: int = 0, height: int = 48, width: int = 64) -> d
         "corner": Point(1, -2),
         "pair": (torch.arange(3), "tag"),
     }
-    return sample
 
 
 def make_many_small(count: int = 200, seed: int = 0) -> list[torch.Tensor]:
@@ -180,23 +175,17 @@ def make_suite(seed: int = 0) -> dict[str, Any]:
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The logical values' raw bytes in row-major order (bit-exact comparison, NaNs included)."""
-    t = t.detach()
-    if t.is_conj():
-        t = t.resolve_conj()
-    if t.is_neg():
-        t = t.resolve_neg()
-    plain = plain_of(t)
-    if plain.numel() == 0:
+    values = values_of(plain_of(t), ())  # detached, the lazy conj / neg bits resolved
+    if values.numel() == 0:
         return b""
-    fresh = torch.empty(plain.shape, dtype=plain.dtype)  # row-major strides, even for size-1 dims
-    fresh.copy_(plain)
+    fresh = torch.empty(values.shape, dtype=values.dtype)  # row-major strides, even for size-1 dims
+    fresh.copy_(values)
     return fresh.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def expected_wire_strides(t: torch.Tensor) -> tuple[int, ...]:
     """The strides a receiver gets for `t` (its own where the layout is dense, else compacted)."""
-    plain = plain_of(t)
-    return plan_leaf(plain, ()).strides
+    return plan_leaf(plain_of(t), ()).strides
 
 
 def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path: str = "$") -> None:
