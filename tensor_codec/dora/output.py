@@ -1,30 +1,20 @@
 """`Output`: one output port of a node (`Link.output(name)`), and the one path its messages take
-into dora.
-
-A message goes out in three steps: its signature's `Prepared` (what the first message of that
-signature fixed: the codec's metadata, the byte count, the layout, dora's limits checked), or,
-for the first of a signature and for any message no signature covers (structures, CUDA IPC),
-the send pipeline's plan and layout and the route check; then its bytes (`_emit`): dora copies
-one dense host span itself (``send_output`` of an Arrow value over the tensor's memory, below
-`copies_below`), or tc writes them into ``send_output_raw``'s buffer (compacting, padding,
-several leaves, a copy spread over torch's threads). dora's own errors are translated there,
-once, for every kind of message.
-
-A signature is what the bytes' layout depends on: the object's class (a plain tensor, or a
-TVTensor class without attributes), dtype, shape and strides. A stream sends the same signature
-message after message, so most messages skip the plan, the transport's rule, the layout and the
-limits' checks, whose answers would be the same: only the tensor's own state (device, autograd,
-lazy bits, storage) is checked again. Between messages a dora node waits in dora's event loop,
-so every step runs with the CPU's caches cold: each Python call then costs a microsecond or two,
-which is why the prepared path is a few attribute reads and one call per step.
+into dora: a message of a signature kept goes by its `Prepared`; any other is planned, laid out
+and checked by the send pipeline, and prepares its signature. `_emit` then hands dora the bytes
+and translates dora's errors, once for every kind of message. docs/transports.md, "Host bytes
+through dora", says which primitive sends what and what a signature is. Between messages a dora
+node waits in dora's event loop, so every step runs with the CPU's caches cold and each Python
+call costs a microsecond or two: the prepared path is a few attribute reads and one call per step.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -33,7 +23,7 @@ import torch
 
 from .. import limits as codec_limits
 from .. import send_pipeline
-from ..errors import EncodeError, MessageTooLargeError
+from ..errors import EncodeError
 from ..layout import Destination, LeafLayout, holds_dense_span, values_of, write_leaf
 from ..plan import make_plan
 from ..routing import MAX_IPC_CONSUMERS, OutputRoute
@@ -55,11 +45,10 @@ __all__ = ["Output", "Prepared", "DORA_COPIES_BELOW"]
 
 log = logging.getLogger("tensor_codec")
 
-# Which of dora's two primitives sends one dense host tensor: `send_output` copies an Arrow
-# array's bytes into its shared memory in one memcpy (and its receivers map the message faster),
-# `send_output_raw` hands out the buffer for tc to write, with a copy spread over torch's
-# threads. Measured through dora (bench/dora_latency.py, "dora's primitives"): send_output is the
-# faster below this size. An Output's `copies_below` (a benchmark sets it) starts here.
+# Below this size dora's `send_output` (one memcpy of an Arrow array, and its receivers map the
+# message faster) sends one dense host tensor faster than tc's threaded copy into
+# `send_output_raw`'s buffer (bench/dora_latency.py, "dora's primitives"). An Output's
+# `copies_below` (a benchmark sets it) starts here.
 DORA_COPIES_BELOW = 32 << 20
 PREPARED_MAX = 64  # signatures an output keeps (a stream has one, or a few in turn); the oldest goes
 KEYS_KEPT = 256  # metadata key tuples an output remembers as checked (keys that change every message gain nothing)
@@ -68,7 +57,6 @@ _EMPTY = pa.array([], type=pa.uint8())
 # (as_subclass) costs a tensor's construction per message, and the Image's own reads would go
 # through its __torch_function__.
 _TORCH_FUNCTION_OFF = torch._C.DisableTorchFunctionSubclass
-_UNREAD: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,34 +87,24 @@ class Output:
         self._preparable: set[type] = {torch.Tensor}  # classes with a signature kept (see `send`)
         self._keys_ok: set[tuple] = set()  # metadata key tuples that passed (a stream repeats its keys)
         self._warned: set[tuple[int, str]] = set()  # (pool, kind) of the warnings logged
-        self._route: OutputRoute | None = None
-        self._pin: Any = _UNREAD
 
     # -- where it goes and what dora carries -----------------------------------------------
 
-    @property
+    @cached_property
     def route(self) -> OutputRoute:
         """Where the consumers of this output run, and their queues (read once)."""
-        if self._route is None:
-            link = self.link
-            self._route = route_from_descriptor(link.descriptor, link.node_id, self.name, link.machine)
-        return self._route
+        link = self.link
+        return route_from_descriptor(link.descriptor, link.node_id, self.name, link.machine)
 
-    def _route_now(self) -> OutputRoute:
-        return self.route
-
-    @property
+    @cached_property
     def pin(self) -> L.Pin | None:
         """Why dora keeps this output on its daemon path whatever the pool (None: it does not)."""
-        if self._pin is _UNREAD:
-            try:
-                entry = self.link.output_routing(self.name)
-                daemon_only = entry.get("daemon_only") if isinstance(entry, dict) else None
-                self._pin = L.pin_of(self.route, daemon_only)
-            except Exception as e:  # advice: never let it stop a send dora would make
-                log.debug("output '%s': its routing could not be read: %s", self.name, e)
-                self._pin = None
-        return self._pin
+        try:
+            entry = self.link.output_routing(self.name)
+            return L.pin_of(self.route, entry.get("daemon_only") if isinstance(entry, dict) else None)
+        except Exception as e:  # advice: never let it stop a send dora would make
+            log.debug("output '%s': its routing could not be read: %s", self.name, e)
+            return None
 
     def receivers(self) -> int:
         """How many inputs are wired to this output (at least 1, at most what CUDA IPC tracks)."""
@@ -134,13 +112,8 @@ class Output:
 
     def receivers_per_process(self) -> int:
         """The most inputs one consumer node has wired to this output (1 where not said)."""
-        consumers = self.route.consumers
-        if len(consumers) < 2:
-            return 1
-        counts: dict[str, int] = {}
-        for c in consumers:
-            counts[c.node] = counts.get(c.node, 0) + 1
-        return min(max(counts.values()), MAX_IPC_CONSUMERS)
+        counts = Counter(c.node for c in self.route.consumers)
+        return min(max(counts.values(), default=1), MAX_IPC_CONSUMERS)
 
     def limit(self, metadata_bytes: int = L.METADATA_RESERVE) -> L.SendLimit:
         """What dora 1.1 carries on this output for a message with `metadata_bytes` of metadata."""
@@ -172,13 +145,10 @@ class Output:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
-        """`tc.send` on this output (see its documentation). -> False when CUDA IPC's in-flight
-        policy dropped the message, else True.
-
-        A message of a signature kept (`prepared`) goes by it, unless its tensor's state asks for
-        the full path (autograd, lazy bits, off the host, a storage too small, which the full path
-        names). A host tensor goes as host bytes whatever transport was asked for, so a signature
-        holds none."""
+        """`tc.send` on this output. A message of a signature kept (`prepared`) goes by it unless
+        its tensor's state asks for the full path (autograd, lazy bits, off the host, a storage
+        too small, which the full path names); a host tensor goes as host bytes whatever
+        transport was asked for, so a signature holds none."""
         if metadata is not None and (type(metadata) is not dict or tuple(metadata) not in self._keys_ok):
             self._check_metadata(metadata)
         if transport not in TRANSPORT_CHOICES:
@@ -237,7 +207,7 @@ class Output:
         when it has one."""
         codec_limits.current()  # (installed: its generation is the one the layout checks under)
         generation = codec_limits.generation
-        outgoing = send_pipeline.lay_out(obj, transport, self.sink, self._route_now)
+        outgoing = send_pipeline.lay_out(obj, transport, self.sink, lambda: self.route)
         if outgoing is None:
             return False  # the output's in-flight policy dropped it (CUDA IPC past its cap)
         merged = dict(metadata) if metadata else {}
@@ -245,22 +215,17 @@ class Output:
         nbytes = outgoing.nbytes
         with outgoing:  # until it has left, what the layout holds (a CUDA IPC slot) is freed on failure
             self.check(nbytes, merged)
-            if not outgoing.in_value:
-                self._emit(nbytes, merged, metadata, _EMPTY)
-            elif (value := self._copied_value(outgoing)) is not None:
+            value = None if outgoing.in_value else _EMPTY
+            if value is None and nbytes < self.copies_below and outgoing.transport.name == HOST:
+                # dora copies one dense host span itself (None: not one, tc writes the bytes)
+                value = cast("HostTransport", outgoing.transport).value_in_place(outgoing)
+            if value is not None:
                 self._emit(nbytes, merged, metadata, value)
             else:
                 self._emit(nbytes, merged, metadata, write=lambda dest: send_pipeline.write(outgoing, dest))
         if outgoing.transport.name == HOST and not outgoing.plan.has_cuda and is_bare_tensor(outgoing.plan.tree):
             self._prepare(obj, outgoing, generation)
         return True
-
-    def _copied_value(self, outgoing: Any) -> pa.Array | None:
-        """The Arrow value over the message's own bytes when dora is to copy it (one dense host
-        span below `copies_below`), else None: tc writes the bytes into dora's buffer."""
-        if outgoing.nbytes >= self.copies_below or outgoing.transport.name != HOST:
-            return None
-        return cast("HostTransport", outgoing.transport).value_in_place(outgoing)
 
     def _prepare(self, obj: Any, outgoing: Any, generation: int) -> None:
         """Keep what a sent message of one host tensor fixed for its signature's next ones, when
@@ -301,7 +266,8 @@ class Output:
             else:
                 self._write_and_send(nbytes, merged, write)
         except RuntimeError as e:
-            translated = self._size_error(nbytes, e, merged)
+            meta = L.metadata_bytes(merged)
+            translated = L.size_error(self.name, nbytes, e, meta, self.limit(meta), self.route, self.link.name)
             if translated is None:
                 raise
             # dora's words are in the message; its error (eyre's location and a Rust stack
@@ -311,10 +277,6 @@ class Output:
             if plain:
                 raise
             raise user_metadata.unencodable(metadata, e) from None
-
-    def _size_error(self, nbytes: int, error: RuntimeError, metadata: dict | None) -> MessageTooLargeError | None:
-        meta = L.metadata_bytes(metadata)
-        return L.size_error(self.name, nbytes, error, meta, self.limit(meta), self.route, self.link.name)
 
     def _write_and_send(self, nbytes: int, metadata: dict, write: Callable[[Destination], None]) -> None:
         """Have `write` fill dora's send buffer for one message of `nbytes`, then send it (when the
@@ -353,7 +315,7 @@ class Output:
 
     def transport_for(self, obj: Any) -> tuple[str, str]:
         """-> (transport, why): what `send(obj)` would use, and the reason. Nothing is sent."""
-        name, why = send_pipeline.resolve(make_plan(obj), "auto", self.sink, self._route_now)
+        name, why = send_pipeline.resolve(make_plan(obj), "auto", self.sink, lambda: self.route)
         return (HOST if name == HOST_TO_GPU else name), why
 
     def max_send_bytes(self, *, metadata_bytes: int = L.METADATA_RESERVE, guaranteed: bool = False) -> int:
