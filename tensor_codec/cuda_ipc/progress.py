@@ -1,28 +1,12 @@
 """How far each receiver of one output got: the evidence that an unclaimed message was lost on
-the way, rather than still waiting in a receiver's dora queue.
+the way (dora 1.1 drops the oldest of a full input queue), not still waiting in a receiver's queue.
 
-A producer must not reuse a message's memory while a receiver may still read it, and must not
-hold it forever when dora dropped the message (dora 1.1 drops the oldest of a full input queue).
 Time alone cannot tell the two apart: a receiver behind a backlog, or one whose first message
 starts CUDA (seconds on a loaded host), claims late but claims. Order can: dora delivers each
-input's messages in order, so a receiver that claimed a later message of an output has either
-claimed this one or never will.
-
-The ledger shows, per claim, the receiving process and when it claimed. From it, per receiving
-process this keeps how far it got: ``reached[k]`` is the latest message (in publish order) that
-it claimed at least ``k + 1`` times (a node with two inputs wired to one output claims twice;
-the ledger counts no process more often than its inputs on the output, so a process that claims
-one message again adds nothing here).
-A message not claimed by every expected receiver is accounted for, receiver by receiver, when:
-
-* the receiver claimed it, or claimed a later one (as many times as it has inputs);
-* its process is gone;
-* it has claimed nothing on this output for the claim timeout while the message waited: it no
-  longer takes this output's messages (it stopped decoding them, or its input is stuck);
-
-and a receiver the ledger never showed (it has claimed nothing on this output yet: not a
-tensor_codec node, or one that never got a message) is given up on only after the claim timeout
-from the message's publication, as before.
+input's messages in order, so a receiver that claimed a later message of an output has claimed
+this one or never will. When a receiver's part of a message counts as done (claimed, passed,
+its process gone, no claim on the output for the claim timeout, never seen): docs/wire-format.md,
+section 5a, "Lifetime".
 """
 
 from __future__ import annotations
@@ -39,7 +23,9 @@ class OutputProgress:
     """What the ledger has shown of one output's receiving processes."""
 
     def __init__(self) -> None:
-        self.reached: dict[int, list[int]] = {}  # pid -> [latest order claimed >= 1, >= 2, ... times]
+        # pid -> [latest order claimed >= 1, >= 2, ... times]: a node with two inputs wired to the
+        # output claims twice (the ledger counts no process past its inputs on the output).
+        self.reached: dict[int, list[int]] = {}
         self.last_claim_ns: dict[int, int] = {}
 
     def saw(self, order: int, claims: Counter, claimed_ns: dict[int, int]) -> None:
@@ -73,8 +59,8 @@ class OutputProgress:
         timeout_ns: int,
         alive: Callable[[int], bool],
     ) -> int:
-        """Expected receptions of message `order` accounted for (see the module doc): claimed, or
-        passed by their receiver, or their receiver gone or no longer claiming."""
+        """Expected receptions of message `order` accounted for: claimed, or passed by their
+        receiver, or their receiver gone or no longer claiming."""
         total = sum(times for pid, times in claims.items() if pid not in self.reached)
         for pid, reached in self.reached.items():
             waited_since = max(self.last_claim_ns.get(pid, 0), published_ns)
