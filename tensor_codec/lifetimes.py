@@ -1,25 +1,11 @@
-"""Lifetimes of received zero-copy objects (failure modes 4 and 5).
+"""Lifetimes of received zero-copy objects (docs/api.md, failures 4 and 5).
 
 A zero-copy decode hands out tensors that view memory someone else owns (dora's shared memory,
 which the sender reuses once every receiver has dropped it, and which every receiver of the same
-message maps). A *message* is the unit here: its parts are kept or released together.
-
-* ``with tc.scope(): obj = tc.receive(event)``: every message received inside the scope is
-  released when it ends.
-* ``tc.release(obj)``: release the messages behind `obj` now.
-* Releasing checks each leaf's version counter against the value recorded when it was handed
-  out; a leaf written in place (directly or through any view of it, which shares the counter)
-  raises `SharedViewWriteError` naming the input and the path. Then every leaf of the message is
-  detached from the shared memory (it becomes an empty tensor), so the memory goes back to the
-  sender even if a reference to the structure lingers; views the user derived keep it alive,
-  safely, until they are dropped.
-* ``tc.keep(obj)``: copy `obj` out as one unit. Each message behind it is copied once, as one
-  block, and its leaves become views of that owned block with their exact strides, so every part
-  stays valid for as long as any part is used.
-
-Writes that bypass the version counter (through ``.numpy()``, ``.data``, which has a counter of
-its own, or a raw pointer) cannot be seen;
-the docs say so.
+message maps). A *message* is the unit here: its parts are kept (`keep`) or released (`scope`,
+`release`) together, and a release checks each leaf's version counter (which its views share)
+against the value recorded when it was handed out (`SharedViewWriteError` naming the input and
+the path).
 """
 
 from __future__ import annotations
@@ -100,25 +86,20 @@ class Message:
                 # Most leaves: no subclass to step around, no autograd to keep out of set_().
                 if leaf._version != version:
                     written.append((index, version, leaf._version))
-                leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see _detach)
+                leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see below)
                 continue
-            with torch._C.DisableTorchFunctionSubclass():
+            with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
                 now = leaf._version
+                # set_() with no source: an empty storage (torch's stubs list only the overloads with one).
+                torch.Tensor.set_(leaf)  # type: ignore[call-overload]
             if now != version:
                 written.append((index, version, now))
-            _detach(leaf)
         self.borrowed = None
         return written
 
     def _written(self, index: int, version: int, now: int) -> str:
         where = f"{self.describe()} at `{self.path(index)}`"
         return f"{where}: a zero-copy view was written in place (version {version} -> {now})"
-
-
-def _detach(leaf: torch.Tensor) -> None:
-    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-        # set_() with no source: an empty storage (torch's stubs list only the overloads with one).
-        torch.Tensor.set_(leaf)  # type: ignore[call-overload]
 
 
 _VERSION = operator.attrgetter("_version")
@@ -134,10 +115,9 @@ _handouts: dict[int, tuple[weakref.ref, Message, int]] = {}
 
 
 class _Scopes(threading.local):
-    """Each thread's stack of open scopes, there from the thread's first use (empty): a receive
-    outside any scope reads an empty list. (`getattr(local, "scopes", None)` on a thread without
-    the attribute raised and caught an AttributeError inside, a microsecond of every such
-    receive in a tight loop, more with the caches cold as between messages.)"""
+    """Each thread's stack of open scopes, there (empty) from the thread's first use: a receive
+    outside any scope reads an empty list, where `getattr(local, "scopes", None)` raised and
+    caught an AttributeError inside, a microsecond or more of every such receive."""
 
     def __init__(self) -> None:
         self.scopes: list[Scope] = []
@@ -285,14 +265,6 @@ def release(obj: Any) -> None:
     _raise_problems(problems)
 
 
-def _copy_of(borrowed: Any) -> torch.Tensor:
-    """A message's bytes, copied into one block: `borrowed` is the buffer tensor its leaves view,
-    or a value that DLPack views (transports/base.py, Materialized)."""
-    if not isinstance(borrowed, torch.Tensor):
-        borrowed = torch.from_dlpack(borrowed)
-    return borrowed.clone()
-
-
 def keep(obj: Any) -> Any:
     """A copy of `obj` that owns its memory, made as one unit (see module doc)."""
     copies: dict[int, torch.Tensor] = {}
@@ -312,7 +284,9 @@ def keep(obj: Any) -> Any:
                     )
                 # Copied outside the lock: holding `borrowed` keeps its memory from going back to
                 # dora (which reuses it only once every reference is dropped), released or not.
-                block = copies[id(message)] = _copy_of(borrowed)
+                if not isinstance(borrowed, torch.Tensor):  # a value DLPack views (base.Materialized)
+                    borrowed = torch.from_dlpack(borrowed)
+                block = copies[id(message)] = borrowed.clone()
             layout = message.layouts[index]
             out = leaf_view(
                 block.untyped_storage(), layout.dtype, message.locations[index], layout.shape, layout.strides
