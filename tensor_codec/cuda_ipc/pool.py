@@ -1,27 +1,9 @@
-"""A sending process's message buffers: GPU memory exported once and reused, so a steady stream of
-messages allocates, exports and creates nothing (issue 30).
-
-Each `MessageBuffer` is a block of one GPU's memory with its own interprocess event, both exported
-once when the buffer is made (`_share_cuda_` and an event handle cost hundreds of microseconds;
-receivers cache what they opened by handle, so a reused buffer is a cache hit for them too).
-A message takes a buffer of its size class, is copied into it, records the buffer's event after
-the last write, and travels in a ledger slot; the buffer comes back here only when the ledger
-says every receiver released the message (or passed it, or died), so a reused buffer is written,
-and its event re-recorded, only after every receiver's GPU work on the previous message is done.
-
-Size classes: 4 KiB, then four per doubling (a message wastes at most a quarter of its buffer),
-so the same shapes reuse the same buffers however their sizes mix. Idle buffers are kept up to
-`max_idle_bytes` per process (the default: one output's default cap on bytes in flight); past
-it the buffers idle longest go back to torch's caching allocator, as `tc.ipc_trim()` sends them
-all (their events stay, for the next new buffers).
-An output's cap on bytes in flight (inflight.py) counts message bytes: the buffers holding them
-are up to a quarter bigger, and the idle ones come on top.
-
-The one ordering hazard left is a buffer last written on another stream whose message nobody
-read (lost on the way): before writing it again the current stream waits for its event
-(`ordered_before_write`); on one stream, the usual case, stream order already guarantees it.
-A retired buffer (past the idle bound, or `trim`) waits on the host for its last write first:
-torch's caching allocator cannot order the reuse of an exported block by stream.
+"""A sending process's message buffers: GPU memory with its own interprocess event, both exported
+once (hundreds of microseconds) and reused, so a steady stream of messages allocates, exports and
+creates nothing; a reused buffer is a cache hit for receivers too. A buffer comes back only when
+the ledger collects its message (every receiver done with it on the GPU, passed it, or died).
+Size classes, the idle bound, retiring, and the one stream-order hazard: docs/cuda-ipc-design.md,
+"As built" (its first item).
 """
 
 from __future__ import annotations
@@ -34,7 +16,7 @@ from typing import Any
 __all__ = ["MessageBuffer", "BufferPool", "size_class", "MIN_CLASS_BYTES", "DEFAULT_MAX_IDLE_BYTES"]
 
 MIN_CLASS_BYTES = 4096
-DEFAULT_MAX_IDLE_BYTES = 1 << 30
+DEFAULT_MAX_IDLE_BYTES = 1 << 30  # per process: one output's default cap on bytes in flight
 
 
 def size_class(nbytes: int) -> int:
