@@ -1,14 +1,12 @@
-"""`Link`: what this process's dora Node is, read once: its id, machine, config, the daemon's
-config (``DORA_NODE_CONFIG``) and the dataflow descriptor, and an `Output` per output port.
-
-A dora process has one Node, and what dora says about it does not change while it runs, so a
-Link reads each fact on first use and keeps it; its Outputs keep what their messages fixed
-(route, limits, prepared sends). `Link.of(node)` is the link of a node, found by identity.
+"""`Link`: what this process's dora Node is (its id, machine, config, the daemon's config
+``DORA_NODE_CONFIG`` and the dataflow descriptor), and an `Output` per output port. What dora
+says about a node does not change while it runs: each fact is read on first use and kept.
 """
 
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from typing import Any, ClassVar
 
 from ..routing import OutputRoute
@@ -18,7 +16,6 @@ from .output import Output
 
 __all__ = ["Link"]
 
-_UNREAD: Any = object()  # a fact not read yet (None is a fact: "dora does not say")
 _ATTRIBUTE = "_tensor_codec_link"  # where a node that takes attributes keeps its link
 
 
@@ -33,9 +30,9 @@ class Link:
     _held: ClassVar[Link | None] = None
 
     @classmethod
-    def of(cls, node: Any, *, daemon_config: Any = _UNREAD) -> Link:
+    def of(cls, node: Any, *, daemon_config: dict | None = None) -> Link:
         """The link of `node` (made on first use; `daemon_config`: DORA_NODE_CONFIG as the caller
-        parsed it already, for a link made now)."""
+        parsed it already, for a link made now; None: read on first use)."""
         link = cls._held
         if link is not None and link.node is node:
             return link
@@ -43,7 +40,8 @@ class Link:
         if isinstance(link, Link) and link.node is node:
             return link
         link = cls(node)
-        link._daemon_config = daemon_config
+        if daemon_config is not None:
+            link.daemon_config = daemon_config
         try:
             setattr(node, _ATTRIBUTE, link)
         except (AttributeError, TypeError):  # dora's Node
@@ -52,14 +50,15 @@ class Link:
 
     def __init__(self, node: Any):
         self.node = node
-        self.config = _node_config(node)  # inputs, outputs, pool size, id; {} from a double without
+        try:
+            config = node.node_config()  # inputs, outputs, pool size, id
+        except Exception:  # a test double, or a dora without it
+            config = {}
+        self.config: dict = config if isinstance(config, dict) else {}
         self.machine = D.clean_machine(os.environ.get("DORA_MACHINE_ID"))  # None: the default machine
         found = self.config.get("node_id")
         self.node_id: str | None = found if isinstance(found, str) else D.node_id_in(_daemon_text())
         self.outputs: dict[str, Output] = {}
-        self._descriptor = _UNREAD
-        self._daemon_config = _UNREAD
-        self._pool: tuple[int, str] | None = None
 
     def close(self) -> None:
         """Stop holding the node: `of` forgets this link (its Outputs go with it)."""
@@ -70,42 +69,35 @@ class Link:
 
     # -- what dora says --------------------------------------------------------------------
 
-    @property
+    @cached_property
     def descriptor(self) -> Any:
         """The dataflow descriptor dora hands the node (None: it cannot say)."""
-        if self._descriptor is _UNREAD:
-            try:
-                self._descriptor = self.node.dataflow_descriptor()
-            except Exception:  # a test double, or a dora without it
-                self._descriptor = None
-        return self._descriptor
+        try:
+            return self.node.dataflow_descriptor()
+        except Exception:  # a test double, or a dora without it
+            return None
 
-    @property
+    @cached_property
     def daemon_config(self) -> dict | None:
         """``DORA_NODE_CONFIG`` parsed (descriptor.parse_daemon_config), None where absent or unreadable."""
-        if self._daemon_config is _UNREAD:
-            self._daemon_config = D.parse_daemon_config(_daemon_text())
-        return self._daemon_config
+        return D.parse_daemon_config(_daemon_text())
 
     @property
     def name(self) -> str:
         """The node's id for messages ("<this node>" where dora does not say)."""
         return self.node_id or "<this node>"
 
-    @property
+    @cached_property
     def pool(self) -> tuple[int, str]:
         """-> (bytes, where the value comes from) of the node's shared-memory pool. dora reads
         ``64MB`` in the YAML as 64 MiB (and refuses ``64MiB``)."""
-        if self._pool is None:
-            pool = self.config.get("shared_memory_pool_size")
-            env = os.environ.get("DORA_NODE_SHM_POOL_SIZE", "")
-            if isinstance(pool, int):
-                self._pool = pool, "the dataflow YAML"
-            elif env.isdigit():
-                self._pool = int(env), "DORA_NODE_SHM_POOL_SIZE"
-            else:
-                self._pool = DEFAULT_POOL_BYTES, "dora's default"
-        return self._pool
+        pool = self.config.get("shared_memory_pool_size")
+        env = os.environ.get("DORA_NODE_SHM_POOL_SIZE", "")
+        if isinstance(pool, int):
+            return pool, "the dataflow YAML"
+        if env.isdigit():
+            return int(env), "DORA_NODE_SHM_POOL_SIZE"
+        return DEFAULT_POOL_BYTES, "dora's default"
 
     def declared_inputs(self) -> set[str]:
         """The input ids the dataflow YAML gives this node (optional inputs switch features on)."""
@@ -147,12 +139,3 @@ class Link:
 
 def _daemon_text() -> str:
     return os.environ.get("DORA_NODE_CONFIG", "")
-
-
-def _node_config(node: Any) -> dict:
-    """The node's config as dora gives it; {} from a test double or a dora without it."""
-    try:
-        config = node.node_config()
-    except Exception:
-        return {}
-    return config if isinstance(config, dict) else {}
