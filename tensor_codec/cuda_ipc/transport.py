@@ -1,21 +1,11 @@
 """CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
 
-Sending (docs/wire-format.md, section 5a): the message is laid out like a host message
-(leaves in depth-first order, each at its offset, here aligned to 256 bytes) in a message buffer
-on the sender's GPU (pool.py: exported once, reused), written on the current stream: dense layouts
-keep their strides, broadcast dims travel once, anything else is compacted, CPU leaves (a
-PackedSequence's batch_sizes) are copied up. Then the buffer's interprocess event is recorded on
-that stream after the last write, and a ledger slot keeps the buffer in use until every receiver
-is done. The Arrow value is empty; the metadata carries the segment's handle, the buffer's offset
-inside it, the message's size, the event's handle and the slot.
-
-Receiving: every field is validated first (wire/cuda_ipc.py), then the producer's identity (same
-machine, not this process, a GPU this process can see, by UUID), then the ledger claim; only then
-is anything opened. The current stream waits on the producer's event on the GPU; the leaves view
-``[offset, offset + size)`` of the segment and nothing else. ``device=...`` copies out (and
-releases at once); ``copy=True`` clones on the GPU.
-
-The device work is in backend.py; tests swap in a CPU stand-in (`use_backend`).
+`lay_out` copies a message into a pooled message buffer on the sender's GPU (the host layout,
+aligned to 256 bytes) and publishes it in a ledger slot; a receiver validates every field and the
+producer's identity before anything is opened, claims the slot, then views the message on the
+GPU. The steps and the order of the checks: docs/wire-format.md, section 5a, and
+docs/cuda-ipc-design.md, "The protocol". The device work is backend.py's (tests swap in a CPU
+stand-in: `use_backend`).
 """
 
 from __future__ import annotations
@@ -95,9 +85,7 @@ class CudaIpcTransport:
         on_full: str | None = None,
         timeout_s: float | None = None,
     ) -> None:
-        """Set the cap on bytes in flight for one output, and what a send does past it:
-        ``on_full="wait"`` (up to `timeout_s`, then InFlightLimitError) or ``"drop"`` (the
-        message is not sent; `send` returns False, the drop is counted and logged)."""
+        """tc.ipc_configure's work (cuda_ipc/__init__.py): a setting left None stays as it was."""
         producer = _get_state().producer
         current = producer.settings.get(output_id) or OutputSettings()
         producer.configure(
@@ -110,8 +98,7 @@ class CudaIpcTransport:
         )
 
     def stats(self) -> dict:
-        """Counters of this process: per output sent (``outputs``), its message buffers (``pool``),
-        and as a receiver (``receiver``)."""
+        """tc.ipc_stats's work: per output sent (``outputs``), buffers (``pool``), ``receiver``."""
         state = _get_state()
         state.producer.collect()
         state.receiver.poll()
@@ -126,9 +113,7 @@ class CudaIpcTransport:
         return state.pool.trim()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every message this process sent was released by its receivers (or
-        reclaimed); -> False if some were still in flight after `timeout_s`. Call it before a
-        producer exits: its GPU memory dies with it."""
+        """tc.ipc_flush's work: -> False if messages were still in flight after `timeout_s`."""
         if type(timeout_s) not in (int, float) or not timeout_s >= 0:
             raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
         state = _state
@@ -254,12 +239,9 @@ class CudaIpcTransport:
         return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
 
     def pass_unread(self, metadata: dict) -> None:
-        """Take part in a CUDA IPC message as one of its receivers without reading it (a monitor):
-        its header and `tc.ipc.*` fields validated as `materialize` validates them, then its ledger
-        slot claimed and released at once (`Receiver.pass_unread`): nothing opened or mapped, no
-        CUDA call, no copy. Without this, a process wired to the output that never claims makes
-        the producer hold each message's GPU memory until the claim timeout. DecodeError for a
-        malformed message or a slot that cannot be claimed."""
+        """Take part in a CUDA IPC message without reading it (a monitor): validated as
+        `materialize` validates it, then passed over (`Receiver.pass_unread`: why, and what is
+        not done). DecodeError for a malformed message or a slot that cannot be claimed."""
         from .. import received
         from ..transports import transport_for_message
         from ..wire.header import TRANSPORT_FIELD, read_metadata
