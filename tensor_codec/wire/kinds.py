@@ -2,11 +2,6 @@
 class, with a stable wire tag (never ``str(type(x))``) and its attributes, to JSON and back
 (validating what arrives).
 
-A received kind is an instance of its class made over the same tensor (`handed_out_as`; a leaf
-nothing else holds or tracks becomes one in place) plus the class's public attributes: it keeps
-any shape the sender had (torchvision's constructors would add dims to a 2-D Image or reject a
-batched BoundingBoxes) and does not copy.
-
 torchvision is optional: without it only plain tensors are known, and a TVTensor is refused by
 name. It is imported the first time a TVTensor is met (sent, or named by a received header),
 not with this module: importing it costs a process about 1.3 s of CPU (its ops pull in
@@ -104,10 +99,12 @@ def retypes_in_place(cls: type) -> bool:
 
 
 def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
-    """`plain` as an instance of `cls`, sharing its storage, version counter and autograd flag.
-    Not ``as_subclass``: its result is an autograd view of `plain` (``_base``), and a received
-    leaf must view nothing that releasing it leaves behind (tensor_codec/lifetimes.py empties the
-    handed-out tensor only: a `_base` kept the message's memory, dora's shared memory, alive).
+    """`plain` as an instance of `cls`, sharing its storage, version counter and autograd flag:
+    any shape the sender had (the class's constructor would add dims to a 2-D Image or refuse a
+    batched BoundingBoxes), and no copy. Not ``as_subclass``: its result is an autograd view of
+    `plain` (``_base``), and a received leaf must view nothing that releasing it leaves behind
+    (tensor_codec/lifetimes.py empties the handed-out tensor only: a `_base` kept the message's
+    memory, dora's shared memory, alive).
 
     `owned`: nothing else holds or tracks `plain` (a decode's copied leaf, tensor_codec/codec.py),
     so `plain` itself becomes the instance where the class allows (`retypes_in_place`): no second
@@ -130,7 +127,12 @@ class _PlainSubclassKind(TensorKind):
         return handed_out_as(plain, self.cls, owned)
 
     def wrap_like(self, plain, like):
-        return plain.as_subclass(self.cls)
+        if not self.attribute_names:
+            return plain.as_subclass(self.cls)
+        # Not tv_tensors.wrap: it checks the shape, and a TVTensor of any shape can be sent and
+        # received (the decoder rebuilds it this way too).
+        names = [*self.attribute_names, *(n for n in self.optional_attribute_names if hasattr(like, n))]
+        return self.wrap(plain, {name: getattr(like, name) for name in names})
 
 
 def _attribute(x, name: str):
@@ -201,14 +203,6 @@ class _BoundingBoxesKind(_PlainSubclassKind):
             out.clamping_mode = attrs.get("clamping_mode", "soft")
         return out
 
-    def wrap_like(self, plain, like):
-        # Not tv_tensors.wrap: it checks the shape, and a BoundingBoxes of any shape can be sent
-        # and received (the decoder rebuilds it this way too).
-        attrs = {"format": like.format, "canvas_size": like.canvas_size}
-        if self.has_clamping:
-            attrs["clamping_mode"] = getattr(like, "clamping_mode", "soft")
-        return self.wrap(plain, attrs)
-
 
 class _KeyPointsKind(_PlainSubclassKind):
     attribute_names = ("canvas_size",)
@@ -226,9 +220,6 @@ class _KeyPointsKind(_PlainSubclassKind):
         out = handed_out_as(plain, self.cls, owned)
         out.canvas_size = attrs["canvas_size"]
         return out
-
-    def wrap_like(self, plain, like):
-        return self.wrap(plain, {"canvas_size": like.canvas_size})  # any shape, as the decoder does
 
 
 PLAIN = TensorKind()  # a plain torch.Tensor
