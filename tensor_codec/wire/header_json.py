@@ -1,15 +1,8 @@
-"""The header's JSON text: what it may cost, measured before it is parsed, and strict parsing
-(docs/wire-format.md, sections 2 and 7a).
-
-Cost (bytes, items, string bytes and nesting, as section 7a counts them) is counted on the raw
-text with C-speed string operations, so refusing an oversized header costs one pass over at most
-`header_bytes` of text, never the parse of what it describes. The cheap bound (the same count
-over the whole text, string literals included) decides almost every header; only one near a
-limit has its string literals taken out first (still C-speed). The nesting bound is the codec's
-own, not the interpreter's, so the same message gets the same answer on every Python.
-
-Strict JSON as section 2 states it, where Python's json is lax: it keeps the last of a member
-named twice silently, and turns an escaped lone surrogate into a str no UTF-8 can carry.
+"""The header's JSON text (docs/wire-format.md, sections 2 and 7a): its cost, counted on the raw
+text with C-speed string operations before it is parsed (a cheap bound over the whole text, string
+literals included, decides almost every header; only one near a limit has its string literals
+taken out first), and strict parsing where Python's json is lax (it keeps the last of a member
+named twice silently, and turns an escaped lone surrogate into a str no UTF-8 can carry).
 """
 
 from __future__ import annotations
