@@ -1,12 +1,8 @@
 """The torch, torchvision and pyarrow releases this package supports (docs/install.md,
-"Supported releases"), checked when it is imported.
-
-The floors are the oldest releases the code has been read and tested against (torch 2.11 and
-torchvision 0.26 are what the GPU hosts carry); pyproject.toml declares the same floors, and a
-test keeps the two in step. pip enforces them on a normal install, but an interpreter that came
-with torch preinstalled (a container, a GPU host, ``make install PYTHON=...``) is used as it is,
-so the import checks again. Only release numbers are compared: NGC's torch
-``2.11.0a0+<commit>.nv26.xx`` is a 2.11 build.
+"Supported releases"), checked when it is imported: pip enforces them on a normal install, but an
+interpreter that came with torch (a container, a GPU host, ``make install PYTHON=...``) is used as
+it is. The floors are the oldest releases read and tested against (the GPU hosts carry torch 2.11
+and torchvision 0.26), pyproject.toml's own (a test keeps the two in step).
 
 This module imports nothing heavy: the installer (tools/install_env.py) loads it by path to
 apply the same rule before anything is installed.
