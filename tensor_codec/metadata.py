@@ -1,14 +1,10 @@
 """The caller's own metadata keys beside the codec's (the README's example uses both): `stamp`
-writes what makes a message verifiable and timeable, `checksum` (the content digest of digest.py,
-which the receiver recomputes from what it restored) and `sent_ns` (the wall clock just before the
-send); `carry` keeps what travels on from a received message to the one a node makes from it.
-
-Forwarding a received message's metadata as it stands is wrong: the codec's `tc.*` keys describe
-the input's bytes (`tc.send` refuses them), and so do some of the caller's (a frame's
-`pixel_format` on the boxes a detector made from it fails every message: "type: expected Image,
-got BoundingBoxes"). `carry` keeps what identifies the message and where it came from (`frame`,
-`seq`, `stream`, `capture_ns`, the caller's own keys) and drops what described the input
-(`DESCRIBES_INPUT`).
+writes what makes a message verifiable and timeable, `checksum` (digest.py's content digest, which
+the receiver recomputes from what it restored) and `sent_ns` (the wall clock just before the
+send); `carry` keeps what travels on from a received message to the one a node makes from it:
+what identifies it and where it came from, never the codec's `tc.*` keys (`tc.send` refuses them)
+nor those that described the input (`DESCRIBES_INPUT`: a frame's `pixel_format` on the boxes a
+detector made from it fails every message: "type: expected Image, got BoundingBoxes").
 """
 
 from __future__ import annotations
