@@ -1,13 +1,7 @@
-"""The limits in force in this process: what one received message may cost, since what a header
-costs depends on what it says (a list of 8 million items cost 20 s and 2 GB). docs/wire-format.md,
-section 7a, says what each limit bounds and what the defaults cost. The bounds and their checks
-are wire/limits.py's; this module holds the current ones, read from the environment on first use
-or set in code, and tells the caches of what was checked against them when they change:
-
-    tc.set_limits(leaf_logical_bytes=16 << 30)        # returns the previous Limits
-    TC_MAX_LEAF_LOGICAL_BYTES=17179869184             # read on first use
-
-A sender checks its own limits too, so a message that receivers would refuse fails at `send`.
+"""The limits in force in this process (docs/wire-format.md, section 7a, says what each bounds,
+its default and how a user sets it): read from the environment on first use or set in code, and
+the caches of what was checked against them told when they change. The bounds and their checks
+are wire/limits.py's.
 """
 
 from __future__ import annotations
