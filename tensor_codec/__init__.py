@@ -1,20 +1,7 @@
 """tensor_codec: move PyTorch tensors, TVTensors and nested structures through dora-rs.
 
-    import tensor_codec as tc
-    value, metadata = tc.encode(obj)            # -> (pyarrow.Array, dict)
-    obj = tc.decode(value, metadata)            # the inverse
-    tc.send(node, "output_id", obj, metadata)   # encode straight into dora's send buffer
-    obj = tc.receive(event)                     # decode a dora INPUT event
-    tc.send_plain(node, "image", hwc_tensor)    # flat bytes for non-codec consumers
-    tc.max_send_bytes(node, "output_id")        # the most payload bytes one message there can carry
-    tc.send(node, "out", cuda_obj)              # transport="auto": CUDA IPC to consumers on this
-                                                # machine, host bytes to others (see routing.py)
-    obj = tc.receive(event, device="cuda")      # restored onto this process's GPU, whatever the path
-    out = tc.stamp(obj, tc.carry(event["metadata"]))  # keys an input's metadata passes on, plus a
-    tc.send(node, "boxes", obj, out)            # checksum and sent_ns: a receiver verifies and times it
-    print(tc.describe(event["metadata"]))       # what a message holds, from its header: nothing decoded
-
-See README.md and docs/wire-format.md.
+``import tensor_codec as tc``: every call, its errors and guarantees are in docs/api.md (a short
+example in README.md); the bytes on the wire in docs/wire-format.md.
 """
 
 from . import versions as _versions
