@@ -1,21 +1,11 @@
 """A receiving process's side of CUDA IPC: open messages, and tell producers when they are done.
 
-Per message (after the transport validated every field):
-
-1. `claim` the message's ledger slot (refused if the producer already reclaimed it, or has exited),
-   before any CUDA work: a process's first message initialises CUDA (seconds on a loaded host),
-   and a claimed message is one its producer holds for as long as it takes;
-2. find the producer's segment and event in the bounded handle caches (each opened once:
-   milliseconds; the producer reuses its buffers and their events, pool.py);
-3. make the current stream wait on the producer's event (on the GPU, no host sync);
-4. view ``[offset, offset + size)`` of the segment, nothing outside it.
-
-Release: the view's storage holds one object per message; when the last view of the message dies
-(tc.release, a scope's end, or the user dropping everything), a marker event (from a pool of
-this process's own) is recorded on the current stream, and once it has completed (this process's
-last use of the memory is finished on the GPU) the ledger slot is released and the marker goes
-back to its pool. Completions are checked at every decode and by one small
-thread while any are pending, so a quiet receiver still gives memory back within milliseconds.
+Per message (its fields validated by the transport): claim its ledger slot before any CUDA work,
+find the producer's segment and event in bounded caches (opening costs milliseconds), make the
+current stream wait on the event, view ``[offset, offset + size)``. When the last view dies, a
+pooled marker event is recorded and the slot released once it has completed, checked at every
+decode and by one small thread while any are pending. Why each step: docs/cuda-ipc-design.md,
+"The protocol" (receiving) and "Release without events".
 """
 
 from __future__ import annotations
@@ -44,18 +34,11 @@ POLL_S = 0.001
 
 
 class Receiver:
-    def __init__(
-        self,
-        backend: Any,
-        *,
-        max_segments: int = MAX_SEGMENTS,
-        max_events: int = MAX_EVENTS,
-        directory: str = SHM_DIR,
-    ):
+    def __init__(self, backend: Any, *, directory: str = SHM_DIR):
         self.backend = backend
         self.directory = directory  # where producers' ledgers are (their names come in messages)
-        self.segments = HandleCache(backend.open_segment, max_entries=max_segments, pid_alive=pid_alive)
-        self.events = HandleCache(backend.open_event, max_entries=max_events, pid_alive=pid_alive)
+        self.segments = HandleCache(backend.open_segment, max_entries=MAX_SEGMENTS)
+        self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
