@@ -130,9 +130,7 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _target_device(device: Any) -> torch.device | None:
-    if device is None:
-        return None
+def _target_device(device: Any) -> torch.device:
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError):

@@ -49,10 +49,8 @@ def _encode_scalar(x: Any, path: tuple) -> Any:
 
 
 def _encode_container(x: Any, tag: str, values: list, path: tuple) -> dict:
-    if tag is DICT:
-        return {"t": tag, "items": values}  # [key, node] pairs
-    if tag is LIST or tag is TUPLE:
-        return {"t": tag, "items": values}
+    if tag is DICT or tag is LIST or tag is TUPLE:
+        return {"t": tag, "items": values}  # a dict's: [key, node] pairs
     if tag is NAMEDTUPLE:
         tx = type(x)
         return {"t": tag, "name": _registered_name(tx), "fields": list(tx._fields), "items": values}

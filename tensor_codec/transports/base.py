@@ -20,10 +20,6 @@ __all__ = ["ENCODE_OUTPUT", "Output", "Outgoing", "Materialized", "Transport"]
 ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted and logged under
 
 
-def _one() -> int:
-    return 1
-
-
 @dataclass(slots=True)
 class Output:
     """Where a message goes: the output's name (in-flight accounting, logs), how many receivers
@@ -37,7 +33,7 @@ class Output:
     name: str
     receivers: Callable[[], int]
     onto_gpu: str | None = None
-    receivers_per_process: Callable[[], int] = _one
+    receivers_per_process: Callable[[], int] = lambda: 1
     announced: set = field(default_factory=set)
 
 

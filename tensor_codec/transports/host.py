@@ -202,16 +202,11 @@ def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
     return src if leaf.raw_span and src is not None and src.is_cpu else None
 
 
-# ---------------------------------------------------------------------------- host <-> GPU
-# Host bytes of GPU tensors, both ways, are this transport's: off the GPU when a sender's CUDA
-# tensors go as host bytes (`write`), onto a GPU when a receiver restores them there
-# (`materialize`'s device).
-
-
 def _write_any_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """`write_leaf` for a message that holds a GPU leaf: a GPU leaf goes off the GPU in one plain
-    copy (staging it through pinned buffers of our own measured slower at every size,
-    bench/host_staging.py), a non-dense one compacted on the GPU first, where it is cheap."""
+    """`write_leaf` for a message that holds a GPU leaf (CUDA tensors sent as host bytes; the way
+    back is `materialize`'s device): a GPU leaf goes off the GPU in one plain copy (staging it
+    through pinned buffers of our own measured slower at every size, bench/host_staging.py), a
+    non-dense one compacted on the GPU first, where it is cheap."""
     src = leaf.source
     if src is None or not src.is_cuda or leaf.raw_span:
         write_leaf(leaf, dest, start)  # a dense GPU leaf: one plain copy of its span
