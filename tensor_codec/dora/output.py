@@ -318,7 +318,7 @@ class Output:
         name, why = send_pipeline.resolve(make_plan(obj), "auto", self.sink, lambda: self.route)
         return (HOST if name == HOST_TO_GPU else name), why
 
-    def max_send_bytes(self, *, metadata_bytes: int = L.METADATA_RESERVE, guaranteed: bool = False) -> int:
+    def max_send_bytes(self, *, metadata_bytes: int | None = None, guaranteed: bool = False) -> int:
         """`tc.max_send_bytes` on this output."""
-        limit = self.limit(metadata_bytes)
+        limit = self.limit(L.METADATA_RESERVE if metadata_bytes is None else metadata_bytes)
         return limit.guaranteed_bytes if guaranteed else limit.max_bytes
