@@ -1,18 +1,10 @@
 """A cap on the bytes one output has in flight by CUDA IPC, and what happens past it.
 
-A zero-copy producer keeps every message alive until its receivers are done, so a slow or stuck
-receiver would otherwise grow the producer's GPU memory without bound. Before each send the
-output asks `admit(nbytes)`: finished messages are collected first; if the message still does
-not fit, the policy decides:
-
-* ``"wait"`` (default): collect again until it fits or `timeout_s` passes, then raise
-  `InFlightLimitError` (nothing is sent);
-* ``"drop"``: do not send this message; it is counted and logged once per burst, and `admit`
-  returns False.
-
-A message bigger than the cap itself can never fit: that is an immediate error naming the
-setting, under either policy. Nothing here touches CUDA: `live_bytes` and `collect` come from
-the output's ledger.
+A zero-copy producer keeps every message alive until its receivers are done, so without a cap a
+slow or stuck receiver would grow the producer's GPU memory without bound. The policies ("wait",
+"drop"): docs/transports.md, "CUDA IPC between processes of one machine". A drop is logged once per
+burst; a message bigger than the cap itself is an error at once, under either policy. Nothing here
+touches CUDA: `live_bytes` and `collect` come from the output's ledger.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """A sending process's side of CUDA IPC: what it has in flight, per output, and when it may reuse it.
 
-Every message is copied into a message buffer of its own on the sending GPU (so writing a tensor
-in place after `send` never changes what receivers read, failure mode 5), shared with receivers
-through a slot of this process's ledger. The buffer (pool.py: exported once, with its event) is
-the slot's token: it stays in use until every receiver released the slot (or died, or passed it:
-dora dropped it on the way; see progress.py), then `recycle` gets it back (the pool). Receivers
-release only after their own GPU work on it completed, so reuse needs no further fence.
-
-Each output has a cap on bytes in flight (`configure_output`); past it `send` waits or drops by
-the output's policy (inflight.py) and says so.
+Every message goes in a message buffer of its own (pool.py), shared through a slot of this
+process's ledger; the buffer is the slot's token, given back to `recycle` (the pool) once the
+ledger collects the slot. Each output has a cap on bytes in flight (inflight.py). Why:
+docs/cuda-ipc-design.md, "The protocol" (sending).
 """
 
 from __future__ import annotations

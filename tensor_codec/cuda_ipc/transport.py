@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -87,15 +88,9 @@ class CudaIpcTransport:
     ) -> None:
         """tc.ipc_configure's work (cuda_ipc/__init__.py): a setting left None stays as it was."""
         producer = _get_state().producer
-        current = producer.settings.get(output_id) or OutputSettings()
-        producer.configure(
-            output_id,
-            OutputSettings(
-                current.max_bytes if max_bytes_in_flight is None else max_bytes_in_flight,
-                current.on_full if on_full is None else on_full,
-                current.timeout_s if timeout_s is None else timeout_s,
-            ),
-        )
+        given: dict[str, Any] = {"max_bytes": max_bytes_in_flight, "on_full": on_full, "timeout_s": timeout_s}
+        changed = {name: value for name, value in given.items() if value is not None}
+        producer.configure(output_id, replace(producer.settings.get(output_id) or OutputSettings(), **changed))
 
     def stats(self) -> dict:
         """tc.ipc_stats's work: per output sent (``outputs``), buffers (``pool``), ``receiver``."""
