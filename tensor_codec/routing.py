@@ -1,13 +1,8 @@
 """Which transport an output's messages take, from where the dataflow places its consumers: the
 rule of docs/transports.md, "Across machines: the transport is chosen per output" (`choose`,
-`resolve`), including ``TC_TRANSPORT`` and ``TC_IPC_MIN_BYTES`` (`HOST_TO_GPU`). Where the
-consumers run (an `OutputRoute`) is read from dora by the caller: this module holds the rule
-only, and knows nothing of dora.
-
-What each consumer's input queue holds (`Consumer.capacity`, `queue_capacity`) is dora's rule
-too, read from the same descriptor: the nodes' acknowledged outputs size what they send against
-it (docs/delivery.md, "The window must fit the consumer's queue").
-"""
+`resolve`). The caller reads the consumers (an `OutputRoute`) from dora; this module knows
+nothing of dora but its queues' rule (`queue_capacity`, docs/delivery.md, "The window must fit
+the consumer's queue")."""
 
 from __future__ import annotations
 
@@ -27,7 +22,6 @@ __all__ = [
     "IPC_MIN_BYTES",
     "ipc_min_bytes",
     "MAX_IPC_CONSUMERS",
-    "DORA_DEFAULT_QUEUE_SIZE",
     "BACKPRESSURE",
     "queue_capacity",
     "Consumer",
@@ -82,13 +76,9 @@ class Consumer:
 
     def describe_queue(self) -> str:
         """How the dataflow sets the input's queue, in words: "queue_size 10, drop_oldest (dora's default)"."""
-        size = (
-            f"queue_size {self.queue_size}"
-            if self.queue_size is not None
-            else (f"queue_size {DORA_DEFAULT_QUEUE_SIZE} (dora's default)")
-        )
+        size = self.queue_size if self.queue_size is not None else f"{DORA_DEFAULT_QUEUE_SIZE} (dora's default)"
         policy = self.queue_policy if self.queue_policy is not None else "drop_oldest (dora's default)"
-        return f"{size}, queue_policy {policy}"
+        return f"queue_size {size}, queue_policy {policy}"
 
 
 @dataclass(frozen=True)
@@ -103,19 +93,6 @@ class OutputRoute:
 
     def remote(self) -> list[Consumer]:
         return [c for c in self.consumers if c.unknown is None and c.machine != self.machine]
-
-    def unplaced(self) -> list[Consumer]:
-        return [c for c in self.consumers if c.unknown is not None]
-
-    def describe(self) -> str:
-        if self.unknown:
-            return f"output '{self.output}': placement unknown ({self.unknown})"
-        here = _machine_name(self.machine)
-        parts = []
-        for c in self.consumers:
-            where = f"unknown ({c.unknown})" if c.unknown else _machine_name(c.machine)
-            parts.append(f"{c.node}/{c.input} on {where}")
-        return f"output '{self.output}' of {self.node} on {here}: " + (", ".join(parts) if parts else "no consumers")
 
 
 def _machine_name(machine: str | None) -> str:
@@ -199,7 +176,7 @@ def choose(route: OutputRoute, has_cuda: bool, size: Callable[[], int] | None = 
         return HOST, f"consumers' placement unknown: {route.unknown}"
     if not route.consumers:
         return HOST, "no consumer is wired to the output"
-    unplaced = route.unplaced()
+    unplaced = [c for c in route.consumers if c.unknown is not None]
     if unplaced:
         c = unplaced[0]
         return HOST, f"consumer {c.node}/{c.input}: placement unknown ({c.unknown})"

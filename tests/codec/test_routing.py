@@ -143,14 +143,6 @@ def test_more_consumers_than_a_ledger_slot_tracks_get_host_bytes():
     assert name == "host" and "at most 16" in why
 
 
-def test_describe_names_every_consumer_and_machine():
-    desc = descriptor(
-        SENDER, entry("a", machine="A", inputs={"x": "sender/out"}), entry("b", machine="B", inputs={"y": "sender/out"})
-    )
-    text = route_from_descriptor(desc, "sender", "out", "A").describe()
-    assert text == "output 'out' of sender on machine 'A': a/x on machine 'A', b/y on machine 'B'"
-
-
 # ------------------------------------------------------------------------------ forced transport
 
 
