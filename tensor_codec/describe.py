@@ -11,6 +11,7 @@ decode's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from .transports import transport_for_message
 from .transports.names import HOST
 from .wire.buffer import check_value
 from .wire.header import ReceivedLeaf, read_metadata
-from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
+from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED_FIELDS, TUPLE
 
 __all__ = ["Description", "describe", "message_transport", "MAX_CHARS"]
 
@@ -82,7 +83,8 @@ def _structure(compiled: received.Compiled, width: int, depth: int, max_chars: i
     descriptions = compiled.descriptions
     structure = descriptions.get(key)
     if structure is None:
-        structure = _Writer(compiled.leaves, width, depth, max_chars).text(compiled.header["tree"])
+        pieces = _Writer(compiled.leaves, width, depth).node(compiled.header["tree"], 0)
+        structure = _bounded(pieces, max_chars)
         if len(descriptions) >= _DESCRIPTIONS_PER_HEADER:
             descriptions.clear()
         descriptions[key] = structure
@@ -110,73 +112,65 @@ def _check_ipc(value: Any, metadata: dict, total: int) -> None:
     parse_ipc_fields(metadata, total)
 
 
-class _Full(Exception):
-    """The text reached max_chars: the walk stops."""
+def _bounded(pieces: Iterator[str], max_chars: int) -> str:
+    """The pieces joined, cut with ``...`` to `max_chars` characters: the pieces past them are
+    never made."""
+    parts: list[str] = []
+    length = 0
+    for piece in pieces:
+        parts.append(piece)
+        length += len(piece)
+        if length > max_chars:
+            return "".join(parts)[: max_chars - 3] + "..."
+    return "".join(parts)
 
 
 class _Writer:
-    """A validated tree (compile_tree accepted it) as bounded text."""
+    """A validated tree (compile_tree accepted it) as pieces of text, each made when it is read."""
 
-    def __init__(self, leaves: list[ReceivedLeaf], width: int, depth: int, max_chars: int):
+    def __init__(self, leaves: list[ReceivedLeaf], width: int, depth: int):
         self.leaves = leaves
         self.width = width
         self.depth = depth
-        self.max_chars = max_chars
-        self.parts: list[str] = []
-        self.length = 0
 
-    def text(self, tree: Any) -> str:
-        try:
-            self.node(tree, 0)
-        except _Full:
-            return "".join(self.parts)[: self.max_chars - 3] + "..."
-        return "".join(self.parts)
-
-    def put(self, s: str) -> None:
-        self.parts.append(s)
-        self.length += len(s)
-        if self.length > self.max_chars:
-            raise _Full
-
-    def node(self, node: Any, level: int) -> None:
+    def node(self, node: Any, level: int) -> Iterator[str]:
         if type(node) is not dict:
-            self.put(_scalar(node))
+            yield _scalar(node)
             return
         tag = node["t"]
         if "leaf" in node:
-            self.put(self.tensor(node))
+            yield self.tensor(node)
         elif tag == "float":
-            self.put(node["v"])
+            yield node["v"]
         elif tag == DICT:
-            self.items("{", "}", node["items"], level, lambda pair: (_key(pair[0]) + ": ", pair[1]))
+            yield from self.items("{", "}", node["items"], level, lambda pair: (_key(pair[0]) + ": ", pair[1]))
         elif tag == LIST:
-            self.items("[", "]", node["items"], level, lambda item: ("", item))
+            yield from self.items("[", "]", node["items"], level, lambda item: ("", item))
         elif tag == TUPLE:
-            self.items("(", ",)" if len(node["items"]) == 1 else ")", node["items"], level, lambda item: ("", item))
+            closing = ",)" if len(node["items"]) == 1 else ")"
+            yield from self.items("(", closing, node["items"], level, lambda item: ("", item))
         elif tag == NAMEDTUPLE:
             name = _short(node["name"].rsplit(".", 1)[-1])
             pairs = list(zip(node["fields"], node["items"]))
-            self.items(f"{name}(", ")", pairs, level, lambda pair: (pair[0] + "=", pair[1]))
-        elif tag == PACKED:
+            yield from self.items(f"{name}(", ")", pairs, level, lambda pair: (pair[0] + "=", pair[1]))
+        else:  # a PackedSequence: compile_tree accepts no other tag
             present = [(f, node[f]) for f in PACKED_FIELDS if node[f] is not None]
-            self.items("PackedSequence(", ")", present, level, lambda pair: (pair[0] + "=", pair[1]))
-        else:  # compile_tree accepts no other tag
-            self.put(f"<{_short(str(tag))}>")
+            yield from self.items("PackedSequence(", ")", present, level, lambda pair: (pair[0] + "=", pair[1]))
 
-    def items(self, opening: str, closing: str, items: list, level: int, split) -> None:
+    def items(self, opening: str, closing: str, items: list, level: int, split) -> Iterator[str]:
         if level >= self.depth and items:
-            self.put(f"{opening}...{len(items)} item{'s' if len(items) != 1 else ''}{closing}")
+            yield f"{opening}...{len(items)} item{'s' if len(items) != 1 else ''}{closing}"
             return
-        self.put(opening)
+        yield opening
         for i, item in enumerate(items[: self.width]):
             if i:
-                self.put(", ")
+                yield ", "
             label, child = split(item)
-            self.put(label)
-            self.node(child, level + 1)
+            yield label
+            yield from self.node(child, level + 1)
         if len(items) > self.width:
-            self.put(f", ... +{len(items) - self.width} more")
-        self.put(closing)
+            yield f", ... +{len(items) - self.width} more"
+        yield closing
 
     def tensor(self, node: dict) -> str:
         leaf = self.leaves[node["leaf"]]
