@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from types import MappingProxyType
 
-from ..errors import DecodeError, EncodeError
+from ..errors import CodecError, DecodeError, EncodeError
 from ..wire.header import TRANSPORT_FIELD
 from .base import ENCODE_OUTPUT, Materialized, Outgoing, Output, Transport
 from .names import CUDA_IPC, HOST, NAMES
@@ -40,9 +40,12 @@ assert tuple(_TABLE) == NAMES
 _loaded: dict[str, Transport] = {}
 
 
-def _load(name: str) -> Transport:
-    transport = _loaded.get(name)
+def _load(name: object, error: type[CodecError], field: str) -> Transport:
+    """The transport `name` selects, made on first use; any other name is `error` naming `field`."""
+    transport = _loaded.get(name) if isinstance(name, str) else None  # a str Enum's member too
     if transport is None:
+        if not isinstance(name, str) or name not in _TABLE:
+            raise error(f"{field}: expected one of {list(_TABLE)}, got {name!r:.80}")
         module_name, _, cls_name = _TABLE[name].partition(":")
         module = importlib.import_module(module_name, __name__)
         transport = _loaded[name] = getattr(module, cls_name)()
@@ -51,19 +54,10 @@ def _load(name: str) -> Transport:
 
 def get_transport(name: object) -> Transport:
     """A transport for sending; unknown names are a caller error."""
-    transport = _loaded.get(name) if isinstance(name, str) else None  # a str Enum's member too
-    if transport is not None:
-        return transport
-    if not isinstance(name, str) or name not in _TABLE:
-        raise EncodeError(f"unsupported transport: expected one of {list(_TABLE)}, got {name!r:.80}")
-    return _load(name)
+    transport = _loaded.get(name) if isinstance(name, str) else None  # the send path's: one call
+    return _load(name, EncodeError, "unsupported transport") if transport is None else transport
 
 
 def transport_for_message(name: str) -> Transport:
-    """A transport named by a received message."""
-    transport = _loaded.get(name) if type(name) is str else None
-    if transport is not None:
-        return transport
-    if name not in _TABLE:
-        raise DecodeError(f"{TRANSPORT_FIELD}: expected one of {list(_TABLE)}, got {name!r:.80}")
-    return _load(name)
+    """A transport named by a received message (asked once per header: received.py caches it)."""
+    return _load(name, DecodeError, TRANSPORT_FIELD)
