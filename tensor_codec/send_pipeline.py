@@ -1,15 +1,7 @@
-"""The send path, one way, written once for `tc.encode` (an Arrow buffer of its own) and `tc.send`
-(dora's send buffer, or a value dora copies: tensor_codec/dora/output.py):
-
-1. `lay_out`: the object taken apart (plan.py), its transport picked (routing.py), the message
-   laid out by that transport (its metadata, its length, where each leaf goes);
-2. `write`: the leaves' bytes written into a destination the caller holds;
-3. the transport's `abandon` when anything fails before the message has left (``with outgoing:``;
-   what the layout holds, a CUDA IPC slot, is freed then).
-
-What differs between encode and send (the destination, dora's checks and primitives) stays with
-each of them.
-"""
+"""The send path, written once for `tc.encode` (an Arrow buffer of its own) and `tc.send` (dora's
+send buffer, or a value dora copies: tensor_codec/dora/output.py): `lay_out` (plan, transport,
+layout), then `write` into the caller's destination; ``with outgoing:`` has the transport
+abandon the message if anything fails before it has left (freeing a CUDA IPC slot)."""
 
 from __future__ import annotations
 
@@ -37,7 +29,7 @@ def lay_out(
     out (the Outgoing names the transport that laid it out). None: the output's in-flight policy
     dropped it (CUDA IPC past its cap)."""
     plan = make_plan(obj)
-    # "host" is host bytes, always (`resolve`'s first line), without a call: this runs per message.
+    # "host" is host bytes, always (what routing.resolve gives it), without a call: this runs per message.
     name = HOST if requested == HOST else resolve(plan, requested, output, route)[0]
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
@@ -45,16 +37,11 @@ def lay_out(
     return get_transport(name).lay_out(plan, output)
 
 
-_ASKED_FOR_HOST = (HOST, "asked for by the code")
-
-
 def resolve(
-    plan: Plan, requested: str, output: Output, route: Callable[[], routing.OutputRoute] | None = None
+    plan: Plan, requested: str, output: Output, route: Callable[[], routing.OutputRoute] | None
 ) -> tuple[str, str]:
     """-> (transport, why) of a message of `plan` on `output` (routing.resolve; HOST_TO_GPU
     included): what `lay_out` uses, and what `tc.transport_for` reports."""
-    if requested == HOST:
-        return _ASKED_FOR_HOST  # what routing.resolve gives "host", always: no call per message
     return routing.resolve(
         requested, plan.has_cuda, route, announced=output.announced, output=output.name, size=lambda: plan.data_bytes
     )
