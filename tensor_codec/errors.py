@@ -1,11 +1,8 @@
-"""The codec's exception hierarchy.
-
-One root (`CodecError`) so callers can catch everything the codec raises, and subclasses that also
-derive from the matching built-in (the pyarrow pattern), so ``except TypeError`` / ``except
-ValueError`` keep working for callers that do not know about this package.
-
-Messages name *where* (a path into the structure, msgspec-style ``$.boxes[2]``, or a header field),
-*what was expected* and *what came*.
+"""The codec's exception hierarchy: one root (`CodecError`) so callers can catch everything the
+codec raises, and subclasses that also derive from the matching built-in (the pyarrow pattern), so
+``except TypeError`` / ``except ValueError`` keep working for callers that do not know this
+package. Messages name *where* (a path into the structure, msgspec-style ``$.boxes[2]``, or a
+header field), *what was expected* and *what came*.
 """
 
 from __future__ import annotations
@@ -39,20 +36,15 @@ class DecodeError(CodecError, ValueError):
 
 
 class MessageTooLargeError(CodecError, ValueError):
-    """The message is over a limit of dora's on every route it can take from this node.
-
-    The text names the limit hit (dora's 256 MiB cap, the node's ``shared_memory_pool_size``,
-    the daemon path's 64 MiB) and what lifts it: a pool setting only where a pool would carry
-    it. `tensor_codec.max_send_bytes` says how much goes.
-    """
+    """The message is over a limit of dora's on every route it can take from this node. The text
+    names the limit hit and what lifts it (tensor_codec/dora/limits.py writes both);
+    `tensor_codec.max_send_bytes` says how much goes."""
 
 
 class SharedViewWriteError(CodecError, RuntimeError):
-    """A zero-copy view of a received message was written in place.
-
-    Received views share memory with the sender and with every other receiver of the same
-    message; writing into them corrupts what those read (failure mode 5).
-    """
+    """A zero-copy view of a received message was written in place: received views share memory
+    with the sender and every other receiver of the message, whose reads it corrupts (failure
+    mode 5)."""
 
 
 class ReleasedError(CodecError, RuntimeError):
