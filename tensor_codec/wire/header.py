@@ -24,7 +24,6 @@ from .structure import DICT, NAMEDTUPLE, children_of
 __all__ = [
     "VERSION",
     "KEY_HEADER",
-    "V1_KEY_VERSION",
     "RESERVED_PREFIX",
     "ReceivedLeaf",
     "leaf_table",

@@ -19,7 +19,6 @@ from .limits import Limits
 from .structure import MAX_DEPTH
 
 __all__ = [
-    "HeaderCost",
     "MAX_NESTING",
     "measure",
     "nesting",

@@ -24,7 +24,6 @@ from .structure import INT64_MAX as _INT64_MAX
 from .structure import INT64_MIN as _INT64_MIN
 
 __all__ = [
-    "Builder",
     "compile_tree",
     "register_namedtuple",
     "namedtuple_name",
