@@ -44,6 +44,9 @@ from .progress import OutputProgress
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
 SWEEP_NS = 10_000_000  # a full look at every live slot at most this often (dead receivers, timeouts)
+# A message that no receiver seen on its output claimed, or that a receiver which stopped claiming
+# never took, is taken for lost after this long (progress.py; dora can drop messages).
+CLAIM_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class Ledger:
         self,
         slots: int = 1024,
         *,
-        claim_timeout_s: float = 10.0,
+        claim_timeout_s: float = CLAIM_TIMEOUT_S,
         name: str | None = None,
         directory: str = SHM_DIR,
     ):

@@ -25,9 +25,6 @@ log = logging.getLogger("tensor_codec")
 
 DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30  # per output
 DEFAULT_TIMEOUT_S = 5.0
-# A message that no receiver seen on its output claimed, or that a receiver which stopped claiming
-# never took, is taken for lost after this long (progress.py; dora can drop messages).
-CLAIM_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -58,18 +55,9 @@ class _Output:
 class ProducerBook:
     """The sending process's bookkeeping: its ledger, per output what is in flight and the cap."""
 
-    def __init__(
-        self,
-        *,
-        slots: int = 1024,
-        claim_timeout_s: float = CLAIM_TIMEOUT_S,
-        recycle: Callable[[Any], None] = lambda token: None,
-        directory: str = SHM_DIR,
-    ):
-        self._slots = slots
+    def __init__(self, *, recycle: Callable[[Any], None], directory: str = SHM_DIR):
         self._directory = directory  # where its ledger goes, and stale ones are looked for
         self._recycle = recycle
-        self._claim_timeout_s = claim_timeout_s
         self._ledger: Ledger | None = None
         self.outputs: dict[str, _Output] = {}
         self.settings: dict[str, OutputSettings] = {}
@@ -90,7 +78,7 @@ class ProducerBook:
     def ledger(self) -> Ledger:
         if self._ledger is None:
             remove_stale_ledgers(directory=self._directory)
-            self._ledger = Ledger(self._slots, claim_timeout_s=self._claim_timeout_s, directory=self._directory)
+            self._ledger = Ledger(directory=self._directory)
             atexit.register(self._ledger.close)
         return self._ledger
 
