@@ -97,18 +97,12 @@ def _bad_key(key: Any, path: tuple) -> EncodeError:
     )
 
 
-OnTensor = Callable[[torch.Tensor, TensorKind, tuple], Any]
-OnScalar = Callable[[Any, tuple], Any]
-OnContainer = Callable[[Any, str, list, tuple], Any]
-OnEnter = Callable[[Any, str, tuple], None]
-
-
 def fold(
     obj: Any,
-    on_tensor: OnTensor | None = None,
-    on_scalar: OnScalar | None = None,
-    on_container: OnContainer | None = None,
-    on_enter: OnEnter | None = None,
+    on_tensor: Callable[[torch.Tensor, TensorKind, tuple], Any] | None = None,
+    on_scalar: Callable[[Any, tuple], Any] | None = None,
+    on_container: Callable[[Any, str, list, tuple], Any] | None = None,
+    on_enter: Callable[[Any, str, tuple], None] | None = None,
 ) -> Any:
     """Walk `obj` depth first by the rule above; -> what `on_container` (or a leaf hook) made of
     the root. Raises EncodeError naming the path of the first node outside the rule.
