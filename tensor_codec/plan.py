@@ -125,11 +125,7 @@ def _new_plan_entry(kind: Any, obj: Any, plain: torch.Tensor, layout_key: tuple)
     return (tensor_node(kind, obj, plain, 0), layout[0], {}, layout[1]), leaf
 
 
-def _forget_plans() -> None:
-    _plans.clear()
-
-
-limits.on_change(_forget_plans)  # plans were checked against the limits they were made under
+limits.on_change(_plans.clear)  # plans were checked against the limits they were made under
 
 
 def _make_plan(obj: Any) -> Plan:

@@ -262,16 +262,6 @@ def _one_tensor_class(tree: Any) -> type | None:
     return kind.cls
 
 
-def cached_headers() -> int:
-    """How many compiled headers the cache holds (tests)."""
-    return len(_cache)
-
-
-def cached_nodes() -> int:
-    """The tree nodes all cached headers hold together (tests: the node budget)."""
-    return _cache.cost
-
-
 def forget_all() -> None:
     _cache.forget()
     _tables.forget()

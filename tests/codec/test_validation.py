@@ -378,8 +378,8 @@ def test_the_header_cache_keeps_only_small_trees_within_a_node_budget():
     for i in range(400):  # distinct medium trees: the budget, not the entry count, binds
         tree = {"t": "list", "items": [{"t": "tensor", "leaf": 0}, i] + [0] * 1000}
         tc.decode(value, edit_header(metadata, lambda h, tree=tree: h.__setitem__("tree", tree)))
-    assert received.cached_nodes() <= received._CACHE_NODE_BUDGET
-    assert received.cached_nodes() == sum(cost for _, cost in received._cache.values())
+    assert received._cache.cost <= received._CACHE_NODE_BUDGET
+    assert received._cache.cost == sum(cost for _, cost in received._cache.values())
 
 
 def test_the_leaf_tables_kept_apart_from_their_trees_stay_within_entries_and_a_leaf_budget(monkeypatch):
