@@ -36,8 +36,6 @@ _MAX_NAME = 256
 _MAX_FIELDS = 1024  # namedtuple fields accepted from the network (building a class costs O(fields))
 
 NAMEDTUPLES: dict[str, type[Any]] = {}  # registered classes by the name they travel by
-# (name, fields) -> class, LRU
-_GENERIC_NAMEDTUPLES: collections.OrderedDict[tuple[str, tuple[str, ...]], type] = collections.OrderedDict()
 
 
 def register_namedtuple(cls: type, name: str | None = None) -> type:
@@ -360,6 +358,7 @@ def namedtuple_cost(fields: int) -> int:
 
 # Generated namedtuple classes by (name, fields), least recently used first. Names come from the
 # network: the cache is bounded by the cost of what it holds (~512 small classes, ~4 MB).
+_GENERIC_NAMEDTUPLES: collections.OrderedDict[tuple[str, tuple[str, ...]], type] = collections.OrderedDict()
 _GENERIC_CACHE_COST = 16_384
 _generic_cost = 0
 _generic_lock = threading.Lock()
