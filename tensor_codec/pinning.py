@@ -19,16 +19,11 @@ def _pin(plain: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
 
 
 def pin_memory(obj: Any) -> Any:
-    """Pin every CPU tensor of `obj` (page-locked memory for fast, async host-to-GPU copies).
-
-    The structure, every TVTensor class and attribute, and PackedSequences come back intact;
-    tensors already pinned or not on the CPU are left as they are.
-
-    Page-locked memory belongs to the CUDA driver: without a usable CUDA device (a CPU-only torch
-    build, no NVIDIA driver) this raises `UsageError` saying so, instead of torch's "Found no
-    NVIDIA driver" from deep inside. Pinning only speeds up copies to a GPU, so on such a machine
-    leave it out (``if torch.cuda.is_available(): obj = tc.pin_memory(obj)``).
-    """
+    """Pin every CPU tensor of `obj` (page-locked memory for fast, async host-to-GPU copies). The
+    structure, every TVTensor class and attribute, and PackedSequences come back intact; tensors
+    already pinned or not on the CPU are left as they are. Without a usable CUDA device, whose
+    driver page-locked memory belongs to, `UsageError` says so (not torch's "Found no NVIDIA
+    driver" from deep inside)."""
     if not torch.cuda.is_available():
         raise UsageError(
             "tc.pin_memory: expected a usable CUDA device (page-locked memory is the CUDA driver's), got none: "
