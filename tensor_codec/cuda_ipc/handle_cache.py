@@ -1,12 +1,8 @@
-"""A receiver's cache of opened producer allocations (CUDA IPC segments).
-
-Opening a CUDA IPC handle costs milliseconds, so a receiver opens each producer segment once and
-keeps the mapping for the messages that follow (a producer's caching allocator reuses the same
-segments). The cache is bounded (least recently used first out) and keyed by the producer and the
-handle bytes: a segment the producer freed and allocated again, even at the same address, has a
-new handle, so an old mapping is never taken for new memory. Entries of a producer process that
-has exited are dropped. `open_segment` does the real opening (CUDA, or a stand-in in tests);
-nothing here touches CUDA.
+"""A receiver's cache of opened producer segments (or events): each opened once (milliseconds),
+bounded (least recently used first out), keyed by the producer and the handle bytes, so a freed
+and reallocated segment, with its new handle, is never taken for an old one; an exited producer's
+entries are dropped (docs/cuda-ipc-design.md, "The protocol", receiving step 3). `open_segment`
+does the opening (CUDA, or a stand-in in tests); nothing here touches CUDA.
 """
 
 from __future__ import annotations

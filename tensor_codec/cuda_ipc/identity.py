@@ -1,10 +1,9 @@
 """Who and where a process is, for CUDA IPC: the same kernel (host), the same pid namespace.
 
-CUDA IPC handles only open on the machine that made them. A message carries the producer's host
-identity; a receiver compares it with its own and refuses, naming both, instead of failing inside
-the driver. The host identity is the kernel's boot id (shared by every process and container of
-one running kernel, new at every boot) plus the host name for people to read. The same physical
-GPU is matched by UUID: tensor_codec/gpus.py.
+CUDA IPC handles only open on the machine that made them, so a receiver compares the producer's
+host identity with its own and refuses, naming both, instead of failing inside the driver. The
+host identity is the kernel's boot id (docs/wire-format.md, 5a) plus the host name for people to
+read. Which GPU is which, by UUID: tensor_codec/gpus.py.
 """
 
 from __future__ import annotations

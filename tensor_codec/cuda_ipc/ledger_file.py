@@ -1,13 +1,9 @@
 """The release ledger's file (ledger.py holds what producers and receivers do with it): its layout
 in shared memory, and how a file under a world-writable directory is opened, mapped, locked and,
-once its producer is gone, removed.
-
-Nothing here trusts a file it did not make: /dev/shm is world-writable, so every path is opened
-without following a symbolic link and without blocking (a FIFO would block a plain open until a
-writer came), then fstat'ed: only a regular file of this user is read, mapped or removed.
-
-Slots are guarded by POSIX record locks (`fcntl.lockf`) on their byte range plus a thread lock,
-so the check-and-set of a claim is atomic across processes. Nothing here touches CUDA.
+once its producer is gone, removed: only a regular file of this user, no symbolic link followed,
+no FIFO waited on (docs/cuda-ipc-design.md, "No file it did not make"). Slots are guarded by POSIX
+record locks on their byte range plus a thread lock, so a claim's check-and-set is atomic across
+processes. Nothing here touches CUDA.
 
 File header (HEADER_BYTES): the magic (8 bytes), u32 slots, u32 SLOT_BYTES, then the producer's
 pid namespace (for `remove_stale_ledgers`). Slot layout (little endian), SLOT_BYTES each:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import pyarrow as pa
@@ -141,7 +141,7 @@ class CudaIpcTransport:
                 leaf_table(plan.leaves, leaf_fields),
                 self.name,
                 limits.current(),
-                {"producer": producer.header()},
+                {"producer": asdict(producer)},
             ),
             offsets,
             total,

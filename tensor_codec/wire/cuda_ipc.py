@@ -60,17 +60,15 @@ class IpcFields:
 @dataclass(frozen=True)
 class ProducerIdentity:
     """Who sent a CUDA IPC message: the machine (host identity and pid namespace), the process,
-    the GPU (by UUID) and the ledger its receivers release through. The sender writes it into the
-    header (`header`), a receiver reads it back (`parse_producer`) and checks it."""
+    the GPU (by UUID) and the ledger its receivers release through. The sender writes its fields
+    into the header, in this order (`dataclasses.asdict`); a receiver reads them back
+    (`parse_producer`) and checks them."""
 
     host: str
     pidns: str
     pid: int
     gpu: str
     ledger: str
-
-    def header(self) -> dict:
-        return {"host": self.host, "pidns": self.pidns, "pid": self.pid, "gpu": self.gpu, "ledger": self.ledger}
 
 
 def _int(metadata: dict, key: str, low: int, high: int) -> int:
