@@ -10,11 +10,15 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EncodeError, UsageError
 from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST, HOST_TO_GPU
 from .wire.cuda_ipc import HOLDERS
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .transports import Output
 
 __all__ = [
     "ENV_TRANSPORT",
@@ -126,36 +130,29 @@ def ipc_min_bytes() -> int:
     return value
 
 
-def resolve(
-    requested: str,
-    has_cuda: bool,
-    route: Callable[[], OutputRoute] | None,
-    *,
-    announced: set,
-    output: str,
-    size: Callable[[], int] | None = None,
-) -> tuple[str, str]:
-    """-> (transport, why) of one message: `requested` (``auto``/``host``/``cuda-ipc``, explicit in
-    the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of `choose` for ``auto``, and host
-    bytes for a ``cuda-ipc`` message without a CUDA tensor. `route` is asked only for ``auto``,
-    `size` (the message's tensor bytes) only where ``TC_IPC_MIN_BYTES`` could apply. The
-    transport may be `HOST_TO_GPU` (host bytes on the wire). Choices the code did not name itself
-    are logged once per output, transport and reason (`announced`: the output's record of them)."""
+def resolve(requested: str, plan: Plan, output: Output, route: Callable[[], OutputRoute] | None) -> tuple[str, str]:
+    """-> (transport, why) of a message of `plan` on `output`: `requested` (``auto``/``host``/
+    ``cuda-ipc``, explicit in the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of
+    `choose` for ``auto``, and host bytes for a ``cuda-ipc`` message without a CUDA tensor.
+    `route` is asked only for ``auto``, the plan's tensor bytes only where ``TC_IPC_MIN_BYTES``
+    could apply. The transport may be `HOST_TO_GPU` (host bytes on the wire). Choices the code
+    did not name itself are logged once per output, transport and reason (`output.announced`).
+    What `send_pipeline.lay_out` uses, and what `tc.transport_for` reports."""
     name = forced_transport(requested)
-    if name == CUDA_IPC and not has_cuda:
+    if name == CUDA_IPC and not plan.has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
     elif name == AUTO:
         if route is None:
             raise UsageError(
                 f"transport: 'auto' picks by the consumers of a dora output; without one (output "
-                f"'{output}') ask for 'host' or 'cuda-ipc'"
+                f"'{output.name}') ask for 'host' or 'cuda-ipc'"
             )
-        name, why = choose(route(), has_cuda, size)
+        name, why = choose(route(), plan.has_cuda, lambda: plan.data_bytes)
     elif name != requested:
         return name, f"forced by {ENV_TRANSPORT}={name}"
     else:
         return name, "asked for by the code"
-    announce(announced, output, name, why)
+    announce(output.announced, output.name, name, why)
     return name, why
 
 

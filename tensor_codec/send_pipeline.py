@@ -11,11 +11,11 @@ from typing import Any
 
 from . import gpus, routing
 from .layout import Destination
-from .plan import Plan, make_plan
+from .plan import make_plan
 from .transports import Outgoing, Output, get_transport
 from .transports.names import HOST, HOST_TO_GPU
 
-__all__ = ["lay_out", "resolve", "write"]
+__all__ = ["lay_out", "write"]
 
 
 def lay_out(
@@ -30,21 +30,11 @@ def lay_out(
     dropped it (CUDA IPC past its cap)."""
     plan = make_plan(obj)
     # "host" is host bytes, always (what routing.resolve gives it), without a call: this runs per message.
-    name = HOST if requested == HOST else resolve(plan, requested, output, route)[0]
+    name = HOST if requested == HOST else routing.resolve(requested, plan, output, route)[0]
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
         name, output = HOST, dataclasses.replace(output, onto_gpu=gpus.gpu_of(plan))
     return get_transport(name).lay_out(plan, output)
-
-
-def resolve(
-    plan: Plan, requested: str, output: Output, route: Callable[[], routing.OutputRoute] | None
-) -> tuple[str, str]:
-    """-> (transport, why) of a message of `plan` on `output` (routing.resolve; HOST_TO_GPU
-    included): what `lay_out` uses, and what `tc.transport_for` reports."""
-    return routing.resolve(
-        requested, plan.has_cuda, route, announced=output.announced, output=output.name, size=lambda: plan.data_bytes
-    )
 
 
 def write(outgoing: Outgoing, dest: Destination) -> None:

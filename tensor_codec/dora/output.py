@@ -26,7 +26,7 @@ from .. import send_pipeline
 from ..errors import EncodeError
 from ..layout import Destination, LeafLayout, holds_dense_span, values_of, write_leaf
 from ..plan import make_plan
-from ..routing import MAX_IPC_CONSUMERS, OutputRoute
+from ..routing import MAX_IPC_CONSUMERS, OutputRoute, resolve
 from ..transports import Output as TransportOutput
 from ..transports.arrow_values import value_of
 from ..transports.names import CHOICES as TRANSPORT_CHOICES
@@ -315,7 +315,7 @@ class Output:
 
     def transport_for(self, obj: Any) -> tuple[str, str]:
         """-> (transport, why): what `send(obj)` would use, and the reason. Nothing is sent."""
-        name, why = send_pipeline.resolve(make_plan(obj), "auto", self.sink, lambda: self.route)
+        name, why = resolve("auto", make_plan(obj), self.sink, lambda: self.route)
         return (HOST if name == HOST_TO_GPU else name), why
 
     def max_send_bytes(self, *, metadata_bytes: int | None = None, guaranteed: bool = False) -> int:
