@@ -15,6 +15,7 @@ import operator
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = ["Scope", "scope", "release", "keep", "register_message", "register_le
 log = logging.getLogger("tensor_codec")
 
 
+@dataclass(slots=True, eq=False, weakref_slot=True)  # eq=False: compared and hashed by identity
 class Message:
     """One zero-copy decoded message: what it borrows and the leaves handed out from it.
 
@@ -38,26 +40,14 @@ class Message:
     given, not computed, and it holds no lock of its own (`_lock` orders release against keep).
     """
 
-    __slots__ = ("name", "borrowed", "leaves", "versions", "locations", "layouts", "tree", "released", "__weakref__")
-
-    def __init__(
-        self,
-        name: str | None,
-        borrowed: Any,
-        refs: list[weakref.ref],
-        versions: list[int],
-        locations: Sequence[int],
-        layouts: list,
-        tree: Any,
-    ) -> None:
-        self.name = name
-        self.borrowed: Any = borrowed  # None once released
-        self.leaves = refs  # weak references to the leaves as handed out
-        self.versions = versions
-        self.locations = locations
-        self.layouts = layouts
-        self.tree = tree  # the received tree, for paths in error messages
-        self.released = False
+    name: str | None
+    borrowed: Any  # None once released
+    leaves: list[weakref.ref]  # weak references to the leaves as handed out
+    versions: list[int]
+    locations: Sequence[int]
+    layouts: list
+    tree: Any  # the received tree, for paths in error messages
+    released: bool = field(default=False, init=False)
 
     def path(self, index: int) -> str:
         return format_path(leaf_paths(self.tree)[index])
