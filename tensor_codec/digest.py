@@ -72,13 +72,9 @@ def content_digest(obj: Any) -> str:
 def logical_bytes(obj: Any) -> int:
     """What content_digest reads of `obj`: its tensors' logical bytes (numel x item size, broadcast
     repeats included), found from shapes alone."""
-    total = [0]
-
-    def on_tensor(x: torch.Tensor, kind: Any, path: tuple) -> None:
-        total[0] += x.numel() * x.element_size()
-
-    fold(obj, on_tensor)
-    return total[0]
+    sizes: list[int] = []
+    fold(obj, lambda x, kind, path: sizes.append(x.numel() * x.element_size()))
+    return sum(sizes)
 
 
 def _tensor(t: torch.Tensor, feed) -> None:
