@@ -1,13 +1,8 @@
-"""What a dataflow says about its nodes, read from the text and values dora hands a node: pure
-functions, no node and no caches (`Link` reads each source once and asks these).
-
-Sources: the descriptor (`node.dataflow_descriptor()`: every node's inputs, env and
-``deploy``), the node's own config (`node.node_config()`), and ``DORA_NODE_CONFIG``, the YAML a
-daemon hands each process it spawns (``node_id``, ``run_config``, ``dataflow_descriptor``,
-``output_routing``). Placement: a daemon started with ``--machine-id X`` sets
-``DORA_MACHINE_ID=X`` in its nodes; nodes without ``deploy:`` run on the daemon started without
-one (and under `dora run`, which refuses ``deploy:``, everything runs on one machine).
-"""
+"""What a dataflow says about its nodes, read from what dora hands a node: the descriptor
+(`node.dataflow_descriptor()`: every node's inputs, env and ``deploy``), the node's config
+(`node.node_config()`) and ``DORA_NODE_CONFIG`` (`parse_daemon_config`). Pure functions, no node
+and no caches: `Link` reads each source once and asks these. Placement is docs/transports.md's,
+"Across machines: the transport is chosen per output"."""
 
 from __future__ import annotations
 
@@ -22,8 +17,6 @@ from ..routing import Consumer, OutputRoute
 
 __all__ = [
     "clean_machine",
-    "node_entries",
-    "queue_of",
     "route_from_descriptor",
     "input_queue",
     "env_names",

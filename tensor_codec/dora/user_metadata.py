@@ -11,12 +11,11 @@ from ..errors import EncodeError, some_keys
 from ..wire.header import RESERVED_PREFIX
 from ..wire.header_json import describe_surrogate, lone_surrogate
 
-__all__ = ["DORA_IMAGE_KEYS", "keys_pass", "refuse", "unencodable"]
+__all__ = ["keys_pass", "refuse", "unencodable"]
 
 # dora's image convention (flat uint8 bytes described by these keys): a dora-hub node takes any
 # message carrying them as such an image, so tc.send refuses them (tc.send_plain is for that).
 DORA_IMAGE_KEYS = ("encoding", "width", "height")
-_DORA_IMAGE_KEY_SET = frozenset(DORA_IMAGE_KEYS)
 _NO_TEXT = frozenset({int, float, bool, type(None)})
 
 
@@ -26,7 +25,7 @@ def keys_pass(keys: tuple) -> bool:
         if not (
             type(key) is str
             and not key.startswith(RESERVED_PREFIX)
-            and key not in _DORA_IMAGE_KEY_SET
+            and key not in DORA_IMAGE_KEYS
             and (key.isascii() or not lone_surrogate(key))
         ):
             return False
