@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -170,23 +170,21 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
 _MEMMOVE_MAX = 16 << 20
 
 
+@dataclass(slots=True, eq=False)
 class Destination:
     """Bytes being written: their address, and a uint8 tensor over them made only when torch has
     to do a copy (making one costs microseconds, a small memmove less than one). `host=False`:
     device memory, written by torch only."""
 
-    __slots__ = ("address", "host", "_make", "_tensor")
-
-    def __init__(self, address: int, make_tensor: Callable[[], torch.Tensor], host: bool = True):
-        self.address = address
-        self.host = host
-        self._make = make_tensor
-        self._tensor: torch.Tensor | None = None
+    address: int
+    make_tensor: Callable[[], torch.Tensor]
+    host: bool = True
+    _tensor: torch.Tensor | None = field(default=None, init=False)
 
     def tensor(self) -> torch.Tensor:
         tensor = self._tensor
         if tensor is None:
-            tensor = self._tensor = self._make()
+            tensor = self._tensor = self.make_tensor()
         return tensor
 
     def release(self) -> None:

@@ -123,11 +123,9 @@ def _rebuild(x: Any, tag: str, values: list, path: tuple) -> Any:
 
 
 def iter_leaves(obj: Any):
-    """Yield ``(path, leaf)`` for every leaf of a supported structure, depth first, in the order
-    `encode` numbers them: tensors as found (TVTensors stay TVTensors), and the scalars (None,
-    bool, int, float, str). `path` is a tuple of dict keys, list/tuple indices and namedtuple or
-    PackedSequence field names (``format_path`` renders it as ``$.boxes[2]``). The whole
-    structure is checked before the first leaf comes out."""
+    """Yield ``(path, leaf)`` for every leaf of a supported structure in the order `encode`
+    numbers them (`path` as walk.fold gives it): tensors as found (TVTensors stay TVTensors), and
+    the scalars. The whole structure is checked before the first leaf comes out."""
     found: list = []
     walk.fold(obj, lambda x, kind, path: found.append((path, x)), lambda x, path: found.append((path, x)))
     yield from found
