@@ -41,11 +41,9 @@ ENV_TRANSPORT = "TC_TRANSPORT"
 MAX_IPC_CONSUMERS = HOLDERS  # receivers one CUDA IPC ledger slot tracks
 
 ENV_IPC_MIN_BYTES = "TC_IPC_MIN_BYTES"
-# Messages under this many tensor bytes take host bytes instead of CUDA IPC. 0: CUDA IPC at every
-# size. On the first H100 run (issue 30) host bytes won below ~1 MB, but by 265 us at 4 KB,
-# less than the ~470 us of per-message set-up the pooled buffers and events removed since; no
-# GPU has measured the pooled path yet. bench/cuda_ipc.py measures the crossover and prints the
-# value to set here (or in a node's env: block).
+# Messages under this many tensor bytes take host bytes instead of CUDA IPC (0: CUDA IPC at every
+# size, until a GPU has measured the pooled path: docs/transports.md). bench/cuda_ipc.py measures
+# the crossover and prints the value to set here (or in a node's env: block).
 IPC_MIN_BYTES = 0
 
 

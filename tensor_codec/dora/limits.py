@@ -56,10 +56,8 @@ SURELY_CARRIED = 32 << 20
 SLOW_WARN_BYTES = 1 << 20
 # Pool bytes a message needs beyond n + n/8, at most: padding (2 x 63 + 1), framing, chunk header.
 POOL_SLACK = 127 + _IPC_FRAMING + SHM_CHUNK_OVERHEAD
-# dora's ZENOH_STARTUP_GRACE: an output whose consumers have not acknowledged its startup markers
-# this long after "all nodes ready" stays on the daemon path for the whole run (node/mod.rs,
-# wait_for_grace; dora 1.1 logs nothing a node sees). Measured with a 1 GB pool and one consumer:
-# it happened in 4 of 10 runs with four busy processes on a 2-core machine, never on an idle one.
+# dora's ZENOH_STARTUP_GRACE (node/mod.rs, wait_for_grace): an output whose startup handshake took
+# longer stays on the daemon path for the run; seen on a loaded machine only (docs/transports.md).
 STARTUP_GRACE_MS = 500
 
 
@@ -134,9 +132,8 @@ def suggested_pool(nbytes: int, messages: int = 2) -> str:
     """A pool setting that holds `messages` such messages at once (two by default: the one a
     receiver still holds and the next), as YAML text: a power of two in MB, which dora reads as
     MiB."""
-    need = messages * (ipc_stream_bytes(nbytes) + SHM_CHUNK_OVERHEAD)
     mb = 1
-    while mb << 20 < need:
+    while not fits_pool(nbytes, mb << 20, messages):
         mb *= 2
     return f"{mb}MB"
 
