@@ -8,23 +8,7 @@ tensor_codec/wire/cuda_ipc.py's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the transport loads on first use (tests/codec/test_hygiene.py)
-    from .transport import CudaIpcTransport
-
 __all__ = ["ipc_configure", "ipc_flush", "ipc_stats", "ipc_trim"]
-
-
-def _transport() -> CudaIpcTransport:
-    """The CUDA IPC transport the codec sends with (loaded now if no message loaded it yet)."""
-    from ..transports import get_transport
-    from ..transports.names import CUDA_IPC
-    from .transport import CudaIpcTransport
-
-    transport = get_transport(CUDA_IPC)
-    assert isinstance(transport, CudaIpcTransport)  # transports._TABLE's entry for CUDA_IPC
-    return transport
 
 
 def ipc_configure(
@@ -37,13 +21,17 @@ def ipc_configure(
     """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
     what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
     `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""
-    _transport().configure(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+    from .transport import configure  # the transport loads on first use (tests/codec/test_hygiene.py)
+
+    configure(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
 
 
 def ipc_flush(timeout_s: float = 10.0) -> bool:
     """Wait until receivers released everything this process sent with transport='cuda-ipc'
     (call before a producer exits: its GPU memory goes with it); False on timeout."""
-    return _transport().flush(timeout_s)
+    from .transport import flush
+
+    return flush(timeout_s)
 
 
 def ipc_stats() -> dict:
@@ -51,11 +39,15 @@ def ipc_stats() -> dict:
     waits, messages lost on the way: given up unclaimed, as dora dropped them),
     its message buffers (made, reused, idle) and as a receiver (claims, releases, opened
     segments and events, cache hits)."""
-    return _transport().stats()
+    from .transport import stats
+
+    return stats()
 
 
 def ipc_trim() -> int:
     """Give this process's idle CUDA IPC message buffers back to torch's caching allocator; ->
     how many. Sending keeps released buffers for the next messages (exported once, so a steady
     stream allocates nothing): call this when a burst is over and the memory is wanted elsewhere."""
-    return _transport().trim()
+    from .transport import trim
+
+    return trim()

@@ -35,7 +35,7 @@ from .pool import BufferPool
 from .producing import OutputSettings, ProducerBook
 from .receiving import Receiver
 
-__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend"]
+__all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
 
 
 class _State:
@@ -72,58 +72,60 @@ def use_backend(backend: Any) -> None:
         gpus.use(backend)
 
 
+def configure(
+    output_id: str,
+    *,
+    max_bytes_in_flight: int | None = None,
+    on_full: str | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """tc.ipc_configure's work: a setting left None stays as it was."""
+    producer = _get_state().producer
+    given: dict[str, Any] = {"max_bytes": max_bytes_in_flight, "on_full": on_full, "timeout_s": timeout_s}
+    changed = {name: value for name, value in given.items() if value is not None}
+    producer.configure(output_id, replace(producer.settings.get(output_id) or OutputSettings(), **changed))
+
+
+def stats() -> dict:
+    """tc.ipc_stats's work: per output sent (``outputs``), buffers (``pool``), ``receiver``."""
+    state = _get_state()
+    state.producer.collect()
+    state.receiver.poll()
+    return {"outputs": state.producer.stats(), "pool": state.pool.stats(), "receiver": state.receiver.stats()}
+
+
+def trim() -> int:
+    """Retire every idle message buffer (pool.py); -> how many."""
+    state = _state
+    if state is None:
+        return 0
+    state.producer.collect()
+    return state.pool.trim()
+
+
+def flush(timeout_s: float = 10.0) -> bool:
+    """tc.ipc_flush's work: -> False if messages were still in flight after `timeout_s`."""
+    if type(timeout_s) not in (int, float) or not timeout_s >= 0:
+        raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
+    state = _state
+    if state is None or not state.producer.has_ledger:
+        return True
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0005
+    while True:
+        state.producer.collect()
+        if not state.producer.in_flight():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
 class CudaIpcTransport:
     name = CUDA_IPC
     leaf_keys = frozenset({"offset"})
     header_keys = frozenset({"producer"})
-
-    # ---------------------------------------------------------------- the transport's own API
-    def configure(
-        self,
-        output_id: str,
-        *,
-        max_bytes_in_flight: int | None = None,
-        on_full: str | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
-        """tc.ipc_configure's work (cuda_ipc/__init__.py): a setting left None stays as it was."""
-        producer = _get_state().producer
-        given: dict[str, Any] = {"max_bytes": max_bytes_in_flight, "on_full": on_full, "timeout_s": timeout_s}
-        changed = {name: value for name, value in given.items() if value is not None}
-        producer.configure(output_id, replace(producer.settings.get(output_id) or OutputSettings(), **changed))
-
-    def stats(self) -> dict:
-        """tc.ipc_stats's work: per output sent (``outputs``), buffers (``pool``), ``receiver``."""
-        state = _get_state()
-        state.producer.collect()
-        state.receiver.poll()
-        return {"outputs": state.producer.stats(), "pool": state.pool.stats(), "receiver": state.receiver.stats()}
-
-    def trim(self) -> int:
-        """Retire every idle message buffer (pool.py); -> how many."""
-        state = _state
-        if state is None:
-            return 0
-        state.producer.collect()
-        return state.pool.trim()
-
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        """tc.ipc_flush's work: -> False if messages were still in flight after `timeout_s`."""
-        if type(timeout_s) not in (int, float) or not timeout_s >= 0:
-            raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
-        state = _state
-        if state is None or not state.producer.has_ledger:
-            return True
-        deadline = time.monotonic() + timeout_s
-        pause = 0.0005
-        while True:
-            state.producer.collect()
-            if not state.producer.in_flight():
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
 
     # ---------------------------------------------------------------- sending
     def _codec_metadata(self, state: _State, plan: Plan, index: int) -> tuple[dict, list[int], int]:
