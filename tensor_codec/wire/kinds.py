@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..errors import DecodeError, EncodeError
+from ..errors import DecodeError, EncodeError, Where
 
 __all__ = [
     "TensorKind",
@@ -266,7 +266,7 @@ def kind_of(x: object) -> TensorKind | None:
     return kind
 
 
-def kind_by_tag(tag: str, where: str) -> TensorKind | None:
+def kind_by_tag(tag: str, where: str | Where) -> TensorKind | None:
     """The kind a received tree node's tag names (torchvision imported for a TVTensor tag), None
     for a tag that is no tensor kind."""
     kind = _KINDS.get(tag)
