@@ -129,13 +129,9 @@ def ipc_min_bytes() -> int:
 
 
 def resolve(requested: str, plan: Plan, output: Output, route: Callable[[], OutputRoute] | None) -> tuple[str, str]:
-    """-> (transport, why) of a message of `plan` on `output`: `requested` (``auto``/``host``/
-    ``cuda-ipc``, explicit in the code) with ``TC_TRANSPORT`` applied to ``auto``, the rule of
-    `choose` for ``auto``, and host bytes for a ``cuda-ipc`` message without a CUDA tensor.
-    `route` is asked only for ``auto``, the plan's tensor bytes only where ``TC_IPC_MIN_BYTES``
-    could apply. The transport may be `HOST_TO_GPU` (host bytes on the wire). Choices the code
-    did not name itself are logged once per output, transport and reason (`output.announced`).
-    What `send_pipeline.lay_out` uses, and what `tc.transport_for` reports."""
+    """-> (transport, why) of a message of `plan` on `output`, `HOST_TO_GPU` included: what
+    `send_pipeline.lay_out` uses and `tc.transport_for` reports. `route` is asked for ``auto``
+    only, the plan's tensor bytes only where ``TC_IPC_MIN_BYTES`` could apply."""
     name = forced_transport(requested)
     if name == CUDA_IPC and not plan.has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"

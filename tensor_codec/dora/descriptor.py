@@ -51,10 +51,7 @@ def node_entries(descriptor: Any) -> Iterator[dict]:
 
 
 def _entry_of(descriptor: Any, node_id: str | None) -> dict | None:
-    for entry in node_entries(descriptor):
-        if entry.get("id") == node_id:
-            return entry
-    return None
+    return next((entry for entry in node_entries(descriptor) if entry.get("id") == node_id), None)
 
 
 def _placement(entry: dict, default_deploy: Any) -> tuple[str | None, str | None]:
