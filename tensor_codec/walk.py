@@ -82,12 +82,6 @@ def _other(x: Any, path: tuple) -> Any:
     raise EncodeError(f"unsupported type at `{format_path(path)}`: expected {SUPPORTED}, got {what}{hint}")
 
 
-def _too_deep(path: tuple) -> EncodeError:
-    return EncodeError(
-        f"structure too deep at `{format_path(path)}`: expected at most {MAX_DEPTH} levels (is it self-referencing?)"
-    )
-
-
 def _bad_key(key: Any, path: tuple) -> EncodeError:
     if type(key) is int:
         return EncodeError(f"dict key out of range at `{format_path(path)}`: expected int64, got {key}")
@@ -126,7 +120,10 @@ def fold(
 
     def node(x: Any, path: tuple, depth: int) -> Any:
         if depth > max_depth:
-            raise _too_deep(path)
+            raise EncodeError(
+                f"structure too deep at `{format_path(path)}`: expected at most {max_depth} levels "
+                "(is it self-referencing?)"
+            )
         tx = type(x)
         what = types.get(tx)
         if what is None:
