@@ -1,8 +1,8 @@
 """The release ledger: who still uses what a producer sent by CUDA IPC. One shared-memory file per
 producer process (its layout, and the checks of a file it did not make: ledger_file.py), a slot
 per message in flight: the producer `publish`es a slot (a new generation, so a stale reference
-never matches), each receiver `claim`s it when it decodes the message and `release`s it (with an
-event handle) when its views are gone, and the producer `collect`s it once every expected
+never matches), each receiver `claim`s it when it decodes the message and `release`s it once its views
+are gone and its GPU work on them completed, and the producer `collect`s it once every expected
 receiver released it or never will (progress.py). The rules: docs/wire-format.md, section 5a
 ("Lifetime"), and docs/cuda-ipc-design.md, "As built" (claims per receiving process, at most
 `per_process` each; collecting costs what changed). Nothing here touches CUDA.
@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..wire.cuda_ipc import EVENT_HANDLE_BYTES, HOLDERS
+from ..wire.cuda_ipc import HOLDERS
 from .identity import pid_alive
 from .ledger_file import (
     FREE,
@@ -26,7 +26,6 @@ from .ledger_file import (
     HOLDING,
     LIVE,
     RELEASED,
-    RELEASED_WITH_EVENT,
     SHM_DIR,
     SLOT_BYTES,
     SLOT_HEAD,
@@ -60,10 +59,9 @@ class SlotRef:
 
 @dataclass
 class Finished:
-    """A collected slot: its memory may be reused after the producer's stream waits on `events`."""
+    """A collected slot: its memory may be reused (every receiver's GPU work on it completed)."""
 
     slot: int
-    events: list[bytes]
     token: object
     unclaimed: int = 0  # expected claims it never got: > 0, given up for lost (dora dropped it, a receiver died)
 
@@ -125,8 +123,7 @@ class Ledger:
         raise LedgerError(f"ledger: all {self.slots} slots hold messages still in use")
 
     def collect(self, *, now_ns: int | None = None) -> list[Finished]:
-        """Free every finished slot; -> what the producer may now let go of (after fencing its
-        stream on the receivers' release events).
+        """Free every finished slot; -> what the producer may now let go of.
 
         It runs at every send, so it must not take a lock per message in flight: each live slot's
         bytes, read without the lock, are compared with what the last full (locked) look saw, and
@@ -159,17 +156,15 @@ class Ledger:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)
-            finished = self._finish_if_done(slot, entry, now)
-            if finished is not None:
+            unclaimed = self._finish_if_done(slot, entry, now)
+            if unclaimed is not None:
                 del self.live[slot]
                 self.seen.pop(slot, None)
-                done.append(Finished(slot, finished[0], entry[1], finished[1]))
+                done.append(Finished(slot, entry[1], unclaimed))
         return done
 
-    def _finish_if_done(
-        self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int
-    ) -> tuple[list[bytes], int] | None:
-        """-> (the receivers' release events, the expected claims it never got), once finished."""
+    def _finish_if_done(self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int) -> int | None:
+        """-> the expected claims it never got, once finished."""
         generation, _, output, order, expected, per_process, start = entry
         progress = self.progress[output]
         m = self.file.map
@@ -177,28 +172,23 @@ class Ledger:
             gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
             if gen != generation or state != LIVE:
                 raise LedgerError(f"ledger: slot {slot} was changed by another process")
-            events, holding = [], 0
+            holding = 0
             claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
             claimed_ns: dict[int, int] = {}
             for h in range(min(claims, HOLDERS)):
-                at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
-                pid, hstate, when = HOLDER.unpack_from(m, at)
+                pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
                 if claimers[pid] < per_process:
                     claimers[pid] += 1
                 claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
-                if hstate == HOLDING:
-                    if pid_alive(pid):
-                        holding += 1
-                        continue
-                    # A receiver died holding it: its CUDA context, and its use, are gone.
-                elif hstate == RELEASED_WITH_EVENT:
-                    events.append(bytes(m[at + 16 : at + 16 + EVENT_HANDLE_BYTES]))
+                # A receiver that died holding it no longer uses it: its CUDA context is gone.
+                if hstate == HOLDING and pid_alive(pid):
+                    holding += 1
             progress.saw(order, claimers, claimed_ns)
             if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
                 self.seen[slot] = signature(m, start)
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
-            return events, max(0, expected - claimers.total())
+            return max(0, expected - claimers.total())
 
     def _accounted_for(
         self, progress: OutputProgress, order: int, claimers: Counter, expected: int, published: int, now: int
@@ -293,8 +283,8 @@ class LedgerView:
         self.release(ref)
         return True
 
-    def release(self, ref: SlotRef, event_handle: bytes | None = None) -> None:
-        """This process is done with the message (after `event_handle`, if given, completes)."""
+    def release(self, ref: SlotRef) -> None:
+        """This process is done with the message (its GPU work on it completed)."""
         start = self._check(ref)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
@@ -305,13 +295,7 @@ class LedgerView:
                 at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
                 pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
                 if pid == self.pid and hstate == HOLDING:
-                    if event_handle is not None:
-                        if len(event_handle) != EVENT_HANDLE_BYTES:
-                            raise LedgerError(
-                                f"event handle: expected {EVENT_HANDLE_BYTES} bytes, got {len(event_handle)}"
-                            )
-                        m[at + 16 : at + 16 + EVENT_HANDLE_BYTES] = event_handle
-                    HOLDER.pack_into(m, at, pid, RELEASED_WITH_EVENT if event_handle else RELEASED, claimed_ns)
+                    HOLDER.pack_into(m, at, pid, RELEASED, claimed_ns)
                     return
 
     def close(self) -> None:
