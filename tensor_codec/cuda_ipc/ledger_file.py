@@ -29,7 +29,7 @@ import stat
 import struct
 import threading
 
-from ..errors import CodecError, UsageError
+from ..errors import CodecError
 from ..wire.cuda_ipc import HOLDERS
 from .identity import pid_alive, pid_namespace
 
@@ -116,7 +116,9 @@ def _file_kind(mode: int) -> str:
 class LedgerFile:
     """An mmap'ed file under /dev/shm with per-slot record locks."""
 
-    def __init__(self, name: str, size: int | None, create: bool, directory: str = SHM_DIR):
+    def __init__(self, name: str, size: int | None, directory: str = SHM_DIR):
+        """Create a file of `size` bytes, or open an existing one (`size` None)."""
+        create = size is not None
         if "/" in name or "\0" in name or not name.startswith("tc-"):
             raise LedgerError(f"ledger: expected a name like 'tc-...', got {name!r}")
         self.name = name
@@ -131,9 +133,7 @@ class LedgerFile:
         except OSError as e:  # a directory, a file this user may not open, ...
             raise LedgerError(f"ledger: {name!r} cannot be opened: {e.strerror or e}") from None
         try:
-            if create:
-                if size is None:
-                    raise UsageError("ledger: a new ledger file needs its size")
+            if size is not None:
                 os.ftruncate(self.fd, size)
             actual = os.fstat(self.fd).st_size
             if actual < HEADER_BYTES:
@@ -181,7 +181,7 @@ class _RangeLock:
 
 def create_ledger_file(name: str, slots: int, directory: str = SHM_DIR) -> LedgerFile:
     """A new ledger file of `slots` free slots, its header written."""
-    f = LedgerFile(name, HEADER_BYTES + slots * SLOT_BYTES, create=True, directory=directory)
+    f = LedgerFile(name, HEADER_BYTES + slots * SLOT_BYTES, directory)
     f.map[0:16] = MAGIC + struct.pack("<II", slots, SLOT_BYTES)
     # Who made it, so a later producer can tell a crashed one's file from a live one's.
     f.map[16:HEADER_BYTES] = pid_namespace().encode()[: HEADER_BYTES - 16].ljust(HEADER_BYTES - 16, b"\0")
@@ -191,7 +191,7 @@ def create_ledger_file(name: str, slots: int, directory: str = SHM_DIR) -> Ledge
 def open_ledger_file(name: str, directory: str = SHM_DIR) -> tuple[LedgerFile, int]:
     """A producer's ledger file (a name from a message: hostile) and its slot count; LedgerError
     for anything that is not a ledger of this version with every slot it says it has."""
-    f = LedgerFile(name, None, create=False, directory=directory)
+    f = LedgerFile(name, None, directory)
     magic, slots, slot_bytes = f.map[0:8], *struct.unpack_from("<II", f.map, 8)
     if magic != MAGIC or slot_bytes != SLOT_BYTES or f.size < HEADER_BYTES + slots * SLOT_BYTES:
         f.close()
