@@ -12,7 +12,7 @@ import atexit
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
@@ -49,7 +49,6 @@ class _Output:
     peak_bytes: int = 0
     sent: int = 0
     lost: int = 0  # messages given up with claims missing: dora lost them on the way (or a receiver died)
-    slots: set = field(default_factory=set)
 
 
 class ProducerBook:
@@ -106,15 +105,13 @@ class ProducerBook:
         return out.limit.admit(nbytes, lambda: out.live_bytes, self.collect)
 
     def publish(self, output_id: str, expected: int, nbytes: int, token: Any, per_process: int = 1) -> SlotRef:
-        """A ledger slot for a message of `output_id` to `expected` receivers, each process of
-        them claiming it at most `per_process` times (its inputs wired to the output)."""
+        """`Ledger.publish` for a message of `output_id`, its bytes counted against the output's cap."""
         with self.lock:
             ref = self.ledger.publish(expected, nbytes, token, output_id, per_process)
             out = self.output(output_id)
             out.live_bytes += nbytes
             out.peak_bytes = max(out.peak_bytes, out.live_bytes)
             out.sent += 1
-            out.slots.add(ref.slot)
             self.slot_output[ref.slot] = (output_id, nbytes)
             return ref
 
@@ -152,7 +149,6 @@ class ProducerBook:
         if entry is None:
             return
         out = self.outputs[entry[0]]
-        out.slots.discard(slot)
         out.live_bytes -= entry[1]
         out.lost += lost
 
@@ -167,7 +163,7 @@ class ProducerBook:
                     "waited_s": round(out.limit.waited_s, 6),
                     "bytes_in_flight": out.live_bytes,
                     "peak_bytes_in_flight": out.peak_bytes,
-                    "messages_in_flight": len(out.slots),
+                    "messages_in_flight": sum(1 for sent_on, _ in self.slot_output.values() if sent_on == output_id),
                     "max_bytes_in_flight": out.limit.max_bytes,
                 }
                 for output_id, out in self.outputs.items()
