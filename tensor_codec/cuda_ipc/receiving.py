@@ -160,22 +160,21 @@ class Receiver:
             if sys.is_finalizing():
                 ledger.release(ref)  # exiting: no more GPU work of this process will run
                 return
-            marker = self._take_marker(index)
+            with self.lock:
+                idle = self.idle_markers.get(index)
+                marker = idle.pop() if idle else None
+            if marker is None:  # made outside the lock: a CUDA call
+                marker = self.backend.new_marker(index)
             self.backend.record_marker(marker, index)
         except Exception as e:  # never raise out of a deleter
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
         with self.lock:
             self.pending.append((marker, index, ledger, ref))
-            self._ensure_thread()
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="tc-ipc-release", daemon=True)
+                self.thread.start()
             self.wakeup.notify()
-
-    def _take_marker(self, index: int) -> Any:
-        with self.lock:
-            idle = self.idle_markers.get(index)
-            if idle:
-                return idle.pop()
-        return self.backend.new_marker(index)
 
     def poll(self) -> int:
         """Release every pending message whose completion marker has fired; -> how many."""
@@ -213,11 +212,6 @@ class Receiver:
         """No release waiting for its marker and none half given back (whichever thread polls)."""
         with self.lock:
             return not self.pending and not self.releasing
-
-    def _ensure_thread(self) -> None:
-        if self.thread is None or not self.thread.is_alive():
-            self.thread = threading.Thread(target=self._run, name="tc-ipc-release", daemon=True)
-            self.thread.start()
 
     def _run(self) -> None:
         while True:
