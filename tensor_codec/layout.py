@@ -38,14 +38,10 @@ class LeafLayout:
     raw_span: bool = False
     broadcast: tuple[int, ...] = ()  # dims narrowed to size 1 in `source`
 
-    def with_source(self, t: torch.Tensor) -> LeafLayout:
-        """This layout for another tensor of the same dtype, shape, strides and lazy bits."""
-        return self.with_plain_source(values_of(t, ()))
-
     def with_plain_source(self, t: torch.Tensor) -> LeafLayout:
-        """`with_source` for a tensor its plan's key shows to need nothing resolved (no autograd,
-        no lazy conj / neg bits): only its storage is checked, in fewer calls where the layout is
-        dense (every step runs per message)."""
+        """This layout for another tensor of the same dtype, shape and strides that needs nothing
+        resolved (no autograd, no lazy conj / neg bits: `values_of` first otherwise): only its
+        storage is checked, in fewer calls where the layout is dense (every step runs per message)."""
         if not (self.raw_span and holds_dense_span(t, self.nbytes, self.dtype.itemsize)):
             _check_storage(t, ())  # the general check, which names a storage too small
         for d in self.broadcast:

@@ -17,7 +17,7 @@ import torch
 
 from . import limits
 from .errors import EncodeError, format_path
-from .layout import LeafLayout, plan_leaf
+from .layout import LeafLayout, plan_leaf, values_of
 from .tree import flatten, tensor_node
 from .walk import plain_of
 from .wire.kinds import kind_of
@@ -103,7 +103,7 @@ def make_plan(obj: Any) -> Plan:
         if leaf is None:  # else a new layout's first tensor, planned in full just now
             # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
             if layout_key[4] or layout_key[5] or layout_key[6]:
-                leaf = template.with_source(plain)
+                leaf = template.with_plain_source(values_of(plain, ()))
             else:
                 leaf = template.with_plain_source(plain)
         return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain), layout_memo)
