@@ -1,10 +1,11 @@
 """encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport.
 
-The path one way: send_pipeline.py (plan, transport, layout, write), into an Arrow buffer here
-(dora/output.py has it write into dora's send buffer instead). Back: wire/header.py reads the
-metadata key, received.py compiles the header (cached), and the compiled header makes the
-object: most messages (one tensor) viewed where they lie in one step (`Compiled.view`), any
-other materialized by the transport and built by the compiled tree (`Compiled.restore`).
+The path one way: send_pipeline.py (plan, transport, layout), then the transport's write into
+an Arrow buffer here (dora/output.py has it write into dora's send buffer instead). Back:
+wire/header.py reads the metadata key, received.py compiles the header (cached), and the
+compiled header makes the object: most messages (one tensor) viewed where they lie in one step
+(`Compiled.view`), any other materialized by the transport and built by the compiled tree
+(`Compiled.restore`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
         dest = Destination(buf.address, lambda: torch.frombuffer(buf, dtype=torch.uint8))
         try:
             with outgoing:
-                send_pipeline.write(outgoing, dest)
+                outgoing.transport.write(outgoing, dest)
         finally:
             dest.release()
     return pa.Array.from_buffers(_UINT8, nbytes, [None, buf]), dict(outgoing.metadata)

@@ -1,7 +1,7 @@
 """The send path, written once for `tc.encode` (an Arrow buffer of its own) and `tc.send` (dora's
 send buffer, or a value dora copies: tensor_codec/dora/output.py): `lay_out` (plan, transport,
-layout), then `write` into the caller's destination; ``with outgoing:`` has the transport
-abandon the message if anything fails before it has left (freeing a CUDA IPC slot)."""
+layout), then the transport's `write` into the caller's destination; ``with outgoing:`` has the
+transport abandon the message if anything fails before it has left (freeing a CUDA IPC slot)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 from . import gpus, routing
-from .layout import Destination
 from .plan import make_plan
 from .transports import Outgoing, Output, get_transport
 from .transports.names import HOST, HOST_TO_GPU
 
-__all__ = ["lay_out", "write"]
+__all__ = ["lay_out"]
 
 
 def lay_out(
@@ -35,8 +34,3 @@ def lay_out(
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
         name, output = HOST, dataclasses.replace(output, onto_gpu=gpus.gpu_of(plan))
     return get_transport(name).lay_out(plan, output)
-
-
-def write(outgoing: Outgoing, dest: Destination) -> None:
-    """Write the message's leaves into `dest` (its value's bytes, `outgoing.nbytes` long)."""
-    outgoing.transport.write(outgoing, dest)

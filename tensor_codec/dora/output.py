@@ -222,7 +222,7 @@ class Output:
             if value is not None:
                 self._emit(nbytes, merged, metadata, value)
             else:
-                self._emit(nbytes, merged, metadata, write=lambda dest: send_pipeline.write(outgoing, dest))
+                self._emit(nbytes, merged, metadata, write=lambda dest: outgoing.transport.write(outgoing, dest))
         if outgoing.transport.name == HOST and not outgoing.plan.has_cuda and is_bare_tensor(outgoing.plan.tree):
             self._prepare(obj, outgoing, generation)
         return True
