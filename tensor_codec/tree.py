@@ -53,7 +53,8 @@ def _encode_container(x: Any, tag: str, values: list, path: tuple) -> dict:
         return {"t": tag, "items": values}  # a dict's: [key, node] pairs
     if tag is NAMEDTUPLE:
         tx = type(x)
-        return {"t": tag, "name": _registered_name(tx), "fields": list(tx._fields), "items": values}
+        name = next((name for name, cls in NAMEDTUPLES.items() if cls is tx), namedtuple_name(tx))
+        return {"t": tag, "name": name, "fields": list(tx._fields), "items": values}
     return {"t": tag, **dict(zip(PACKED_FIELDS, values))}  # PackedSequence
 
 
@@ -82,13 +83,6 @@ def tensor_node(kind: TensorKind, x: torch.Tensor, plain: torch.Tensor, index: i
     if plain.requires_grad:
         node["grad"] = True
     return node
-
-
-def _registered_name(tx: type) -> str:
-    for name, cls in NAMEDTUPLES.items():
-        if cls is tx:
-            return name
-    return namedtuple_name(tx)
 
 
 # --------------------------------------------------------------------------------------------
