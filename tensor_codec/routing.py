@@ -146,16 +146,12 @@ def resolve(requested: str, plan: Plan, output: Output, route: Callable[[], Outp
         return name, f"forced by {ENV_TRANSPORT}={name}"
     else:
         return name, "asked for by the code"
-    announce(output.announced, output.name, name, why)
+    # Logged once per choice and reason (a handful per output): what a user needs to see when a
+    # deployment changes it.
+    if (name, why) not in output.announced and len(output.announced) < 64:
+        output.announced.add((name, why))
+        log.info("output '%s': transport %s (%s)", output.name, name, why)
     return name, why
-
-
-def announce(announced: set, output: str, name: str, why: str) -> None:
-    """Log an output's choice of transport and its reason, once (`announced` holds those logged:
-    a handful per output, what a user needs to see when a deployment changes it)."""
-    if (name, why) not in announced and len(announced) < 64:
-        announced.add((name, why))
-        log.info("output '%s': transport %s (%s)", output, name, why)
 
 
 def choose(route: OutputRoute, has_cuda: bool, size: Callable[[], int] | None = None) -> tuple[str, str]:

@@ -28,7 +28,7 @@ class Output:
     the GPU host bytes are to be restored onto at the receivers (routing's small-message rule,
     routing.HOST_TO_GPU), None for tensors restored where the receiver asks. One per output port,
     kept (a dora Output's `sink`): `announced` holds the choices of transport it logged
-    (routing.announce); a message restored onto a GPU goes with a copy naming it."""
+    (routing.resolve); a message restored onto a GPU goes with a copy naming it."""
 
     name: str
     receivers: Callable[[], int]
