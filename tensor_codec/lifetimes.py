@@ -57,39 +57,34 @@ class Message:
 
     def release(self) -> list[str]:
         """Detach every leaf; -> a description of each leaf written in place since hand-out."""
+        written = []  # (leaf index, version at hand-out, version now)
         with _lock:
-            written = self._release()
+            if self.released:
+                return []
+            self.released = True  # first: a release re-entered from this thread (a finalizer) is a no-op
+            for index, (ref, version) in enumerate(zip(self.leaves, self.versions)):
+                leaf = ref()
+                if leaf is None:
+                    continue
+                if type(leaf) is torch.Tensor and not leaf.requires_grad:
+                    # Most leaves: no subclass to step around, no autograd to keep out of set_().
+                    if leaf._version != version:
+                        written.append((index, version, leaf._version))
+                    leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see below)
+                    continue
+                with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+                    now = leaf._version
+                    # set_() with no source: an empty storage (torch's stubs list only the overloads with one).
+                    torch.Tensor.set_(leaf)  # type: ignore[call-overload]
+                if now != version:
+                    written.append((index, version, now))
+            self.borrowed = None
         # Described outside the lock: a path walks the received tree.
-        return [self._written(index, version, now) for index, version, now in written]
-
-    def _release(self) -> list[tuple[int, int, int]]:
-        """-> (leaf index, version at hand-out, version now) of each leaf written in place."""
-        if self.released:
-            return []
-        self.released = True  # first: a release re-entered from this thread (a finalizer) is a no-op
-        written = []
-        for index, (ref, version) in enumerate(zip(self.leaves, self.versions)):
-            leaf = ref()
-            if leaf is None:
-                continue
-            if type(leaf) is torch.Tensor and not leaf.requires_grad:
-                # Most leaves: no subclass to step around, no autograd to keep out of set_().
-                if leaf._version != version:
-                    written.append((index, version, leaf._version))
-                leaf.set_()  # type: ignore[call-overload]  # no source: an empty storage (see below)
-                continue
-            with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-                now = leaf._version
-                # set_() with no source: an empty storage (torch's stubs list only the overloads with one).
-                torch.Tensor.set_(leaf)  # type: ignore[call-overload]
-            if now != version:
-                written.append((index, version, now))
-        self.borrowed = None
-        return written
-
-    def _written(self, index: int, version: int, now: int) -> str:
-        where = f"{self.describe()} at `{self.path(index)}`"
-        return f"{where}: a zero-copy view was written in place (version {version} -> {now})"
+        return [
+            f"{self.describe()} at `{self.path(index)}`: a zero-copy view was written in place "
+            f"(version {version} -> {now})"
+            for index, version, now in written
+        ]
 
 
 _VERSION = operator.attrgetter("_version")
