@@ -133,9 +133,6 @@ class FakeBackend:
         self.restored_onto.append(index)  # not a device operation: which "GPU" host bytes went to
         return torch.device("cpu")  # its "GPU" memory is CPU memory
 
-    def current_index(self):
-        return 0
-
     def current_stream(self, index):
         return self.stream
 
