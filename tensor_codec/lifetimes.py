@@ -1,11 +1,7 @@
-"""Lifetimes of received zero-copy objects (docs/api.md, failures 4 and 5).
-
-A zero-copy decode hands out tensors that view memory someone else owns (dora's shared memory,
-which the sender reuses once every receiver has dropped it, and which every receiver of the same
-message maps). A *message* is the unit here: its parts are kept (`keep`) or released (`scope`,
-`release`) together, and a release checks each leaf's version counter (which its views share)
-against the value recorded when it was handed out (`SharedViewWriteError` naming the input and
-the path).
+"""Lifetimes of received zero-copy objects: what docs/api.md's failures 4 and 5 promise (each
+message kept or released as one unit; a release checks each leaf's version counter, which its
+views share, against the one recorded at hand-out). The leaves view memory the sender reuses once
+every receiver has dropped it, and that every receiver of the message maps.
 """
 
 from __future__ import annotations
