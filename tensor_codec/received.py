@@ -1,13 +1,9 @@
 """The receive side's counterpart of planning: a header text compiled once into everything a
 message of that header needs (validated leaf table, tree builder, the transport's prepared
 layout), with the two ways such a message becomes its object (`Compiled.view`, `Compiled.restore`),
-and a cache of those (docs/repository.md, "Module-level state": `_cache`, `_tables`).
-
-Validation is a pure function of the header text (which names its version and transport), so its
-result is cached by the text alone; the data checks against the buffer still run for every
-message, in the transport. A stream whose tree changes while its layout stays (a new canvas size
-every frame) keeps its leaf table, validated and prepared, by the text before the tree
-(wire_header.split_header): such a header costs the parse and compile of its tree alone.
+and the caches of those by text (docs/repository.md, "Module-level state", says what `_cache` and
+`_tables` keep and why). A message's data is still checked against its header every time, by the
+transport.
 """
 
 from __future__ import annotations
@@ -40,36 +36,24 @@ class Compiled:
     build: Any  # (tensors, handed_out) -> the object
     prepared: Any  # the transport's `prepare` result
     nodes: int  # tree nodes plus leaves: what building the object costs, roughly
-    # The class the object is handed out as when it is one tensor node without grad or
-    # attributes: torch.Tensor (the object is the one leaf itself: nothing to build), or a
-    # TVTensor class without attributes (Image, Video, Mask); None where the object must be
-    # built (`build`).
-    handed_out_as: type | None
+    handed_out_as: type | None  # the class of an object that is its one leaf (`_one_tensor_class`), else None
     transport: Any  # the transport the header names (transports.base.Transport)
-    # For such a header whose messages the transport views where they lie
+    # Where `handed_out_as` is set and the transport views the messages where they lie
     # (Transport.in_place_layout): (value bytes, dtype, shape, strides, the class the viewed
     # tensor is set to or None for a plain one (wire.kinds.retypes_in_place), leaves, tree),
-    # what `view` unpacks in one step; else None. A stream of one tensor or Image: most
-    # messages.
+    # what `view` unpacks in one step; else None.
     in_place: tuple | None
     # describe's texts of this header's object, by (width, depth, max_chars): kept with the
     # header they describe, and forgotten with it.
     descriptions: dict[tuple[int, int, int], str] = field(default_factory=dict)
 
     def view(self, value: Any, name: str | None, view_of: Callable[[Any], torch.Tensor]) -> Any:
-        """The object of one message of this header, `value` viewed where dora put it,
-        zero-copy, and registered under `name` (an input id, for errors; lifetimes.py); or None
-        where it cannot be: a header without `in_place`, a value that is not exactly the bytes
-        the header describes, bytes not aligned for a view. `restore` takes such a message,
-        naming what is wrong or copying. The caller asks for no copy and no device.
-
-        `view_of` is transports.arrow_values.view_of, DLPack's view of a value (passed in, as
-        `compile_header`'s transport lookup is, so that this module stays below the transports).
-
-        Most messages come here, each step with the CPU's caches cold (docs/transports.md, "A
-        stream's receives"), where reading a tuple's fields one by one costs more than unpacking
-        it once: so what the header fixed is unpacked from one tuple, and the tensor DLPack makes
-        is shaped (and retyped) in place: no second tensor object."""
+        """The object of one zero-copy message of this header (no copy, no device asked), viewed
+        where dora put it and registered under `name` (an input id, for errors); None where
+        `restore` must take it (docs/transports.md, "A stream's receives", says which and why each
+        step counts). `view_of`: transports.arrow_values.view_of, passed in as the transport lookup
+        is, so that this module stays below the transports. What the header fixed is unpacked
+        from one tuple: with the caches cold, cheaper than reading its fields one by one."""
         layout = self.in_place
         if layout is None:
             return None
@@ -250,8 +234,9 @@ def _leaf_table(text: str, lookup_transport: TransportLookup, bounds: limits.Lim
 
 def _one_tensor_class(tree: Any) -> type | None:
     """For a tree (compiled already, so valid) that is one bare tensor node
-    (wire.structure.is_bare_tensor), the class its object is: torch.Tensor or an attribute-less
-    TVTensor class (Image, Video, Mask). None for any other tree."""
+    (wire.structure.is_bare_tensor), the class its object is: torch.Tensor (the leaf itself:
+    nothing to build) or an attribute-less TVTensor class (Image, Video, Mask). None for any other
+    tree (`build` makes the object)."""
     if not is_bare_tensor(tree):
         return None
     if tree["t"] == "tensor":
