@@ -22,9 +22,12 @@ log = logging.getLogger("tensor_codec")
 
 
 class InFlightLimit:
+    """One output's cap (1 GiB by default) and policy; its arguments are tc.ipc_configure's
+    settings, checked here alone (max_bytes is max_bytes_in_flight)."""
+
     def __init__(
         self,
-        max_bytes: int,
+        max_bytes: int = 1 << 30,
         *,
         on_full: str = "wait",
         timeout_s: float = 5.0,
@@ -33,11 +36,11 @@ class InFlightLimit:
         sleep: Callable[[float], None] = time.sleep,
     ):
         if type(max_bytes) is not int or max_bytes <= 0:
-            raise UsageError(f"max_bytes: expected a positive number of bytes, got {max_bytes}")
+            raise UsageError(f"max_bytes_in_flight: expected a positive number of bytes, got {max_bytes!r:.80}")
         if on_full not in POLICIES:
-            raise UsageError(f"on_full: expected one of {', '.join(POLICIES)}, got {on_full!r}")
+            raise UsageError(f"on_full: expected one of {', '.join(POLICIES)}, got {on_full!r:.80}")
         if type(timeout_s) not in (int, float) or not timeout_s >= 0:
-            raise UsageError(f"timeout_s: expected >= 0, got {timeout_s}")
+            raise UsageError(f"timeout_s: expected >= 0 seconds, got {timeout_s!r:.80}")
         self.max_bytes = max_bytes
         self.on_full = on_full
         self.timeout_s = timeout_s

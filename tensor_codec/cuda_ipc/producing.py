@@ -15,31 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
-from .inflight import POLICIES, InFlightLimit
+from .inflight import InFlightLimit
 from .ledger import SHM_DIR, Ledger, SlotRef, remove_stale_ledgers
 
-__all__ = ["ProducerBook", "OutputSettings", "DEFAULT_MAX_BYTES_IN_FLIGHT"]
+__all__ = ["ProducerBook"]
 
 log = logging.getLogger("tensor_codec")
-
-DEFAULT_MAX_BYTES_IN_FLIGHT = 1 << 30  # per output
-DEFAULT_TIMEOUT_S = 5.0
-
-
-@dataclass
-class OutputSettings:
-    max_bytes: int = DEFAULT_MAX_BYTES_IN_FLIGHT
-    on_full: str = "wait"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-    def __post_init__(self):
-        if type(self.max_bytes) is not int or self.max_bytes <= 0:
-            raise UsageError(f"max_bytes_in_flight: expected a positive number of bytes, got {self.max_bytes!r}")
-        if self.on_full not in POLICIES:
-            raise UsageError(f"on_full: expected one of {', '.join(POLICIES)}, got {self.on_full!r}")
-        if type(self.timeout_s) not in (int, float) or not self.timeout_s >= 0:
-            raise UsageError(f"timeout_s: expected >= 0 seconds, got {self.timeout_s!r}")
 
 
 @dataclass
@@ -59,7 +40,7 @@ class ProducerBook:
         self._recycle = recycle
         self._ledger: Ledger | None = None
         self.outputs: dict[str, _Output] = {}
-        self.settings: dict[str, OutputSettings] = {}
+        self.settings: dict[str, dict[str, Any]] = {}  # output -> InFlightLimit's arguments it was given
         self.slot_output: dict[int, tuple[str, int]] = {}  # live slot -> (output, bytes)
         self.lock = threading.RLock()
 
@@ -81,21 +62,24 @@ class ProducerBook:
             atexit.register(self._ledger.close)
         return self._ledger
 
-    def configure(self, output_id: str, settings: OutputSettings) -> None:
+    def configure(self, output_id: str, **given: Any) -> None:
+        """Set the output's cap (InFlightLimit's arguments); one left None keeps its value. A bad
+        one raises here, changing nothing."""
         with self.lock:
+            settings = {**self.settings.get(output_id, {}), **{k: v for k, v in given.items() if v is not None}}
+            limit = self._limit(output_id, settings)
             self.settings[output_id] = settings
             out = self.outputs.get(output_id)
             if out is not None:
-                out.limit = self._limit(output_id, settings)
+                out.limit = limit
 
-    def _limit(self, output_id: str, s: OutputSettings) -> InFlightLimit:
-        return InFlightLimit(s.max_bytes, on_full=s.on_full, timeout_s=s.timeout_s, name=f"output '{output_id}'")
+    def _limit(self, output_id: str, settings: dict[str, Any]) -> InFlightLimit:
+        return InFlightLimit(**settings, name=f"output '{output_id}'")
 
     def output(self, output_id: str) -> _Output:
         out = self.outputs.get(output_id)
         if out is None:
-            s = self.settings.get(output_id) or OutputSettings()
-            out = self.outputs[output_id] = _Output(self._limit(output_id, s))
+            out = self.outputs[output_id] = _Output(self._limit(output_id, self.settings.get(output_id, {})))
         return out
 
     def admit(self, output_id: str, nbytes: int) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
@@ -32,7 +32,7 @@ from ..wire.cuda_ipc import IpcFields, ProducerIdentity, ipc_metadata, parse_ipc
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from .identity import check_same_machine, host_identity, pid_namespace
 from .pool import BufferPool
-from .producing import OutputSettings, ProducerBook
+from .producing import ProducerBook
 from .receiving import Receiver
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
@@ -80,10 +80,7 @@ def configure(
     timeout_s: float | None = None,
 ) -> None:
     """tc.ipc_configure's work: a setting left None stays as it was."""
-    producer = _get_state().producer
-    given: dict[str, Any] = {"max_bytes": max_bytes_in_flight, "on_full": on_full, "timeout_s": timeout_s}
-    changed = {name: value for name, value in given.items() if value is not None}
-    producer.configure(output_id, replace(producer.settings.get(output_id) or OutputSettings(), **changed))
+    _get_state().producer.configure(output_id, max_bytes=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
 
 
 def stats() -> dict:

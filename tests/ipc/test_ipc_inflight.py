@@ -79,9 +79,9 @@ def test_a_message_bigger_than_the_cap_is_refused_at_once():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_bytes": 0}, "max_bytes: expected a positive number of bytes, got 0"),
+        ({"max_bytes": 0}, "max_bytes_in_flight: expected a positive number of bytes, got 0"),
         ({"max_bytes": 10, "on_full": "block"}, "on_full: expected one of wait, drop, got 'block'"),
-        ({"max_bytes": 10, "timeout_s": -1}, "timeout_s: expected >= 0, got -1"),
+        ({"max_bytes": 10, "timeout_s": -1}, "timeout_s: expected >= 0 seconds, got -1"),
     ],
 )
 def test_bad_settings(kwargs, message):
