@@ -82,15 +82,6 @@ def _other(x: Any, path: tuple) -> Any:
     raise EncodeError(f"unsupported type at `{format_path(path)}`: expected {SUPPORTED}, got {what}{hint}")
 
 
-def _bad_key(key: Any, path: tuple) -> EncodeError:
-    if type(key) is int:
-        return EncodeError(f"dict key out of range at `{format_path(path)}`: expected int64, got {key}")
-    return EncodeError(
-        f"unsupported dict key at `{format_path(path)}`: expected str or int, "
-        f"got {type(key).__module__}.{type(key).__qualname__}"
-    )
-
-
 def fold(
     obj: Any,
     on_tensor: Callable[[torch.Tensor, TensorKind, tuple], Any] | None = None,
@@ -144,7 +135,12 @@ def fold(
             for key, value in x.items():
                 tk = type(key)
                 if not (tk is str or (tk is int and lo <= key <= hi)):
-                    raise _bad_key(key, path)
+                    if tk is int:
+                        raise EncodeError(f"dict key out of range at `{format_path(path)}`: expected int64, got {key}")
+                    raise EncodeError(
+                        f"unsupported dict key at `{format_path(path)}`: expected str or int, "
+                        f"got {tk.__module__}.{tk.__qualname__}"
+                    )
                 values.append([key, node(value, path + (key,), depth)])  # noqa: F821  (itself; deleted after the walk)
         elif what is LIST or what is TUPLE:
             values = [node(value, path + (i,), depth) for i, value in enumerate(x)]  # noqa: F821  (itself; deleted after the walk)
