@@ -92,18 +92,13 @@ def fold(
     """Walk `obj` depth first by the rule above; -> what `on_container` (or a leaf hook) made of
     the root. Raises EncodeError naming the path of the first node outside the rule.
 
-    Hooks (each optional; a leaf without its hook stands for itself, a container without
-    `on_container` gives None):
-
-    * ``on_tensor(x, kind, path)``: a tensor `x` of kinds.TensorKind `kind`, as found;
-    * ``on_scalar(x, path)``: None, bool, int, float or str;
-    * ``on_enter(x, tag, path)``: a container, before its children (pre-order);
-    * ``on_container(x, tag, values, path)``: a container after its children, `values` being what
-      the walk made of each child, in order (for a dict, ``[key, value]`` pairs, as the wire
-      tree has them; ``children(x, tag)`` gives the keys of the others).
-
-    `tag` is DICT, LIST, TUPLE, NAMEDTUPLE or PACKED. `path` is a tuple of dict keys, list/tuple
-    indices and namedtuple or PackedSequence field names from the root.
+    Each hook is optional: a leaf without its hook stands for itself (a tensor as found; a scalar
+    is None, bool, int, float or str), a container without `on_container` gives None. `on_enter`
+    sees a container before its children, `on_container` after them, with `values`: what the
+    walk made of each child, in order (for a dict ``[key, value]`` pairs, as the wire tree has
+    them; ``children(x, tag)`` gives the others' keys). `tag` is DICT, LIST, TUPLE, NAMEDTUPLE or
+    PACKED; `path` the dict keys, list/tuple indices and namedtuple or PackedSequence field names
+    from the root.
     """
     # Locals of the closure: read faster than module globals on every node.
     types, scalar, integer, max_depth = _TYPES, _SCALAR, _INT, MAX_DEPTH
