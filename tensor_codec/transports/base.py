@@ -22,40 +22,32 @@ ENCODE_OUTPUT = "<tc.encode>"  # the output tc.encode's messages are accounted a
 
 @dataclass(slots=True)
 class Output:
-    """Where a message goes: the output's name (in-flight accounting, logs), how many receivers
-    will read it and how many of those one receiving process may be (its inputs wired to the
-    output; both asked only by transports that track receivers), and `onto_gpu`: the UUID of
-    the GPU host bytes are to be restored onto at the receivers (routing's small-message rule,
-    routing.HOST_TO_GPU), None for tensors restored where the receiver asks. One per output port,
-    kept (a dora Output's `sink`): `announced` holds the choices of transport it logged
-    (routing.resolve); a message restored onto a GPU goes with a copy naming it."""
+    """Where a message goes: one per output port, kept (a dora Output's `sink`); a message
+    restored onto a GPU goes with a copy naming it."""
 
-    name: str
-    receivers: Callable[[], int]
+    name: str  # in-flight accounting, logs
+    receivers: Callable[[], int]  # how many read a message (asked only by transports that track them)
+    # The UUID of the GPU receivers restore host bytes onto (routing's small-message rule,
+    # routing.HOST_TO_GPU); None: tensors restored where the receiver asks.
     onto_gpu: str | None = None
-    receivers_per_process: Callable[[], int] = lambda: 1
-    announced: set = field(default_factory=set)
+    receivers_per_process: Callable[[], int] = lambda: 1  # how many of those one process may be
+    announced: set = field(default_factory=set)  # (transport, why) pairs routing.resolve logged for it
 
 
 @dataclass(slots=True)
 class Outgoing:
-    """A planned message laid out by a transport, its value's bytes not yet written.
-
-    `metadata` holds the codec's keys (it may be shared with the plan's cache: copy it before
-    handing it out); `nbytes` is the Arrow value's length; `offsets` where each leaf goes in it;
-    `token` is the transport's own (a CUDA IPC ledger slot, freed by `abandon`). `in_value`:
-    whether the bytes travel in the value (host); if not, the value is empty and nothing is
-    written (CUDA IPC: the bytes stay on the GPU). `transport`: the one that laid it out.
-
-    A context around writing and sending it: the transport's `abandon` gives the layout up if
-    that raises (the message never left). Not a generator context: this runs per message."""
+    """A planned message laid out by a transport, its value's bytes not yet written. A context
+    around writing and sending it: the transport's `abandon` gives the layout up if that raises
+    (the message never left). Not a generator context: this runs per message."""
 
     plan: Plan
-    metadata: dict
-    nbytes: int
-    offsets: list[int]
-    transport: Transport
-    token: Any = None
+    metadata: dict  # the codec's keys, maybe the plan's cache's: copy it before handing it out
+    nbytes: int  # the Arrow value's length
+    offsets: list[int]  # where each leaf goes in it
+    transport: Transport  # the one that laid it out
+    token: Any = None  # the transport's own (a CUDA IPC ledger slot, freed by `abandon`)
+    # Whether the bytes travel in the value (host); if not, the value is empty and nothing is
+    # written (CUDA IPC: the bytes stay on the GPU).
     in_value: bool = True
 
     def __enter__(self) -> Outgoing:
@@ -68,18 +60,14 @@ class Outgoing:
 
 @dataclass
 class Materialized:
-    """Decoded leaf tensors, plus what a zero-copy result borrows.
-
-    `borrowed` is None when the tensors own their memory (a copy was made); otherwise it is the
-    buffer they view, kept by the lifetime registry so `keep()` can copy a message in one go: a
-    tensor, or an object `torch.from_dlpack` views (the host value of a one-leaf message typed as
-    its leaf, whose DLPack tensor is the leaf itself). `locations` are each leaf's byte offset
-    inside `borrowed`.
-    """
+    """Decoded leaf tensors, plus what a zero-copy result borrows: `borrowed`, None when the
+    tensors own their memory, else the buffer they view, kept by the lifetime registry so `keep()`
+    can copy a message in one go: a tensor, or an object `torch.from_dlpack` views (the host value
+    of a one-leaf message typed as its leaf, whose DLPack tensor is the leaf itself)."""
 
     tensors: list[torch.Tensor]
     borrowed: Any
-    locations: list[int]
+    locations: list[int]  # each leaf's byte offset inside `borrowed`
 
 
 class Transport(Protocol):
@@ -98,24 +86,17 @@ class Transport(Protocol):
         """The message will not be sent after all: free what `lay_out` holds for it."""
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
-        """Validate the transport's own header and leaf fields; -> what `materialize` needs.
-
-        Runs once per distinct header (its result is cached with the header).
-        """
+        """Validate the transport's own header and leaf fields, once per distinct header (cached
+        with it); -> what `materialize` needs."""
 
     def in_place_layout(self, prepared: Any) -> tuple[int, torch.dtype, tuple, tuple] | None:
-        """For a header of one leaf: (the value's length in bytes, the leaf's dtype, shape and
-        strides) when a message's value is an Arrow array of exactly those bytes, which a DLPack
-        view retypes and shapes in place (received.Compiled.view does, for messages of seen headers whose
-        object is one tensor); None when this transport has no such view for this header. Asked
-        once per distinct header (cached with it).
-
-        A layout is a promise that Compiled.view may hand those bytes out as they are, checking only
-        the value's Arrow type, length, nulls and alignment, and never calling the transport for
-        that message: the leaf starts at the value's first byte, is not empty, needs no check of
-        its bytes (not bool, whose bytes must be 0 or 1) and is a dtype torch views without
-        warning (not complex32), nothing is to be restored onto a device, and no metadata key of
-        the transport's is to be read. Anything else: None."""
+        """For a header of one leaf, once (cached with it): (the value's length in bytes, the leaf's
+        dtype, shape and strides) when `received.Compiled.view` may hand a message's value out as
+        those bytes, retyped and shaped in place by a DLPack view, checking only the value's Arrow
+        type, length, nulls and alignment and never calling the transport: the leaf starts at the
+        value's first byte, is not empty, needs no check of its bytes (not bool, whose bytes must
+        be 0 or 1), is a dtype torch views without warning (not complex32), nothing is to be
+        restored onto a device, and no metadata key of the transport's is to be read. Else None."""
 
     def materialize(
         self,
@@ -127,8 +108,6 @@ class Transport(Protocol):
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        """Check `value` against the prepared header and build the leaf tensors.
-
-        `device`: where the tensors must live (None: wherever this transport puts them). Tensors
-        placed on another device than the message's own own their memory.
-        """
+        """Check `value` against the prepared header and build the leaf tensors; `device`: where
+        they must live (None: wherever this transport puts them; on another device than the
+        message's own, they own their memory)."""
