@@ -15,8 +15,8 @@ pid namespace (for `remove_stale_ledgers`). Slot layout (little endian), SLOT_BY
     14  u16  claims          (holder entries in use)
     16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
     24  u64  nbytes          (for reports)
-    32  HOLDERS x 80 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released, 3 released+event),
-                             u64 claimed_ns (CLOCK_MONOTONIC), 64-byte event handle
+    32  HOLDERS x 16 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released),
+                             u64 claimed_ns (CLOCK_MONOTONIC)
 """
 
 from __future__ import annotations
@@ -44,13 +44,14 @@ __all__ = [
     "claims_in",
 ]
 
-MAGIC = b"tcledg02"  # 02: claims capped per process (`per_process` in the slot head)
+# 02: claims capped per process (`per_process` in the slot head); 03: no release event per holder
+MAGIC = b"tcledg03"
 MAGIC_FAMILY = MAGIC[:6]  # any version's: a stale ledger of an older tensor_codec is removed too
 HEADER_BYTES = 64
 SLOT_HEAD_BYTES = 32
-HOLDER_BYTES = 80
 SLOT_HEAD = struct.Struct("<QHHHHQQ")  # generation, state, per_process, expected, claims, published_ns, nbytes
-HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns (+ 64-byte event handle after it)
+HOLDER = struct.Struct("<iIQ")  # pid, state, claimed_ns
+HOLDER_BYTES = HOLDER.size
 SLOT_BYTES = SLOT_HEAD_BYTES + HOLDERS * HOLDER_BYTES
 SHM_DIR = "/dev/shm"
 # A path under a world-writable directory may be anything another user put there: no symbolic
@@ -59,7 +60,7 @@ _UNTRUSTED_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CLAIMS = struct.Struct("<H")  # the claims field, at offset 14 of a slot
 
 FREE, LIVE = 0, 1
-EMPTY, HOLDING, RELEASED, RELEASED_WITH_EVENT = 0, 1, 2, 3
+HOLDING, RELEASED = 1, 2  # a holder's state (0: an empty entry)
 
 
 class LedgerError(CodecError, RuntimeError):
@@ -193,9 +194,17 @@ def open_ledger_file(name: str, directory: str = SHM_DIR) -> tuple[LedgerFile, i
     for anything that is not a ledger of this version with every slot it says it has."""
     f = LedgerFile(name, None, directory)
     magic, slots, slot_bytes = f.map[0:8], *struct.unpack_from("<II", f.map, 8)
-    if magic != MAGIC or slot_bytes != SLOT_BYTES or f.size < HEADER_BYTES + slots * SLOT_BYTES:
+    if magic != MAGIC or slot_bytes != SLOT_BYTES:
         f.close()
-        raise LedgerError(f"ledger: {name!r} is not a tensor_codec ledger of this version")
+        raise LedgerError(
+            f"ledger: {name!r} is not a tensor_codec ledger of this version: expected {MAGIC!r} with "
+            f"{SLOT_BYTES}-byte slots, got {magic!r:.40} with {slot_bytes} (another tensor_codec's, or no ledger)"
+        )
+    if f.size < HEADER_BYTES + slots * SLOT_BYTES:
+        f.close()
+        raise LedgerError(
+            f"ledger: {name!r} is {f.size} bytes, expected {HEADER_BYTES + slots * SLOT_BYTES} for {slots} slots"
+        )
     return f, slots
 
 

@@ -26,7 +26,7 @@ __all__ = [
     "HOLDERS",
 ]
 
-EVENT_HANDLE_BYTES = 64  # cudaIpcEventHandle_t, carried in tc.ipc.event and in a ledger holder
+EVENT_HANDLE_BYTES = 64  # cudaIpcEventHandle_t, carried in tc.ipc.event
 # Receivers one message's ledger slot tracks (its holders, cuda_ipc/ledger.py): an output with
 # more consumers goes as host bytes (routing.py).
 HOLDERS = 16

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import struct
 import time
 
 import pytest
@@ -82,6 +83,22 @@ def test_hostile_references_are_refused(ledger):
         LedgerView("../etc/passwd")
     with pytest.raises(LedgerError, match="does not exist"):
         LedgerView("tc-no-such-ledger")
+
+
+def test_a_ledger_of_another_version_is_refused_naming_both(ledger):
+    """A producer of tensor_codec's ledger format 02 (80-byte holders with a release event each)."""
+    with open(ledger.file.path, "r+b") as f:
+        f.write(b"tcledg02" + struct.pack("<II", 8, 32 + HOLDERS * 80))
+    with pytest.raises(
+        LedgerError, match=r"of this version: expected b'tcledg03' with 288-byte slots, got b'tcledg02' with 1312"
+    ):
+        LedgerView(ledger.name)
+
+
+def test_a_truncated_ledger_is_refused(ledger):
+    os.truncate(ledger.file.path, 64 + 7 * 288)
+    with pytest.raises(LedgerError, match=r"is 2080 bytes, expected 2368 for 8 slots"):
+        LedgerView(ledger.name)
 
 
 def test_too_many_receivers_of_one_message(ledger):
