@@ -279,14 +279,6 @@ def slow_warning(output_id: str, nbytes: int, limit: SendLimit, node: str) -> tu
     return None
 
 
-def messages_in_flight(route: OutputRoute) -> int:
-    """How many messages of an output the pool may hold at once: the one being sent, and per
-    consumer input one its receiver holds and as many as its queue holds."""
-    if not route.consumers:
-        return 2
-    return 1 + sum(c.capacity + 1 for c in route.consumers)
-
-
 # -- dora's own errors ------------------------------------------------------------------------
 
 # What dora 1.1 says when a message is over one of its limits (the first two: the cap; then the
@@ -364,7 +356,8 @@ def _daemon_cause(output_id: str, nbytes: int, meta_bytes: int, limit: SendLimit
     # dora fell back although the pool should have held it, and says neither why: a full pool or a
     # failed startup handshake. Both are named, with what tells them apart (a failed handshake
     # refuses every such message of the run).
-    in_flight = messages_in_flight(route)
+    # Messages the pool may hold at once: the one sent, and per consumer input one held and its queue's.
+    in_flight = 1 + sum(c.capacity + 1 for c in route.consumers) if route.consumers else 2
     if fits_pool(nbytes, pool, in_flight):
         room = (
             "make room in it (receivers that drop messages sooner, a smaller queue_size, fewer big messages on the "
