@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ..errors import DecodeError, UsageError, Where, some_keys
 from .kinds import TensorKind, kind_by_tag
 from .limits import Limits
-from .structure import DICT, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS
+from .structure import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 from .structure import INT64_MAX as _INT64_MAX
 from .structure import INT64_MIN as _INT64_MIN
 
@@ -130,11 +130,16 @@ def _compile(node: Any, comp: _Compiler, where: Any, depth: int) -> _Const | Bui
     kind = kind_by_tag(tag, where)  # a TVTensor's imports torchvision on first sight (or is refused)
     if kind is not None:
         return _compile_tensor(node, kind, comp, where)
-    if tag == "list" or tag == "tuple":
+    if tag == LIST or tag == TUPLE:
         return _compile_sequence(node, tag, comp, where, depth)
-    compile_other = _COMPILERS.get(tag)
-    if compile_other is not None:
-        return compile_other(node, comp, where, depth)
+    if tag == DICT:
+        return _compile_dict(node, comp, where, depth)
+    if tag == NAMEDTUPLE:
+        return _compile_namedtuple(node, comp, where, depth)
+    if tag == PACKED:
+        return _compile_packed_sequence(node, comp, where, depth)
+    if tag == "float":
+        return _compile_float(node, where)
     raise DecodeError(
         f"{where}.t: expected a known tag (tensor kinds, list, tuple, dict, namedtuple, "
         f"PackedSequence, float), got {tag!r:.80}"
@@ -193,17 +198,17 @@ def _compile_sequence(node: dict, tag: str, comp: _Compiler, where: Any, depth: 
         if constant:
             values = [p.value for p in cast("list[_Const]", parts)]
         else:
-            builders = [p if type(p) is not _Const else _builder(p) for p in parts]
-            if tag == "list":
+            builders = [_builder(p) for p in parts]
+            if tag == LIST:
                 return lambda tensors, out: [b(tensors, out) for b in builders]
             return lambda tensors, out: tuple([b(tensors, out) for b in builders])
     # No tensor inside. `values` is never changed after this.
-    if tag == "tuple":
+    if tag == TUPLE:
         return _Const(tuple(values))  # immutable all the way down: shared
     return lambda tensors, out: values.copy()  # a fresh list per object
 
 
-def _compile_float(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const:
+def _compile_float(node: dict, where: Any) -> _Const:
     if node.keys() != _FLOAT_KEYS:
         _expect_keys(node, _FLOAT_KEYS, where)
     value = node["v"]
@@ -401,17 +406,6 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
             (_, old_fields), _ = _GENERIC_NAMEDTUPLES.popitem(last=False)
             _generic_cost -= namedtuple_cost(len(old_fields))
     return cls
-
-
-# Tags of the nodes that are objects but no tensor (lists and tuples come first: _compile).
-_COMPILERS = MappingProxyType(
-    {
-        DICT: _compile_dict,
-        "float": _compile_float,
-        PACKED: _compile_packed_sequence,
-        NAMEDTUPLE: _compile_namedtuple,
-    }
-)
 
 
 def _expect_keys(node: dict, allowed: set | frozenset, where: Any, required=None) -> None:
