@@ -66,9 +66,8 @@ def _round64(n: int) -> int:
 
 
 def ipc_stream_bytes(nbytes: int) -> int:
-    """Bytes of the UInt8 Arrow IPC stream dora 1.1 makes of a payload of `nbytes` (dora's
-    `uint8_layout`): a validity bitmap of nbytes/8 and the payload, each padded to 64 bytes, and
-    328 bytes of framing. What the pool, the daemon path and the cap count."""
+    """Bytes of the UInt8 Arrow IPC stream dora 1.1 makes of `nbytes` of payload (its `uint8_layout`):
+    what the pool, the daemon path and the cap count."""
     return _round64((nbytes + 7) >> 3) + _round64(nbytes) + _IPC_FRAMING
 
 
@@ -202,19 +201,17 @@ def pin_of(route: OutputRoute, daemon_only: Any) -> Pin | None:
 
 @dataclass(frozen=True)
 class SendLimit:
-    """The most payload bytes one message on an output can carry (`max_bytes`: past the daemon
-    path's limit only while dora's pool has room and the output's startup handshake completed,
-    `STARTUP_GRACE_MS`), what goes whatever happens (`guaranteed_bytes`: the daemon path's
-    limit), which of dora's limits sets `max_bytes` (`kind`: "cap", "pool" or "daemon"), that
-    limit in words, and the output's pin (None: messages that fit the pool take it)."""
+    """The most payload bytes one message on an output can carry, and why."""
 
+    # What can ever go: past the daemon path's limit only while dora's pool has room and the
+    # output's startup handshake completed (`STARTUP_GRACE_MS`).
     max_bytes: int
-    guaranteed_bytes: int
-    kind: str
-    limit: str
+    guaranteed_bytes: int  # what goes whatever happens: the daemon path's limit
+    kind: str  # which of dora's limits sets max_bytes: "cap", "pool" or "daemon"
+    limit: str  # that limit in words
     pool: int
     pool_source: str
-    pin: Pin | None
+    pin: Pin | None  # None: messages that fit the pool take it
 
 
 def send_limit(pool: int, pool_source: str, pinned: Pin | None, metadata_bytes: int = METADATA_RESERVE) -> SendLimit:
