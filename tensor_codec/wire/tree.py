@@ -11,6 +11,7 @@ import keyword
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast, final
 
@@ -88,16 +89,14 @@ def _builder(part: _Const | Builder) -> Builder:
     return part
 
 
+@dataclass(slots=True)
 class _Compiler:
-    __slots__ = ("leaves", "next", "nodes", "namedtuple_types", "namedtuple_fields", "max_namedtuple_fields")
-
-    def __init__(self, leaves: list, max_namedtuple_fields: int):
-        self.leaves = leaves  # the validated leaf table (header.ReceivedLeaf)
-        self.next = 0
-        self.nodes = 0  # tree nodes compiled: what a cached builder costs to keep
-        self.namedtuple_types: set = set()
-        self.namedtuple_fields = 0  # cost units over the distinct namedtuple types (namedtuple_cost)
-        self.max_namedtuple_fields = max_namedtuple_fields
+    leaves: list  # the validated leaf table (header.ReceivedLeaf)
+    max_namedtuple_fields: int
+    next: int = 0  # the leaf the next tensor node must take
+    nodes: int = 0  # tree nodes compiled: what a cached builder costs to keep
+    namedtuple_types: set = field(default_factory=set)
+    namedtuple_fields: int = 0  # cost units over the distinct namedtuple types (namedtuple_cost)
 
 
 def compile_tree(tree: Any, leaves: list, bounds: Limits) -> tuple[Builder, int]:
