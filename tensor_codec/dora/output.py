@@ -263,8 +263,17 @@ class Output:
         try:
             if write is None:
                 self.link.node.send_output(self.name, value, merged)
-            else:
-                self._write_and_send(nbytes, merged, write)
+            else:  # sent when the block ends without an error; no view of dora's buffer outlives it (it is reused)
+                with self.link.node.send_output_raw(self.name, nbytes, metadata=merged) as sample:
+                    if nbytes:
+                        array = np.frombuffer(sample, dtype=np.uint8)
+                        address = array.__array_interface__["data"][0]
+                        dest = Destination(address, lambda: torch.from_numpy(array))  # noqa: F821  (del below)
+                        try:
+                            write(dest)
+                        finally:
+                            dest.release()
+                            del array, dest
         except RuntimeError as e:
             meta = L.metadata_bytes(merged)
             translated = L.size_error(self.name, nbytes, e, meta, self.limit(meta), self.route, self.link.name)
@@ -277,20 +286,6 @@ class Output:
             if plain:
                 raise
             raise user_metadata.unencodable(metadata, e) from None
-
-    def _write_and_send(self, nbytes: int, metadata: dict, write: Callable[[Destination], None]) -> None:
-        """Have `write` fill dora's send buffer for one message of `nbytes`, then send it (when the
-        block ends without an error). No view of the buffer outlives this call: dora reuses it."""
-        with self.link.node.send_output_raw(self.name, nbytes, metadata=metadata) as sample:
-            if not nbytes:
-                return
-            array = np.frombuffer(sample, dtype=np.uint8)
-            dest = Destination(array.__array_interface__["data"][0], lambda: torch.from_numpy(array))  # noqa: F821  (del below)
-            try:
-                write(dest)
-            finally:
-                dest.release()
-                del array, dest
 
     def send_plain(self, tensor: torch.Tensor, metadata: dict | None = None) -> None:
         """`tc.send_plain` on this output: `tensor`'s logical values (row-major, native byte
