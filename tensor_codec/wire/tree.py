@@ -276,14 +276,12 @@ def _compile_tensor(node: dict, kind: TensorKind, comp: _Compiler, where: Any) -
 
 
 def _compile_packed_sequence(node: dict, comp: _Compiler, where: Any, depth: int) -> Builder:
-    fields = PACKED_FIELDS
-    _expect_keys(node, {"t", *fields}, where)
+    _expect_keys(node, {"t", *PACKED_FIELDS}, where)
     parts: list[Builder | None] = []
-    for f in fields:
+    for f in PACKED_FIELDS:
         part = node[f]
         here = Where((where, ".{}", f))
-        optional = f in ("sorted_indices", "unsorted_indices")
-        if part is None and optional:
+        if part is None and f in ("sorted_indices", "unsorted_indices"):
             parts.append(None)
             continue
         if not (type(part) is dict and type(part.get("t")) is str and kind_by_tag(part["t"], here) is not None):
@@ -376,11 +374,6 @@ def forget_generated_classes() -> None:
         _generic_cost = 0
 
 
-# collections.namedtuple under another name: mypy reads a direct call as a class definition,
-# which needs a literal name.
-_make_namedtuple: Callable[[str, tuple[str, ...]], type] = collections.namedtuple
-
-
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
     global _generic_cost
     key = (name, fields)
@@ -393,7 +386,7 @@ def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
     if not short.isidentifier() or keyword.iskeyword(short):
         short = "NamedTuple"
     try:
-        cls = _make_namedtuple(short, fields)
+        cls = collections.namedtuple(short, fields)  # type: ignore[misc]  # mypy wants a literal name
     except ValueError as e:
         raise DecodeError(f"{where}.fields: {e}") from None
     with _generic_lock:
