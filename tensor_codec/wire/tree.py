@@ -58,13 +58,10 @@ def namedtuple_name(cls: type) -> str:
 # --------------------------------------------------------------------------------------------
 # Decoding (input is hostile: check every type and key before use)
 #
-# A received tree is validated once and compiled into a builder: a function that turns the leaf
-# tensors of a message into the object. Messages of a stream repeat their header, so the header
-# cache (received.py) keeps the builder and later messages skip validation entirely.
-#
-# Compiling costs O(1) per node whatever the depth (a node's place in the tree, for errors, is a
-# chain of `Where` links rendered only when an error names it), and subtrees without tensors fold
-# into constants, so the cost of the worst header within the limits stays small (limits.py).
+# A stream repeats its header: the header cache (received.py) keeps its builder, and later
+# messages skip validation. Compiling costs O(1) per node whatever the depth (errors.Where), and
+# subtrees without tensors fold into constants: the worst header within the limits stays cheap
+# (docs/wire-format.md, section 7a).
 
 # (leaf tensors, handed-out objects to append to) -> object. None instead of that list: the leaves
 # are the decode's own, tracked by nothing (copied), and each becomes its object where its class
