@@ -210,22 +210,16 @@ class Scope:
         stack = _local.scopes
         if stack and stack[-1] is self:
             stack.pop()
-        else:  # exited out of order (generators, threads): remove wherever it is
-            try:
-                stack.remove(self)
-            except ValueError:
-                pass
-        problems = []
-        for message in self._messages:
-            problems.extend(message.release())
+        elif self in stack:  # exited out of order (generators, threads): removed wherever it is
+            stack.remove(self)
+        problems = [problem for message in self._messages for problem in message.release()]
         self._messages.clear()
         self._leaves.clear()
         if problems and exc_type is not None:
             # Do not mask the exception already on its way; still say what was found.
             log.error("while leaving a tensor_codec scope: %s", "; ".join(problems))
-            return None
-        _raise_problems(problems)
-        return None
+        else:
+            _raise_problems(problems)
 
 
 def scope() -> Scope:
@@ -235,15 +229,9 @@ def scope() -> Scope:
 
 def release(obj: Any) -> None:
     """Release every received message behind `obj` now (all of their parts, not only `obj`'s)."""
-    messages: dict[int, Message] = {}
-    for t in iter_tensors(obj):
-        hit = _message_of(t)
-        if hit is not None:
-            messages.setdefault(id(hit[0]), hit[0])
-    problems = []
-    for message in messages.values():
-        problems.extend(message.release())
-    _raise_problems(problems)
+    hits = [_message_of(t) for t in iter_tensors(obj)]
+    messages = dict.fromkeys(hit[0] for hit in hits if hit is not None)  # each once, in order found
+    _raise_problems([problem for message in messages for problem in message.release()])
 
 
 def keep(obj: Any) -> Any:
