@@ -58,7 +58,7 @@ class Gpus:
     def __init__(self, source: Any):
         self.source = source
         self.uuid_of_index: dict[int, str] = {}
-        self.index_of_uuid: dict[str, int] = {}  # only GPUs this process sees: names from messages are hostile
+        self.index_of_uuid: dict[str, int] = {}  # only GPUs this process sees
 
     def uuid(self, index: int) -> str:
         uuid = self.uuid_of_index.get(index)
@@ -66,19 +66,21 @@ class Gpus:
             uuid = self.uuid_of_index[index] = self.source.gpu_uuid(index)
         return uuid
 
-    def index_of(self, uuid: str) -> int | None:
-        """This process's index of the GPU `uuid`, None if it cannot see it (not remembered)."""
+    def index_of(self, uuid: str, where: str, instead: str) -> int:
+        """This process's index of the GPU `uuid`, which a received header names at `where`;
+        DecodeError naming the GPUs it sees and what to do `instead` if it cannot see it (not
+        remembered: names from messages are hostile)."""
         index = self.index_of_uuid.get(uuid)
         if index is None:
             index = self.source.local_index(uuid)
-            if index is not None:
-                self.index_of_uuid[uuid] = index
+            if index is None:
+                seen = ", ".join(self.source.visible_gpus()) or "no GPU"
+                raise DecodeError(
+                    f"{where}: the message's tensors were on {uuid}, which this process cannot see "
+                    f"(it sees {seen}); {instead}"
+                )
+            self.index_of_uuid[uuid] = index
         return index
-
-    def seen(self) -> str:
-        """What this process sees, for an error naming a GPU it does not."""
-        seen = self.source.visible_gpus()
-        return f"it sees {', '.join(seen) if seen else 'no GPU'}"
 
     def device_of(self, plan: Plan) -> int:
         """The index of the one GPU a message's tensors are on; EncodeError for tensors on two
@@ -131,13 +133,6 @@ def gpu_of(plan: Plan) -> str:
 
 
 def device_of_gpu(uuid: str, where: str) -> torch.device:
-    """This process's device for the GPU a received header names at `where` (DecodeError if it
-    cannot see it)."""
+    """This process's device for the GPU a received header names at `where` (`Gpus.index_of`'s error)."""
     gpus = current()
-    index = gpus.index_of(uuid)
-    if index is None:
-        raise DecodeError(
-            f"{where}: the message's tensors were on {uuid}, which this process cannot see "
-            f"({gpus.seen()}); pass device=... to restore them elsewhere"
-        )
-    return gpus.source.torch_device(index)
+    return gpus.source.torch_device(gpus.index_of(uuid, where, "pass device=... to restore them elsewhere"))

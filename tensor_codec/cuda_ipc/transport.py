@@ -37,6 +37,12 @@ from .receiving import Receiver
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
 
+# What to do instead when a message is on a GPU this process cannot see (`Gpus.index_of`'s error).
+_ANOTHER_GPU = (
+    "send with transport='host' to reach another GPU (the receiver restores host bytes onto the GPU it "
+    "asks for with device=...)"
+)
+
 
 class _State:
     """One per process: the device backend, the producer's buffers and bookkeeping, the receiver's."""
@@ -223,7 +229,9 @@ class CudaIpcTransport:
             raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
         fields = _message_fields(metadata, total, producer)
         state = _get_state()
-        base, memory, index = state.receiver.open(producer, fields, lambda: _local_index(producer.gpu))
+        base, memory, index = state.receiver.open(
+            producer, fields, lambda: gpus.current().index_of(producer.gpu, "tc.header.producer.gpu", _ANOTHER_GPU)
+        )
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
         elif copy:
@@ -258,16 +266,3 @@ def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> I
             f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
         )
     return fields
-
-
-def _local_index(uuid: str) -> int:
-    """This process's index of the GPU a CUDA IPC message lives on; DecodeError if it cannot see it."""
-    found = gpus.current()
-    index = found.index_of(uuid)
-    if index is None:
-        raise DecodeError(
-            f"tc.header.producer.gpu: the message lives on {uuid}, which this process cannot see "
-            f"({found.seen()}); send with transport='host' to reach another GPU "
-            f"(the receiver restores host bytes onto the GPU it asks for with device=...)"
-        )
-    return index

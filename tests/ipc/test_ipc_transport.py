@@ -374,8 +374,16 @@ def test_a_message_from_another_machine_names_both(fake):
 def test_a_gpu_this_process_cannot_see_names_both(fake):
     value, metadata = _message(fake)
     bad = _with_producer(metadata, gpu="GPU-99999999-0000-0000-0000-000000000000")
-    with pytest.raises(tc.DecodeError, match=r"GPU-99999999.*cannot see \(it sees GPU-00000000-1111"):
+    with pytest.raises(tc.DecodeError, match=r"GPU-99999999.*cannot see \(it sees GPU-00000000-1111") as e:
         tc.decode(value, bad)
+    # the host transport's wording (one home: gpus.py), with this transport's way out
+    assert str(e.value).startswith(
+        "tc.header.producer.gpu: the message's tensors were on GPU-99999999-0000-0000-0000-000000000000, which"
+    )
+    assert str(e.value).endswith(
+        "send with transport='host' to reach another GPU (the receiver restores host "
+        "bytes onto the GPU it asks for with device=...)"
+    )
 
 
 def test_the_same_gpu_under_another_index_is_found(fake):
