@@ -1,11 +1,8 @@
 """The transport seam: one small interface (base.py), chosen per message by the header's
-``transport`` member.
-
-A transport decides where a planned message's bytes live and how a receiver reaches them: host
-bytes in the Arrow value (``"host"``), or GPU memory shared across processes (``"cuda-ipc"``,
-the cuda_ipc package). Transports are imported on first use from this fixed table, so
-``import tensor_codec`` never loads CUDA code and a name that arrives in a message can only
-select one of these.
+``transport`` member: host bytes in the Arrow value (``"host"``), or GPU memory shared across
+processes (``"cuda-ipc"``, the cuda_ipc package). Transports are imported on first use from this
+fixed table, so ``import tensor_codec`` never loads CUDA code and a name that arrives in a message
+can only select one of these.
 """
 
 from __future__ import annotations
@@ -15,12 +12,10 @@ from types import MappingProxyType
 
 from ..errors import CodecError, DecodeError, EncodeError
 from ..wire.header import TRANSPORT_FIELD
-from .base import ENCODE_OUTPUT, Materialized, Outgoing, Output, Transport
+from .base import ENCODE_OUTPUT, Outgoing, Output, Transport
 from .names import CUDA_IPC, HOST, NAMES
 
 __all__ = [
-    "Transport",
-    "Materialized",
     "Outgoing",
     "Output",
     "ENCODE_OUTPUT",
@@ -36,7 +31,6 @@ _TABLE = MappingProxyType(
         CUDA_IPC: "..cuda_ipc.transport:CudaIpcTransport",
     }
 )
-assert tuple(_TABLE) == NAMES
 _loaded: dict[str, Transport] = {}
 
 
