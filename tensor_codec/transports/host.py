@@ -34,8 +34,7 @@ class HostTransport:
     header_keys = frozenset({KEY_GPU})
 
     def lay_out(self, plan: Plan, output: Output) -> Outgoing:
-        """The codec's metadata, leaf offsets and total bytes, memoized with a cached plan (its
-        metadata dict is shared with the memo: callers copy it before handing it out). The leaf
+        """The codec's metadata, leaf offsets and total bytes, memoized with a cached plan. The leaf
         table's text, offsets and total depend on the layout alone: kept in the layout's memo for
         the plans of other trees (a new canvas size every frame)."""
         memo = plan.memo
@@ -100,18 +99,15 @@ class HostTransport:
         pass  # nothing is held outside the value's bytes
 
     def in_place_layout(self, prepared: tuple) -> tuple[int, torch.dtype, tuple, tuple] | None:
-        """For a header of one leaf that a zero-copy receive views where dora put it (no GPU to
-        restore onto, not a small message, which is copied): made once by `prepare`."""
+        """Made once by `prepare`."""
         return prepared[5]
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple:
         """-> (offsets, total length, where the padding lies, the leaf of a one-leaf message that
         can be restored as one tensor with its own strides, the UUID of the GPU to restore onto
-        or None, the layout received.Compiled.view views such a message with where it lies or None:
-        `in_place_layout`), after checking every offset is the canonical one. Cached with the
-        header: a stream's messages share it. (Zero-copy leaves are never autograd views of
-        another tensor (`leaf_view`s of the storage, or DLPack's tensor shaped or retyped in
-        place): a released leaf must not keep the message's buffer alive through a view's base.)"""
+        or None, `in_place_layout`'s layout or None), after checking every offset is the canonical
+        one. (Zero-copy leaves are never autograd views of another tensor: a released leaf must
+        not keep the message's buffer alive through a view's base.)"""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         only = leaves[0] if len(leaves) == 1 else None
         # Not for bool bytes (checked for 0/1 below) or the experimental complex32, nor empty.
