@@ -1,9 +1,7 @@
-"""Planning: an object taken apart into a tree and its tensors' wire layouts, nothing copied yet.
-
-The send path starts here (`make_plan`), then a transport lays the plan out (transports/) and
-writes it where it is told. Streams send the same layout again and again, and most big messages
-are one tensor or TVTensor: for those the plan is cached by a signature of everything it depends
-on, and the transports keep what they derive from it (their metadata) in the cached plan's memo.
+"""Planning, where the send path starts (send_pipeline.py): an object taken apart into a tree and
+its tensors' wire layouts, nothing copied yet. Streams send the same layout again and again, and
+most big messages are one tensor or TVTensor: their plans are cached (`_plans`), and the
+transports keep what they derive from one in its memo (`Plan`).
 """
 
 from __future__ import annotations
