@@ -1,12 +1,9 @@
 """encode / decode: an object <-> (Arrow value, flat metadata), through a chosen transport.
 
-The path one way: send_pipeline.py (plan, transport, layout), then the transport's write into
-an Arrow buffer here (dora/output.py has it write into dora's send buffer instead). Back:
-wire/header.py reads the metadata key, received.py compiles the header (cached), and the
-compiled header makes the object: most messages (one tensor) viewed where they lie in one step
-(`Compiled.view`), any other materialized by the transport and built by the compiled tree
-(`Compiled.restore`).
-"""
+One way: send_pipeline.lay_out, then the transport writes into an Arrow buffer here (dora/output.py:
+into dora's send buffer). Back: received.py compiles the header (cached), which views most messages
+(one tensor) where they lie (`Compiled.view`) and has the transport materialize any other
+(`Compiled.restore`)."""
 
 from __future__ import annotations
 
@@ -133,9 +130,11 @@ def _collector_paused() -> Iterator[None]:
 
 def _target_device(device: Any) -> torch.device:
     try:
-        target = torch.device(device)
+        target: torch.device | None = torch.device(device)
     except (RuntimeError, TypeError):
-        raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+        target = None
+    if target is None or target.type not in ("cpu", "cuda"):
+        raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device: {device!r} asked for, but CUDA is not available on this machine")
     if target.type == "cuda" and target.index is None:
@@ -144,6 +143,4 @@ def _target_device(device: Any) -> torch.device:
         raise UsageError(
             f"device: expected cuda:0..cuda:{torch.cuda.device_count() - 1} on this machine, got {device!r}"
         )
-    if target.type not in ("cpu", "cuda"):
-        raise UsageError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     return target
