@@ -52,10 +52,8 @@ BACKPRESSURE = "backpressure"  # the queue_policy that raises the bound (the oth
 
 
 def queue_capacity(queue_size: Any = None, queue_policy: Any = None) -> int:
-    """How many messages a dora 1.1 input queue holds before it drops the oldest: `queue_size`
-    (dora's default 10 when None, at least 1), or with `queue_policy: backpressure` 10 x
-    `queue_size`, at least 100 (dora's "hard cap"). dora's `QueuePolicy::effective_cap`
-    (libraries/message/src/config.rs), which the node API's scheduler applies per input."""
+    """How many messages a dora 1.1 input queue holds before it drops the oldest (docs/delivery.md's
+    rule): dora's `QueuePolicy::effective_cap` (libraries/message/src/config.rs), applied per input."""
     size = queue_size if type(queue_size) is int and queue_size >= 0 else DORA_DEFAULT_QUEUE_SIZE
     if queue_policy == BACKPRESSURE:
         return max(size * 10, 100)

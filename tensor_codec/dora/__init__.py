@@ -43,9 +43,7 @@ def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
 
 def max_send_bytes(node: Any, output_id: str, *, metadata_bytes: int | None = None, guaranteed: bool = False) -> int:
     """The most payload bytes (a codec message's tensors, each padded to 64 bytes: what
-    ``tc.encode(obj)[0]`` holds) one message on `output_id` can carry through dora 1.1: what can
-    ever go, past the daemon path's limit only while dora's pool has room for it. With
-    ``guaranteed=True``, the bound dora always honours there: the daemon path's limit.
-    `metadata_bytes`: what the metadata may take (dora.limits.METADATA_RESERVE by default: the
-    header of a few hundred tensors). docs/transports.md, "dora's limits on one message"."""
+    ``tc.encode(obj)[0]`` holds) one message on `output_id` can ever carry through dora 1.1
+    (``guaranteed=True``: every time, the daemon path's limit), with `metadata_bytes` of metadata
+    (dora.limits.METADATA_RESERVE by default). docs/transports.md, "dora's limits on one message"."""
     return Link.of(node).output(output_id).max_send_bytes(metadata_bytes=metadata_bytes, guaranteed=guaranteed)

@@ -89,8 +89,7 @@ class Link:
 
     @cached_property
     def pool(self) -> tuple[int, str]:
-        """-> (bytes, where the value comes from) of the node's shared-memory pool. dora reads
-        ``64MB`` in the YAML as 64 MiB (and refuses ``64MiB``)."""
+        """-> (bytes, where the value comes from) of the node's shared-memory pool."""
         pool = self.config.get("shared_memory_pool_size")
         env = os.environ.get("DORA_NODE_SHM_POOL_SIZE", "")
         if isinstance(pool, int):

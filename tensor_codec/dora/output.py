@@ -145,10 +145,9 @@ class Output:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
-        """`tc.send` on this output. A message of a signature kept (`prepared`) goes by it unless
-        its tensor's state asks for the full path (autograd, lazy bits, off the host, a storage
-        too small, which the full path names); a host tensor goes as host bytes whatever
-        transport was asked for, so a signature holds none."""
+        """`tc.send` on this output: a message of a signature kept (`prepared`) goes by it unless its
+        tensor's state asks for the full path (docs/transports.md, "A stream's prepared sends"); a
+        host tensor goes as host bytes whatever transport was asked for, so a signature holds none."""
         if metadata is not None and (type(metadata) is not dict or tuple(metadata) not in self._keys_ok):
             self._check_metadata(metadata)
         if transport not in TRANSPORT_CHOICES:
@@ -203,8 +202,7 @@ class Output:
         self._keys_ok.add(keys)
 
     def _send_new(self, obj: Any, metadata: dict | None, transport: str) -> bool:
-        """Plan, lay out and check `obj`'s message, send it, and keep its signature's Prepared
-        when it has one."""
+        """The full path: plan, lay out, check and send; then prepare the message's signature."""
         codec_limits.current()  # (installed: its generation is the one the layout checks under)
         generation = codec_limits.generation
         outgoing = send_pipeline.lay_out(obj, transport, self.sink, lambda: self.route)
