@@ -26,9 +26,6 @@ __all__ = [
     "leaf_paths",
 ]
 
-# --------------------------------------------------------------------------------------------
-# Encoding
-
 
 def flatten(obj: Any) -> tuple[Any, list[tuple[torch.Tensor, tuple]]]:
     """-> (tree as JSON-able data, [(plain tensor, path parts), ...] in depth-first order)."""
@@ -83,10 +80,6 @@ def tensor_node(kind: TensorKind, x: torch.Tensor, plain: torch.Tensor, index: i
     if plain.requires_grad:
         node["grad"] = True
     return node
-
-
-# --------------------------------------------------------------------------------------------
-# Mapping over the tensors of a structure
 
 
 def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: Any) -> Any:
