@@ -83,13 +83,10 @@ def tensor_node(kind: TensorKind, x: torch.Tensor, plain: torch.Tensor, index: i
 
 
 def map_tensors(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], obj: Any) -> Any:
-    """Rebuild `obj` with every tensor replaced by ``fn(plain, original)``, keeping every type.
-
-    `plain` is the tensor as a plain ``torch.Tensor``, `original` the object found in the
-    structure (maybe a TVTensor). The result of `fn` is rewrapped like the original: container
-    types, TVTensor classes and attributes all survive, which ``Tensor.pin_memory()``, ``.to()``
-    or a DataLoader's pinning step do not guarantee (failure mode 3).
-    """
+    """Rebuild `obj` with every tensor replaced by ``fn(plain, original)`` (`original` as found,
+    maybe a TVTensor; `plain` it as a plain tensor), rewrapped like the original: container types,
+    TVTensor classes and attributes all survive, which ``Tensor.pin_memory()``, ``.to()`` or a
+    DataLoader's pinning step do not guarantee (docs/api.md, failure 3)."""
 
     def on_tensor(x: torch.Tensor, kind: TensorKind, path: tuple) -> torch.Tensor:
         return kind.wrap_like(fn(walk.plain_of(x), x), x)
