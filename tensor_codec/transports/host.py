@@ -73,13 +73,11 @@ class HostTransport:
 
     def value_in_place(self, outgoing: Outgoing) -> pa.Array | None:
         """The message's value as an Arrow array over the source tensor's own memory, when the
-        whole value is one dense host tensor's span (most messages). Nothing is copied; the
-        array keeps the tensor alive. None otherwise: the bytes must be compacted, padded or
-        brought off a GPU by `write`."""
+        whole value is one dense host tensor's span (most messages; else None). Nothing is
+        copied; the array keeps the tensor alive."""
         src = _dense_host_source(outgoing)
         if src is None:
             return None
-        # Dense layouts address bytes from data_ptr() up (strides are never negative).
         return arrow_values.value_of(src.data_ptr(), outgoing.nbytes, src.dtype, src)
 
     def small_copy(self, outgoing: Outgoing) -> pa.Array | None:
@@ -92,7 +90,6 @@ class HostTransport:
         src = _dense_host_source(outgoing) if 0 < nbytes < SMALL_MESSAGE_BYTES else None
         if src is None:
             return None
-        # Dense layouts address bytes from data_ptr() up (strides are never negative).
         return pa.Array.from_buffers(_UINT8, nbytes, [None, pa.py_buffer(ctypes.string_at(src.data_ptr(), nbytes))])
 
     def abandon(self, outgoing: Outgoing) -> None:
@@ -188,8 +185,9 @@ class HostTransport:
 
 
 def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
-    """The host tensor whose dense span is the whole value (one leaf at offset 0, no padding),
-    or None: the value must be compacted, padded or brought off a GPU."""
+    """The host tensor whose dense span, from its data_ptr() up (strides are never negative), is
+    the whole value (one leaf at offset 0, no padding), or None: the value must be compacted,
+    padded or brought off a GPU (`write`)."""
     leaves = outgoing.plan.leaves
     if len(leaves) != 1:
         return None
