@@ -216,8 +216,7 @@ def _compile_float(node: dict, where: Any) -> _Const:
 def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const | Builder:
     if node.keys() != _CONTAINER_KEYS:
         _expect_keys(node, _CONTAINER_KEYS, where)
-    seen = set()
-    keys, parts = [], []
+    parts: dict[str | int, _Const | Builder] = {}  # by key, in the sender's order
     for i, pair in enumerate(_expect_list(node, "items", where)):
         if type(pair) is not list or len(pair) != 2:
             raise DecodeError(
@@ -226,15 +225,13 @@ def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const
         key = pair[0]
         if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
             raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r:.80}")
-        if key in seen:
+        if key in parts:
             raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected unique keys, got {key!r:.80} twice")
-        seen.add(key)
-        keys.append(key)
-        parts.append(_compile(pair[1], comp, Where((where, ".items[{}][1]", i)), depth + 1))
-    if all(type(p) is _Const for p in parts):
-        template = {k: p.value for k, p in zip(keys, cast("list[_Const]", parts))}
+        parts[key] = _compile(pair[1], comp, Where((where, ".items[{}][1]", i)), depth + 1)
+    if all(type(p) is _Const for p in parts.values()):
+        template = {k: p.value for k, p in cast("dict[str | int, _Const]", parts).items()}
         return lambda tensors, out: template.copy()  # a fresh dict per object
-    pairs = [(k, _builder(p)) for k, p in zip(keys, parts)]
+    pairs = [(k, _builder(p)) for k, p in parts.items()]
     return lambda tensors, out: {k: b(tensors, out) for k, b in pairs}
 
 
