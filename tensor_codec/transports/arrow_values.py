@@ -1,7 +1,5 @@
-"""A message buffer's bytes as tensors and as Arrow values, without copying: each leaf viewed at
-its offset (`leaf_views`, host or GPU), a host value viewed through DLPack (`view_of`), and a
-tensor's bytes made the value tc.send hands dora (`value_of`). What the buffer and the value must
-be is the wire format's (wire/buffer.py)."""
+"""A message buffer's bytes as tensors and as Arrow values, without copying (what the buffer and
+the value must be is the wire format's: wire/buffer.py)."""
 
 from __future__ import annotations
 
@@ -30,12 +28,10 @@ def leaf_views(base: torch.Tensor, leaves: list[ReceivedLeaf], offsets: list[int
     return tensors
 
 
-# The Arrow type tc.send picks for a leaf (`value_of`); the types a value may hold: wire/buffer.py.
+# The Arrow types tc.send gives a one-leaf value (`value_of`): its dtype's where Arrow has it, 2
+# bytes wide or more, else the widest unsigned unit that tiles it (docs/transports.md, "Host bytes
+# through dora", says why each; the types a value may hold: wire/buffer.py).
 _WIDEST_FIRST = ((8, pa.uint64()), (4, pa.uint32()), (2, pa.uint16()), (1, pa.uint8()))
-# A one-leaf value typed as its leaf: a receiver's DLPack view of it then has the leaf's dtype, so
-# shaping it is one in-place call (each torch call costs tens of microseconds with the caches cold,
-# as between messages; bench/dora_latency.py). Not the 1-byte dtypes: dora 1.1 carries a UInt8
-# array measurably slower than wider units, so those go as the widest unsigned unit.
 _ARROW_TYPE = {
     torch.int16: pa.int16(),
     torch.uint16: pa.uint16(),
