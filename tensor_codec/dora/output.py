@@ -80,8 +80,7 @@ class Output:
         self.link = link
         self.name = name
         self.copies_below = DORA_COPIES_BELOW
-        # What the transports see of this output: its name, how many receivers read a message,
-        # and the choices of transport it announced.
+        # What the transports see of this output (transports.base.Output).
         self.sink = TransportOutput(name, self.receivers, receivers_per_process=self.receivers_per_process)
         self.prepared: dict[tuple, Prepared] = {}
         self._preparable: set[type] = {torch.Tensor}  # classes with a signature kept (see `send`)
@@ -286,8 +285,7 @@ class Output:
             raise user_metadata.unencodable(metadata, e) from None
 
     def send_plain(self, tensor: torch.Tensor, metadata: dict | None = None) -> None:
-        """`tc.send_plain` on this output: `tensor`'s logical values (row-major, native byte
-        order) as flat UInt8 bytes, no codec keys, in one strided pass into dora's buffer."""
+        """`tc.send_plain` on this output."""
         if not isinstance(tensor, torch.Tensor):
             raise EncodeError(f"tensor: expected a torch.Tensor, got {type(tensor).__qualname__}")
         if tensor.layout != torch.strided or tensor.is_quantized or tensor.device.type == "meta":
