@@ -107,8 +107,10 @@ def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra
     if extra:
         text += "," + _encode(extra)[1:-1]  # its members, without their braces
     text += _TREE_MEMBER + _encode(tree) + "}"
-    if not text.isascii():  # O(1): only a header with non-ASCII text can hold a lone surrogate
-        _refuse_surrogates(text, tree)
+    # No UTF-8 text (dora's metadata, a Rust or C++ receiver) carries a lone surrogate. isascii
+    # is O(1): only a header with non-ASCII text is searched.
+    if not text.isascii() and header_json.lone_surrogate(text) is not None:
+        raise EncodeError(_surrogate_in(tree, ()) or "header: expected text UTF-8 can carry, got a lone surrogate")
     header_json.check_outgoing(text, bounds)
     return {KEY_HEADER: text}
 
@@ -117,15 +119,6 @@ def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra
 def _envelope(transport: str) -> str:
     """The header's text up to its leaf table: ``{"version":2,"transport":"host",``."""
     return "{" + _encode({VERSION_MEMBER: VERSION, TRANSPORT_MEMBER: transport})[1:-1] + ","
-
-
-def _refuse_surrogates(text: str, tree: Any) -> None:
-    """EncodeError naming where in the object a string holds a lone surrogate, if one does: no
-    UTF-8 text (dora's metadata, a Rust or C++ receiver) can carry one."""
-    if header_json.lone_surrogate(text) is None:
-        return
-    problem = _surrogate_in(tree, ())
-    raise EncodeError(problem or "header: expected text UTF-8 can carry, got a lone surrogate")
 
 
 def _bad_text(what: str, path: tuple, value: str) -> str | None:
