@@ -59,8 +59,6 @@ class CudaBackend:
     once per buffer, event or marker; per message there remain `record`, `wait`, `message_view`
     and `record_marker`. The CPU stand-in counts each call, and tests hold the transport to that."""
 
-    name = "cuda"
-
     # ---- where the work goes (which GPU is which is gpus.py's: the stand-in serves both)
     def current_stream(self, index: int) -> Any:
         return torch.cuda.current_stream(index)

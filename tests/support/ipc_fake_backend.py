@@ -88,8 +88,6 @@ def _map(path: str, size: int | None) -> _Mapped:
 
 
 class FakeBackend:
-    name = "fake"
-
     def __init__(self, gpus=("GPU-00000000-1111-2222-3333-444444444444",), directory: str | None = None):
         self.gpus = list(gpus)
         self.directory = directory or os.environ.get(ENV_DIR) or tempfile.gettempdir()
