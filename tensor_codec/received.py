@@ -209,12 +209,10 @@ def _validated(header: dict, lookup_transport: TransportLookup, bounds: limits.L
 
 def _leaf_table(text: str, lookup_transport: TransportLookup, bounds: limits.Limits) -> tuple | None:
     """(header, validated leaf table, the transport's prepared layout, the transport) of a header
-    written as the encoder writes one, what comes before its tree taken from the cache when its
-    text was seen under these limits; None for any other text. Everything but the tree is read
-    from the text before it (the version and the transport, which writers put first, the leaf
-    table and the transport's keys, which `prepare` reads): what was validated and prepared of
-    that text is kept by it. A member written again after the tree is a member named twice,
-    which the whole text's parse refuses."""
+    written as the encoder writes one, None for any other text. All but the tree is read from the
+    text before it (version and transport first, then the leaf table and the transport's keys,
+    which `prepare` reads), so what was validated and prepared is kept by that text, under these
+    limits. A member written again after the tree is named twice: the whole text's parse refuses it."""
     split = wire_header.split_header(text, bounds)
     if split is None:
         return None
