@@ -133,9 +133,8 @@ def register_message(
     share and read without __torch_function__; `layouts`: the validated leaf table, with each
     leaf's dtype, shape and strides)."""
     # One weak reference per leaf serves both the message and the hand-out table (whose entry it
-    # removes when the leaf dies).
-    # Every step here runs per message, with the caches cold (between messages): no Python call
-    # that can be spared.
+    # removes when the leaf dies). Every step runs per message, with the caches cold (between
+    # messages): no Python call that can be spared.
     refs: list[weakref.ref] = []
     for leaf in leaves:
         ref = _HandedOut(leaf, _forget)
