@@ -86,11 +86,6 @@ class BufferPool:
             self.events_made += made_event
         return MessageBuffer(tensor, capacity, index, handle, offset, *event_and_handle)
 
-    def ordered_before_write(self, buffer: MessageBuffer, stream: Any) -> None:
-        """Make the coming writes into `buffer` on `stream` (the current one) follow its last message's."""
-        if buffer.stream is not None and buffer.stream != stream:
-            self.backend.wait(buffer.event, buffer.index)
-
     def give_back(self, buffer: MessageBuffer) -> None:
         """Every receiver is done with the buffer's message: keep it for the next. Past the idle
         bound the buffers idle longest are retired (not this one: a stream that changed sizes

@@ -167,7 +167,8 @@ class CudaIpcTransport:
         buffer = state.pool.take(total, index)
         try:
             stream = state.backend.current_stream(index)
-            state.pool.ordered_before_write(buffer, stream)
+            if buffer.stream is not None and buffer.stream != stream:
+                state.backend.wait(buffer.event, index)  # the writes below follow its last message's
             memory = buffer.tensor
             dest = Destination(memory.data_ptr(), lambda: memory, host=False)
             end = 0
