@@ -281,6 +281,7 @@ def parse_leaves(
         if type(nbytes) is not int or not 0 <= nbytes <= MAX_DIM:
             raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r:.80}")
         check_leaf_layout(dtype, shape, strides, nbytes, where)
+        leaf = ReceivedLeaf(dtype, shape, strides, nbytes, entry)
         # A 4-byte message may describe a stride-0 tensor of 2**62 logical bytes: bounded here so
         # that no consumer that densifies what it got (a checksum, .contiguous(), a copy) can be
         # made to allocate more than the limits from a few bytes.
@@ -289,10 +290,8 @@ def parse_leaves(
             logical *= size
         total += logical
         if logical > leaf_cap or total > message_cap:
-            candidate = out + [ReceivedLeaf(dtype, shape, strides, nbytes, entry)]
-            check_logical_sizes(candidate, bounds, DecodeError, lambda j: f"tc.header.leaves[{j}].shape")
-        # `entry` itself carries the transport's keys (validated by the transport).
-        out.append(ReceivedLeaf(dtype, shape, strides, nbytes, entry))
+            check_logical_sizes(out + [leaf], bounds, DecodeError, lambda j: f"tc.header.leaves[{j}].shape")
+        out.append(leaf)
     return out
 
 
