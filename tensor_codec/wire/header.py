@@ -2,8 +2,7 @@
 and the checks every receiver runs on it before a single data byte is interpreted (section 7).
 
 This module turns text into objects and objects into text, nothing else: planning is plan.py's,
-the cache of received headers received.py's, the bytes the transports'. A receiver checks the
-version and transport once per header text its cache keeps (received.py), not once per message.
+the cache of received headers received.py's, the bytes the transports'.
 """
 
 from __future__ import annotations
@@ -73,10 +72,8 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 
 _encode = _compact_encoder()
-# The leaf table first, the transport's keys next, the tree last: the text before ``,"tree":``
-# then holds everything but the tree. A stream whose tree changes while its layout stays (a new
-# canvas size every frame) repeats that text: the sender keeps the leaf table's with the layout,
-# the receiver keeps what it validated by it (received.py).
+# The tree last (docs/wire-format.md, section 2): a stream repeats the text before it, which the
+# sender keeps with the layout and the receiver with what it validated of it (received.py).
 _TREE_MEMBER = ',"tree":'
 
 
@@ -98,11 +95,9 @@ def leaf_table(leaf_layouts: list, leaf_fields: list[dict]) -> str:
 
 
 def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra: dict | None = None) -> dict:
-    """The codec's metadata for a message: the version, the transport's name, its leaf table
-    (`leaf_table`), the transport's top-level keys (`extra`) and its tree, as header text:
-    ``{"version":2,"transport":...,"leaves":...,"tree":...}`` with `extra`'s members before the
-    tree (the order `split_header` reads). A header receivers would refuse under `bounds` is
-    refused here."""
+    """The codec's metadata for a message: its header text, the members in the order of
+    docs/wire-format.md, section 2 (`extra`, the transport's keys, before the tree, where
+    `split_header` reads them). A header receivers would refuse under `bounds` is refused here."""
     text = _envelope(transport) + '"leaves":' + table
     if extra:
         text += "," + _encode(extra)[1:-1]  # its members, without their braces
