@@ -117,6 +117,4 @@ def iter_leaves(obj: Any):
 
 def iter_tensors(obj: Any):
     """Yield every tensor object of a supported structure, as found (TVTensors stay TVTensors)."""
-    found: list = []
-    walk.fold(obj, lambda x, kind, path: found.append(x))
-    yield from found
+    yield from (leaf for _, leaf in iter_leaves(obj) if isinstance(leaf, torch.Tensor))
