@@ -175,9 +175,7 @@ def compile_header(text: str, lookup_transport: TransportLookup) -> Compiled:
     if hit is not None:
         return hit[0]
     bounds = limits.current()
-    table = None
-    if len(text) <= _CACHE_MAX_TEXT:
-        table = _leaf_table(text, lookup_transport, bounds)
+    table = _leaf_table(text, lookup_transport, bounds)
     if table is None:  # any other text: read whole, and every problem named
         header = wire_header.parse_header(text, bounds)
         header, leaves, prepared, transport = _validated(header, lookup_transport, bounds)
@@ -209,11 +207,11 @@ def _validated(header: dict, lookup_transport: TransportLookup, bounds: limits.L
 
 def _leaf_table(text: str, lookup_transport: TransportLookup, bounds: limits.Limits) -> tuple | None:
     """(header, validated leaf table, the transport's prepared layout, the transport) of a header
-    written as the encoder writes one, None for any other text. All but the tree is read from the
-    text before it (version and transport first, then the leaf table and the transport's keys,
-    which `prepare` reads), so what was validated and prepared is kept by that text, under these
-    limits. A member written again after the tree is named twice: the whole text's parse refuses it."""
-    split = wire_header.split_header(text, bounds)
+    written as the encoder writes one, within `_CACHE_MAX_TEXT`; None for any other text. All but
+    the tree is read from the text before it (version and transport first, then the leaf table and
+    the transport's keys, which `prepare` reads), so what was validated and prepared is kept by
+    that text, under these limits. A member written again after the tree: the full parse refuses it."""
+    split = wire_header.split_header(text, bounds) if len(text) <= _CACHE_MAX_TEXT else None
     if split is None:
         return None
     table_text, tree = split
