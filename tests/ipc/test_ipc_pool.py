@@ -69,17 +69,23 @@ def test_idle_buffers_past_the_bound_go_back_to_the_allocator(backend):
     assert pool.trim() == 3 and backend.ops["retire"] == 5 and pool.idle_bytes == 0
 
 
-def test_a_buffer_last_written_on_another_stream_is_waited_for_before_it_is_written_again(backend):
-    pool = BufferPool(backend)
-    buffer = pool.take(100, 0)
-    pool.ordered_before_write(buffer, backend.stream)  # never written: nothing to wait for
-    backend.record(buffer.event, backend.stream)
-    buffer.stream = backend.stream
-    pool.ordered_before_write(buffer, backend.stream)  # same stream: stream order suffices
-    assert backend.ops["wait"] == 0
-    backend.stream = FakeStream("side")
-    pool.ordered_before_write(buffer, backend.stream)
-    assert backend.ops["wait"] == 1 and backend.events_waited == [buffer.event_handle]
+def test_a_buffer_last_written_on_another_stream_is_waited_for_before_it_is_written_again(fake):
+    """Through lay_out, its one writer. No receiver claims: the producer takes each message back
+    at once (claim timeout 0), so every device wait counted is the producer's."""
+    state = cuda_ipc._get_state()
+    state.producer.ledger.claim_timeout_ns = 0
+
+    def send_and_take_back() -> None:
+        tc.encode(torch.arange(100), transport="cuda-ipc")
+        wait_until(lambda: state.producer.collect() or not state.producer.in_flight(), describe="the take-back")
+
+    send_and_take_back()  # a new buffer, never written: nothing to wait for
+    send_and_take_back()  # the same buffer, on the same stream: stream order suffices
+    assert fake.ops["wait"] == 0 and fake.ops["allocate"] == 1
+    (buffer,) = state.pool.by_age.values()
+    fake.stream = FakeStream("side")
+    send_and_take_back()
+    assert fake.ops["wait"] == 1 and fake.events_waited == [buffer.event_handle]
 
 
 def test_a_failed_send_gives_its_buffer_back_for_the_next(fake):
