@@ -106,7 +106,7 @@ def header_metadata(tree: Any, table: str, transport: str, bounds: Limits, extra
     # is O(1): only a header with non-ASCII text is searched.
     if not text.isascii() and header_json.lone_surrogate(text) is not None:
         raise EncodeError(_surrogate_in(tree, ()) or "header: expected text UTF-8 can carry, got a lone surrogate")
-    header_json.check_outgoing(text, bounds)
+    header_json.check_cost(text, bounds, sending=True)
     return {KEY_HEADER: text}
 
 
@@ -213,7 +213,7 @@ def parse_header(text: str, bounds: Limits) -> dict:
     """Header text -> the header object, its cost checked before it is parsed. Its version and
     transport are `read_envelope`'s to read, its leaf table `parse_leaves`' (with that
     transport's keys)."""
-    header_json.check_received(text, bounds)  # before parsing: refusing costs one pass in C
+    header_json.check_cost(text, bounds)  # before parsing: refusing costs one pass in C
     header = header_json.parse(text)
     if type(header) is not dict:
         raise DecodeError(f"{KEY_HEADER}: expected a JSON object, got {type(header).__name__}")
@@ -224,7 +224,7 @@ def split_header(text: str, bounds: Limits) -> tuple[str, Any] | None:
     """-> (the text before the tree, the tree) of a header written as `header_metadata` writes
     one, the tree last, its cost checked first as `parse_header` does; None for any other text
     (`parse_header` then reads it and names any problem)."""
-    header_json.check_received(text, bounds)
+    header_json.check_cost(text, bounds)
     cut = text.find(_TREE_MEMBER)
     if cut < 0:
         return None

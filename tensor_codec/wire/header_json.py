@@ -22,8 +22,7 @@ __all__ = [
     "MAX_NESTING",
     "measure",
     "nesting",
-    "check_received",
-    "check_outgoing",
+    "check_cost",
     "parse",
     "parse_last_member",
     "lone_surrogate",
@@ -130,17 +129,13 @@ def _over(text: str, limits: Limits) -> str | None:
     return None
 
 
-def check_received(text: str, limits: Limits) -> None:
+def check_cost(text: str, limits: Limits, sending: bool = False) -> None:
+    """A header text's cost within `limits`: a sender (`sending`) refuses what its receivers would."""
     problem = _over(text, limits)
+    if problem and sending:
+        raise EncodeError(f"structure too large at `$`: header {problem} (tensor_codec.set_limits raises the limits)")
     if problem:
         raise DecodeError(f"tc.header: {problem} (tensor_codec.set_limits raises the limits)")
-
-
-def check_outgoing(text: str, limits: Limits) -> None:
-    """A sender refuses what its own receivers would (the same limits in force here)."""
-    problem = _over(text, limits)
-    if problem:
-        raise EncodeError(f"structure too large at `$`: header {problem} (tensor_codec.set_limits raises the limits)")
 
 
 def _reject_constant(name: str):
