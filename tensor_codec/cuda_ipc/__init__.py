@@ -18,12 +18,11 @@ def ipc_configure(
     on_full: str | None = None,
     timeout_s: float | None = None,
 ) -> None:
-    """Cap the bytes one output has in flight with transport='cuda-ipc' (default 1 GiB) and say
-    what `send` does past it: ``on_full="wait"`` (default; up to `timeout_s`, default 5 s, then
-    `InFlightLimitError`) or ``"drop"`` (not sent, counted, logged; `send` returns False)."""
+    """Cap the bytes `output_id` has in flight by CUDA IPC and say what `send` does past it
+    (docs/transports.md, "CUDA IPC between processes of one machine"); a setting left None stays."""
     from .transport import configure  # the transport loads on first use (tests/codec/test_hygiene.py)
 
-    configure(output_id, max_bytes_in_flight=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+    configure(output_id, max_bytes=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
 
 
 def ipc_flush(timeout_s: float = 10.0) -> bool:
@@ -35,19 +34,16 @@ def ipc_flush(timeout_s: float = 10.0) -> bool:
 
 
 def ipc_stats() -> dict:
-    """This process's CUDA IPC counters: per output sent (bytes in flight, peak, drops at the cap,
-    waits, messages lost on the way: given up unclaimed, as dora dropped them),
-    its message buffers (made, reused, idle) and as a receiver (claims, releases, opened
-    segments and events, cache hits)."""
+    """This process's CUDA IPC counters: per output sent (``outputs``: bytes in flight, drops,
+    waits, messages lost on the way), its message buffers (``pool``) and as a ``receiver``."""
     from .transport import stats
 
     return stats()
 
 
 def ipc_trim() -> int:
-    """Give this process's idle CUDA IPC message buffers back to torch's caching allocator; ->
-    how many. Sending keeps released buffers for the next messages (exported once, so a steady
-    stream allocates nothing): call this when a burst is over and the memory is wanted elsewhere."""
+    """Give this process's idle CUDA IPC message buffers back to torch's caching allocator; -> how
+    many. Call it when a burst is over and the memory is wanted elsewhere (sending keeps them)."""
     from .transport import trim
 
     return trim()

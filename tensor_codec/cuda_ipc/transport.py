@@ -1,9 +1,6 @@
 """CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
 
-`lay_out` copies a message into a pooled message buffer on the sender's GPU (the host layout,
-aligned to 256 bytes) and publishes it in a ledger slot; a receiver validates every field and the
-producer's identity before anything is opened, claims the slot, then views the message on the
-GPU. The steps and the order of the checks: docs/wire-format.md, section 5a, and
+Its steps and the order of a receiver's checks: docs/wire-format.md, section 5a, and
 docs/cuda-ipc-design.md, "The protocol". The device work is backend.py's (tests swap in a CPU
 stand-in: `use_backend`).
 """
@@ -78,19 +75,13 @@ def use_backend(backend: Any) -> None:
         gpus.use(backend)
 
 
-def configure(
-    output_id: str,
-    *,
-    max_bytes_in_flight: int | None = None,
-    on_full: str | None = None,
-    timeout_s: float | None = None,
-) -> None:
-    """tc.ipc_configure's work: a setting left None stays as it was."""
-    _get_state().producer.configure(output_id, max_bytes=max_bytes_in_flight, on_full=on_full, timeout_s=timeout_s)
+def configure(output_id: str, **settings: Any) -> None:
+    """tc.ipc_configure's work (`ProducerBook.configure`)."""
+    _get_state().producer.configure(output_id, **settings)
 
 
 def stats() -> dict:
-    """tc.ipc_stats's work: per output sent (``outputs``), buffers (``pool``), ``receiver``."""
+    """tc.ipc_stats's work."""
     state = _get_state()
     state.producer.collect()
     state.receiver.poll()
