@@ -170,23 +170,19 @@ def read_metadata(metadata: Any) -> str:
     if not isinstance(metadata, dict):
         raise DecodeError(f"metadata: expected a dict, got {type(metadata).__name__}")
     text = metadata.get(KEY_HEADER)
-    if type(text) is not str or V1_KEY_VERSION in metadata:
-        raise _metadata_error(metadata, text)
-    return text
-
-
-def _metadata_error(metadata: dict, text: Any) -> DecodeError:
     if V1_KEY_VERSION in metadata:
-        got = metadata.get(V1_KEY_VERSION)
-        return DecodeError(
+        raise DecodeError(
             f"{V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
-            f"{got!r:.80}: the sender writes an older wire format; send with this tensor_codec"
+            f"{metadata[V1_KEY_VERSION]!r:.80}: the sender writes an older wire format; send with this tensor_codec"
         )
-    if KEY_HEADER not in metadata:
-        return DecodeError(
-            f"metadata: expected key {KEY_HEADER!r:.80} (not a tensor_codec message?), got keys {some_keys(metadata)}"
-        )
-    return DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
+    if type(text) is not str:
+        if KEY_HEADER not in metadata:
+            raise DecodeError(
+                f"metadata: expected key {KEY_HEADER!r:.80} (not a tensor_codec message?), got keys "
+                f"{some_keys(metadata)}"
+            )
+        raise DecodeError(f"{KEY_HEADER}: expected a JSON string, got {type(text).__name__}")
+    return text
 
 
 def is_codec_message(metadata: Any) -> bool:
