@@ -25,8 +25,7 @@ def lay_out(
 ) -> Outgoing | None:
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
-    out (the Outgoing names the transport that laid it out). None: the output's in-flight policy
-    dropped it (CUDA IPC past its cap)."""
+    out; None where the output's in-flight policy dropped it (CUDA IPC past its cap)."""
     plan = make_plan(obj)
     # "host" is host bytes, always (what routing.resolve gives it), without a call: this runs per message.
     name = HOST if requested == HOST else routing.resolve(requested, plan, output, route)[0]

@@ -72,9 +72,8 @@ class Prepared:
 
 
 class Output:
-    """One output port: where its consumers run (`route`), what dora carries on it (`limit`,
-    `check`), what its messages fixed (`prepared`), and `send`, `send_plain`, `transport_for`.
-    `copies_below`: up to which size dora copies a dense host tensor (DORA_COPIES_BELOW)."""
+    """One output port: where its consumers run, what dora carries on it, its prepared sends and
+    the one path its messages take (see the module)."""
 
     def __init__(self, link: Link, name: str):
         self.link = link
