@@ -17,31 +17,24 @@ from .errors import DecodeError, EncodeError, format_path
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["Gpus", "TorchGpus", "current", "use", "gpu_of", "device_of_gpu", "gpu_uuid", "local_index_of_uuid"]
-
-
-def gpu_uuid(index: int) -> str:
-    """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
-    text = str(torch.cuda.get_device_properties(index).uuid)
-    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
-
-
-def local_index_of_uuid(uuid: str) -> int | None:
-    """This process's CUDA index for a GPU UUID, or None if it cannot see that GPU."""
-    for index in range(torch.cuda.device_count()):
-        if gpu_uuid(index) == uuid:
-            return index
-    return None
+__all__ = ["Gpus", "TorchGpus", "current", "use", "gpu_of", "device_of_gpu"]
 
 
 class TorchGpus:
     """The GPUs torch sees. A stand-in has the same five methods (tests/support/ipc_fake_backend.py)."""
 
-    gpu_uuid = staticmethod(gpu_uuid)
-    local_index = staticmethod(local_index_of_uuid)
+    def gpu_uuid(self, index: int) -> str:
+        """The physical GPU behind a CUDA device index of this process, e.g. 'GPU-3f2a...'."""
+        text = str(torch.cuda.get_device_properties(index).uuid)
+        return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
     def visible_gpus(self) -> list[str]:
-        return [gpu_uuid(i) for i in range(torch.cuda.device_count())]
+        return [self.gpu_uuid(i) for i in range(torch.cuda.device_count())]
+
+    def local_index(self, uuid: str) -> int | None:
+        """This process's CUDA index for a GPU UUID, or None if it cannot see that GPU."""
+        seen = self.visible_gpus()
+        return seen.index(uuid) if uuid in seen else None
 
     def torch_device(self, index: int) -> torch.device:
         """The device tensors of GPU `index` are restored onto (host bytes bound for a GPU)."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tensor_codec.cuda_ipc.identity import host_identity, host_name, pid_namespace
-from tensor_codec.gpus import gpu_uuid, local_index_of_uuid
+from tensor_codec.gpus import TorchGpus
 
 
 @pytest.mark.slow  # fresh interpreters
@@ -28,19 +28,20 @@ def test_host_identity_is_stable_and_shared_by_processes_of_this_kernel():
 
 @pytest.mark.gpu
 def test_gpu_uuids_map_back_to_their_index():
+    gpus = TorchGpus()
     for index in range(torch.cuda.device_count()):
-        uuid = gpu_uuid(index)
-        assert uuid.startswith(("GPU-", "MIG-")) and local_index_of_uuid(uuid) == index
-    assert local_index_of_uuid("GPU-00000000-0000-0000-0000-000000000000") is None
+        uuid = gpus.gpu_uuid(index)
+        assert uuid.startswith(("GPU-", "MIG-")) and gpus.local_index(uuid) == index
+    assert gpus.local_index("GPU-00000000-0000-0000-0000-000000000000") is None
 
 
 @pytest.mark.gpu
 def test_the_same_gpu_under_another_index_has_the_same_uuid():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs to renumber them")
-    uuid_of_1 = gpu_uuid(1)
+    uuid_of_1 = TorchGpus().gpu_uuid(1)
     seen = subprocess.run(
-        [sys.executable, "-c", "from tensor_codec.gpus import gpu_uuid; print(gpu_uuid(0))"],
+        [sys.executable, "-c", "from tensor_codec.gpus import TorchGpus; print(TorchGpus().gpu_uuid(0))"],
         capture_output=True,
         text=True,
         check=True,
