@@ -100,10 +100,8 @@ def make_plan(obj: Any) -> Plan:
         tree, template, memo, layout_memo = cached
         if leaf is None:  # else a new layout's first tensor, planned in full just now
             # The key holds requires_grad, conj and neg: with none set, nothing is to resolve.
-            if layout_key[4] or layout_key[5] or layout_key[6]:
-                leaf = template.with_plain_source(values_of(plain, ()))
-            else:
-                leaf = template.with_plain_source(plain)
+            resolved = values_of(plain, ()) if layout_key[4] or layout_key[5] or layout_key[6] else plain
+            leaf = template.with_plain_source(resolved)
         return Plan(tree, [leaf], _ROOT_PATHS, memo, on_gpu(plain), layout_memo)
     return _make_plan(obj)
 
