@@ -173,7 +173,7 @@ def read_metadata(metadata: Any) -> str:
     if V1_KEY_VERSION in metadata:
         raise DecodeError(
             f"{V1_KEY_VERSION}: expected no such key (wire format {VERSION} keeps its version in {KEY_HEADER}), got "
-            f"{metadata[V1_KEY_VERSION]!r:.80}: the sender writes an older wire format; send with this tensor_codec"
+            f"{metadata.get(V1_KEY_VERSION)!r:.80}: the sender writes an older wire format; send with this tensor_codec"
         )
     if type(text) is not str:
         if KEY_HEADER not in metadata:
