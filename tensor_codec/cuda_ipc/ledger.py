@@ -269,10 +269,8 @@ class LedgerView:
             SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
 
     def pass_over(self, ref: SlotRef) -> bool:
-        """Take part in a message without using it (claim and release at once): for a process
-        that looks at messages it does not read (a monitor). -> False, and nothing done, for a
-        copy of a message this process already passed over (shown to it twice, or forwarded to
-        it): it takes part in a message once. LedgerError as `claim` for any other refusal."""
+        """Claim and release at once (a monitor's part in a message); -> False, doing nothing, for a
+        copy of a message this process passed over already. LedgerError as `claim` otherwise."""
         try:
             self.claim(ref)
         except LedgerError:

@@ -1,10 +1,6 @@
-"""A receiving process's side of CUDA IPC: open messages, and tell producers when they are done.
-
-Per message (its fields validated by the transport): claim its ledger slot before any CUDA work,
-find the producer's segment and event in bounded caches (opening costs milliseconds), make the
-current stream wait on the event, view ``[offset, offset + size)``. When the last view dies, a
-pooled marker event is recorded and the slot released once it has completed, checked at every
-decode and by one small thread while any are pending. Why each step: docs/cuda-ipc-design.md,
+"""A receiving process's side of CUDA IPC: open messages (claim, open, wait, view), and release
+each once its last view died and the GPU work queued until then completed (a pooled marker,
+polled at every decode and by one small thread). The steps and why: docs/cuda-ipc-design.md,
 "The protocol" (receiving) and "Release without events".
 """
 
@@ -132,16 +128,9 @@ class Receiver:
         return view, memory, index
 
     def pass_unread(self, producer: Any, fields: Any) -> None:
-        """A message this process looks at but will not read (a monitor describes it from its
-        header): claim its ledger slot and release it at once, so its producer, which counts this
-        process among the output's receivers, neither waits for a claim until the claim timeout
-        nor keeps its GPU memory longer. Nothing is opened or mapped, no CUDA call is made, and
-        the release carries no event: this process never used the memory on any stream. A copy
-        of a message this process passed already (shown to it twice, or forwarded to it) is a
-        no-op (`LedgerView.pass_over`), not a second claim: counted in `passed_again`.
-
-        Raises DecodeError when the slot cannot be claimed (the producer has exited, or had
-        already given the message up)."""
+        """Claim and release at once a message this process looks at but will not read (a
+        monitor; docs/cuda-ipc-design.md, "Claims are per receiver"). DecodeError when the slot
+        cannot be claimed (the producer has exited, or had already given the message up)."""
         ledger, ref = self._slot(producer, fields)
         try:
             first = ledger.pass_over(ref)

@@ -233,9 +233,8 @@ class CudaIpcTransport:
         return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
 
     def pass_unread(self, metadata: dict) -> None:
-        """Take part in a CUDA IPC message without reading it (a monitor): validated as
-        `materialize` validates it, then passed over (`Receiver.pass_unread`: why, and what is
-        not done). DecodeError for a malformed message or a slot that cannot be claimed."""
+        """`Receiver.pass_unread` for a message validated as `materialize` validates it; DecodeError
+        for a malformed message or a slot that cannot be claimed."""
         from .. import received
         from ..transports import transport_for_message
         from ..wire.header import TRANSPORT_FIELD, read_metadata
