@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from . import received
 from .errors import DecodeError, UsageError
 from .transports import transport_for_message
 from .transports.names import HOST
 from .wire.buffer import check_value
+from .wire.cuda_ipc import parse_ipc_fields
 from .wire.header import ReceivedLeaf, read_metadata
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED_FIELDS, TUPLE
 
@@ -72,7 +75,10 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     else:
         gpu = prepared[2].gpu
         if value is not None:
-            _check_ipc(value, metadata, total)
+            if not isinstance(value, pa.Array) or len(value) != 0:
+                what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
+                raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
+            parse_ipc_fields(metadata, total)
     structure = _structure(compiled, width, depth, max_chars)
     return Description(transport_name, structure, len(compiled.leaves), total, gpu)
 
@@ -99,17 +105,6 @@ def _check_bounds(width: Any, depth: Any, max_chars: Any) -> None:
     ):
         if type(v) is not int or not low <= v <= high:
             raise UsageError(f"describe: {name}: expected an integer {low}..{high}, got {v!r:.80}")
-
-
-def _check_ipc(value: Any, metadata: dict, total: int) -> None:
-    import pyarrow as pa
-
-    from .wire.cuda_ipc import parse_ipc_fields  # no CUDA: field checks
-
-    if not isinstance(value, pa.Array) or len(value) != 0:
-        what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
-        raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
-    parse_ipc_fields(metadata, total)
 
 
 def _bounded(pieces: Iterator[str], max_chars: int) -> str:
