@@ -14,9 +14,7 @@ from collections.abc import Callable
 from .errors import UsageError
 from .wire.limits import Limits
 
-__all__ = ["Limits", "current", "set_limits", "ENV_PREFIX", "on_change"]
-
-ENV_PREFIX = "TC_MAX_"
+__all__ = ["Limits", "current", "set_limits", "on_change"]
 
 _lock = threading.Lock()
 _current: Limits | None = None
@@ -65,7 +63,7 @@ def _install(limits: Limits) -> None:
 def _from_environment() -> Limits:
     changes = {}
     for field in dataclasses.fields(Limits):
-        name = ENV_PREFIX + field.name.upper()
+        name = "TC_MAX_" + field.name.upper()
         text = os.environ.get(name, "").strip()
         if not text:
             continue
