@@ -170,9 +170,6 @@ def make_suite(seed: int = 0) -> dict[str, Any]:
     return suite
 
 
-# --------------------------------------------------------------------------------------------
-
-
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The logical values' raw bytes in row-major order (bit-exact comparison, NaNs included)."""
     values = values_of(plain_of(t), ())  # detached, the lazy conj / neg bits resolved
