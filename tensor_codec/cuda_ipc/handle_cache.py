@@ -1,8 +1,6 @@
-"""A receiver's cache of opened producer segments (or events): each opened once (milliseconds),
-bounded (least recently used first out), keyed by the producer and the handle bytes, so a freed
-and reallocated segment, with its new handle, is never taken for an old one; an exited producer's
-entries are dropped (docs/cuda-ipc-design.md, "The protocol", receiving step 3). `open_segment`
-does the opening (CUDA, or a stand-in in tests); nothing here touches CUDA.
+"""A receiver's cache of opened producer segments (or events), bounded (least recently used first
+out), keyed by the producer and the handle bytes: why, docs/cuda-ipc-design.md, "The protocol",
+receiving step 3. `open_segment` does the opening (CUDA, or a stand-in); nothing here touches CUDA.
 """
 
 from __future__ import annotations
@@ -12,25 +10,15 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..errors import UsageError
 from .identity import pid_alive
 
 __all__ = ["HandleCache"]
 
 
 class HandleCache:
-    def __init__(
-        self,
-        open_segment: Callable[[bytes, int], Any],
-        *,
-        max_entries: int = 64,
-        pid_alive: Callable[[int], bool] = pid_alive,
-    ):
-        if max_entries < 1:
-            raise UsageError(f"max_entries: expected at least 1, got {max_entries}")
+    def __init__(self, open_segment: Callable[[bytes, int], Any], *, max_entries: int = 64):
         self.open_segment = open_segment
         self.max_entries = max_entries
-        self.pid_alive = pid_alive
         self.entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
         self.lock = threading.Lock()
         self.hits = 0
@@ -47,7 +35,7 @@ class HandleCache:
                 self.entries.move_to_end(key)
                 self.hits += 1
                 return found
-        if pid is not None and not self.pid_alive(pid):
+        if pid is not None and not pid_alive(pid):
             self.forget(producer)
             raise ProcessLookupError(f"producer process {pid} has exited: its GPU memory is gone")
         opened = self.open_segment(handle, device_index, *open_args)
