@@ -33,8 +33,10 @@ class OutputProgress:
         for pid, times in claims.items():
             reached = self.reached.get(pid)
             if reached is None:
-                if len(self.reached) >= MAX_RECEIVERS:
-                    self._forget_stalest()
+                if len(self.reached) >= MAX_RECEIVERS:  # the stalest goes
+                    stalest = min(self.reached, key=lambda known: self.last_claim_ns.get(known, 0))
+                    del self.reached[stalest]
+                    self.last_claim_ns.pop(stalest, None)
                 reached = self.reached[pid] = []
             for k in range(times):
                 if k == len(reached):
@@ -44,11 +46,6 @@ class OutputProgress:
             when = claimed_ns.get(pid, 0)
             if when > self.last_claim_ns.get(pid, 0):
                 self.last_claim_ns[pid] = when
-
-    def _forget_stalest(self) -> None:
-        stalest = min(self.reached, key=lambda pid: self.last_claim_ns.get(pid, 0))
-        del self.reached[stalest]
-        self.last_claim_ns.pop(stalest, None)
 
     def accounted(
         self,
