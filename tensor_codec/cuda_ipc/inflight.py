@@ -1,10 +1,10 @@
-"""A cap on the bytes one output has in flight by CUDA IPC, and what happens past it.
+"""A cap on the bytes one output has in flight by CUDA IPC, and what happens past it: the
+settings of tc.ipc_configure, checked here alone (`max_bytes` is its max_bytes_in_flight).
 
 A zero-copy producer keeps every message alive until its receivers are done, so without a cap a
 slow or stuck receiver would grow the producer's GPU memory without bound. The policies ("wait",
-"drop"): docs/transports.md, "CUDA IPC between processes of one machine". A drop is logged once per
-burst; a message bigger than the cap itself is an error at once, under either policy. Nothing here
-touches CUDA: `live_bytes` and `collect` come from the output's ledger.
+"drop"): docs/transports.md, "CUDA IPC between processes of one machine". Nothing here touches
+CUDA: `live_bytes` and `collect` come from the output's ledger.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ log = logging.getLogger("tensor_codec")
 
 
 class InFlightLimit:
-    """One output's cap (1 GiB by default) and policy; its arguments are tc.ipc_configure's
-    settings, checked here alone (max_bytes is max_bytes_in_flight)."""
-
     def __init__(
         self,
         max_bytes: int = 1 << 30,

@@ -1,11 +1,8 @@
 """The release ledger: who still uses what a producer sent by CUDA IPC. One shared-memory file per
-producer process (its layout, and the checks of a file it did not make: ledger_file.py), a slot
-per message in flight: the producer `publish`es a slot (a new generation, so a stale reference
-never matches), each receiver `claim`s it when it decodes the message and `release`s it once its views
-are gone and its GPU work on them completed, and the producer `collect`s it once every expected
-receiver released it or never will (progress.py). The rules: docs/wire-format.md, section 5a
-("Lifetime"), and docs/cuda-ipc-design.md, "As built" (claims per receiving process, at most
-`per_process` each; collecting costs what changed). Nothing here touches CUDA.
+producer process (ledger_file.py), a slot per message in flight, which the producer `publish`es
+(a new generation, so a stale reference never matches) and `collect`s, and each receiver `claim`s
+and `release`s. The rules: docs/wire-format.md, section 5a ("Lifetime"), and
+docs/cuda-ipc-design.md, "As built". Nothing here touches CUDA.
 """
 
 from __future__ import annotations

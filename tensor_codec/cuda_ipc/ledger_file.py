@@ -1,9 +1,7 @@
-"""The release ledger's file (ledger.py holds what producers and receivers do with it): its layout
-in shared memory, and how a file under a world-writable directory is opened, mapped, locked and,
-once its producer is gone, removed: only a regular file of this user, no symbolic link followed,
-no FIFO waited on (docs/cuda-ipc-design.md, "No file it did not make"). Slots are guarded by POSIX
-record locks on their byte range plus a thread lock, so a claim's check-and-set is atomic across
-processes. Nothing here touches CUDA.
+"""The release ledger's file (ledger.py uses it): its layout in shared memory, and how a file
+under a world-writable directory is opened, mapped, locked and removed (docs/cuda-ipc-design.md,
+"No file it did not make"). Slots are guarded by POSIX record locks on their byte range plus a
+thread lock, so a claim's check-and-set is atomic across processes. Nothing here touches CUDA.
 
 File header (HEADER_BYTES): the magic (8 bytes), u32 slots, u32 SLOT_BYTES, then the producer's
 pid namespace (for `remove_stale_ledgers`). Slot layout (little endian), SLOT_BYTES each:

@@ -1,9 +1,7 @@
 """A sending process's message buffers: GPU memory with its own interprocess event, both exported
-once (hundreds of microseconds) and reused, so a steady stream of messages allocates, exports and
-creates nothing; a reused buffer is a cache hit for receivers too. A buffer comes back only when
-the ledger collects its message (every receiver done with it on the GPU, passed it, or died).
-Size classes, the idle bound, retiring, and the one stream-order hazard: docs/cuda-ipc-design.md,
-"As built" (its first item).
+once (hundreds of microseconds) and reused. Why, when a buffer comes back, size classes, the idle
+bound, retiring, and the one stream-order hazard: docs/cuda-ipc-design.md, "As built" (its first
+item).
 """
 
 from __future__ import annotations
@@ -44,10 +42,8 @@ class MessageBuffer:
 
 
 class BufferPool:
-    """Idle message buffers of this process, per (GPU, size class), and the interprocess events
-    of retired buffers, kept for the next new buffer: an exported event is never destroyed while
-    the producer lives (receivers cache opened events by handle; CUDA leaves the use of one whose
-    exporter destroyed it undefined), and a new buffer with an old event is a cache hit for them."""
+    """Idle message buffers of this process, per (GPU, size class), and the events of retired
+    buffers, kept for the next new buffer (never destroyed: cuda-ipc-design.md, "As built")."""
 
     def __init__(self, backend: Any, *, max_idle_bytes: int = DEFAULT_MAX_IDLE_BYTES):
         self.backend = backend

@@ -4,8 +4,7 @@ the way (dora 1.1 drops the oldest of a full input queue), not still waiting in 
 Time alone cannot tell the two apart: a receiver behind a backlog, or one whose first message
 starts CUDA (seconds on a loaded host), claims late but claims. Order can: dora delivers each
 input's messages in order, so a receiver that claimed a later message of an output has claimed
-this one or never will. When a receiver's part of a message counts as done (claimed, passed,
-its process gone, no claim on the output for the claim timeout, never seen): docs/wire-format.md,
+this one or never will. When a receiver's part of a message counts as done: docs/wire-format.md,
 section 5a, "Lifetime".
 """
 

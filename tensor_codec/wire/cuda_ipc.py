@@ -59,10 +59,8 @@ class IpcFields:
 
 @dataclass(frozen=True)
 class ProducerIdentity:
-    """Who sent a CUDA IPC message: the machine (host identity and pid namespace), the process,
-    the GPU (by UUID) and the ledger its receivers release through. The sender writes its fields
-    into the header, in this order (`dataclasses.asdict`); a receiver reads them back
-    (`parse_producer`) and checks them."""
+    """Who sent a CUDA IPC message (docs/wire-format.md, 5a, `producer`); the sender writes its
+    fields into the header in this order (`dataclasses.asdict`)."""
 
     host: str
     pidns: str
