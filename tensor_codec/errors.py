@@ -103,6 +103,3 @@ class Where(tuple):
         return "".join(reversed(parts))
 
     __repr__ = __str__
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
