@@ -37,7 +37,6 @@ MAX_NESTING = 4 * MAX_DEPTH
 
 @dataclass(frozen=True)
 class HeaderCost:
-    bytes: int
     items: int
     string_bytes: int
 
@@ -86,7 +85,7 @@ def measure(text: str) -> HeaderCost:
     nbytes = _utf8_bytes(text)
     outside, strings = _outside_strings(text)
     items = 1 + _structure_count(outside) - outside.count("[]") - outside.count("{}")
-    return HeaderCost(nbytes, items, nbytes - (len(outside) - strings))
+    return HeaderCost(items, nbytes - (len(outside) - strings))
 
 
 # bytes.translate deletes every byte but the four brackets (C speed); of those, bit 1 tells an
