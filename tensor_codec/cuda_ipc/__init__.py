@@ -1,9 +1,7 @@
 """CUDA IPC: GPU tensors between processes of one machine, never through the host.
 
-This package's face is tc.ipc_configure / ipc_flush / ipc_stats / ipc_trim, which load the
-transport on their first call (importing this package never initialises CUDA). A map of its
-modules: docs/cuda-ipc-design.md (its opening "Status"); the message fields are
-tensor_codec/wire/cuda_ipc.py's.
+Its face is tc.ipc_configure / ipc_flush / ipc_stats / ipc_trim, which load the transport on
+their first call. A map of its modules: docs/cuda-ipc-design.md (its opening "Status").
 """
 
 from __future__ import annotations

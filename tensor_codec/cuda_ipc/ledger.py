@@ -122,14 +122,11 @@ class Ledger:
     def collect(self, *, now_ns: int | None = None) -> list[Finished]:
         """Free every finished slot; -> what the producer may now let go of.
 
-        It runs at every send, so it must not take a lock per message in flight: each live slot's
-        bytes, read without the lock, are compared with what the last full (locked) look saw, and
-        looked at again only where they changed, where a newer message of the same output changed
-        and this one still lacks claims (progress.py's inference), and at every slot once per
-        `SWEEP_NS` (a dead receiver or a claim timeout changes nothing in a slot). An unlocked read
-        that catches a write half-done either differs from what was seen (the locked look comes
-        now) or still equals it (a claim writes its holder entry, outside the old bytes, before the
-        head: the look comes at the next collect); it never decides anything by itself."""
+        It runs at every send, so it takes the lock only on the slots docs/cuda-ipc-design.md,
+        "Collecting costs what changed", names. An unlocked read that catches a write half-done
+        either differs from what was seen (the locked look comes now) or still equals it (a claim
+        writes its holder entry, outside the old bytes, before the head: the look comes at the next
+        collect); it never decides anything by itself."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         sweep = now - self.last_sweep_ns >= SWEEP_NS or now < self.last_sweep_ns
         if sweep:
