@@ -93,10 +93,8 @@ def _b64(metadata: dict, key: str, min_bytes: int, max_bytes: int) -> bytes:
 def _check_handle(raw: bytes) -> None:
     """torch's sharable handle: a bare 64-byte cudaIpc handle, or [version][kind][payload] with
     kind 'c' (a 64-byte cudaIpc handle) or 'e' (expandable segments)."""
-    if len(raw) == CUDA_IPC_HANDLE_BYTES:
-        return
     kind = raw[1:2]
-    if kind == b"c" and len(raw) == 2 + CUDA_IPC_HANDLE_BYTES:
+    if len(raw) == CUDA_IPC_HANDLE_BYTES or (kind == b"c" and len(raw) == 2 + CUDA_IPC_HANDLE_BYTES):
         return
     if kind == b"e" and len(raw) > 2:
         return
