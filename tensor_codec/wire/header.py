@@ -151,10 +151,6 @@ def _surrogate_in(node: Any, path: tuple) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------
-# Receiving
-
-
 @dataclass(slots=True)
 class ReceivedLeaf:
     dtype: WireDType
