@@ -60,9 +60,8 @@ def check_canonical_offsets(leaves: list[ReceivedLeaf], alignment: int) -> tuple
     return offsets, total
 
 
-# The value's Arrow type (wire-format.md, section 5): any fixed-width integer or floating-point
-# type without nulls; its bytes are the buffer's bytes whatever the type, and offsets count in its
-# units. tc.encode makes UInt8. tc.send picks a type for dora's send_output (`value_of`).
+# The value's Arrow types (docs/wire-format.md, section 5, says which each writer makes): its bytes
+# are the buffer's bytes whatever the type, and offsets count in its units.
 UNIT_TYPES = (
     pa.uint8(),
     pa.int8(),

@@ -269,9 +269,7 @@ def parse_leaves(
             raise DecodeError(f"tc.header.leaves[{i}].nbytes: expected an integer in [0, 2**62], got {nbytes!r:.80}")
         check_leaf_layout(dtype, shape, strides, nbytes, where)
         leaf = ReceivedLeaf(dtype, shape, strides, nbytes, entry)
-        # A 4-byte message may describe a stride-0 tensor of 2**62 logical bytes: bounded here so
-        # that no consumer that densifies what it got (a checksum, .contiguous(), a copy) can be
-        # made to allocate more than the limits from a few bytes.
+        # Logical bytes, broadcast dims counted, bounded (why: docs/wire-format.md, section 7, check 4).
         logical = dtype.itemsize
         for size in shape:
             logical *= size
