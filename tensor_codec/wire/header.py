@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,23 +54,18 @@ _COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
-def _compact_encoder() -> Callable[[Any], str]:
-    """`_JSON.encode`, with its C encoder made once: `JSONEncoder.encode` makes one (and a float
-    formatter) anew on every call (json/encoder.py, `iterencode`), about a third of a small
-    tree's encoding, paid for every new header. The same arguments `_JSON` passes it, so the
-    same text; `_JSON.encode` where Python has no C encoder."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _JSON.encode
-    encoder = make(None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
-
-    def encode(obj: Any) -> str:
-        return "".join(encoder(obj, 0))
-
-    return encode
+# `_JSON.encode` makes a C encoder (and a float formatter) anew on every call (json/encoder.py,
+# `iterencode`), about a third of a small tree's encoding, paid for every new header: one is made
+# here, with the arguments `_JSON` passes it, so the text is the same.
+_C_ENCODER = json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # CPython's, untyped
+    None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
 
 
-_encode = _compact_encoder()
+def _encode(obj: Any) -> str:
+    return "".join(_C_ENCODER(obj, 0))
+
+
 # The tree last (docs/wire-format.md, section 2): a stream repeats the text before it, which the
 # sender keeps with the layout and the receiver with what it validated of it (received.py).
 _TREE_MEMBER = ',"tree":'
