@@ -371,21 +371,18 @@ def forget_generated_classes() -> None:
 def _generic_namedtuple(name: str, fields: tuple[str, ...], where: Any) -> type:
     global _generic_cost
     key = (name, fields)
-    with _generic_lock:
+    with _generic_lock:  # held while a class is made: two threads never make one twice
         cached = _GENERIC_NAMEDTUPLES.get(key)
         if cached is not None:
             _GENERIC_NAMEDTUPLES.move_to_end(key)  # a stream keeps getting the same class
             return cached
-    short = name.rsplit(".", 1)[-1]
-    if not short.isidentifier() or keyword.iskeyword(short):
-        short = "NamedTuple"
-    try:
-        cls = collections.namedtuple(short, fields)  # type: ignore[misc]  # mypy wants a literal name
-    except ValueError as e:
-        raise DecodeError(f"{where}.fields: {e}") from None
-    with _generic_lock:
-        if key in _GENERIC_NAMEDTUPLES:  # made meanwhile by another thread: use that one
-            return _GENERIC_NAMEDTUPLES[key]
+        short = name.rsplit(".", 1)[-1]
+        if not short.isidentifier() or keyword.iskeyword(short):
+            short = "NamedTuple"
+        try:
+            cls = collections.namedtuple(short, fields)  # type: ignore[misc]  # mypy wants a literal name
+        except ValueError as e:
+            raise DecodeError(f"{where}.fields: {e}") from None
         _GENERIC_NAMEDTUPLES[key] = cls
         _generic_cost += namedtuple_cost(len(fields))
         while _generic_cost > _GENERIC_CACHE_COST and len(_GENERIC_NAMEDTUPLES) > 1:
