@@ -138,14 +138,11 @@ class LedgerFile:
             if actual < HEADER_BYTES:
                 raise LedgerError(f"ledger: {name!r} is {actual} bytes, expected at least {HEADER_BYTES}")
             self.map = mmap.mmap(self.fd, actual)
-        except (OSError, ValueError) as e:  # a file mmap cannot map after all
+        except BaseException as e:
             os.close(self.fd)
-            if create:
+            if create or not isinstance(e, (OSError, ValueError)):  # not a file mmap refused after all
                 raise
             raise LedgerError(f"ledger: {name!r} cannot be mapped: {e}") from None
-        except BaseException:
-            os.close(self.fd)
-            raise
         self.size = actual
         self.thread_lock = threading.Lock()
 
