@@ -25,9 +25,8 @@ class HandleCache:
         self.misses = 0
 
     def get(self, producer: Hashable, pid: int | None, handle: bytes, device_index: int, *open_args: Any) -> Any:
-        """The opened segment for `handle` from `producer` (its process id when comparable),
-        opening it on a miss (`open_args` go to `open_segment` after the handle and device).
-        The opening happens outside the lock (it is slow)."""
+        """The opened segment for `handle` from `producer` (its process id when comparable), opened
+        on a miss, outside the lock (it is slow), by `open_segment(handle, device_index, *open_args)`."""
         key = (producer, handle, device_index)
         with self.lock:
             found = self.entries.get(key)

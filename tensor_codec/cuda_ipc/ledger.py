@@ -92,10 +92,9 @@ class Ledger:
         self.closed = False
 
     def publish(self, expected: int, nbytes: int, token: object, output: str = "", per_process: int = 1) -> SlotRef:
-        """Take a free slot for a message of `output` to `expected` receivers, each receiving
-        process claiming it at most `per_process` times (its inputs wired to the output); `token`
-        (what keeps the memory alive) comes back from `collect` when the slot is finished. Raises
-        LedgerError if every slot is in use."""
+        """Take a free slot for a message of `output` to `expected` receivers, each process claiming
+        it at most `per_process` times (its inputs wired to the output); `token` (what keeps the
+        memory alive) comes back from `collect`. LedgerError if every slot is in use."""
         if not 0 <= expected <= HOLDERS:
             raise UsageError(f"expected: receivers of one message, 0..{HOLDERS}, got {expected}")
         if not 1 <= per_process <= HOLDERS:
@@ -198,9 +197,8 @@ class Ledger:
         return progress.known() < expected and now - published >= timeout
 
     def abandon(self, ref: SlotRef) -> object | None:
-        """Take back a slot whose message never left (its send failed); -> its token. A slot some
-        receiver claimed after all (dora delivered before the send raised) is left to `collect`;
-        -> None."""
+        """Take back a slot whose message never left (its send failed); -> its token, or None for a
+        slot some receiver claimed after all (dora delivered before the send raised): `collect`'s."""
         entry = self.live.get(ref.slot)
         if entry is None or entry[0] != ref.generation:
             return None

@@ -72,9 +72,8 @@ class Receiver:
             view.close()
 
     def _slot(self, producer: Any, fields: Any) -> tuple[LedgerView, SlotRef]:
-        """Finish what completed, then find the message's ledger slot, before any CUDA work (open
-        and pass_unread both start here). DecodeError if its producer has exited or its ledger
-        cannot be opened."""
+        """Finish what completed, then find the message's ledger slot, before any CUDA work;
+        DecodeError if its producer has exited or its ledger cannot be opened."""
         self.poll()
         if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
             self._forget_producer(producer.ledger)
@@ -87,11 +86,9 @@ class Receiver:
             raise _slot_error(e) from None
 
     def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
-        """Claim, open, wait, view. -> (uint8 tensor over the message, its lifetime object, the
-        index of its GPU here). `local_index()` finds that GPU (the first call initialises CUDA):
-        asked only once the message is claimed.
-
-        Raises DecodeError for every refusal; a claim is given back if anything after it fails."""
+        """Claim, open, wait, view -> (uint8 tensor over the message, its lifetime object, the index
+        of its GPU here, found by `local_index()`, which may start CUDA: only once claimed).
+        DecodeError for every refusal; a claim is given back if anything after it fails."""
         comparable = producer.pidns == pid_namespace()
         ledger, ref = self._slot(producer, fields)
         try:
