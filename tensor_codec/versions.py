@@ -45,14 +45,11 @@ def problems(found: dict[str, str | None]) -> list[str]:
         floor = MINIMUM.get(name)
         if floor is None:
             continue
-        need = ".".join(map(str, floor))
-        if version is None:
-            out.append(f"{name}: expected {name} >= {need}, found none installed")
-            continue
-        numbers = release(version)
+        numbers = None if version is None else release(version)
         width = max(len(floor), len(numbers or ()))
         if numbers is None or _pad(numbers, width) < _pad(floor, width):
-            out.append(f"{name}: expected {name} >= {need}, found {name} {version}")
+            got = "none installed" if version is None else f"{name} {version}"
+            out.append(f"{name}: expected {name} >= {'.'.join(map(str, floor))}, found {got}")
     return out
 
 
