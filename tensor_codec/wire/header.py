@@ -125,21 +125,17 @@ def _surrogate_in(node: Any, path: tuple) -> str | None:
         return _bad_text("string", path, node)
     if type(node) is not dict:
         return None
-    tag = node.get("t")
-    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text, each a string or none
-        for name, value in node.items():
-            if type(value) is str and (found := _bad_text(f"attribute `{name}` of the tensor", path, value)):
-                return found
-        return None
-    if tag == DICT:
-        for key, _ in node["items"]:
-            if type(key) is str and (found := _bad_text("dict key", path, key)):
-                return found
-    elif tag == NAMEDTUPLE:
-        for text in [node["name"], *node["fields"]]:
-            if found := _bad_text("namedtuple name or field", path, text):
-                return found
-    for part, item in children_of(node):
+    texts: list[tuple[str, Any]] = []  # (what it is, text or not) of the node's own values
+    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text
+        texts = [(f"attribute `{name}` of the tensor", value) for name, value in node.items()]
+    elif node["t"] == DICT:
+        texts = [("dict key", key) for key, _ in node["items"]]
+    elif node["t"] == NAMEDTUPLE:
+        texts = [("namedtuple name or field", text) for text in [node["name"], *node["fields"]]]
+    for what, text in texts:
+        if type(text) is str and (found := _bad_text(what, path, text)):
+            return found
+    for part, item in children_of(node):  # none for a tensor
         if found := _surrogate_in(item, path + (part,)):
             return found
     return None
