@@ -190,17 +190,16 @@ def open_ledger_file(name: str, directory: str = SHM_DIR) -> tuple[LedgerFile, i
     f = LedgerFile(name, None, directory)
     magic, slots, slot_bytes = f.map[0:8], *struct.unpack_from("<II", f.map, 8)
     if magic != MAGIC or slot_bytes != SLOT_BYTES:
-        f.close()
-        raise LedgerError(
-            f"ledger: {name!r} is not a tensor_codec ledger of this version: expected {MAGIC!r} with "
-            f"{SLOT_BYTES}-byte slots, got {magic!r:.40} with {slot_bytes} (another tensor_codec's, or no ledger)"
+        why = (
+            f"is not a tensor_codec ledger of this version: expected {MAGIC!r} with {SLOT_BYTES}-byte slots, "
+            f"got {magic!r:.40} with {slot_bytes} (another tensor_codec's, or no ledger)"
         )
-    if f.size < HEADER_BYTES + slots * SLOT_BYTES:
-        f.close()
-        raise LedgerError(
-            f"ledger: {name!r} is {f.size} bytes, expected {HEADER_BYTES + slots * SLOT_BYTES} for {slots} slots"
-        )
-    return f, slots
+    elif f.size < HEADER_BYTES + slots * SLOT_BYTES:
+        why = f"is {f.size} bytes, expected {HEADER_BYTES + slots * SLOT_BYTES} for {slots} slots"
+    else:
+        return f, slots
+    f.close()
+    raise LedgerError(f"ledger: {name!r} {why}")
 
 
 def remove_stale_ledgers(*, directory: str = SHM_DIR) -> int:
