@@ -36,9 +36,10 @@ def current() -> Limits:
 def set_limits(limits: Limits | None = None, **changes: int) -> Limits:
     """Replace this process's limits (all of them, or some by name); -> the previous ones."""
     previous = current()
-    unknown = set(changes) - set(_names())
+    names = [f.name for f in dataclasses.fields(Limits)]
+    unknown = set(changes) - set(names)
     if unknown:
-        raise UsageError(f"set_limits: expected keywords among {_names()}, got unexpected {sorted(unknown)}")
+        raise UsageError(f"set_limits: expected keywords among {names}, got unexpected {sorted(unknown)}")
     base = previous if limits is None else limits
     if not isinstance(base, Limits):
         raise UsageError(f"set_limits: expected a tensor_codec.Limits, got {type(base).__name__}")
@@ -71,7 +72,3 @@ def _from_environment() -> Limits:
             raise UsageError(f"{name}: expected a positive integer, got {text!r}")
         changes[field.name] = int(text)
     return Limits(**changes)
-
-
-def _names() -> list[str]:
-    return [f.name for f in dataclasses.fields(Limits)]
