@@ -190,7 +190,7 @@ class Ledger:
         if claimers.total() >= expected:
             return True
         timeout = self.claim_timeout_ns
-        if progress.accounted(order, claimers, published, now, timeout, pid_alive) >= expected:
+        if progress.accounted(order, claimers, published, now, timeout) >= expected:
             return True
         # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
         # got): given up on after the claim timeout, as nothing will tell otherwise.

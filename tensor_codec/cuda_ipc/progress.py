@@ -11,7 +11,8 @@ section 5a, "Lifetime".
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+
+from .identity import pid_alive
 
 __all__ = ["OutputProgress", "MAX_RECEIVERS"]
 
@@ -46,21 +47,13 @@ class OutputProgress:
             if when > self.last_claim_ns.get(pid, 0):
                 self.last_claim_ns[pid] = when
 
-    def accounted(
-        self,
-        order: int,
-        claims: Counter,
-        published_ns: int,
-        now_ns: int,
-        timeout_ns: int,
-        alive: Callable[[int], bool],
-    ) -> int:
+    def accounted(self, order: int, claims: Counter, published_ns: int, now_ns: int, timeout_ns: int) -> int:
         """Expected receptions of message `order` accounted for: claimed, or passed by their
         receiver, or their receiver gone or no longer claiming."""
         total = sum(times for pid, times in claims.items() if pid not in self.reached)
         for pid, reached in self.reached.items():
             waited_since = max(self.last_claim_ns.get(pid, 0), published_ns)
-            if now_ns - waited_since >= timeout_ns or not alive(pid):
+            if now_ns - waited_since >= timeout_ns or not pid_alive(pid):
                 passed = len(reached)
             else:
                 passed = sum(1 for latest in reached if latest > order)
