@@ -48,7 +48,6 @@ VERSION_MEMBER = "version"
 TRANSPORT_MEMBER = "transport"
 TRANSPORT_FIELD = f"{KEY_HEADER}.{TRANSPORT_MEMBER}"  # how errors name the transport a header gives
 
-_COMMON_LEAF_KEYS = ("dtype", "shape", "strides", "nbytes")
 # Compact, strict JSON (no NaN/Infinity tokens: the tree encodes non-finite floats itself).
 # check_circular=False: the codec builds the tree itself and it cannot contain cycles.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False)
@@ -277,7 +276,7 @@ def _allowed_top_keys(transport_header_keys: frozenset) -> frozenset:
 
 @functools.cache
 def _allowed_leaf_keys(transport_leaf_keys: frozenset) -> frozenset:
-    return frozenset(_COMMON_LEAF_KEYS) | transport_leaf_keys
+    return frozenset({"dtype", "shape", "strides", "nbytes"}) | transport_leaf_keys
 
 
 def _leaf_keys_error(entry: Any, allowed: frozenset, where: str):

@@ -228,7 +228,6 @@ PLAIN = TensorKind()  # a plain torch.Tensor
 _KINDS: dict[type | str, TensorKind] = {torch.Tensor: PLAIN, PLAIN.tag: PLAIN}
 # Tags this build may meet from a peer with a newer torchvision, for a precise error.
 _KNOWN_TV_TAGS = frozenset({"tv.Image", "tv.Video", "tv.Mask", "tv.BoundingBoxes", "tv.KeyPoints"})
-_TV_MODULE = "torchvision.tv_tensors"
 _tv_looked_for = False
 _tv_lock = threading.Lock()
 
@@ -260,7 +259,7 @@ def _add_tvtensor_kinds() -> None:
 def kind_of(x: object) -> TensorKind | None:
     """The kind of `x` by exact type (a subclass is a different type and is not accepted)."""
     kind = _KINDS.get(type(x))
-    if kind is None and not _tv_looked_for and type(x).__module__.startswith(_TV_MODULE):
+    if kind is None and not _tv_looked_for and type(x).__module__.startswith("torchvision.tv_tensors"):
         _add_tvtensor_kinds()  # an instance of a TVTensor: torchvision is imported already
         kind = _KINDS.get(type(x))
     return kind
