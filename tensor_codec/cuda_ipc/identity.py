@@ -1,9 +1,7 @@
-"""Who and where a process is, for CUDA IPC: the same kernel (host), the same pid namespace.
-
-CUDA IPC handles only open on the machine that made them, so a receiver compares the producer's
-host identity with its own and refuses, naming both, instead of failing inside the driver. The
-host identity is the kernel's boot id (docs/wire-format.md, 5a) plus the host name for people to
-read. Which GPU is which, by UUID: tensor_codec/gpus.py.
+"""Who and where a process is, for CUDA IPC: the same kernel (its boot id, docs/wire-format.md,
+5a, plus the host name for people to read), the same pid namespace. CUDA IPC handles only open on
+the machine that made them, so a receiver refuses a producer elsewhere, naming both, instead of
+failing inside the driver. Which GPU is which, by UUID: tensor_codec/gpus.py.
 """
 
 from __future__ import annotations

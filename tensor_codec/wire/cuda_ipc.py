@@ -1,8 +1,7 @@
 """The CUDA IPC transport's message fields (docs/wire-format.md, section 5a, which orders the
-checks; docs/cuda-ipc-design.md): the producer's identity, inside the cached header
-(`producer`), and the fields that change with every message, as flat metadata keys (`tc.ipc.*`).
-A receiver validates both as hostile input (types, sizes, ranges, encodings) before the
-transport compares the identity with its own (cuda_ipc/identity.py's `check_same_machine`).
+checks): the producer's identity in the header (`producer`) and the per-message `tc.ipc.*`
+metadata keys, validated here as hostile input before the transport compares the identity with
+its own (cuda_ipc/identity.py's `check_same_machine`).
 """
 
 from __future__ import annotations
