@@ -95,8 +95,6 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 def nesting(text: str) -> int:
     """The deepest nesting of ``[``/``{`` outside string literals (0 for a scalar)."""
-    if text.count("[") + text.count("{") <= 1:
-        return int("[" in text or "{" in text)
     outside, _ = _outside_strings(text)
     brackets = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
     steps = (np.frombuffer(brackets, np.uint8) & 2).astype(np.int32) - 1  # +1 opener, -1 closer
