@@ -88,9 +88,8 @@ def _tensor(t: torch.Tensor, feed) -> None:
     dtype = str(t.dtype).removeprefix("torch.")
     feed(f"T:{type(t).__name__}:{dtype}:{tuple(t.shape)}:{t.requires_grad}:{';'.join(attrs)}".encode())
     plain = values_of(plain_of(t), ())
-    if plain.numel() == 0:
-        return
-    _feed_values(plain, feed)
+    if plain.numel():  # an empty tensor's values feed nothing
+        _feed_values(plain, feed)
 
 
 # Logical values are fed in row-major order through blocks of at most this many bytes: a
