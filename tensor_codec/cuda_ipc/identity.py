@@ -15,7 +15,6 @@ from ..wire.cuda_ipc import ProducerIdentity
 
 __all__ = [
     "host_identity",
-    "host_name",
     "pid_namespace",
     "pid_alive",
     "check_same_machine",

@@ -33,7 +33,6 @@ from .identity import pid_alive, pid_namespace
 
 __all__ = [
     "LedgerError",
-    "LedgerFile",
     "create_ledger_file",
     "open_ledger_file",
     "remove_stale_ledgers",
