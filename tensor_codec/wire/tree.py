@@ -20,9 +20,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ..errors import DecodeError, UsageError, Where, some_keys
 from .kinds import TensorKind, kind_by_tag
 from .limits import Limits
-from .structure import DICT, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
-from .structure import INT64_MAX as _INT64_MAX
-from .structure import INT64_MIN as _INT64_MIN
+from .structure import DICT, INT64_MAX, INT64_MIN, LIST, MAX_DEPTH, NAMEDTUPLE, PACKED, PACKED_FIELDS, TUPLE
 
 __all__ = [
     "compile_tree",
@@ -151,7 +149,7 @@ def _compile_scalar(node: Any, where: Any) -> _Const:
             raise DecodeError(f"{where}: expected a finite number, got {node!r:.80}")
         return _Const(node)
     if tn is int:
-        if not _INT64_MIN <= node <= _INT64_MAX:
+        if not INT64_MIN <= node <= INT64_MAX:
             raise DecodeError(f"{where}: expected an int64 value, got {node!r:.40}")
         return _Const(node)
     raise DecodeError(f"{where}: expected a tree node (object or scalar), got {_json_type(node)}")
@@ -164,7 +162,7 @@ def _valid_scalars(items: list, types: set) -> bool:
     """Whether every int is int64 and every float finite, checked at C speed."""
     if int in types:
         ints = items if len(types) == 1 else [v for v in items if type(v) is int]
-        if min(ints) < _INT64_MIN or max(ints) > _INT64_MAX:
+        if min(ints) < INT64_MIN or max(ints) > INT64_MAX:
             return False
     if float in types:
         floats = items if len(types) == 1 else [v for v in items if type(v) is float]
@@ -223,7 +221,7 @@ def _compile_dict(node: dict, comp: _Compiler, where: Any, depth: int) -> _Const
                 f"{Where((where, '.items[{}]', i))}: expected a [key, value] pair, got {_json_type(pair)}"
             )
         key = pair[0]
-        if not (type(key) is str or (type(key) is int and _INT64_MIN <= key <= _INT64_MAX)):
+        if not (type(key) is str or (type(key) is int and INT64_MIN <= key <= INT64_MAX)):
             raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected a str or int64 key, got {key!r:.80}")
         if key in parts:
             raise DecodeError(f"{Where((where, '.items[{}][0]', i))}: expected unique keys, got {key!r:.80} twice")
