@@ -39,7 +39,7 @@ class TensorKind:
     tag = "tensor"
     cls: type = torch.Tensor
     attribute_names: tuple[str, ...] = ()
-    optional_attribute_names: tuple[str, ...] = ()  # tolerated when missing or unknown here
+    optional_attribute_names: tuple[str, ...] = ()  # tolerated when missing
 
     @functools.cached_property
     def node_keys(self) -> frozenset:
@@ -166,8 +166,6 @@ class _BoundingBoxesKind(_PlainSubclassKind):
     def __init__(self, cls: type, formats: Any):
         super().__init__(cls)
         self.formats = {m.name: m for m in formats}
-        # clamping_mode arrived in torchvision 0.23; tolerate releases without it, both ways.
-        self.has_clamping = "clamping_mode" in getattr(cls, "__annotations__", {})
 
     def attribute_key(self, x):
         fmt = _attribute(x, "format")
@@ -176,9 +174,8 @@ class _BoundingBoxesKind(_PlainSubclassKind):
 
     def attributes(self, x):
         attrs = {"format": _attribute(x, "format").name, "canvas_size": _canvas_to_json(_attribute(x, "canvas_size"))}
-        if self.has_clamping:
-            # A BoundingBoxes made with as_subclass may lack it: torchvision's default then.
-            attrs["clamping_mode"] = getattr(x, "clamping_mode", "soft")
+        # A BoundingBoxes made with as_subclass may lack it: torchvision's default then.
+        attrs["clamping_mode"] = getattr(x, "clamping_mode", "soft")
         return attrs
 
     def parse_attributes(self, node, where):
@@ -190,17 +187,15 @@ class _BoundingBoxesKind(_PlainSubclassKind):
             mode = node["clamping_mode"]
             if mode not in (None, "soft", "hard"):
                 raise DecodeError(f"{where}.clamping_mode: expected 'soft', 'hard' or null, got {mode!r:.80}")
-            if self.has_clamping:
-                attrs["clamping_mode"] = mode
+            attrs["clamping_mode"] = mode
         return attrs
 
     def wrap(self, plain, attrs, owned=False):
         out = handed_out_as(plain, self.cls, owned)
         out.format = attrs["format"]
         out.canvas_size = attrs["canvas_size"]
-        if self.has_clamping:
-            # A sender whose torchvision predates clamping_mode gets torchvision's default.
-            out.clamping_mode = attrs.get("clamping_mode", "soft")
+        # A sender whose torchvision predates clamping_mode (0.23) gets torchvision's default.
+        out.clamping_mode = attrs.get("clamping_mode", "soft")
         return out
 
 
@@ -244,12 +239,9 @@ def _add_tvtensor_kinds() -> None:
         except ImportError:
             tvt = None
         if tvt is not None:
-            added: list[TensorKind] = [
-                _PlainSubclassKind(getattr(tvt, name)) for name in ("Image", "Video", "Mask") if hasattr(tvt, name)
-            ]
-            added.append(_BoundingBoxesKind(tvt.BoundingBoxes, tvt.BoundingBoxFormat))
-            if hasattr(tvt, "KeyPoints"):
-                added.append(_KeyPointsKind(tvt.KeyPoints))
+            # Every class and attribute here is in every torchvision the package accepts (versions.py).
+            added: list[TensorKind] = [_PlainSubclassKind(getattr(tvt, name)) for name in ("Image", "Video", "Mask")]
+            added += [_BoundingBoxesKind(tvt.BoundingBoxes, tvt.BoundingBoxFormat), _KeyPointsKind(tvt.KeyPoints)]
             for kind in added:  # readers never see a half-added kind: each dict entry is whole
                 _KINDS[kind.cls] = kind
                 _KINDS[kind.tag] = kind
