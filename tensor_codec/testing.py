@@ -110,13 +110,10 @@ def make_tvtensor_cases(seed: int = 0) -> dict[str, Any]:
     clamping = ["soft", "hard", None]
     for i, fmt in enumerate(tvt.BoundingBoxFormat):
         cols = columns.get(fmt.name, 4)
-        kwargs = {"format": fmt, "canvas_size": (48 + i, 64 + i)}
-        if "clamping_mode" in getattr(tvt.BoundingBoxes, "__annotations__", {}):
-            kwargs["clamping_mode"] = clamping[i % 3]
+        kwargs = {"format": fmt, "canvas_size": (48 + i, 64 + i), "clamping_mode": clamping[i % 3]}
         cases[f"boxes_{fmt.name.lower()}"] = tvt.BoundingBoxes(torch.rand(5, cols, generator=g) * 40, **kwargs)
     cases["boxes_batched_view"] = cases["boxes_xyxy"][None]  # 3-D: only reachable through ops
-    if hasattr(tvt, "KeyPoints"):
-        cases["keypoints"] = tvt.KeyPoints(torch.rand(6, 2, generator=g) * 30, canvas_size=(31, 33))
+    cases["keypoints"] = tvt.KeyPoints(torch.rand(6, 2, generator=g) * 30, canvas_size=(31, 33))
     return cases
 
 
