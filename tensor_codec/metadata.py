@@ -1,10 +1,6 @@
-"""The caller's own metadata keys beside the codec's (the README's example uses both): `stamp`
-writes what makes a message verifiable and timeable, `checksum` (digest.py's content digest, which
-the receiver recomputes from what it restored) and `sent_ns` (the wall clock just before the
-send); `carry` keeps what travels on from a received message to the one a node makes from it:
-what identifies it and where it came from, never the codec's `tc.*` keys (`tc.send` refuses them)
-nor those that described the input (`DESCRIBES_INPUT`: a frame's `pixel_format` on the boxes a
-detector made from it fails every message: "type: expected Image, got BoundingBoxes").
+"""The caller's own metadata keys beside the codec's (README.md's example uses both and says what
+goes wrong without them): `stamp` writes what makes a message verifiable and timeable, `carry`
+keeps what travels on from a received message to the one a node makes from it.
 """
 
 from __future__ import annotations
