@@ -1,8 +1,6 @@
-"""Plain bytes for consumers that do not speak the codec (dora's image nodes, plotting, recording).
-
-`tc.send_plain` (dora/output.py) writes one tensor's values in row-major order as a flat UInt8
-message, with no codec keys. `plain_bytes` is the receiving side: a flat uint8 tensor over a
-message's bytes, zero-copy where dora's buffer allows.
+"""Plain bytes for consumers that do not speak the codec (dora's image nodes, plotting, recording):
+`plain_bytes` reads what `tc.send_plain` (dora/output.py) writes, one tensor's values in row-major
+order as a flat UInt8 message with no codec keys.
 """
 
 from __future__ import annotations
