@@ -52,9 +52,8 @@ class Description:
 
 
 def message_transport(metadata: Any) -> str:
-    """The transport a tensor_codec message's header names (``"host"``, ``"cuda-ipc"``), the
-    header validated as decode validates it and cached with it (after a decode of a message
-    with the same header: one lookup). DecodeError for a malformed one."""
+    """The transport a tensor_codec message's header names (``"host"``, ``"cuda-ipc"``), validated
+    and cached as decode's (see the module doc). DecodeError for a malformed one."""
     return received.compile_header(read_metadata(metadata), transport_for_message).transport.name
 
 
