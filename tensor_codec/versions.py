@@ -63,12 +63,9 @@ def _installed_version(name: str) -> str | None:
 
 
 def require() -> None:
-    """Raise ImportError naming every supported package that is too old (called on import).
-
-    torch is already imported by then, so its own ``__version__`` is what counts; torchvision and
-    pyarrow are read from their installed metadata. torchvision may be absent (kinds.py then knows
-    plain tensors only); when it is there it must be a supported release.
-    """
+    """Raise ImportError naming every supported package that is too old (called on import): torch
+    by its own ``__version__`` (imported by then), the others by their installed metadata.
+    torchvision may be absent (kinds.py then knows plain tensors only)."""
     import torch
 
     found = {
