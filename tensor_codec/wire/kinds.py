@@ -80,12 +80,11 @@ MAKE_SUBCLASS: Any = torch.Tensor._make_subclass
 @functools.cache
 def retypes_in_place(cls: type) -> bool:
     """Whether a tensor torch made (DLPack's view of a message) can be handed out as a `cls` by
-    setting its ``__class__``, instead of a second tensor object made over it (`handed_out_as`).
-    In a dora node that second object cost 15 to 20 us of a 1 MB Image's receive with the caches
-    cold between messages, three times the rest of tc's receive.
-    Yes for a subclass without a ``__torch_dispatch__`` of its own (torch sets up such a class's
-    dispatch when it makes the object, which an assignment skips; TVTensors have none) whose
-    objects Python lets a tensor become (the same memory layout: tried here, once per class)."""
+    setting its ``__class__``, instead of a second tensor object made over it (`handed_out_as`),
+    which cost three times the rest of tc's receive (docs/transports.md, "Host bytes through
+    dora"). Yes for a subclass without a ``__torch_dispatch__`` of its own (torch sets up such a
+    class's dispatch when it makes the object, which an assignment skips; TVTensors have none)
+    whose objects Python lets a tensor become (the same memory layout: tried here, once per class)."""
     if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)) or cls is torch.Tensor:
         return False
     if getattr(cls, "__torch_dispatch__", None) is not getattr(torch.Tensor, "__torch_dispatch__", None):
@@ -106,9 +105,8 @@ def handed_out_as(plain: torch.Tensor, cls: type, owned: bool = False) -> Any:
     (tensor_codec/lifetimes.py empties the handed-out tensor only: a `_base` kept the message's
     memory, dora's shared memory, alive).
 
-    `owned`: nothing else holds or tracks `plain` (a decode's copied leaf, tensor_codec/codec.py),
-    so `plain` itself becomes the instance where the class allows (`retypes_in_place`): no second
-    tensor object, 7% of a small message's encode + decode in instructions."""
+    `owned`: nothing else holds or tracks `plain` (a decode's copied leaf), so `plain` itself
+    becomes the instance where the class allows (`retypes_in_place`; what it saves: transports.md)."""
     if owned and retypes_in_place(cls):
         plain.__class__ = cls
         return plain
