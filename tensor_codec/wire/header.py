@@ -39,11 +39,9 @@ __all__ = [
 VERSION = 2
 RESERVED_PREFIX = "tc."
 KEY_HEADER = "tc.header"
-# Version 1's own key for its version, beside tc.header: a message that has it was written by a
-# version-1 sender, which this reader names rather than misreads.
+# Version 1's own key for its version: a message with it is named as version 1's, never misread (wire-format.md 8).
 V1_KEY_VERSION = "tc.version"
-# The header's first members, every transport's (its envelope), in the order writers put them.
-# Every later version keeps `tc.header` a JSON object whose first member is its version.
+# The header's first members, every transport's (its envelope), in the order writers put them (wire-format.md 8).
 VERSION_MEMBER = "version"
 TRANSPORT_MEMBER = "transport"
 TRANSPORT_FIELD = f"{KEY_HEADER}.{TRANSPORT_MEMBER}"  # how errors name the transport a header gives
