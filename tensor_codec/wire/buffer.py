@@ -82,10 +82,9 @@ _ZEROS = bytes(max(HOST_ALIGNMENT, CUDA_IPC_ALIGNMENT))
 
 
 class Padding:
-    """Where the padding between leaves lies, and the check that it is zero, as the format says
-    (a writer that leaks memory there, or hides data in it, is refused). At most the alignment - 1
-    bytes per leaf: a few gaps are compared one by one (memcmp through a memoryview), many in one
-    numpy gather over positions worked out once per header."""
+    """Where the padding between leaves lies, and the check that it is zero (wire-format.md 5 says
+    why). At most the alignment - 1 bytes per leaf: a few gaps are compared one by one (memcmp
+    through a memoryview), many in one numpy gather over positions worked out once per header."""
 
     _ONE_BY_ONE = 64  # measured: a memoryview compare costs ~0.35 us a gap, the numpy gather ~10 us plus 0.1 a gap
 

@@ -38,11 +38,9 @@ NAMEDTUPLES: dict[str, type[Any]] = {}  # registered classes by the name they tr
 
 
 def register_namedtuple(cls: type, name: str | None = None) -> type:
-    """Let received namedtuples come back as `cls` (found by a stable name, never imported).
-
-    Without registration a namedtuple arrives as a generated namedtuple class with the same name
-    and fields (equal by value). Usable as a class decorator.
-    """
+    """Let received namedtuples come back as `cls` (found by a stable name, never imported); one
+    not registered arrives as a generated class with the same name and fields (equal by value).
+    Usable as a class decorator."""
     if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
         raise UsageError(f"register_namedtuple: expected a namedtuple class, got {cls!r:.80}")
     NAMEDTUPLES[name or namedtuple_name(cls)] = cls
