@@ -107,7 +107,7 @@ def test_a_dense_permuted_tensor_is_one_byte_copy(monkeypatch, dora_copies_below
 
 @pytest.mark.parametrize("path", ["encode", "send"])
 def test_encode_and_send_go_one_pipeline_and_give_the_layout_up_when_a_write_fails(monkeypatch, path):
-    """Both paths lay the message out through send_pipeline once and write through it; a write
+    """Both paths lay the message out through send_pipeline once and write with its transport; a write
     that fails (after the layout was made) gives the layout up once and reaches the caller."""
     from tensor_codec.transports.host import HostTransport
 
