@@ -140,6 +140,7 @@ def test_malformed_headers(header, fragment):
 def test_nesting_is_counted_outside_string_literals():
     assert header_json.nesting('["]]]]", [[{"a": "[[[["}]]]') == 4
     assert header_json.nesting('"[[[["') == 0 and header_json.nesting("7") == 0
+    assert header_json.nesting('"["') == 0  # one bracket, in a string: no nesting, however few brackets there are
     # Brackets in strings neither hide a deep header nor refuse a shallow one.
     deep = '{"leaves": [], "tree": "' + "]" * 300 + '", "x": ' + "[" * 300 + "]" * 300 + "}"
     assert header_json.nesting(deep) == 301
