@@ -412,6 +412,15 @@ def test_escapes_that_make_characters_still_decode(escaped, text):
     assert tc.decode(value, metadata) == {"k": text}
 
 
+def _boxes_clamped(mode: str):
+    """A BoundingBoxes whose clamping_mode is `mode` (torchvision's constructor refuses any but its own)."""
+    from torchvision import tv_tensors as tvt
+
+    boxes = tvt.BoundingBoxes(torch.zeros(1, 4), format="XYXY", canvas_size=(4, 4))
+    boxes.clamping_mode = mode
+    return boxes
+
+
 @pytest.mark.parametrize(
     "obj, where",
     [
@@ -419,8 +428,10 @@ def test_escapes_that_make_characters_still_decode(escaped, text):
         ({"\udc00": 1}, "dict key at `$`"),
         ({"boxes": [("label", "x\udfff")]}, "string at `$.boxes[0][1]`"),
         ({7: {"deep": ["\ud83d"]}}, "string at `$[7].deep[0]`"),
+        ([collections.namedtuple("Point", ["x"], module="labels\ud800")(1)], "namedtuple name or field at `$[0]`"),
+        ({"b": _boxes_clamped("soft\udc00")}, "attribute `clamping_mode` of the tensor at `$.b`"),
     ],
-    ids=["value", "dict-key", "nested", "under-an-int-key"],
+    ids=["value", "dict-key", "nested", "under-an-int-key", "namedtuple-name", "clamping-mode"],
 )
 def test_encoding_a_lone_surrogate_is_an_encode_error_naming_its_path(obj, where):
     with pytest.raises(tc.EncodeError) as info:
