@@ -18,10 +18,10 @@ from torch.nn.utils.rnn import PackedSequence, pack_sequence
 
 from .errors import format_path
 from .layout import plan_leaf, values_of
-from .walk import children, fold, plain_of
+from .walk import fold, plain_of
 from .wire.dtypes import supported_torch_dtypes
 from .wire.kinds import TV_ATTRIBUTES
-from .wire.structure import DICT, LIST, NAMEDTUPLE, TUPLE
+from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED, TUPLE
 
 __all__ = [
     "make_layout_cases",
@@ -210,8 +210,9 @@ def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path:
             assert list(a) == list(e), f"{where(parts)}: expected keys {list(e)}, got {list(a)}"
         elif tag is LIST or tag is TUPLE:
             assert len(a) == len(e), f"{where(parts)}: expected length {len(e)}, got {len(a)}"
-        for key in children(e, tag):
-            counterparts[parts + (key,)] = a[key] if tag is DICT or tag is LIST or tag is TUPLE else getattr(a, key)
+        by_name = tag is NAMEDTUPLE or tag is PACKED  # its fields, in the order walk.fold visits them
+        for key in te._fields if by_name else e if tag is DICT else range(len(e)):
+            counterparts[parts + (key,)] = getattr(a, key) if by_name else a[key]
 
     def on_tensor(e: torch.Tensor, kind: Any, parts: tuple) -> None:
         a = counterparts.pop(parts)

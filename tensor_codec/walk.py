@@ -29,7 +29,6 @@ from .wire.structure import DICT, INT64_MAX, INT64_MIN, LIST, MAX_DEPTH, NAMEDTU
 __all__ = [
     "SUPPORTED",
     "fold",
-    "children",
     "plain_of",
 ]
 
@@ -96,9 +95,8 @@ def fold(
     is None, bool, int, float or str), a container without `on_container` gives None. `on_enter`
     sees a container before its children, `on_container` after them, with `values`: what the
     walk made of each child, in order (for a dict ``[key, value]`` pairs, as the wire tree has
-    them; ``children(x, tag)`` gives the others' keys). `tag` is DICT, LIST, TUPLE, NAMEDTUPLE or
-    PACKED; `path` the dict keys, list/tuple indices and namedtuple or PackedSequence field names
-    from the root.
+    them). `tag` is DICT, LIST, TUPLE, NAMEDTUPLE or PACKED; `path` the dict keys, list/tuple
+    indices and namedtuple or PackedSequence field names from the root.
     """
     # Locals of the closure: read faster than module globals on every node.
     types, scalar, integer, max_depth = _TYPES, _SCALAR, _INT, MAX_DEPTH
@@ -147,12 +145,3 @@ def fold(
         return node(obj, (), 0)
     finally:
         del node  # `node` refers to itself: without this each walk would leave a cycle for the GC
-
-
-def children(x: Any, tag: str) -> tuple:
-    """The keys of a container's children, in the walk's order."""
-    if tag is DICT:
-        return tuple(x)
-    if tag is LIST or tag is TUPLE:
-        return tuple(range(len(x)))
-    return type(x)._fields
