@@ -28,7 +28,6 @@ from .ledger_file import (
     SLOT_HEAD,
     SLOT_HEAD_BYTES,
     LedgerError,
-    claims_in,
     create_ledger_file,
     open_ledger_file,
     remove_stale_ledgers,
@@ -142,10 +141,10 @@ class Ledger:
                 # compared with its last `signature`, taken as long again (equal, it is unchanged).
                 start, last = entry[6], seen.get(slot)
                 if last is not None and m[start : start + len(last)] == last:
-                    # With as many claims as receivers expected it waits for releases, not for
-                    # progress.py's inference (claims by one process past its share, counted
-                    # once in the full look, can only postpone that look to the next sweep).
-                    if output not in changed or claims_in(last) >= entry[4]:
+                    # With as many claims (holder entries in `last`) as receivers expected it waits
+                    # for releases, not for progress.py's inference (claims by one process past its
+                    # share, counted once in the full look, can only postpone that look to the next sweep).
+                    if output not in changed or (len(last) - SLOT_HEAD_BYTES) // HOLDER_BYTES >= entry[4]:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)

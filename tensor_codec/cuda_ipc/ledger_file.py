@@ -38,7 +38,6 @@ __all__ = [
     "remove_stale_ledgers",
     "slot_offset",
     "signature",
-    "claims_in",
 ]
 
 # 02: claims capped per process (`per_process` in the slot head); 03: no release event per holder
@@ -74,11 +73,6 @@ def signature(m: mmap.mmap, start: int) -> bytes:
     them): equal bytes there are an unchanged signature."""
     claims = min(_CLAIMS.unpack_from(m, start + 14)[0], HOLDERS)
     return m[start : start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES]
-
-
-def claims_in(taken: bytes) -> int:
-    """The claims (at most HOLDERS) of the slot whose `signature` was `taken`."""
-    return (len(taken) - SLOT_HEAD_BYTES) // HOLDER_BYTES
 
 
 def open_own_file(path: str, flags: int) -> int:
