@@ -182,7 +182,7 @@ def expected_wire_strides(t: torch.Tensor) -> tuple[int, ...]:
     return plan_leaf(plain_of(t), ()).strides
 
 
-def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path: str = "$") -> None:
+def assert_identical(actual: Any, expected: Any, *, strides: str = "wire") -> None:
     """Raise AssertionError naming the path of the first difference (``$.boxes[2]``).
 
     strides: "wire" (as the wire format promises), "exact" (same as `expected`) or "ignore".
@@ -191,42 +191,39 @@ def assert_identical(actual: Any, expected: Any, *, strides: str = "wire", path:
     """
     counterparts = {(): actual}  # path -> the part of `actual` found there
 
-    def where(parts: tuple) -> str:
-        return path + format_path(parts)[1:]
-
     def on_enter(e: Any, tag: str, parts: tuple) -> None:
         a = counterparts.pop(parts)
         te, ta = type(e), type(a)
         if tag is NAMEDTUPLE:  # a received namedtuple may be a generated class: same name and fields
             assert issubclass(ta, tuple) and getattr(ta, "_fields", None) == te._fields, (
-                f"{where(parts)}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
+                f"{format_path(parts)}: expected namedtuple {te.__name__}{te._fields}, got {ta.__name__}"
             )
             assert ta.__name__ == te.__name__, (
-                f"{where(parts)}: expected namedtuple named {te.__name__}, got {ta.__name__}"
+                f"{format_path(parts)}: expected namedtuple named {te.__name__}, got {ta.__name__}"
             )
         else:
-            assert ta is te, f"{where(parts)}: expected type {te.__name__}, got {ta.__name__}"
+            assert ta is te, f"{format_path(parts)}: expected type {te.__name__}, got {ta.__name__}"
         if tag is DICT:
-            assert list(a) == list(e), f"{where(parts)}: expected keys {list(e)}, got {list(a)}"
+            assert list(a) == list(e), f"{format_path(parts)}: expected keys {list(e)}, got {list(a)}"
         elif tag is LIST or tag is TUPLE:
-            assert len(a) == len(e), f"{where(parts)}: expected length {len(e)}, got {len(a)}"
+            assert len(a) == len(e), f"{format_path(parts)}: expected length {len(e)}, got {len(a)}"
         by_name = tag is NAMEDTUPLE or tag is PACKED  # its fields, in the order walk.fold visits them
         for key in te._fields if by_name else e if tag is DICT else range(len(e)):
             counterparts[parts + (key,)] = getattr(a, key) if by_name else a[key]
 
     def on_tensor(e: torch.Tensor, kind: Any, parts: tuple) -> None:
         a = counterparts.pop(parts)
-        assert type(a) is type(e), f"{where(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
-        _assert_tensor(a, e, strides, where(parts))
+        assert type(a) is type(e), f"{format_path(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
+        _assert_tensor(a, e, strides, format_path(parts))
 
     def on_scalar(e: Any, parts: tuple) -> None:
         a = counterparts.pop(parts)
-        assert type(a) is type(e), f"{where(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
+        assert type(a) is type(e), f"{format_path(parts)}: expected type {type(e).__name__}, got {type(a).__name__}"
         if type(e) is float:
             same = (math.isnan(a) and math.isnan(e)) or (a == e and math.copysign(1, a) == math.copysign(1, e))
-            assert same, f"{where(parts)}: expected {e!r}, got {a!r}"
+            assert same, f"{format_path(parts)}: expected {e!r}, got {a!r}"
         else:
-            assert a == e, f"{where(parts)}: expected {e!r}, got {a!r}"
+            assert a == e, f"{format_path(parts)}: expected {e!r}, got {a!r}"
 
     fold(expected, on_tensor, on_scalar, None, on_enter)
 
