@@ -1,11 +1,7 @@
 """How far each receiver of one output got: the evidence that an unclaimed message was lost on
 the way (dora 1.1 drops the oldest of a full input queue), not still waiting in a receiver's queue.
-
-Time alone cannot tell the two apart: a receiver behind a backlog, or one whose first message
-starts CUDA (seconds on a loaded host), claims late but claims. Order can: dora delivers each
-input's messages in order, so a receiver that claimed a later message of an output has claimed
-this one or never will. When a receiver's part of a message counts as done: docs/wire-format.md,
-section 5a, "Lifetime".
+Time alone cannot tell the two apart (a receiver behind a backlog, or one whose first message
+starts CUDA, claims late but claims); the order of its claims can: docs/wire-format.md, 5a, "Lifetime".
 """
 
 from __future__ import annotations
