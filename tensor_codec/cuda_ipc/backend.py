@@ -1,8 +1,6 @@
-"""The only place that talks to CUDA for the CUDA IPC transport, through torch's own APIs (which
-GPU is which aside: tensor_codec/gpus.py). The transport (transport.py) does the protocol; these
-are the few device operations it needs, so a CPU stand-in with the same methods
-(tests/support/ipc_fake_backend.py) drives the whole protocol without a GPU. The torch 2.14 facts
-they rest on: docs/cuda-ipc-design.md, "Facts about torch 2.14" and "Release without events".
+"""Every device operation of the CUDA IPC transport, through torch's own APIs (which GPU is which
+aside: tensor_codec/gpus.py), so that a CPU stand-in drives the whole protocol without a GPU
+(docs/cuda-ipc-design.md, "Status"; what they rest on: "Facts about torch 2.14", "Release without events").
 """
 
 from __future__ import annotations
@@ -54,10 +52,8 @@ class _MessageMemory:
 
 
 class CudaBackend:
-    """Every device operation of the transport. The pools (pool.py, receiving.py) call the set-up
-    operations (`allocate`, `export`, `new_event`, `open_segment`, `open_event`, `new_marker`)
-    once per buffer, event or marker; per message there remain `record`, `wait`, `message_view`
-    and `record_marker`. The CPU stand-in counts each call, and tests hold the transport to that."""
+    """The transport's device operations, set-up and per message as the sections below say (the CPU
+    stand-in counts each call: tests/ipc/test_ipc_steady_state.py holds the transport to them)."""
 
     # ---- where the work goes (which GPU is which is gpus.py's: the stand-in serves both)
     def current_stream(self, index: int) -> Any:
