@@ -1,8 +1,5 @@
-"""CUDA IPC transport: GPU tensors between processes of one machine, never through the host.
-
-Its steps and the order of a receiver's checks: docs/wire-format.md, section 5a, and
-docs/cuda-ipc-design.md, "The protocol". The device work is backend.py's (tests swap in a CPU
-stand-in: `use_backend`).
+"""CUDA IPC transport: its steps and the order of a receiver's checks are docs/wire-format.md 5a's
+and docs/cuda-ipc-design.md's ("The protocol"); the device work is backend.py's (`use_backend`).
 """
 
 from __future__ import annotations
