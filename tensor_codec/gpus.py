@@ -1,9 +1,7 @@
-"""This process's GPUs: which physical GPU (by UUID) is behind a CUDA device index, and back.
-
-A header names a GPU by UUID (a CUDA IPC producer's GPU, or the GPU host bytes are restored onto),
-so the same GPU under another index (CUDA_VISIBLE_DEVICES) is found. The GPUs are torch's
-(`TorchGpus`), or the tests' CPU stand-in installed with its CUDA IPC backend
-(cuda_ipc.use_backend). Nothing here initialises CUDA before a GPU is asked about.
+"""This process's GPUs: which physical GPU (by UUID) is behind a CUDA device index, and back. A
+header names a GPU by UUID (a CUDA IPC producer's, or the one host bytes are restored onto), so the
+same GPU under another index (CUDA_VISIBLE_DEVICES) is found. Nothing here initialises CUDA before
+a GPU is asked about.
 """
 
 from __future__ import annotations
