@@ -136,11 +136,9 @@ def plan_leaf(t: torch.Tensor, path: tuple) -> LeafLayout:
     t = values_of(t, path)
     shape = tuple(t.shape)
     strides = tuple(t.stride())
-    if t.is_contiguous():  # the common case: dense row-major, nothing to work out
+    if t.is_contiguous():  # the common case: dense row-major, nothing to work out (torch: any empty tensor)
         numel = t.numel()
         return LeafLayout(dtype, shape, strides, numel * dtype.itemsize, t, raw_span=numel > 0)
-    if t.numel() == 0:
-        return LeafLayout(dtype, shape, strides, 0, t, raw_span=False)
 
     broadcast = [d for d in range(len(shape)) if shape[d] > 1 and strides[d] == 0]
     reduced = t
