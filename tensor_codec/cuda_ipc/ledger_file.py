@@ -113,7 +113,6 @@ class LedgerFile:
         create = size is not None
         if "/" in name or "\0" in name or not name.startswith("tc-"):
             raise LedgerError(f"ledger: expected a name like 'tc-...', got {name!r}")
-        self.name = name
         self.path = os.path.join(directory, name)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
