@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import EncodeError, UsageError
+from .errors import EncodeError
 from .transports.names import AUTO, CHOICES, CUDA_IPC, HOST, HOST_TO_GPU
 from .wire.cuda_ipc import HOLDERS
 
@@ -134,11 +134,7 @@ def resolve(requested: str, plan: Plan, output: Output, route: Callable[[], Outp
     if name == CUDA_IPC and not plan.has_cuda:
         name, why = HOST, f"{NO_CUDA}: cuda-ipc shares GPU memory, so host bytes carry it"
     elif name == AUTO:
-        if route is None:
-            raise UsageError(
-                f"transport: 'auto' picks by the consumers of a dora output; without one (output "
-                f"'{output.name}') ask for 'host' or 'cuda-ipc'"
-            )
+        assert route is not None  # tc.encode, the one caller without a dataflow, refuses "auto" itself
         name, why = choose(route(), plan.has_cuda, lambda: plan.data_bytes)
     elif name != requested:
         return name, f"forced by {ENV_TRANSPORT}={name}"
