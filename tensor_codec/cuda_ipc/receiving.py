@@ -89,7 +89,7 @@ class Receiver:
         """Claim, open, wait, view -> (uint8 tensor over the message, its lifetime object, the index
         of its GPU here, found by `local_index()`, which may start CUDA: only once claimed).
         DecodeError for every refusal; a claim is given back if anything after it fails."""
-        comparable = producer.pidns == pid_namespace()
+        pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
         ledger, ref = self._slot(producer, fields)
         try:
             ledger.claim(ref)
@@ -98,15 +98,13 @@ class Receiver:
         self.claimed += 1
         try:
             index = local_index()
-            segment = self.segments.get(
-                producer.ledger, producer.pid if comparable else None, fields.handle, index, fields.offset, fields.size
-            )
+            segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
             if segment.end is not None and segment.base + fields.offset + fields.size > segment.end:
                 raise DecodeError(
                     f"tc.ipc.offset: expected the message inside the producer's segment of "
                     f"{segment.end - segment.base} bytes, got bytes {fields.offset}..{fields.offset + fields.size}"
                 )
-            event = self.events.get(producer.ledger, producer.pid if comparable else None, fields.event, index)
+            event = self.events.get(producer.ledger, pid, fields.event, index)
             self.backend.wait(event, index)
             view, memory = self.backend.message_view(segment, fields.offset, fields.size, index)
         except DecodeError:
