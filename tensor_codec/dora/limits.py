@@ -207,7 +207,6 @@ class SendLimit:
     # output's startup handshake completed (`STARTUP_GRACE_MS`).
     max_bytes: int
     guaranteed_bytes: int  # what goes whatever happens: the daemon path's limit
-    kind: str  # which of dora's limits sets max_bytes: "cap", "pool" or "daemon"
     limit: str  # that limit in words
     pool: int
     pool_source: str
@@ -221,27 +220,26 @@ def send_limit(pool: int, pool_source: str, pinned: Pin | None, metadata_bytes: 
     daemon_words = f"its daemon path, which carries at most {_mib(daemon)} per message (64 MiB with the metadata)"
     if pinned is not None:
         why = f"dora sends this output on {daemon_words}, whatever the pool: {pinned.why}"
-        return SendLimit(daemon, daemon, "daemon", why, pool, pool_source, pinned)
+        return SendLimit(daemon, daemon, why, pool, pool_source, pinned)
     fits = pool_payload(pool)
     if fits >= CAP_PAYLOAD:
         why = (
             "dora caps one message at an Arrow IPC stream of 256 MiB (the payload and 1/8 more for the validity "
             f"bitmap it writes): at most {_mib(CAP_PAYLOAD)} of payload, whatever the pool"
         )
-        return SendLimit(CAP_PAYLOAD, daemon, "cap", why, pool, pool_source, None)
+        return SendLimit(CAP_PAYLOAD, daemon, why, pool, pool_source, None)
     why = (
         f"it does not fit this node's shared_memory_pool_size of {_mib(pool)} (from {pool_source}; it holds at most "
         f"{_mib(fits)} of payload, with dora's 1/8 validity bitmap), so dora would send it on {daemon_words}"
     )
-    kind = "pool" if fits >= daemon else "daemon"
-    return SendLimit(max(fits, daemon), daemon, kind, why, pool, pool_source, None)
+    return SendLimit(max(fits, daemon), daemon, why, pool, pool_source, None)
 
 
 def too_large(output_id: str, nbytes: int, limit: SendLimit, node: str) -> MessageTooLargeError:
     """The error for a message of `nbytes` over `limit`, naming the limit and what lifts it."""
     if limit.pin is not None:
         cure = "To carry it, " + limit.pin.cure.format(limit=_mib(limit.max_bytes))
-    elif limit.kind == "cap" or nbytes > CAP_PAYLOAD:
+    elif nbytes > CAP_PAYLOAD:  # (over a limit that is the cap, the message is over the cap)
         cure = "No dora setting raises this cap: send the data in parts (several messages, or several outputs)"
     else:
         most = _mib(limit.max_bytes)
