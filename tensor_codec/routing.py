@@ -85,8 +85,6 @@ class Consumer:
 class OutputRoute:
     """Where an output's consumers run, as far as the dataflow says."""
 
-    output: str
-    node: str | None  # this node's id
     machine: str | None  # this node's machine id
     consumers: tuple[Consumer, ...]
     unknown: str | None = None  # why nothing can be said (no descriptor, no node id)

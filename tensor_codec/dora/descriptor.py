@@ -84,9 +84,9 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
     input's queue_size and queue_policy."""
     machine = clean_machine(machine)
     if node is None:
-        return OutputRoute(output_id, None, machine, (), "this node's id is not known")
+        return OutputRoute(machine, (), "this node's id is not known")
     if not isinstance(descriptor, dict) or not isinstance(descriptor.get("nodes"), list):
-        return OutputRoute(output_id, node, machine, (), "no dataflow descriptor")
+        return OutputRoute(machine, (), "no dataflow descriptor")
     wanted = f"{node}/{output_id}"
     consumers = []
     for entry in node_entries(descriptor):
@@ -98,7 +98,7 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
             where, unknown = _placement(entry, descriptor.get("deploy"))
             size, policy = queue_of(spec)
             consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown, size, policy))
-    return OutputRoute(output_id, node, machine, tuple(consumers))
+    return OutputRoute(machine, tuple(consumers))
 
 
 def input_queue(descriptor: Any, node_id: str | None, input_id: str) -> tuple[int | None, str | None]:
