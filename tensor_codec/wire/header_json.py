@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -35,8 +34,7 @@ __all__ = [
 MAX_NESTING = 4 * MAX_DEPTH
 
 
-@dataclass(frozen=True)
-class HeaderCost:
+class HeaderCost(NamedTuple):
     items: int
     string_bytes: int
 
