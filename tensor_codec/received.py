@@ -1,9 +1,6 @@
-"""The receive side's counterpart of planning: a header text compiled once into everything a
-message of that header needs (validated leaf table, tree builder, the transport's prepared
-layout), with the two ways such a message becomes its object (`Compiled.view`, `Compiled.restore`),
-and the caches of those by text (docs/repository.md, "Module-level state", says what `_cache` and
-`_tables` keep and why). A message's data is still checked against its header every time, by the
-transport.
+"""The receive side's counterpart of planning: a header text compiled once (`Compiled`) and the
+caches of those by text (docs/repository.md, "Module-level state", says what `_cache` and `_tables`
+keep and why). A message's data is still checked against its header every time, by the transport.
 """
 
 from __future__ import annotations
