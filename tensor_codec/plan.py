@@ -53,12 +53,10 @@ def on_gpu(t: torch.Tensor) -> bool:
 
 
 _PLAN_CACHE_ENTRIES = 512
-# The plans of single tensors, two levels in one table, oldest first: a tensor's wire layout by
-# everything it depends on (a layout key: dtype, shape, strides, device, lazy bits), and its plan
-# (tree and the transports' memo) by that and the kind's attributes (a plan key: (layout key, tag,
-# attributes)). The two keys never meet: a layout key starts with a dtype, a plan key with a
-# tuple. A stream whose attributes change (a new canvas size every frame) still reuses the layout
-# (laid out again once its own new plans have pushed it out).
+# The plans of single tensors, two levels in one table, oldest first (docs/repository.md's row says
+# by what; make_plan builds the keys). A layout key starts with a dtype, a plan key with a tuple:
+# the two never meet. A stream whose attributes change (a new canvas size every frame) still reuses
+# the layout (laid out again once its own new plans have pushed it out).
 _plans: collections.OrderedDict = collections.OrderedDict()
 _ROOT_PATHS = ((),)
 
