@@ -21,15 +21,13 @@ _NO_TEXT = frozenset({int, float, bool, type(None)})
 
 def keys_pass(keys: tuple) -> bool:
     """Whether every key is text UTF-8 carries, not reserved and not one of dora's image keys."""
-    for key in keys:
-        if not (
-            type(key) is str
-            and not key.startswith(RESERVED_PREFIX)
-            and key not in DORA_IMAGE_KEYS
-            and (key.isascii() or not lone_surrogate(key))
-        ):
-            return False
-    return True
+    return all(
+        type(key) is str
+        and not key.startswith(RESERVED_PREFIX)
+        and key not in DORA_IMAGE_KEYS
+        and (key.isascii() or not lone_surrogate(key))
+        for key in keys
+    )
 
 
 def refuse(metadata: Any) -> None:
