@@ -53,28 +53,19 @@ def problems(found: dict[str, str | None]) -> list[str]:
     return out
 
 
-def _installed_version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def require() -> None:
     """Raise ImportError naming every supported package that is too old (called on import): torch
     by its own ``__version__`` (imported by then), the others by their installed metadata.
     torchvision may be absent (kinds.py then knows plain tensors only)."""
+    import contextlib
+    from importlib import metadata
+
     import torch
 
-    found = {
-        "torch": torch.__version__,
-        "pyarrow": _installed_version("pyarrow"),
-        "torchvision": _installed_version("torchvision"),
-    }
-    if found["torchvision"] is None:
-        found.pop("torchvision")
+    found: dict[str, str | None] = {"torch": torch.__version__, "pyarrow": None}  # None: not installed
+    for name in ("pyarrow", "torchvision"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
     bad = problems(found)
     if bad:
         raise ImportError(
