@@ -156,7 +156,8 @@ class Ledger:
         return done
 
     def _finish_if_done(self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int) -> int | None:
-        """-> the expected claims it never got, once finished."""
+        """-> the expected claims it never got, once finished: no receiver holds it, and every one
+        expected claimed it or will never claim it (progress.py)."""
         generation, _, output, order, expected, per_process, start = entry
         progress = self.progress[output]
         m = self.file.map
@@ -176,24 +177,18 @@ class Ledger:
                 if hstate == HOLDING and pid_alive(pid):
                     holding += 1
             progress.saw(order, claimers, claimed_ns)
-            if holding or not self._accounted_for(progress, order, claimers, expected, published, now):
+            timeout = self.claim_timeout_ns
+            # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
+            # got) are given up on after the claim timeout, as nothing will tell otherwise.
+            if holding or not (
+                claimers.total() >= expected
+                or progress.accounted(order, claimers, published, now, timeout) >= expected
+                or (progress.known() < expected and now - published >= timeout)
+            ):
                 self.seen[slot] = signature(m, start)
                 return None
             SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
             return max(0, expected - claimers.total())
-
-    def _accounted_for(
-        self, progress: OutputProgress, order: int, claimers: Counter, expected: int, published: int, now: int
-    ) -> bool:
-        """Every expected receiver claimed the message, or will never claim it (progress.py)."""
-        if claimers.total() >= expected:
-            return True
-        timeout = self.claim_timeout_ns
-        if progress.accounted(order, claimers, published, now, timeout) >= expected:
-            return True
-        # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
-        # got): given up on after the claim timeout, as nothing will tell otherwise.
-        return progress.known() < expected and now - published >= timeout
 
     def abandon(self, ref: SlotRef) -> object | None:
         """Take back a slot whose message never left (its send failed); -> its token, or None for a
