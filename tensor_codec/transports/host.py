@@ -25,7 +25,9 @@ from .base import Materialized, Outgoing, Output
 from .names import HOST
 
 _UINT8 = pa.uint8()
-SMALL_MESSAGE_BYTES = 4096  # dora's own threshold for shared memory; smaller messages are copied
+# dora's own threshold for shared memory: smaller messages arrive inline, at unaligned addresses,
+# and receivers copy them (one copy of < 4 KiB costs less than the bookkeeping a borrowed view needs).
+SMALL_MESSAGE_BYTES = 4096
 
 
 class HostTransport:
@@ -72,9 +74,8 @@ class HostTransport:
             end = start + leaf.nbytes
 
     def value_in_place(self, outgoing: Outgoing) -> pa.Array | None:
-        """The message's value as an Arrow array over the source tensor's own memory, when the
-        whole value is one dense host tensor's span (most messages; else None). Nothing is
-        copied; the array keeps the tensor alive."""
+        """The value as an Arrow array over the source tensor's own memory, not copied (the array keeps
+        the tensor alive), when it is one dense host tensor's span (most messages); else None."""
         src = _dense_host_source(outgoing)
         if src is None:
             return None
@@ -117,7 +118,6 @@ class HostTransport:
             check_gpu_uuid(gpu, f"tc.header.{KEY_GPU}")
         in_place = None
         if only is not None and gpu is None and total >= SMALL_MESSAGE_BYTES:
-            # Small messages are copied: dora delivers them inline, at unaligned addresses.
             assert only.dtype.torch_dtype is not None  # wire.dtypes.by_name refuses a dtype this torch lacks
             in_place = (total, only.dtype.torch_dtype, only.shape, only.strides)
         return offsets, total, Padding(leaves, offsets), only, gpu, in_place
@@ -149,9 +149,7 @@ class HostTransport:
                 padding.check(buffer, value.offset * width)
             address = buffer.address + value.offset * width
         if owned:
-            # Owned, 64-byte aligned memory, one memmove. Small messages are always copied: dora
-            # delivers them inline at unaligned addresses, and one copy of < 4 KiB is cheaper than
-            # the bookkeeping a borrowed view needs.
+            # Owned, 64-byte aligned memory, one memmove (every small message: SMALL_MESSAGE_BYTES).
             if single is not None and device is None:
                 # One leaf (most messages): the tensor itself is the memory, no view to set up.
                 t = torch.empty_strided(single.shape, single.strides, dtype=single.dtype.torch_dtype)
@@ -197,10 +195,9 @@ def _dense_host_source(outgoing: Outgoing) -> torch.Tensor | None:
 
 
 def _write_any_leaf(leaf: LeafLayout, dest: Destination, start: int) -> None:
-    """`write_leaf` for a message that holds a GPU leaf (CUDA tensors sent as host bytes; the way
-    back is `materialize`'s device): a GPU leaf goes off the GPU in one plain copy (staging it
-    through pinned buffers of our own measured slower at every size, bench/host_staging.py), a
-    non-dense one compacted on the GPU first, where it is cheap."""
+    """`write_leaf` for a message that holds a GPU leaf (the way back is `materialize`'s device): one
+    plain copy off the GPU (not staged: docs/transports.md, "Across machines", says why), a non-dense
+    leaf compacted on the GPU first, where it is cheap."""
     src = leaf.source
     if src is None or not src.is_cuda or leaf.raw_span:
         write_leaf(leaf, dest, start)  # a dense GPU leaf: one plain copy of its span
