@@ -56,9 +56,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def check_same_machine(
-    producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None, pidns: str | None = None
-) -> None:
+def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None) -> None:
     """CUDA IPC only works between processes of one kernel, and never inside one process."""
     host = host_identity() if host is None else host
     if producer.host != host:
@@ -68,8 +66,7 @@ def check_same_machine(
             f"{host_name(host)!r} ({host}); across machines send host bytes (transport='auto', the default, "
             f"does when the dataflow deploys the receiver on another machine; or transport='host')"
         )
-    same_ns = producer.pidns == (pid_namespace() if pidns is None else pidns)
-    if same_ns and producer.pid == (os.getpid() if pid is None else pid):
+    if producer.pidns == pid_namespace() and producer.pid == (os.getpid() if pid is None else pid):
         raise DecodeError(
             "tc.header.producer.pid: a CUDA IPC message cannot be opened by the process that sent it; "
             "inside one process pass tensors directly"

@@ -118,7 +118,7 @@ def test_another_machine_is_refused_naming_both():
     with pytest.raises(
         tc.DecodeError, match=r"comes from 'gpu-box-a' \(1111@gpu-box-a\) and this is 'gpu-box-b' \(2222@gpu-box-b\)"
     ):
-        check_same_machine(producer, host="2222@gpu-box-b", pid=1, pidns="x")
+        check_same_machine(producer, host="2222@gpu-box-b", pid=1)
 
 
 def test_the_sending_process_itself_is_refused():
