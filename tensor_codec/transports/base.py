@@ -27,9 +27,7 @@ class Output:
 
     name: str  # in-flight accounting, logs
     receivers: Callable[[], int]  # how many read a message (asked only by transports that track them)
-    # The UUID of the GPU receivers restore host bytes onto (routing's small-message rule,
-    # routing.HOST_TO_GPU); None: tensors restored where the receiver asks.
-    onto_gpu: str | None = None
+    onto_gpu: str | None = None  # the GPU (UUID) receivers restore host bytes onto (routing.HOST_TO_GPU)
     receivers_per_process: Callable[[], int] = lambda: 1  # how many of those one process may be
     announced: set = field(default_factory=set)  # (transport, why) pairs routing.resolve logged for it
 
@@ -46,9 +44,7 @@ class Outgoing:
     offsets: list[int]  # where each leaf goes in it
     transport: Transport  # the one that laid it out
     token: Any = None  # the transport's own (a CUDA IPC ledger slot, freed by `abandon`)
-    # Whether the bytes travel in the value (host); if not, the value is empty and nothing is
-    # written (CUDA IPC: the bytes stay on the GPU).
-    in_value: bool = True
+    in_value: bool = True  # the bytes travel in the value (host); else it is empty (CUDA IPC: on the GPU)
 
     def __enter__(self) -> Outgoing:
         return self
@@ -91,12 +87,11 @@ class Transport(Protocol):
 
     def in_place_layout(self, prepared: Any) -> tuple[int, torch.dtype, tuple, tuple] | None:
         """For a header of one leaf, once (cached with it): (the value's length in bytes, the leaf's
-        dtype, shape and strides) when `received.Compiled.view` may hand a message's value out as
-        those bytes, retyped and shaped in place by a DLPack view, checking only the value's Arrow
-        type, length, nulls and alignment and never calling the transport: the leaf starts at the
-        value's first byte, is not empty, needs no check of its bytes (not bool, whose bytes must
-        be 0 or 1), is a dtype torch views without warning (not complex32), nothing is to be
-        restored onto a device, and no metadata key of the transport's is to be read. Else None."""
+        dtype, shape and strides) when `received.Compiled.view` may view a message's value as the
+        leaf, checking only its Arrow type, length, nulls and alignment, never calling the transport:
+        the leaf starts at the value's first byte, is not empty, its bytes need no check (not bool),
+        torch views its dtype without warning (not complex32), nothing is restored onto a device and
+        no metadata key of the transport's is read. Else None."""
 
     def materialize(
         self,
