@@ -19,7 +19,7 @@ import torch
 
 from .errors import ReleasedError, SharedViewWriteError, format_path
 from .layout import clone_exact, leaf_view
-from .tree import iter_tensors, leaf_paths, map_tensors
+from .tree import iter_leaves, leaf_paths, map_tensors
 
 __all__ = ["Scope", "scope", "release", "keep", "register_message", "register_leaf", "is_borrowed"]
 
@@ -228,7 +228,7 @@ def scope() -> Scope:
 
 def release(obj: Any) -> None:
     """Release every received message behind `obj` now (all of their parts, not only `obj`'s)."""
-    hits = [_message_of(t) for t in iter_tensors(obj)]
+    hits = [_message_of(t) for _, t in iter_leaves(obj) if isinstance(t, torch.Tensor)]
     messages = dict.fromkeys(hit[0] for hit in hits if hit is not None)  # each once, in order found
     _raise_problems([problem for message in messages for problem in message.release()])
 

@@ -21,7 +21,6 @@ __all__ = [
     "flatten",
     "tensor_node",
     "map_tensors",
-    "iter_tensors",
     "iter_leaves",
     "leaf_paths",
 ]
@@ -113,8 +112,3 @@ def iter_leaves(obj: Any):
     found: list = []
     walk.fold(obj, lambda x, kind, path: found.append((path, x)), lambda x, path: found.append((path, x)))
     yield from found
-
-
-def iter_tensors(obj: Any):
-    """Yield every tensor object of a supported structure, as found (TVTensors stay TVTensors)."""
-    yield from (leaf for _, leaf in iter_leaves(obj) if isinstance(leaf, torch.Tensor))
