@@ -26,19 +26,17 @@ __all__ = ["Plan", "make_plan"]
 
 @dataclass(slots=True)
 class Plan:
-    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout.
-
-    `memo` is set when the plan comes from the plan cache: a dict, shared by every plan of the same
-    tree and layout, where a transport keeps what it derives from the plan (its metadata), under
-    its own key. `layout_memo` likewise, shared by every plan of the same layout whatever its tree
-    (its attributes): what a transport derives from the leaves alone (their part of the header).
-    """
+    """An object taken apart, nothing copied yet: the tree and each tensor's wire layout."""
 
     tree: Any
     leaves: list[LeafLayout]
     paths: Sequence[tuple]
+    # Set on a plan from the plan cache: shared by every plan of the same tree and layout, where a
+    # transport keeps what it derives from the plan (its metadata), under its own key.
     memo: dict | None = None
-    has_cuda: bool = False  # whether any tensor lives on a GPU (what CUDA IPC could share)
+    has_cuda: bool = False  # whether any tensor is `on_gpu`
+    # Likewise, shared by every plan of the same layout whatever its tree (its attributes): what a
+    # transport derives from the leaves alone (their part of the header).
     layout_memo: dict | None = None
 
     @property
@@ -47,8 +45,7 @@ class Plan:
 
 
 def on_gpu(t: torch.Tensor) -> bool:
-    """Whether a tensor's bytes are on a GPU (what CUDA IPC could share); the CPU stand-in of the
-    CUDA IPC tests replaces it."""
+    """Whether a tensor's bytes are on a GPU (what CUDA IPC could share; the tests' stand-in replaces it)."""
     return t.is_cuda
 
 
