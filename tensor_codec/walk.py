@@ -59,8 +59,7 @@ _TYPES: dict[type, Any] = {
 
 
 def plain_of(x: torch.Tensor) -> torch.Tensor:
-    """`x` as a plain tensor (an alias; property reads on a TVTensor go through the slow
-    ``__torch_function__``)."""
+    """`x` as a plain tensor, an alias (a TVTensor's property reads go through the slow ``__torch_function__``)."""
     return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
 
 
