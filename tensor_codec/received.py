@@ -25,8 +25,7 @@ __all__ = ["Compiled", "compile_header", "cached", "SMALL_NODES"]
 
 @dataclass(slots=True, eq=False)  # eq=False: one per header, compared and hashed by identity
 class Compiled:
-    """One header, validated and compiled: what every message of it needs, and the two ways such
-    a message becomes its object (`view`, `restore`). Made once per distinct header (cached)."""
+    """One header, validated and compiled once (cached): what every message of it needs, and `view`, `restore`."""
 
     header: dict
     leaves: list[wire_header.ReceivedLeaf]
@@ -195,8 +194,7 @@ def compile_header(text: str, lookup_transport: TransportLookup) -> Compiled:
 
 
 def _validated(header: dict, lookup_transport: TransportLookup, bounds: limits.Limits) -> tuple:
-    """A parsed header's version and transport checked, its leaf table validated with that
-    transport's keys and prepared by it. -> (header, leaves, prepared, transport)."""
+    """A parsed header's envelope checked, its leaf table validated and prepared by the transport it names."""
     transport = lookup_transport(wire_header.read_envelope(header))
     leaves = wire_header.parse_leaves(header, transport.leaf_keys, transport.header_keys, bounds)
     return header, leaves, transport.prepare(header, leaves), transport
