@@ -123,8 +123,6 @@ def node_id_in(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-# -- DORA_NODE_CONFIG -----------------------------------------------------------------------
-
 # libyaml's loader where PyYAML was built with it: a config carries the whole dataflow.
 _SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

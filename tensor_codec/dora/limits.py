@@ -146,9 +146,6 @@ def _set_pool(node: str, nbytes: int, messages: int = 2) -> str:
     return f"set `shared_memory_pool_size: {setting}` on node '{node}' in the dataflow YAML"
 
 
-# -- why an output is on the daemon path ------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Pin:
     """Why dora keeps an output on its daemon path whatever the pool, and what lifts that.
@@ -194,9 +191,6 @@ def pin_of(route: OutputRoute, daemon_only: Any) -> Pin | None:
         "relay reaches, such as a dynamic node)",
         "send at most {limit} per message",
     )
-
-
-# -- the limit of one output ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -273,8 +267,6 @@ def slow_warning(output_id: str, nbytes: int, limit: SendLimit, node: str) -> tu
         )
     return None
 
-
-# -- dora's own errors ------------------------------------------------------------------------
 
 # What dora 1.1 says when a message is over one of its limits (the first two: the cap; then the
 # daemon path's, from the node and from its TCP framing).

@@ -67,8 +67,6 @@ class Link:
         elif getattr(self.node, _ATTRIBUTE, None) is self:
             delattr(self.node, _ATTRIBUTE)
 
-    # -- what dora says --------------------------------------------------------------------
-
     @cached_property
     def descriptor(self) -> Any:
         """The dataflow descriptor dora hands the node (None: it cannot say)."""
@@ -125,8 +123,6 @@ class Link:
         config = self.daemon_config
         routing = config.get("output_routing") if config is not None else None
         return routing.get(output_id) if isinstance(routing, dict) else None
-
-    # -- outputs ---------------------------------------------------------------------------
 
     def output(self, output_id: str) -> Output:
         """The Output of port `output_id` (one per port, kept)."""

@@ -86,8 +86,6 @@ class Output:
         self._keys_ok: set[tuple] = set()  # metadata key tuples that passed (a stream repeats its keys)
         self._warned: set[tuple[int, str]] = set()  # (pool, kind) of the warnings logged
 
-    # -- where it goes and what dora carries -----------------------------------------------
-
     @cached_property
     def route(self) -> OutputRoute:
         """Where the consumers of this output run, and their queues (read once)."""
@@ -139,8 +137,6 @@ class Output:
         if self.pin is None:
             return nbytes + (nbytes >> 3) + L.POOL_SLACK <= self.link.pool[0]
         return nbytes < L.SLOW_WARN_BYTES
-
-    # -- sending ---------------------------------------------------------------------------
 
     def send(self, obj: Any, metadata: dict | None = None, *, transport: str = "auto") -> bool:
         """`tc.send` on this output: a message of a signature kept (`prepared`) goes by it unless its

@@ -51,9 +51,7 @@ def namedtuple_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# --------------------------------------------------------------------------------------------
-# Decoding (input is hostile: check every type and key before use)
-#
+# Decoding (input is hostile: check every type and key before use).
 # A stream repeats its header: the header cache (received.py) keeps its builder, and later
 # messages skip validation. Compiling costs O(1) per node whatever the depth (errors.Where), and
 # subtrees without tensors fold into constants: the worst header within the limits stays cheap
