@@ -5,13 +5,9 @@ over its tensors, listing its leaves, the nodes' content digest, the tests' stri
 goes through `fold`, so they all accept the same objects, visit them in the same order, name
 places the same way (``("boxes", 2)``, rendered ``$.boxes[2]``) and stop at the same depth.
 
-The rule is what `encode` accepts: the Python types of docs/wire-format.md, section 3
-(`SUPPORTED`), children in the order that section numbers leaves, at most `MAX_DEPTH` levels
-below the root (a self-referencing structure ends there). Types match *exactly*, never by
-isinstance: a subclass of dict or list, or of a tensor class, is not what the receiver rebuilds,
-so it is refused rather than silently turned into its base class (a namedtuple, a tuple subclass
-with ``_fields``, is a type of its own). The walk of a *received* tree (wire/tree.py) is separate:
-it reads hostile JSON, not Python objects, and checks far more.
+The rule is what `encode` accepts (docs/api.md, "What encode and send take"; `SUPPORTED`), its
+children in the order docs/wire-format.md, section 3, numbers leaves. The walk of a *received*
+tree (wire/tree.py) is separate: it reads hostile JSON, not Python objects, and checks far more.
 """
 
 from __future__ import annotations
