@@ -1,10 +1,7 @@
-"""Sample objects and a strict comparison, shared by the tests, the demo nodes and the benchmarks.
-
-`make_suite()` returns every case (the layouts that broke senders, one tensor per dtype, every
-TVTensor class and attribute, PackedSequences, nested samples), deterministic for a seed so a
-receiver can rebuild what a sender sent. `assert_identical(actual, expected)` compares all that
-the wire format keeps: types, structure, dtype, shape, strides, device, requires_grad, TVTensor
-attributes and bytes (bit-exact, NaNs included).
+"""Sample objects and a strict comparison, shared by the tests, the demo nodes and the benchmarks:
+`make_suite()`, every case (the layouts that broke senders, one tensor per dtype, every TVTensor
+class and attribute, PackedSequences, nested samples), deterministic for a seed so a receiver can
+rebuild what a sender sent; `assert_identical`, which compares all that the wire format keeps.
 """
 
 from __future__ import annotations
@@ -84,8 +81,7 @@ def make_dtype_cases(seed: int = 0, shape: tuple[int, ...] = (3, 5)) -> dict[str
 
 
 def _tv_tensors() -> Any:
-    """torchvision.tv_tensors, or None without torchvision: imported when a sample needs it, not
-    with this module (it costs a process ~1.3 s; see kinds.py)."""
+    """torchvision.tv_tensors, or None without it: imported when a sample needs it (~1.3 s: kinds.py)."""
     try:
         from torchvision import tv_tensors
     except ImportError:  # pragma: no cover
