@@ -1,10 +1,8 @@
 """A cap on the bytes one output has in flight by CUDA IPC, and what happens past it: the
-settings of tc.ipc_configure, checked here alone (`max_bytes` is its max_bytes_in_flight).
-
-A zero-copy producer keeps every message alive until its receivers are done, so without a cap a
+settings of tc.ipc_configure, checked here alone (`max_bytes` is its max_bytes_in_flight). A
+zero-copy producer keeps every message alive until its receivers are done, so without a cap a
 slow or stuck receiver would grow the producer's GPU memory without bound. The policies ("wait",
-"drop"): docs/transports.md, "CUDA IPC between processes of one machine". Nothing here touches
-CUDA: `live_bytes` and `collect` come from the output's ledger.
+"drop"): docs/transports.md, "CUDA IPC between processes of one machine".
 """
 
 from __future__ import annotations
