@@ -117,8 +117,7 @@ def use(source: Any) -> None:
 
 
 def gpu_of(plan: Plan) -> str:
-    """The UUID of the one GPU a message's tensors are on (`Gpus.device_of`'s errors): the GPU
-    host bytes are restored onto (routing's HOST_TO_GPU)."""
+    """The UUID of the one GPU a message's tensors are on (`Gpus.device_of`'s errors): routing's HOST_TO_GPU."""
     gpus = current()
     return gpus.uuid(gpus.device_of(plan))
 
