@@ -25,13 +25,11 @@ _ZERO_EVENT = bytes(EVENT_HANDLE_BYTES)
 
 @dataclass
 class Segment:
-    """An opened producer segment: `keepalive` keeps the mapping open (c10 closes it when the last
-    storage of the segment dies); `base` is the address torch's offsets count from in this
-    process; `end` the end of the mapped allocation when the driver could tell (None: unknown)."""
+    """An opened producer segment."""
 
-    keepalive: Any
-    base: int
-    end: int | None
+    keepalive: Any  # keeps the mapping open (c10 closes it when the last storage of the segment dies)
+    base: int  # the address torch's offsets count from in this process
+    end: int | None  # the end of the mapped allocation, where the driver could tell
 
 
 class _MessageMemory:
