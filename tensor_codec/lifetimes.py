@@ -28,20 +28,16 @@ log = logging.getLogger("tensor_codec")
 
 @dataclass(slots=True, eq=False, weakref_slot=True)  # eq=False: compared and hashed by identity
 class Message:
-    """One zero-copy decoded message: what it borrows and the leaves handed out from it.
-
-    `versions` are the leaves' version counters at hand-out; `layouts` are the leaves' dtype,
-    shape and strides as handed out, so keep never depends on a leaf's live (mutable) metadata.
-    One is made per message received, with the caches cold (between messages): its fields are
-    given, not computed, and it holds no lock of its own (`_lock` orders release against keep).
-    """
+    """One zero-copy decoded message: what it borrows and the leaves handed out from it. One is
+    made per message received, with the caches cold (between messages): its fields are given, not
+    computed, and it holds no lock of its own (`_lock` orders release against keep)."""
 
     name: str | None
     borrowed: Any  # None once released
     leaves: list[weakref.ref]  # weak references to the leaves as handed out
-    versions: list[int]
+    versions: list[int]  # the leaves' version counters at hand-out
     locations: Sequence[int]
-    layouts: list
+    layouts: list  # each leaf's dtype, shape and strides as handed out: keep never reads its live (mutable) ones
     tree: Any  # the received tree, for paths in error messages
     released: bool = field(default=False, init=False)
 
