@@ -107,32 +107,26 @@ def _envelope(transport: str) -> str:
     return "{" + _encode({VERSION_MEMBER: VERSION, TRANSPORT_MEMBER: transport})[1:-1] + ","
 
 
-def _bad_text(what: str, path: tuple, value: str) -> str | None:
-    found = header_json.lone_surrogate(value)
-    if found is None:
-        return None
-    got = header_json.describe_surrogate(value, found)
-    return f"{what} at `{format_path(path)}`: expected text UTF-8 can carry, got {got}"
-
-
 def _surrogate_in(node: Any, path: tuple) -> str | None:
     """Where in a tree (as tree.flatten writes it) a string holds a lone surrogate, in words, with
     the object's own path; None if nowhere."""
-    if type(node) is str:
-        return _bad_text("string", path, node)
-    if type(node) is not dict:
-        return None
     texts: list[tuple[str, Any]] = []  # (what it is, text or not) of the node's own values
-    if "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text
+    if type(node) is str:
+        texts = [("string", node)]
+    elif type(node) is not dict:
+        return None
+    elif "leaf" in node:  # a tensor: its attributes (a TVTensor's) may hold text
         texts = [(f"attribute `{name}` of the tensor", value) for name, value in node.items()]
     elif node["t"] == DICT:
         texts = [("dict key", key) for key, _ in node["items"]]
     elif node["t"] == NAMEDTUPLE:
         texts = [("namedtuple name or field", text) for text in [node["name"], *node["fields"]]]
     for what, text in texts:
-        if type(text) is str and (found := _bad_text(what, path, text)):
-            return found
-    for part, item in children_of(node):  # none for a tensor
+        found = header_json.lone_surrogate(text) if type(text) is str else None
+        if found:
+            got = header_json.describe_surrogate(text, found)
+            return f"{what} at `{format_path(path)}`: expected text UTF-8 can carry, got {got}"
+    for part, item in children_of(node) if type(node) is dict else ():  # none for a string or a tensor
         if found := _surrogate_in(item, path + (part,)):
             return found
     return None
