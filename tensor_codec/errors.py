@@ -36,15 +36,13 @@ class DecodeError(CodecError, ValueError):
 
 
 class MessageTooLargeError(CodecError, ValueError):
-    """The message is over a limit of dora's on every route it can take from this node. The text
-    names the limit hit and what lifts it (tensor_codec/dora/limits.py writes both);
-    `tensor_codec.max_send_bytes` says how much goes."""
+    """The message is over a limit of dora's on every route it can take from this node; the text
+    names the limit hit and what lifts it (`tensor_codec.max_send_bytes` says how much goes)."""
 
 
 class SharedViewWriteError(CodecError, RuntimeError):
-    """A zero-copy view of a received message was written in place: received views share memory
-    with the sender and every other receiver of the message, whose reads it corrupts (failure
-    mode 5)."""
+    """A zero-copy view of a received message was written in place: it shares memory with the
+    sender and every other receiver of the message, whose reads it corrupts (docs/api.md, 5)."""
 
 
 class ReleasedError(CodecError, RuntimeError):
