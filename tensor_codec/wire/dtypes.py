@@ -1,10 +1,7 @@
-"""The one table of dtypes the wire format knows (docs/wire-format.md, section 4): wire name,
-item size, torch dtype.
-
-The item size is part of the wire contract and is fixed here, not read from torch: a test checks
-that torch agrees. A dtype this torch build lacks (float8 / float4 in older releases) stays in the
-table and resolves to ``None``: encoding cannot produce it and decoding refuses it by name. The
-sub-byte ``int1..int7`` / ``uint1..uint7`` shells are left out: torch has no copy kernel for them.
+"""The one table of dtypes the wire format knows (docs/wire-format.md, section 4, which says what a
+reader does with one its torch lacks): wire name, item size (the wire's, fixed here, not read from
+torch: a test checks that torch agrees), torch dtype. torch's sub-byte ``int1..int7`` /
+``uint1..uint7`` shells are left out: torch has no copy kernel for them.
 """
 
 from __future__ import annotations
