@@ -1,8 +1,7 @@
 """The header's JSON text (docs/wire-format.md, sections 2 and 7a): its cost, counted on the raw
-text with C-speed string operations before it is parsed (a cheap bound over the whole text, string
-literals included, decides almost every header; only one near a limit has its string literals
-taken out first), and strict parsing where Python's json is lax (it keeps the last of a member
-named twice silently, and turns an escaped lone surrogate into a str no UTF-8 can carry).
+text with C-speed string operations before it is parsed (`check_cost`), and strict parsing where
+Python's json is lax (it keeps the last of a member named twice silently, and turns an escaped
+lone surrogate into a str no UTF-8 can carry).
 """
 
 from __future__ import annotations
@@ -79,7 +78,7 @@ def _outside_strings(text: str) -> tuple[str, int]:
 
 
 def measure(text: str) -> HeaderCost:
-    """The exact cost of a header text (see the module doc)."""
+    """The exact cost of a header text, counted as docs/wire-format.md, section 7a, says."""
     nbytes = _utf8_bytes(text)
     outside, strings = _outside_strings(text)
     items = 1 + _structure_count(outside) - outside.count("[]") - outside.count("{}")
