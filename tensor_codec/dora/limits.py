@@ -1,9 +1,8 @@
 """What dora 1.1 can carry in one message, as functions of values (a route, a pool, a routing
 entry, dora's error text): no node and no caches. Measured on dora-rs 1.1.0 in real dataflows
 and read off its source (apis/rust/node: arrow_utils/ipc_encode.rs, node/mod.rs): the cap, the
-pool and the daemon path, their numbers and when each applies are docs/transports.md, "dora's
-limits on one message"; the daemon path's limit is the one bound dora always honours
-(`SendLimit.guaranteed_bytes`)."""
+pool and the daemon path, their numbers and when each applies (and which bound dora always
+honours) are docs/transports.md, "dora's limits on one message"."""
 
 from __future__ import annotations
 
