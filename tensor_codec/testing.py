@@ -203,9 +203,10 @@ def assert_identical(actual: Any, expected: Any, *, strides: str = "wire") -> No
             assert list(a) == list(e), f"{format_path(parts)}: expected keys {list(e)}, got {list(a)}"
         elif tag is LIST or tag is TUPLE:
             assert len(a) == len(e), f"{format_path(parts)}: expected length {len(e)}, got {len(a)}"
-        by_name = tag is NAMEDTUPLE or tag is PACKED  # its fields, in the order walk.fold visits them
-        for key in te._fields if by_name else e if tag is DICT else range(len(e)):
-            counterparts[parts + (key,)] = getattr(a, key) if by_name else a[key]
+        if tag is NAMEDTUPLE or tag is PACKED:  # by field name, in the order walk.fold visits them
+            counterparts.update({parts + (name,): getattr(a, name) for name in te._fields})
+        else:
+            counterparts.update({parts + (key,): a[key] for key in (e if tag is DICT else range(len(e)))})
 
     def on_tensor(e: torch.Tensor, kind: Any, parts: tuple) -> None:
         a = counterparts.pop(parts)
