@@ -46,10 +46,8 @@ _ARROW_TYPE = {
 
 
 def value_of(address: int, nbytes: int, dtype: torch.dtype, owner: Any) -> pa.Array:
-    """One leaf's `nbytes` (> 0) at `address` as a message value, without copying them: typed as
-    the leaf's dtype where Arrow has it (and the address is aligned to it), else as the widest
-    unsigned integers that tile them (the length and the address are multiples of its width).
-    The array keeps `owner` alive."""
+    """One leaf's `nbytes` (> 0) at `address` as a message value of the types above, not copied (the
+    array keeps `owner` alive): a type is taken where the length and the address are multiples of its width."""
     data = pa.foreign_buffer(address, nbytes, base=owner)
     unit = _ARROW_TYPE.get(dtype)
     if unit is not None:
