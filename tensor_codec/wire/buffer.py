@@ -27,9 +27,7 @@ __all__ = [
     "check_value",
 ]
 
-# The host transport's own (optional) header key: the GPU, by UUID, that receivers restore the
-# tensors onto (host bytes standing in for CUDA IPC on one machine; routing.py).
-KEY_GPU = "gpu"
+KEY_GPU = "gpu"  # the host transport's optional header key: the GPU receivers restore onto (section 5)
 
 HOST_ALIGNMENT = 64  # what Arrow's and torch's allocators give: a received buffer is viewed in place
 CUDA_IPC_ALIGNMENT = 256  # every dtype's alignment; the caching allocator's granularity is a multiple
