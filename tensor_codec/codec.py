@@ -37,8 +37,7 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     """Turn `obj` into one message: ``(pyarrow.Array, metadata dict)``.
 
     Raises `EncodeError` naming the path of anything unsupported. Nothing the caller passed is
-    retained: later in-place changes to `obj` do not change the message. A message without any
-    CUDA tensor asked for as ``"cuda-ipc"`` is made of host bytes (logged once; see routing.py).
+    retained: later in-place changes to `obj` do not change the message (``transport``: docs/transports.md).
     """
     if transport != HOST:
         get_transport(transport)  # an unknown name (and "auto": no dataflow here) is the caller's error
@@ -76,9 +75,8 @@ def decode(value: Any, metadata: Any, *, copy: bool = False, device: Any = None,
     compiled = received.cached(text)
     target = None if device is None else _target_device(device)
     if compiled is None or compiled.nodes > received.SMALL_NODES:
-        # A header not seen before, or a big tree: parsed, compiled and built with the collector
-        # paused where the header is long. (A small header seen before, most messages, makes a
-        # few objects, nothing for the collector.)
+        # A header not seen before, or a big tree (a small one seen before makes too few objects to
+        # matter): parsed, compiled and built with the collector paused where the header is long.
         with _collector_paused() if len(text) > _PAUSE_ABOVE_CHARS else _NO_PAUSE:
             if compiled is None:
                 compiled = received.compile_header(text, transport_for_message)
