@@ -226,8 +226,7 @@ _tv_lock = threading.Lock()
 
 
 def _add_tvtensor_kinds() -> None:
-    """Import torchvision (once) and add a kind for each TVTensor class it has; without it,
-    nothing (only plain tensors are known)."""
+    """Import torchvision (once) and add a kind for each TVTensor class it has (none without it)."""
     global _tv_looked_for
     with _tv_lock:
         if _tv_looked_for:
