@@ -128,7 +128,7 @@ _SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _IgnoreTags(_SafeLoader):
-    """YAML as the daemon writes DORA_NODE_CONFIG: tags such as ``!Tcp`` read as plain values."""
+    """YAML as the daemon writes DORA_NODE_CONFIG: tags (a Rust enum's variant, ``!Tcp``) read as None."""
 
 
 _IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
@@ -177,10 +177,9 @@ def node_config_problem(text: str) -> str | None:
 
 
 def parse_daemon_config(text: str | None) -> dict | None:
-    """DORA_NODE_CONFIG's `text` parsed: ``node_id``, ``run_config`` (the node's inputs and
-    outputs), ``dataflow_descriptor``, ``output_routing``; tagged values (a Rust enum's variant,
-    ``!Tcp``) read as None. None when absent, not a YAML mapping (not started by a daemon), or
-    not to be parsed at all (`node_config_problem`: the project's nodes refuse to start on it)."""
+    """DORA_NODE_CONFIG's `text` parsed (`_IgnoreTags`): ``node_id``, ``run_config`` (the node's inputs
+    and outputs), ``dataflow_descriptor``, ``output_routing``. None when absent, not a YAML mapping (not
+    started by a daemon), or not to be parsed (`node_config_problem`: the project's nodes refuse to start)."""
     if not text:
         return None
     problem = node_config_problem(text)
