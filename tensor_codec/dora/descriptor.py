@@ -93,11 +93,10 @@ def route_from_descriptor(descriptor: Any, node: str | None, output_id: str, mac
         inputs = entry.get("inputs")
         for input_id, spec in inputs.items() if isinstance(inputs, dict) else ():
             source = spec.get("source") if isinstance(spec, dict) else spec
-            if source != wanted:
-                continue
-            where, unknown = _placement(entry, descriptor.get("deploy"))
-            size, policy = queue_of(spec)
-            consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown, size, policy))
+            if source == wanted:
+                where, unknown = _placement(entry, descriptor.get("deploy"))
+                size, policy = queue_of(spec)
+                consumers.append(Consumer(str(entry.get("id")), str(input_id), where, unknown, size, policy))
     return OutputRoute(machine, tuple(consumers))
 
 
