@@ -155,10 +155,9 @@ def choose(route: OutputRoute, has_cuda: bool, size: Callable[[], int] | None = 
         return HOST, f"consumers' placement unknown: {route.unknown}"
     if not route.consumers:
         return HOST, "no consumer is wired to the output"
-    unplaced = [c for c in route.consumers if c.unknown is not None]
-    if unplaced:
-        c = unplaced[0]
-        return HOST, f"consumer {c.node}/{c.input}: placement unknown ({c.unknown})"
+    for c in route.consumers:
+        if c.unknown is not None:
+            return HOST, f"consumer {c.node}/{c.input}: placement unknown ({c.unknown})"
     remote = route.remote()
     if remote:
         c = remote[0]
