@@ -1,7 +1,6 @@
 """The caller's metadata of a message sent through dora: a dict whose keys are neither the
-codec's (``tc.``) nor dora's image keys, in text UTF-8 can carry (dora carries metadata as Rust
-strings). Its values are left to dora, which refuses text UTF-8 cannot carry before it sends
-anything (a UnicodeEncodeError, dora 1.1): `unencodable` then names the field."""
+codec's (``tc.``) nor dora's image keys, in text UTF-8 can carry (dora's are Rust strings). Its
+values are left to dora (docs/transports.md, "A stream's prepared sends"): `unencodable` names one it refused."""
 
 from __future__ import annotations
 
