@@ -109,8 +109,7 @@ class Link:
         return D.env_names(self.descriptor, self.node_id)
 
     def input_queue(self, input_id: str) -> tuple[int | None, str | None]:
-        """-> (queue_size, queue_policy) of this node's input `input_id` (None where not said:
-        dora's defaults apply)."""
+        """-> (queue_size, queue_policy) of this node's input `input_id` (None: not said, dora's default)."""
         return D.input_queue(self.descriptor, self.node_id, input_id)
 
     def route(self, output_id: str) -> OutputRoute:
