@@ -19,9 +19,8 @@ def send(node: Any, output_id: str, obj: Any, metadata: dict | None = None, *, t
     `metadata` holds the caller's own keys (``tc.`` is reserved). Raises `MessageTooLargeError`,
     naming dora's limit and what lifts it, before writing anything if no dora route can carry the
     message (`max_send_bytes`). ``transport``: ``"auto"`` (CUDA IPC when the message holds CUDA
-    tensors and every consumer runs on this machine; ``TC_TRANSPORT``, ``TC_IPC_MIN_BYTES``),
-    ``"host"`` or ``"cuda-ipc"``: docs/transports.md has the rule and which of dora's primitives
-    carries the bytes. -> False when CUDA IPC's ``on_full="drop"`` dropped the message, else True."""
+    tensors and every consumer runs on this machine: docs/transports.md), ``"host"`` or ``"cuda-ipc"``.
+    -> False when CUDA IPC's ``on_full="drop"`` dropped the message, else True."""
     link = Link.of(node)
     out = link.outputs.get(output_id) or link.output(output_id)  # (a builtin call when it exists: every message)
     return out.send(obj, metadata, transport=transport)
@@ -37,7 +36,7 @@ def send_plain(node: Any, output_id: str, tensor: Any, metadata: dict | None = N
 
 def transport_for(node: Any, output_id: str, obj: Any) -> tuple[str, str]:
     """-> (transport, why): what ``send(node, output_id, obj)`` would use, and the reason (the
-    consumers' placement, the data' device, ``TC_TRANSPORT``). Nothing is sent."""
+    consumers' placement, the data's device, ``TC_TRANSPORT``). Nothing is sent."""
     return Link.of(node).output(output_id).transport_for(obj)
 
 
