@@ -1,7 +1,6 @@
 """The send path, written once for `tc.encode` (an Arrow buffer of its own) and `tc.send` (dora's
 send buffer, or a value dora copies: tensor_codec/dora/output.py): `lay_out` (plan, transport,
-layout), then the transport's `write` into the caller's destination; ``with outgoing:`` has the
-transport abandon the message if anything fails before it has left (freeing a CUDA IPC slot)."""
+layout), then the transport's `write` into the caller's destination, within the `Outgoing`."""
 
 from __future__ import annotations
 
