@@ -60,11 +60,11 @@ class UsageError(CodecError, ValueError, TypeError):
     ``except TypeError`` catch it, whichever a caller expects for a bad argument."""
 
 
-def some_keys(keys: Any, shown: int = 8, width: int = 40) -> str:
-    """Keys for an error message: sorted, each cut to `width` characters, at most `shown` of them,
+def some_keys(keys: Any, shown: int = 8) -> str:
+    """Keys for an error message: sorted, each cut to 40 characters, at most `shown` of them,
     then how many more ("['a', 'b', ... (12 more)]"): a hostile dict may hold thousands, and a list
     cut short without saying so reads as the whole of it."""
-    names = sorted(str(k)[:width] for k in keys)
+    names = sorted(str(k)[:40] for k in keys)
     more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
     return "[" + ", ".join(repr(name) for name in names[:shown]) + more + "]"
 
