@@ -46,3 +46,12 @@ def test_every_dtype_of_this_torch_is_in_the_table_or_named_outside_it():
         n for n in names if getattr(torch, n) not in in_table and not OUTSIDE.fullmatch(n) and n not in NOT_YET
     )
     assert undecided == [], "add each to tensor_codec/wire/dtypes.py (CONTRIBUTING.md) or to NOT_YET here"
+
+
+def test_the_tables_item_sizes_are_what_this_torch_says():
+    """The table fixes each item size (the wire's, not read from torch): a torch that disagreed
+    would lay out bytes the receiver reads with another width."""
+    present = {name: d for name, d in WIRE_DTYPES.items() if d.torch_dtype is not None}
+    assert {name: d.torch_dtype.itemsize for name, d in present.items()} == {
+        name: d.itemsize for name, d in present.items()
+    }
