@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
@@ -134,7 +133,7 @@ class CudaIpcTransport:
                 leaf_table(plan.leaves, leaf_fields),
                 self.name,
                 limits.current(),
-                {"producer": asdict(producer)},
+                {"producer": producer.header()},
             ),
             offsets,
             total,

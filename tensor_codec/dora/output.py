@@ -108,8 +108,10 @@ class Output:
 
     def receivers_per_process(self) -> int:
         """The most inputs one consumer node has wired to this output (1 where not said)."""
-        counts = Counter(c.node for c in self.route.consumers)
-        return min(max(counts.values(), default=1), MAX_IPC_CONSUMERS)
+        consumers = self.route.consumers
+        if len(consumers) < 2:  # most outputs; asked at every CUDA IPC publish
+            return 1
+        return min(max(Counter(c.node for c in consumers).values()), MAX_IPC_CONSUMERS)
 
     def limit(self, metadata_bytes: int = L.METADATA_RESERVE) -> L.SendLimit:
         """What dora 1.1 carries on this output for a message with `metadata_bytes` of metadata."""

@@ -58,14 +58,19 @@ class IpcFields:
 
 @dataclass(frozen=True)
 class ProducerIdentity:
-    """Who sent a CUDA IPC message (docs/wire-format.md, 5a, `producer`); the sender writes its
-    fields into the header in this order (`dataclasses.asdict`)."""
+    """Who sent a CUDA IPC message (docs/wire-format.md, 5a, `producer`); the sender writes it
+    into the header (`header`)."""
 
     host: str
     pidns: str
     pid: int
     gpu: str
     ledger: str
+
+    def header(self) -> dict:
+        # A literal, not dataclasses.asdict (about 35x slower): messages no plan memo covers
+        # (structures, several leaves) build it at every send.
+        return {"host": self.host, "pidns": self.pidns, "pid": self.pid, "gpu": self.gpu, "ledger": self.ledger}
 
 
 def _int(metadata: dict, key: str, low: int, high: int) -> int:
