@@ -15,14 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from . import received
-from .errors import DecodeError, UsageError
+from .errors import UsageError
 from .transports import transport_for_message
 from .transports.names import HOST
 from .wire.buffer import check_value
-from .wire.cuda_ipc import parse_ipc_fields
+from .wire.cuda_ipc import check_empty_value, parse_ipc_fields
 from .wire.header import ReceivedLeaf, read_metadata
 from .wire.structure import DICT, LIST, NAMEDTUPLE, PACKED_FIELDS, TUPLE
 
@@ -74,9 +72,7 @@ def describe(metadata: Any, value: Any = None, *, width: int = 8, depth: int = 4
     else:
         gpu = prepared[2].gpu
         if value is not None:
-            if not isinstance(value, pa.Array) or len(value) != 0:
-                what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
-                raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
+            check_empty_value(value)
             parse_ipc_fields(metadata, total)
     structure = _structure(compiled, width, depth, max_chars)
     return Description(transport_name, structure, len(compiled.leaves), total, gpu)

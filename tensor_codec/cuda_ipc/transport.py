@@ -9,7 +9,6 @@ import threading
 import time
 from typing import Any
 
-import pyarrow as pa
 import torch
 
 from .. import gpus, limits
@@ -21,7 +20,14 @@ from ..transports.base import Materialized, Outgoing, Output
 from ..transports.names import CUDA_IPC
 from ..wire.buffer import CUDA_IPC_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import check_canonical_offsets, layout_offsets
-from ..wire.cuda_ipc import IpcFields, ProducerIdentity, ipc_metadata, parse_ipc_fields, parse_producer
+from ..wire.cuda_ipc import (
+    IpcFields,
+    ProducerIdentity,
+    check_empty_value,
+    ipc_metadata,
+    parse_ipc_fields,
+    parse_producer,
+)
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from .identity import check_same_machine, host_identity, pid_namespace
 from .pool import BufferPool
@@ -212,9 +218,7 @@ class CudaIpcTransport:
         device: torch.device | None = None,
     ) -> Materialized:
         offsets, total, producer = prepared
-        if not isinstance(value, pa.Array) or len(value) != 0:
-            what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
-            raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
+        check_empty_value(value)
         fields = _message_fields(metadata, total, producer)
         state = _get_state()
         base, memory, index = state.receiver.open(

@@ -12,12 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from ..errors import DecodeError
 
 __all__ = [
     "IpcFields",
     "ProducerIdentity",
     "parse_ipc_fields",
+    "check_empty_value",
     "ipc_metadata",
     "parse_producer",
     "check_gpu_uuid",
@@ -106,6 +109,13 @@ def _check_handle(raw: bytes) -> None:
         f"{KEY_HANDLE}: expected a 64-byte CUDA IPC handle or torch's [version][c|e] form, "
         f"got {len(raw)} bytes of kind {kind!r:.80}"
     )
+
+
+def check_empty_value(value: Any) -> None:
+    """A CUDA IPC message's value is an empty Arrow array: its bytes stay on the GPU."""
+    if not isinstance(value, pa.Array) or len(value) != 0:
+        what = f"{len(value)} elements" if isinstance(value, pa.Array) else type(value).__name__
+        raise DecodeError(f"value: expected an empty Arrow array (the bytes stay on the GPU), got {what}")
 
 
 def parse_ipc_fields(metadata: dict, total: int) -> IpcFields:
