@@ -19,8 +19,9 @@ With TRACE_DIR set, each node keeps its profiler trace of the counted messages, 
 included, as TRACE_DIR/<role>.trace.json.gz: where a message's time goes, thread by thread.
 
 With STAND_IN_DIR set (bench/cuda_ipc.py --stand-in, the CPU smoke test) both nodes use the CPU
-stand-in backend of the tests (tests/support/ipc_fake_backend.py, segments in that directory) and
-CPU tensors: the same code paths, no GPU, figures that mean nothing."""
+stand-in backend of the tests (bench/_ipc_stand_in.py installs it, segments in that directory) and
+CPU tensors: the same code paths, no GPU; its latencies are not GPU figures, its codec times are the
+codec's Python cost."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from dora import Node
 import tensor_codec as tc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _ipc_stand_in  # noqa: E402
 from _device_calls import BackendCounter, CudaApiCounter  # noqa: E402
 
 KB = 1 << 10
@@ -50,14 +52,8 @@ def gpu() -> torch.device:
     """The device the tensors live on: cuda:0, or the CPU under the stand-in backend."""
     if not STAND_IN_DIR:
         return torch.device("cuda", 0)
-    from tensor_codec import plan
-    from tensor_codec.cuda_ipc import transport
-    from tests.support.ipc_fake_backend import FakeBackend
-
     global _stand_in_backend
-    backend = _stand_in_backend = FakeBackend(directory=STAND_IN_DIR)
-    transport.use_backend(backend)
-    plan.on_gpu = lambda t: backend.device_index_of(t) is not None  # its "GPU" memory is CPU memory
+    _stand_in_backend = _ipc_stand_in.install(STAND_IN_DIR)
     return torch.device("cpu")
 
 
