@@ -19,9 +19,18 @@ own API, runtime and driver, through torch.profiler (CUPTI). Printed per message
 the goal that no set-up or host-blocking call (allocation, IPC handle exported or opened, event
 made, synchronize, blocking copy) happens per message in steady state.
 
+The codec's Python cost (issue 62), measured before the dataflow starts, with goals judged on
+any machine: in one process (producer and receiver both, on the CPU stand-in backend of the
+tests, whatever the machine), `tc.encode` + `tc.decode` + dropping the result of a uint8 tensor
+by CUDA IPC at most 2.5x the same by host bytes, in interleaved batches, at each of
+``--inproc-sizes-kb``; and the codec's time per CUDA IPC message through dora (the figure of the
+50 us goal) at most 3x bench/small_message.py's encode + decode of a 1 KB message whose header
+was seen before, timed in this run.
+
 Needs a CUDA device; without one it says so and measures nothing. ``--stand-in`` runs the same
 dataflow and code paths on the CPU stand-in backend of the tests (the CPU smoke test): its
-figures are not GPU figures and its goals are not judged.
+latencies and device calls are not GPU figures and their goals are not judged; the Python-cost
+goals are (the stand-in does the codec's Python work as a GPU does).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -40,14 +50,23 @@ sys.path.insert(0, str(HERE))
 
 from _device_calls import forbidden, per_message  # noqa: E402
 from _goals import goal, print_goals  # noqa: E402
+from _ipc_stand_in import in_one_process  # noqa: E402
 from _results import add_json_option, save, skipped  # noqa: E402
+from _timing import per_call_seconds  # noqa: E402
 from dora_latency import run_flow  # noqa: E402
+from small_message import make_cases  # noqa: E402
 
+import tensor_codec as tc  # noqa: E402
 from tensor_codec import routing  # noqa: E402
 
+KB = 1 << 10
 CONTENDERS = ["cuda-ipc", "host-to-gpu", "cpu+host+cuda"]
 NOISE = 1.05  # auto within 5 % of the best host path counts as never slower
 BASELINE = ".cpu() -> dora (host bytes) -> .cuda() of the same tensor"
+IN_PROCESS = ("host", "cuda-ipc")  # the transports timed in one process, a batch of each in turn
+INPROC_GOAL = 2.5  # issue 62: CUDA IPC's codec per message in one process, times host bytes'
+SMALL_MESSAGE_GOAL = 3.0  # issue 62: the codec per CUDA IPC message through dora, times small_message's "warm"
+STAND_IN_COST = "Python cost on the CPU stand-in backend"
 
 
 def run(
@@ -245,7 +264,7 @@ def report(
     else:
         for g in goals:
             g["met"] = None
-        print("  goals not judged: the CPU stand-in backend's figures are not GPU figures")
+        print("  GPU goals not judged: the CPU stand-in backend's latencies and calls are not GPU figures")
     return {
         "host_faster_kb": host_faster,
         "latency_ms": {f"{c}/{s}KB": v for (c, s), v in lat.items()},
@@ -263,18 +282,154 @@ def report(
     }
 
 
+def round_trip(tensor: torch.Tensor, transport: str) -> Callable[[], None]:
+    """One message in one process: `tensor` encoded by `transport`, decoded, and the result dropped
+    at once (as its last view dies, a CUDA IPC message is given back to its producer)."""
+
+    def call() -> None:
+        value, metadata = tc.encode(tensor, transport=transport)
+        tc.decode(value, metadata)
+
+    return call
+
+
+def interleaved(calls: dict[str, Callable[[], object]], *, batch: int, batches: int) -> dict[str, float]:
+    """Seconds per call of each of `calls`: the median of its `batches` batches of `batch` calls,
+    taken in turn (a batch of each, then again, after one untimed round), so that a load which
+    comes and goes on a shared machine weighs on all of them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(1 + batches):
+        for name, call in calls.items():
+            seconds = per_call_seconds(call, batch=batch, batches=1, warmup=0)
+            if round_:
+                samples[name].append(seconds)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def inproc_cost(sizes_kb: list[int], *, batch: int, batches: int) -> dict[int, dict[str, float]]:
+    """-> {size: {transport: seconds per message}}: each of IN_PROCESS's round trips of a uint8
+    tensor of each size, this process producer and receiver both, on the CPU stand-in backend
+    (installed for this measurement only: the codec's own work without a GPU's)."""
+    costs = {}
+    with tempfile.TemporaryDirectory(prefix="tc-bench-ipc-inproc-") as tmp, in_one_process(tmp):
+        for size in sizes_kb:
+            tensor = torch.randint(0, 256, (size * KB,), dtype=torch.uint8)
+            calls = {transport: round_trip(tensor, transport) for transport in IN_PROCESS}
+            costs[size] = interleaved(calls, batch=batch, batches=batches)
+    return costs
+
+
+def small_message_seconds(*, batch: int, batches: int) -> float:
+    """bench/small_message.py's encode + decode of 1 KB BoundingBoxes whose header was seen before
+    ("warm"), timed in this run: the scale the codec's cost per CUDA IPC message is judged on."""
+    return per_call_seconds(make_cases(1)["warm"], batch=batch, batches=batches)
+
+
+def size_label(size_kb: int) -> str:
+    return f"{size_kb // 1024} MB" if size_kb >= 1024 and size_kb % 1024 == 0 else f"{size_kb} KB"
+
+
+def python_cost(
+    inproc: dict[int, dict[str, float]], codec_us: float, small_message_s: float, *, stand_in: bool
+) -> dict:
+    """Prints the codec's Python cost against its two scales and judges its goals (on the stand-in
+    too: the in-process figures always come from it, and through dora its codec times are the
+    codec's Python work). `codec_us`: `report`'s codec time per CUDA IPC message through dora."""
+    print("Codec per message in one process: encode + decode + the result dropped, uint8 tensor")
+    print(f"({STAND_IN_COST}; medians of interleaved batches)")
+    print(f"{'size':>9s}  {'host us':>9s}  {'cuda-ipc us':>11s}  {'ratio':>7s}")
+    rows, goals = [], []
+    for size, seconds in inproc.items():
+        host_us, ipc_us = seconds["host"] * 1e6, seconds["cuda-ipc"] * 1e6
+        ratio = ipc_us / host_us
+        rows.append({"size_kb": size, "host_us": host_us, "ipc_us": ipc_us, "ratio": ratio})
+        print(f"{size:>7d}KB  {host_us:9.1f}  {ipc_us:11.1f}  {ratio:6.2f}x")
+        goals.append(
+            goal(
+                f"CUDA IPC codec per message in one process at most {INPROC_GOAL:g}x host bytes' at "
+                f"{size_label(size)} ({STAND_IN_COST})",
+                ratio,
+                "<=",
+                INPROC_GOAL,
+                "x",
+                f"host {host_us:.1f} us, cuda-ipc {ipc_us:.1f} us: {ratio:.2f}x",
+            )
+        )
+    small_us = small_message_s * 1e6
+    ratio = codec_us / small_us
+    where = STAND_IN_COST if stand_in else "on this GPU"
+    print()
+    print(
+        f"Codec per CUDA IPC message through dora (send + receive): {codec_us:.1f} us, {ratio:.2f}x "
+        f"small_message.py's encode + decode of 1 KB, header seen before ({small_us:.1f} us in this run)"
+    )
+    goals.append(
+        goal(
+            f"codec per CUDA IPC message through dora at most {SMALL_MESSAGE_GOAL:g}x small_message's "
+            f"seen-header encode + decode ({where})",
+            ratio,
+            "<=",
+            SMALL_MESSAGE_GOAL,
+            "x",
+            f"{codec_us:.1f} us against {small_us:.1f} us: {ratio:.2f}x",
+        )
+    )
+    print("Goals (issue 62):")
+    print_goals(goals)
+    return {"inproc": rows, "small_message_warm_us": small_us, "codec_vs_small_message": ratio, "goals": goals}
+
+
+def kb_sizes(text: str) -> list[int]:
+    """An option's sizes in KB, comma-separated (argparse's type: its error names the option)."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"expected sizes in KB above 0, comma-separated (4,1024), got {text!r:.80}")
+    return sizes
+
+
+def positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r:.80}")
+    return number
+
+
 def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes-kb", default="4,64,256,1024,16384,65536")
+    parser.add_argument("--sizes-kb", type=kb_sizes, default="4,64,256,1024,16384,65536")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument(
         "--count-reps", type=int, default=10, help="messages per size whose device calls are counted (0: none)"
     )
     parser.add_argument(
+        "--inproc-sizes-kb",
+        type=kb_sizes,
+        default="4,1024",
+        help="sizes of the codec's cost in one process, CUDA IPC against host bytes (default 4,1024)",
+    )
+    parser.add_argument(
+        "--python-batch",
+        type=positive_int,
+        default=200,
+        help="calls per timed batch of the Python-cost figures: in one process, and small_message's (default 200)",
+    )
+    parser.add_argument(
+        "--python-batches",
+        type=positive_int,
+        default=15,
+        help="timed batches of each of those figures, the median counts (default 15)",
+    )
+    parser.add_argument(
         "--stand-in",
         action="store_true",
-        help="run on the tests' CPU stand-in backend (no GPU; a smoke test of this script, figures meaningless)",
+        help="run on the tests' CPU stand-in backend (no GPU; latencies meaningless, the Python-cost goals judged)",
     )
     parser.add_argument(
         "--trace-dir",
@@ -284,21 +439,28 @@ def main(argv=None) -> dict | None:
     )
     add_json_option(parser, "cuda_ipc")
     args = parser.parse_args(argv)
-    if args.stand_in:
-        sizes = [int(s) for s in args.sizes_kb.split(",")]
-        rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps, stand_in=True)
-        print("(CPU stand-in backend)")
-        counted = calls if args.count_reps else None
-        return save(
-            "cuda_ipc", BASELINE + " (CPU stand-in run)", report(rows, codec, sizes, counted, judged=False), args.json
-        )
-    if not torch.cuda.is_available():
+    if not args.stand_in and not torch.cuda.is_available():
         print("cuda_ipc.py: no CUDA device on this machine, nothing measured (run it on a GPU machine)")
         skipped("cuda_ipc", BASELINE, "no CUDA device on this machine", args.json)
         return None
-    sizes = [int(s) for s in args.sizes_kb.split(",")]
-    rows, codec, calls = run(sizes, args.reps, args.warmup, args.count_reps, trace_dir=args.trace_dir)
-    return save("cuda_ipc", BASELINE, report(rows, codec, sizes, calls if args.count_reps else None), args.json)
+    # The Python-cost figures first, while no dataflow runs beside them.
+    timing = {"batch": args.python_batch, "batches": args.python_batches}
+    inproc = inproc_cost(args.inproc_sizes_kb, **timing)
+    small_message_s = small_message_seconds(**timing)
+    trace_dir = None if args.stand_in else args.trace_dir
+    sizes = args.sizes_kb
+    rows, codec, calls = run(
+        sizes, args.reps, args.warmup, args.count_reps, stand_in=args.stand_in, trace_dir=trace_dir
+    )
+    if args.stand_in:
+        print("(CPU stand-in backend)")
+    counted = calls if args.count_reps else None
+    figures = report(rows, codec, sizes, counted, judged=not args.stand_in)
+    print()
+    cost = python_cost(inproc, figures["codec_us"], small_message_s, stand_in=args.stand_in)
+    figures = {**figures, **cost, "goals": figures["goals"] + cost["goals"]}
+    baseline = BASELINE + (" (CPU stand-in run)" if args.stand_in else "")
+    return save("cuda_ipc", baseline, figures, args.json)
 
 
 if __name__ == "__main__":
