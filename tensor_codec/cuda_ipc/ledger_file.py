@@ -137,6 +137,9 @@ class LedgerFile:
             raise LedgerError(f"ledger: {name!r} cannot be mapped: {e}") from None
         self.size = actual
         self.thread_lock = threading.Lock()
+        # The thread inside a locked section (None: none). A message's last view can die on any
+        # line of a thread, and its release must not wait for a lock its own thread holds.
+        self.owner: int | None = None
 
     def locked(self, start: int, length: int):
         return _RangeLock(self, start, length)
@@ -159,8 +162,10 @@ class _RangeLock:
         except BaseException:
             self.f.thread_lock.release()
             raise
+        self.f.owner = threading.get_ident()
 
     def __exit__(self, *exc):
+        self.f.owner = None
         try:
             fcntl.lockf(self.f.fd, fcntl.LOCK_UN, self.length, self.start)
         finally:

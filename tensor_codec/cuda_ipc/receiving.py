@@ -1,6 +1,7 @@
 """A receiving process's side of CUDA IPC: open messages (claim, open, wait, view), and release
 each once its last view died and the GPU work queued until then completed (a pooled marker,
-polled at every decode and by one small thread). The steps and why: docs/cuda-ipc-design.md,
+polled on the caller's own thread when a view dies and at every decode, and by a timer thread
+only while a release waits on its marker). The steps and why: docs/cuda-ipc-design.md,
 "The protocol" (receiving) and "Release without events".
 """
 
@@ -10,6 +11,7 @@ import collections
 import logging
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,10 @@ log = logging.getLogger("tensor_codec")
 MAX_LEDGERS = 64  # producers followed at once
 MAX_SEGMENTS = 256  # opened producer segments kept (a producer's pool holds a few per output)
 MAX_EVENTS = 1024  # opened producer events kept (one per pooled buffer)
-POLL_S = 0.001
+# While a release waits on its marker, the timer looks this often: a quiet receiver (no decode to
+# poll at) gives memory back within about this long of its GPU work completing.
+TIMER_S = 0.002
+TIMER_IDLE_TICKS = 50  # ticks with nothing pending before the timer thread ends (started again on demand)
 
 
 class Receiver:
@@ -40,8 +45,8 @@ class Receiver:
         self.lock = threading.RLock()
         self.pending: list[tuple[Any, int, LedgerView, SlotRef]] = []  # (marker, GPU, ledger, slot)
         self.idle_markers: dict[int, list[Any]] = {}  # per GPU: markers whose last record completed
-        self.wakeup = threading.Condition(self.lock)
-        self.thread: threading.Thread | None = None
+        self.timer: threading.Thread | None = None  # runs only while releases wait on markers
+        self.timer_ticks = 0  # the timer thread's wake-ups, all told (a steady stream needs none)
         self.claimed = 0
         self.released = 0
         self.passed = 0  # claimed and released at once, never opened (pass_unread)
@@ -139,7 +144,9 @@ class Receiver:
 
     # ---- releasing
     def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:
-        """Every view of a message died (called from torch's deleter, any thread)."""
+        """Every view of a message died (called from torch's deleter, any thread): record its
+        marker and give back, on this thread, whatever has completed (this message too, where
+        its GPU work already has); only what still waits is left to the timer."""
         try:
             if sys.is_finalizing():
                 ledger.release(ref)  # exiting: no more GPU work of this process will run
@@ -155,10 +162,11 @@ class Receiver:
             marker = None
         with self.lock:
             self.pending.append((marker, index, ledger, ref))
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="tc-ipc-release", daemon=True)
-                self.thread.start()
-            self.wakeup.notify()
+        self.poll()
+        with self.lock:
+            if self.pending and self.timer is None:
+                self.timer = threading.Thread(target=self._tick, name="tc-ipc-release", daemon=True)
+                self.timer.start()
 
     def poll(self) -> int:
         """Release every pending message whose completion marker has fired; -> how many."""
@@ -170,8 +178,12 @@ class Receiver:
             entries, self.pending = self.pending, []
             ready: list = []
             waiting: list = []
+            me = threading.get_ident()
             for entry in entries:
                 marker = entry[0]
+                if entry[2].file.owner == me:  # a view died inside this thread's section of that ledger
+                    waiting.append(entry)
+                    continue
                 try:
                     done = marker is None or marker.query()
                 except Exception:
@@ -197,15 +209,21 @@ class Receiver:
         with self.lock:
             return not self.pending and not self.releasing
 
-    def _run(self) -> None:
+    def _tick(self) -> None:
+        """The timer thread: every TIMER_S it gives back what completed; nothing wakes it but
+        time, and it ends once nothing has waited for TIMER_IDLE_TICKS ticks (under the lock, so a
+        release that finds no timer starts one)."""
+        idle = 0
         while True:
+            time.sleep(TIMER_S)
             with self.lock:
-                while not self.pending:
-                    self.wakeup.wait()
+                self.timer_ticks += 1
             self.poll()
             with self.lock:
-                if self.pending:
-                    self.wakeup.wait(POLL_S)
+                idle = 0 if self.pending else idle + 1
+                if idle >= TIMER_IDLE_TICKS:
+                    self.timer = None
+                    return
 
     def stats(self) -> dict:
         return {
