@@ -120,8 +120,9 @@ class Ledger:
     def collect(self, *, now_ns: int | None = None) -> list[Finished]:
         """Free every finished slot; -> what the producer may now let go of.
 
-        It runs at every send, so it takes the lock only on the slots docs/cuda-ipc-design.md,
-        "Collecting costs what changed", names. An unlocked read that catches a write half-done
+        A send runs it only when it needs room (docs/cuda-ipc-design.md, "Collecting costs what
+        changed"), and it looks under the lock only at the slots that changed since the last
+        look, all of them in one locked section. An unlocked read that catches a write half-done
         either differs from what was seen (the locked look comes now) or still equals it (a claim
         writes its holder entry, outside the old bytes, before the head: the look comes at the next
         collect); it never decides anything by itself."""
@@ -131,7 +132,7 @@ class Ledger:
             self.last_sweep_ns = now
         m, seen = self.file.map, self.seen
         changed: set[str] = set()  # outputs with a slot that changed, newer than the ones to come
-        done = []
+        candidates = []
         # Newest first (`live` is in publish order: a slot is deleted before it is taken again),
         # so what receivers claimed of later messages is known when an earlier one is decided.
         for slot, entry in reversed(list(self.live.items())):
@@ -148,47 +149,61 @@ class Ledger:
                         continue  # nothing that could finish it has happened
                 else:
                     changed.add(output)
-            unclaimed = self._finish_if_done(slot, entry, now)
-            if unclaimed is not None:
-                del self.live[slot]
-                self.seen.pop(slot, None)
-                done.append(Finished(slot, entry[1], unclaimed))
+            candidates.append((slot, entry))
+        done: list[Finished] = []
+        if not candidates:
+            return done
+        # One locked section for the batch: a claim of any slot waits for it (microseconds).
+        changed_by_others: list[str] = []
+        with self.file.locked(slot_offset(0), self.slots * SLOT_BYTES):
+            for slot, entry in candidates:
+                try:
+                    unclaimed = self._finish_if_done(slot, entry, now)
+                except LedgerError as e:  # the rest of the batch is still decided
+                    changed_by_others.append(str(e))
+                    continue
+                if unclaimed is not None:
+                    done.append(Finished(slot, entry[1], unclaimed))
+        for f in done:
+            del self.live[f.slot]
+            self.seen.pop(f.slot, None)
+        if changed_by_others:
+            raise LedgerError("; ".join(changed_by_others))
         return done
 
     def _finish_if_done(self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int) -> int | None:
         """-> the expected claims it never got, once finished: no receiver holds it, and every one
-        expected claimed it or will never claim it (progress.py)."""
+        expected claimed it or will never claim it (progress.py). The caller holds the file's lock."""
         generation, _, output, order, expected, per_process, start = entry
         progress = self.progress[output]
         m = self.file.map
-        with self.file.locked(start, SLOT_BYTES):
-            gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
-            if gen != generation or state != LIVE:
-                raise LedgerError(f"ledger: slot {slot} was changed by another process")
-            holding = 0
-            claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
-            claimed_ns: dict[int, int] = {}
-            for h in range(min(claims, HOLDERS)):
-                pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
-                if claimers[pid] < per_process:
-                    claimers[pid] += 1
-                claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
-                # A receiver that died holding it no longer uses it: its CUDA context is gone.
-                if hstate == HOLDING and pid_alive(pid):
-                    holding += 1
-            progress.saw(order, claimers, claimed_ns)
-            timeout = self.claim_timeout_ns
-            # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
-            # got) are given up on after the claim timeout, as nothing will tell otherwise.
-            if holding or not (
-                claimers.total() >= expected
-                or progress.accounted(order, claimers, published, now, timeout) >= expected
-                or (progress.known() < expected and now - published >= timeout)
-            ):
-                self.seen[slot] = signature(m, start)
-                return None
-            SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
-            return max(0, expected - claimers.total())
+        gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
+        if gen != generation or state != LIVE:
+            raise LedgerError(f"ledger: slot {slot} was changed by another process")
+        holding = 0
+        claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
+        claimed_ns: dict[int, int] = {}
+        for h in range(min(claims, HOLDERS)):
+            pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
+            if claimers[pid] < per_process:
+                claimers[pid] += 1
+            claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
+            # A receiver that died holding it no longer uses it: its CUDA context is gone.
+            if hstate == HOLDING and pid_alive(pid):
+                holding += 1
+        progress.saw(order, claimers, claimed_ns)
+        timeout = self.claim_timeout_ns
+        # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
+        # got) are given up on after the claim timeout, as nothing will tell otherwise.
+        if holding or not (
+            claimers.total() >= expected
+            or progress.accounted(order, claimers, published, now, timeout) >= expected
+            or (progress.known() < expected and now - published >= timeout)
+        ):
+            self.seen[slot] = signature(m, start)
+            return None
+        SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
+        return max(0, expected - claimers.total())
 
     def abandon(self, ref: SlotRef) -> object | None:
         """Take back a slot whose message never left (its send failed); -> its token, or None for a

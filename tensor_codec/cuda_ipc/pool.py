@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MessageBuffer", "BufferPool", "size_class", "MIN_CLASS_BYTES", "DEFAULT_MAX_IDLE_BYTES"]
@@ -39,6 +39,8 @@ class MessageBuffer:
     event: Any
     event_handle: bytes
     stream: Any = None  # where the last message was written (None: never written)
+    metadata: dict | None = None  # the keys every message in it carries alike (made at its first)
+    views: dict = field(default_factory=dict)  # (dtype, shape, strides) -> its memory viewed so (prepared sends)
 
 
 class BufferPool:
@@ -58,17 +60,26 @@ class BufferPool:
         self.retired = 0
         self.events_made = 0
 
-    def take(self, nbytes: int, index: int) -> MessageBuffer:
-        """A buffer of at least `nbytes` on GPU `index`: an idle one, or a new one exported now."""
+    def take_idle(self, nbytes: int, index: int) -> MessageBuffer | None:
+        """An idle buffer for `nbytes` on GPU `index`, or None where none is idle."""
         capacity = size_class(nbytes)
         with self.lock:
             free = self.idle.get((index, capacity))
-            if free:
-                buffer = free.pop()
-                del self.by_age[id(buffer)]
-                self.idle_bytes -= capacity
-                self.reused += 1
-                return buffer
+            if not free:
+                return None
+            buffer = free.pop()
+            del self.by_age[id(buffer)]
+            self.idle_bytes -= capacity
+            self.reused += 1
+            return buffer
+
+    def take(self, nbytes: int, index: int) -> MessageBuffer:
+        """A buffer of at least `nbytes` on GPU `index`: an idle one, or a new one exported now."""
+        buffer = self.take_idle(nbytes, index)
+        if buffer is not None:
+            return buffer
+        capacity = size_class(nbytes)
+        with self.lock:
             spare = self.spare_events.get(index)
             event_and_handle = spare.pop() if spare else None
         backend = self.backend

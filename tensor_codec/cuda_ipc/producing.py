@@ -16,11 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .inflight import InFlightLimit
-from .ledger import SHM_DIR, Ledger, SlotRef, remove_stale_ledgers
+from .ledger import SHM_DIR, Ledger, LedgerError, SlotRef, remove_stale_ledgers
 
 __all__ = ["ProducerBook"]
 
 log = logging.getLogger("tensor_codec")
+
+# A send with no idle buffer of its size collects finished messages first only when that frees
+# enough to be worth a look at the ledger: this many messages are uncollected, or the message is
+# big. A stream of small messages therefore keeps up to this many buffers of its size and
+# collects them in one locked section every so many messages, not one at every send.
+COLLECT_BATCH = 8
+BATCH_MAX_BYTES = 1 << 20  # messages bigger than this collect first (a buffer more would cost more memory)
 
 
 @dataclass
@@ -91,7 +98,11 @@ class ProducerBook:
     def publish(self, output_id: str, expected: int, nbytes: int, token: Any, per_process: int = 1) -> SlotRef:
         """`Ledger.publish` for a message of `output_id`, its bytes counted against the output's cap."""
         with self.lock:
-            ref = self.ledger.publish(expected, nbytes, token, output_id, per_process)
+            try:
+                ref = self.ledger.publish(expected, nbytes, token, output_id, per_process)
+            except LedgerError:  # every slot holds a message not collected yet: collect, then once more
+                self.collect()
+                ref = self.ledger.publish(expected, nbytes, token, output_id, per_process)
             out = self.output(output_id)
             out.live_bytes += nbytes
             out.peak_bytes = max(out.peak_bytes, out.live_bytes)
@@ -107,6 +118,11 @@ class ProducerBook:
                 self._forget(ref.slot)
         if token is not None:
             self._recycle_all([token])
+
+    def collect_first(self, nbytes: int) -> bool:
+        """Whether a send of `nbytes` that found no idle buffer collects before making one (see
+        COLLECT_BATCH)."""
+        return nbytes > BATCH_MAX_BYTES or self._ledger is None or len(self._ledger.live) >= COLLECT_BATCH
 
     def collect(self) -> int:
         """Free every finished slot's memory; -> how many."""

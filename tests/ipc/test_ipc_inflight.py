@@ -35,10 +35,20 @@ def limit(**kwargs):
     return InFlightLimit(100, clock=lambda: now[0], sleep=sleep, name="out", **kwargs), now
 
 
-def test_room_means_send():
+def test_room_means_send_without_a_look_at_the_ledger():
+    """Room by the count of bytes not yet collected: admitted with no collect (issue 62: no
+    ledger scan per send)."""
     cap, _ = limit()
     out = FakeOutput([30, 30])
-    assert cap.admit(40, out.live_bytes, out.collect) is True and out.collects == 1
+    assert cap.admit(40, out.live_bytes, out.collect) is True and out.collects == 0
+
+
+def test_past_the_cap_finished_messages_are_collected_first():
+    """Over the cap by the count, a collect that frees enough admits at once: no wait, no drop."""
+    cap, _ = limit(on_full="drop")
+    out = FakeOutput([60, 30], finish_after=1)
+    assert cap.admit(40, out.live_bytes, out.collect) is True
+    assert out.collects == 1 and out.live == [30] and cap.waits == 0 and cap.dropped == 0
 
 
 def test_wait_until_receivers_release():
