@@ -31,6 +31,7 @@ __all__ = ["encode", "decode"]
 
 _UINT8 = pa.uint8()
 _ENCODE = Output(ENCODE_OUTPUT, lambda: 1)
+_EMPTY = pa.array([], type=_UINT8)  # immutable: every CUDA IPC message's value
 
 
 def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
@@ -44,6 +45,8 @@ def encode(obj: Any, transport: str = "host") -> tuple[pa.Array, dict]:
     outgoing = send_pipeline.lay_out(obj, transport, _ENCODE)
     if outgoing is None:
         raise EncodeError(f"output '{ENCODE_OUTPUT}': dropped by its in-flight policy")
+    if not outgoing.in_value:  # CUDA IPC: the bytes are on the GPU, the metadata is this message's own
+        return _EMPTY, outgoing.metadata
     if outgoing.transport.name == HOST:
         small = cast("HostTransport", outgoing.transport).small_copy(outgoing)  # most small messages
         if small is not None:

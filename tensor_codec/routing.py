@@ -124,6 +124,12 @@ def ipc_min_bytes() -> int:
     return value
 
 
+def env_key() -> tuple[str | None, str | None]:
+    """What of the environment `resolve` reads for ``auto``, as it stands: a send prepared under
+    one value is prepared again under another."""
+    return os.environ.get(ENV_TRANSPORT), os.environ.get(ENV_IPC_MIN_BYTES)
+
+
 def resolve(requested: str, plan: Plan, output: Output, route: Callable[[], OutputRoute] | None) -> tuple[str, str]:
     """-> (transport, why) of a message of `plan` on `output`, `HOST_TO_GPU` included: what
     `send_pipeline.lay_out` uses and `tc.transport_for` reports. `route` is asked for ``auto``

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
 
 from . import gpus, routing
 from .plan import make_plan
 from .transports import Outgoing, Output, get_transport
-from .transports.names import HOST, HOST_TO_GPU
+from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
+
+if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
+    from .cuda_ipc.transport import CudaIpcTransport
 
 __all__ = ["lay_out"]
 
@@ -25,10 +30,18 @@ def lay_out(
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
     out; None where the output's in-flight policy dropped it (CUDA IPC past its cap)."""
+    if output.prepared and requested != HOST and isinstance(obj, torch.Tensor):  # a CUDA IPC stream's, maybe
+        prepared = cast("CudaIpcTransport", get_transport(CUDA_IPC)).lay_out_prepared(obj, requested, output)
+        if prepared is not None:
+            return None if prepared is False else prepared
     plan = make_plan(obj)
     # "host" is host bytes, always (what routing.resolve gives it), without a call: this runs per message.
     name = HOST if requested == HOST else routing.resolve(requested, plan, output, route)[0]
     if name == HOST_TO_GPU:
         # Host bytes on the wire, the GPU in the header: receivers restore onto it.
         name, output = HOST, dataclasses.replace(output, onto_gpu=gpus.gpu_of(plan))
-    return get_transport(name).lay_out(plan, output)
+    transport = get_transport(name)
+    outgoing = transport.lay_out(plan, output)
+    if name == CUDA_IPC and outgoing is not None:
+        cast("CudaIpcTransport", transport).remember(obj, requested, outgoing, output)
+    return outgoing

@@ -7,34 +7,63 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .. import gpus, limits
+from .. import gpus, limits, routing
 from ..errors import DecodeError, UsageError
-from ..layout import Destination, write_leaf
+from ..layout import Destination, holds_dense_span, leaf_view, write_leaf
 from ..plan import Plan
 from ..transports.arrow_values import leaf_views
 from ..transports.base import Materialized, Outgoing, Output
-from ..transports.names import CUDA_IPC
+from ..transports.names import AUTO, CUDA_IPC
+from ..walk import plain_of
 from ..wire.buffer import CUDA_IPC_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import check_canonical_offsets, layout_offsets
 from ..wire.cuda_ipc import (
+    MESSAGE_KEYS,
     IpcFields,
     ProducerIdentity,
+    buffer_metadata,
     check_empty_value,
-    ipc_metadata,
+    message_metadata,
     parse_ipc_fields,
     parse_producer,
 )
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
+from ..wire.structure import is_bare_tensor
 from .identity import check_same_machine, host_identity, pid_namespace
-from .pool import BufferPool
+from .ledger import SlotRef
+from .pool import BufferPool, MessageBuffer
 from .producing import ProducerBook
 from .receiving import Receiver
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
+
+PREPARED_MAX = 64  # signatures an output keeps (a stream has one, or a few in turn), and views a buffer keeps
+_AT_START = [0]  # a prepared message's one leaf: at its buffer's start
+# A TVTensor's attributes read as a plain tensor's, without its __torch_function__.
+_TORCH_FUNCTION_OFF = torch._C.DisableTorchFunctionSubclass
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSend:
+    """What the first CUDA IPC message of a signature fixed for the next ones (`remember`)."""
+
+    state: Any  # the process's CUDA IPC state it was sent under (its ledger, pool)
+    generation: int  # of the codec's limits it was checked under
+    routed_by: tuple | None  # for transport="auto": the environment routing read (routing.env_key)
+    metadata: dict  # the codec's keys (the header, the producer's identity)
+    nbytes: int
+    index: int  # its GPU
+    view: tuple  # (dtype, shape, strides) it is copied into at the buffer's start
+    element_size: int
+    complex: bool  # the lazy conjugate bit exists only on complex tensors
+    receivers: tuple[int, int]  # inputs wired to the output, the most of them in one process
+
 
 # What to do instead when a message is on a GPU this process cannot see (`Gpus.index_of`'s error).
 _ANOTHER_GPU = (
@@ -155,13 +184,8 @@ class CudaIpcTransport:
         state = _get_state()
         index = gpus.current().device_of(plan)
         codec_metadata, offsets, total = self._codec_metadata(state, plan, index)
-        if not state.producer.admit(output.name, total):
-            return None
-        buffer = state.pool.take(total, index)
-        try:
-            stream = state.backend.current_stream(index)
-            if buffer.stream is not None and buffer.stream != stream:
-                state.backend.wait(buffer.event, index)  # the writes below follow its last message's
+
+        def write(buffer: MessageBuffer) -> None:
             memory = buffer.tensor
             dest = Destination(memory.data_ptr(), lambda: memory, host=False)
             end = 0
@@ -170,24 +194,80 @@ class CudaIpcTransport:
                     memory[end:start].zero_()  # padding: deterministic, no stale bytes
                 write_leaf(leaf, dest, start)
                 end = start + leaf.nbytes
-            state.backend.record(buffer.event, stream)
-            buffer.stream = stream
-            ref = state.producer.publish(output.name, output.receivers(), total, buffer, output.receivers_per_process())
-        except BaseException:
-            # Nothing was published: no receiver can know it. Writes may be queued on this
-            # stream: the event follows them, so the buffer's next use orders after them.
-            try:
-                stream = state.backend.current_stream(index)
-                state.backend.record(buffer.event, stream)
-                buffer.stream = stream
-            except Exception:
-                pass  # the device is failing: the pool's next use of the buffer will say so
-            state.pool.give_back(buffer)
-            raise
-        fields = IpcFields(buffer.handle, buffer.offset, total, buffer.event_handle, ref.slot, ref.generation)
-        metadata = dict(codec_metadata)
-        metadata.update(ipc_metadata(fields))
+
+        receivers = (output.receivers(), output.receivers_per_process())
+        published = _publish(state, output.name, receivers, total, index, write)
+        if published is None:
+            return None
+        buffer, ref = published
+        metadata = message_metadata(codec_metadata, _buffer_keys(buffer), total, ref.slot, ref.generation)
         return Outgoing(plan, metadata, 0, offsets, self, ref, in_value=False)
+
+    def remember(self, obj: Any, requested: str, outgoing: Outgoing, output: Output) -> None:
+        """Keep what a sent message of one tensor fixed for its signature's next ones
+        (`lay_out_prepared`): a bare tensor (no attributes) whose bytes are one dense span."""
+        plan = outgoing.plan
+        if len(plan.leaves) != 1 or not is_bare_tensor(plan.tree):
+            return
+        leaf, t = plan.leaves[0], plain_of(obj)
+        if not leaf.raw_span or leaf.broadcast or t.requires_grad or t.is_neg() or t.is_conj():
+            return
+        if len(output.prepared) >= PREPARED_MAX:
+            output.prepared.clear()  # a stream has one signature, or a few in turn
+        key = (type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
+        output.prepared[key] = PreparedSend(
+            _get_state(),
+            limits.generation,
+            routing.env_key() if requested == AUTO else None,
+            {k: v for k, v in outgoing.metadata.items() if k not in MESSAGE_KEYS},
+            outgoing.offsets[-1] + leaf.nbytes,
+            gpus.current().device_of(plan),
+            (leaf.dtype, leaf.shape, leaf.strides),
+            t.element_size(),
+            t.is_complex(),
+            (output.receivers(), output.receivers_per_process()),
+        )
+
+    def lay_out_prepared(self, obj: Any, requested: str, output: Output) -> Outgoing | None | bool:
+        """A message of a signature `remember`ed: copied into a pooled buffer, published and its
+        metadata filled in, with no plan, layout or header built (docs/cuda-ipc-design.md, "A
+        stream's prepared sends"). -> its Outgoing; False where the output's policy dropped it;
+        None where it is not one (the full path takes it)."""
+        off = None if type(obj) is torch.Tensor else _TORCH_FUNCTION_OFF()
+        if off is not None:
+            off.__enter__()
+        try:
+            t = obj
+            try:
+                prepared = output.prepared.get((type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested))
+            except RuntimeError:  # a tensor without strides (sparse, nested)
+                return None
+            if (
+                prepared is None
+                or prepared.state is not _state
+                or prepared.generation != limits.generation
+                or (prepared.routed_by is not None and prepared.routed_by != routing.env_key())
+                or t.requires_grad
+                or t.is_neg()
+                or (prepared.complex and t.is_conj())
+                or not holds_dense_span(t, prepared.nbytes, prepared.element_size)
+            ):
+                return None
+            state = prepared.state
+            view = prepared.view
+
+            def write(buffer: MessageBuffer) -> None:
+                _buffer_view(buffer, view).copy_(t)  # one dense span, as laid out: a plain copy
+
+            published = _publish(state, output.name, prepared.receivers, prepared.nbytes, prepared.index, write)
+        finally:
+            if off is not None:
+                off.__exit__(None, None, None)
+        if published is None:
+            return False
+        buffer, ref = published
+        metadata = message_metadata(prepared.metadata, _buffer_keys(buffer), prepared.nbytes, ref.slot, ref.generation)
+        return Outgoing(None, metadata, 0, _AT_START, self, ref, in_value=False)  # type: ignore[arg-type]
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
         pass  # the Arrow value is empty: the bytes were written on the GPU by lay_out
@@ -257,3 +337,68 @@ def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> I
             f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
         )
     return fields
+
+
+def _publish(
+    state: _State,
+    output: str,
+    receivers: tuple[int, int],
+    total: int,
+    index: int,
+    write: Callable[[MessageBuffer], None],
+) -> tuple[MessageBuffer, SlotRef] | None:
+    """Admit `total` bytes on `output`, take a pooled buffer on GPU `index`, `write` the message
+    into it, record its event and publish it in a ledger slot for `receivers` (inputs wired, the
+    most in one process); None when the output's policy dropped it. Collects finished messages
+    only when it needs room: past the cap, or with no idle buffer of the size (in batches:
+    `ProducerBook.collect_first`)."""
+    if not state.producer.admit(output, total):
+        return None
+    buffer = state.pool.take_idle(total, index)
+    if buffer is None and state.producer.collect_first(total):
+        state.producer.collect()
+        buffer = state.pool.take_idle(total, index)
+    if buffer is None:
+        buffer = state.pool.take(total, index)
+    backend = state.backend
+    try:
+        stream = backend.current_stream(index)
+        if buffer.stream is not None and buffer.stream != stream:
+            backend.wait(buffer.event, index)  # the writes below follow its last message's
+        write(buffer)
+        backend.record(buffer.event, stream)
+        buffer.stream = stream
+        ref = state.producer.publish(output, receivers[0], total, buffer, receivers[1])
+    except BaseException:
+        # Nothing was published: no receiver can know it. Writes may be queued on this
+        # stream: the event follows them, so the buffer's next use orders after them.
+        try:
+            stream = backend.current_stream(index)
+            backend.record(buffer.event, stream)
+            buffer.stream = stream
+        except Exception:
+            pass  # the device is failing: the pool's next use of the buffer will say so
+        state.pool.give_back(buffer)
+        raise
+    return buffer, ref
+
+
+def _buffer_keys(buffer: MessageBuffer) -> dict:
+    """The metadata keys of every message in `buffer` (`buffer_metadata`), made at its first."""
+    keys = buffer.metadata
+    if keys is None:
+        keys = buffer.metadata = buffer_metadata(buffer.handle, buffer.offset, buffer.event_handle)
+    return keys
+
+
+def _buffer_view(buffer: MessageBuffer, view: tuple) -> torch.Tensor:
+    """`buffer`'s memory as the tensor a prepared signature copies into: its dtype, shape and
+    strides (`view`) from the buffer's start, made once per buffer and signature."""
+    tensor = buffer.views.get(view)
+    if tensor is None:
+        if len(buffer.views) >= PREPARED_MAX:
+            buffer.views.clear()
+        memory = buffer.tensor
+        dtype, shape, strides = view
+        tensor = buffer.views[view] = leaf_view(memory.untyped_storage(), dtype, memory.storage_offset(), shape, strides)
+    return tensor

@@ -30,6 +30,7 @@ class Output:
     onto_gpu: str | None = None  # the GPU (UUID) receivers restore host bytes onto (routing.HOST_TO_GPU)
     receivers_per_process: Callable[[], int] = lambda: 1  # how many of those one process may be
     announced: set = field(default_factory=set)  # (transport, why) pairs routing.resolve logged for it
+    prepared: dict = field(default_factory=dict)  # signature -> a CUDA IPC send prepared (cuda_ipc/transport.py)
 
 
 @dataclass(slots=True)

@@ -21,7 +21,9 @@ __all__ = [
     "ProducerIdentity",
     "parse_ipc_fields",
     "check_empty_value",
+    "buffer_metadata",
     "ipc_metadata",
+    "message_metadata",
     "parse_producer",
     "check_gpu_uuid",
     "EVENT_HANDLE_BYTES",
@@ -43,6 +45,7 @@ KEY_SIZE = "tc.ipc.size"
 KEY_EVENT = "tc.ipc.event"
 KEY_SLOT = "tc.ipc.slot"
 KEY_GENERATION = "tc.ipc.generation"
+MESSAGE_KEYS = frozenset({KEY_HANDLE, KEY_OFFSET, KEY_SIZE, KEY_EVENT, KEY_SLOT, KEY_GENERATION})
 
 _GPU = re.compile(r"^(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]{7,63}$")
 _LEDGER = re.compile(r"^tc-[0-9]{1,10}-[0-9a-f]{12}$")
@@ -132,16 +135,25 @@ def parse_ipc_fields(metadata: dict, total: int) -> IpcFields:
     return IpcFields(handle, offset, size, event, slot, generation)
 
 
-def ipc_metadata(fields: IpcFields) -> dict:
-    """The flat metadata keys of one message (the producer's side of `parse_ipc_fields`)."""
+def buffer_metadata(handle: bytes, offset: int, event: bytes) -> dict:
+    """The flat metadata keys every message written into one producer buffer carries alike (the
+    producer's side of `parse_ipc_fields`, made once per buffer)."""
     return {
-        KEY_HANDLE: base64.b64encode(fields.handle).decode("ascii"),
-        KEY_OFFSET: fields.offset,
-        KEY_SIZE: fields.size,
-        KEY_EVENT: base64.b64encode(fields.event).decode("ascii"),
-        KEY_SLOT: fields.slot,
-        KEY_GENERATION: fields.generation,
+        KEY_HANDLE: base64.b64encode(handle).decode("ascii"),
+        KEY_OFFSET: offset,
+        KEY_EVENT: base64.b64encode(event).decode("ascii"),
     }
+
+
+def ipc_metadata(fields: IpcFields) -> dict:
+    """The flat metadata keys of one message, from its fields (`parse_ipc_fields`'s inverse)."""
+    buffer = buffer_metadata(fields.handle, fields.offset, fields.event)
+    return message_metadata({}, buffer, fields.size, fields.slot, fields.generation)
+
+
+def message_metadata(codec: dict, buffer: dict, size: int, slot: int, generation: int) -> dict:
+    """One message's metadata: the codec's keys, its buffer's (`buffer_metadata`) and its own."""
+    return {**codec, **buffer, KEY_SIZE: size, KEY_SLOT: slot, KEY_GENERATION: generation}
 
 
 def check_gpu_uuid(value: Any, where: str) -> None:
