@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -228,7 +228,7 @@ class CudaIpcTransport:
             (output.receivers(), output.receivers_per_process()),
         )
 
-    def lay_out_prepared(self, obj: Any, requested: str, output: Output) -> Outgoing | None | bool:
+    def lay_out_prepared(self, obj: Any, requested: str, output: Output) -> Outgoing | Literal[False] | None:
         """A message of a signature `remember`ed: copied into a pooled buffer, published and its
         metadata filled in, with no plan, layout or header built (docs/cuda-ipc-design.md, "A
         stream's prepared sends"). -> its Outgoing; False where the output's policy dropped it;
@@ -239,7 +239,8 @@ class CudaIpcTransport:
         try:
             t = obj
             try:
-                prepared = output.prepared.get((type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested))
+                key = (type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
+                prepared = output.prepared.get(key)
             except RuntimeError:  # a tensor without strides (sparse, nested)
                 return None
             if (
@@ -253,7 +254,7 @@ class CudaIpcTransport:
                 or not holds_dense_span(t, prepared.nbytes, prepared.element_size)
             ):
                 return None
-            state = prepared.state
+            state: _State = prepared.state
             view = prepared.view
 
             def write(buffer: MessageBuffer) -> None:
@@ -400,5 +401,6 @@ def _buffer_view(buffer: MessageBuffer, view: tuple) -> torch.Tensor:
             buffer.views.clear()
         memory = buffer.tensor
         dtype, shape, strides = view
-        tensor = buffer.views[view] = leaf_view(memory.untyped_storage(), dtype, memory.storage_offset(), shape, strides)
+        storage, start = memory.untyped_storage(), memory.storage_offset()
+        tensor = buffer.views[view] = leaf_view(storage, dtype, start, shape, strides)
     return tensor
