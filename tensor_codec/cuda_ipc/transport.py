@@ -254,7 +254,7 @@ class CudaIpcTransport:
                 or not holds_dense_span(t, prepared.nbytes, prepared.element_size)
             ):
                 return None
-            state: _State = prepared.state
+            state = _get_state()  # the one it was prepared under (checked above)
             view = prepared.view
 
             def write(buffer: MessageBuffer) -> None:
