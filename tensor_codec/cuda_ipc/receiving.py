@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DecodeError
+from ..wire.cuda_ipc import buffer_key, check_size, parse_ipc_fields, parse_slot
 from .handle_cache import HandleCache
 from .identity import pid_alive, pid_namespace
 from .ledger import SHM_DIR, LedgerError, LedgerView, SlotRef
@@ -41,6 +42,9 @@ class Receiver:
         self.segments = HandleCache(backend.open_segment, max_entries=MAX_SEGMENTS)
         self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
+        # (ledger, a buffer's keys as they came) -> (segment, event, GPU index, offset): what a
+        # message in a producer buffer seen before opens with (`open`).
+        self.buffers: dict[tuple, tuple] = {}
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
         self.pending: list[tuple[Any, int, LedgerView, SlotRef]] = []  # (marker, GPU, ledger, slot)
@@ -72,11 +76,12 @@ class Receiver:
         self.segments.forget(ledger)
         self.events.forget(ledger)
         with self.lock:
+            self.buffers = {key: known for key, known in self.buffers.items() if key[0] != ledger}
             view = self.ledgers.pop(ledger, None)
         if view is not None:
             view.close()
 
-    def _slot(self, producer: Any, fields: Any) -> tuple[LedgerView, SlotRef]:
+    def _slot(self, producer: Any, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
         """Finish what completed, then find the message's ledger slot, before any CUDA work;
         DecodeError if its producer has exited or its ledger cannot be opened."""
         self.poll()
@@ -86,32 +91,51 @@ class Receiver:
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
             )
         try:
-            return self._ledger(producer.ledger), SlotRef(producer.ledger, fields.slot, fields.generation)
+            return self._ledger(producer.ledger), SlotRef(producer.ledger, slot, generation)
         except LedgerError as e:
             raise _slot_error(e) from None
 
-    def open(self, producer: Any, fields: Any, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
-        """Claim, open, wait, view -> (uint8 tensor over the message, its lifetime object, the index
-        of its GPU here, found by `local_index()`, which may start CUDA: only once claimed).
-        DecodeError for every refusal; a claim is given back if anything after it fails."""
+    def open(self, producer: Any, metadata: dict, total: int, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
+        """Claim, open, wait, view -> (uint8 tensor over the message of `total` bytes, its lifetime
+        object, the index of its GPU here, found by `local_index()`, which may start CUDA: only
+        once claimed). A message in a producer buffer seen before (its keys as they came) is
+        known by them: its segment, event and GPU are those found then, and only its own fields
+        are read. DecodeError for every refusal; a claim is given back if anything after it fails."""
         pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
-        ledger, ref = self._slot(producer, fields)
+        key = buffer_key(metadata)
+        known = None if key is None else self.buffers.get((producer.ledger, *key))
+        fields = None
+        if known is None:
+            fields = parse_ipc_fields(metadata, total)
+            slot, generation = fields.slot, fields.generation
+        else:
+            check_size(metadata, total)
+            slot, generation = parse_slot(metadata)
+        ledger, ref = self._slot(producer, slot, generation)
         try:
             ledger.claim(ref)
         except LedgerError as e:
             raise _slot_error(e) from None
         self.claimed += 1
         try:
-            index = local_index()
-            segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
-            if segment.end is not None and segment.base + fields.offset + fields.size > segment.end:
+            if known is None:
+                assert fields is not None
+                index = local_index()
+                segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
+                event = self.events.get(producer.ledger, pid, fields.event, index)
+                known = (segment, event, index, fields.offset)
+                if key is not None:
+                    if len(self.buffers) >= MAX_SEGMENTS:
+                        self.buffers.clear()
+                    self.buffers[(producer.ledger, *key)] = known
+            segment, event, index, offset = known
+            if segment.end is not None and segment.base + offset + total > segment.end:
                 raise DecodeError(
                     f"tc.ipc.offset: expected the message inside the producer's segment of "
-                    f"{segment.end - segment.base} bytes, got bytes {fields.offset}..{fields.offset + fields.size}"
+                    f"{segment.end - segment.base} bytes, got bytes {offset}..{offset + total}"
                 )
-            event = self.events.get(producer.ledger, pid, fields.event, index)
             self.backend.wait(event, index)
-            view, memory = self.backend.message_view(segment, fields.offset, fields.size, index)
+            view, memory = self.backend.message_view(segment, offset, total, index)
         except DecodeError:
             ledger.release(ref)
             raise
@@ -131,7 +155,7 @@ class Receiver:
         """Claim and release at once a message this process looks at but will not read (a
         monitor; docs/cuda-ipc-design.md, "Claims are per receiver"). DecodeError when the slot
         cannot be claimed (the producer has exited, or had already given the message up)."""
-        ledger, ref = self._slot(producer, fields)
+        ledger, ref = self._slot(producer, fields.slot, fields.generation)
         try:
             first = ledger.pass_over(ref)
         except LedgerError as e:

@@ -25,7 +25,6 @@ from ..wire.buffer import CUDA_IPC_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import check_canonical_offsets, layout_offsets
 from ..wire.cuda_ipc import (
     MESSAGE_KEYS,
-    IpcFields,
     ProducerIdentity,
     buffer_metadata,
     check_empty_value,
@@ -279,10 +278,18 @@ class CudaIpcTransport:
 
     # ---------------------------------------------------------------- receiving
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:
+        """The header's layout and its producer, who must be a process of this machine with a
+        ledger of its own: checked once per header (cached with it), no message field needed."""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         if "producer" not in header:
             raise DecodeError("tc.header.producer: expected the producer's identity, missing")
-        return offsets, total, parse_producer(header["producer"])
+        producer = parse_producer(header["producer"])
+        check_same_machine(producer)
+        if not producer.ledger.startswith(f"tc-{producer.pid}-"):
+            raise DecodeError(
+                f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
+            )
+        return offsets, total, producer
 
     def in_place_layout(self, prepared: tuple) -> None:
         """No host view: every message opens (or finds) its producer's pool and waits on its event."""
@@ -300,10 +307,12 @@ class CudaIpcTransport:
     ) -> Materialized:
         offsets, total, producer = prepared
         check_empty_value(value)
-        fields = _message_fields(metadata, total, producer)
         state = _get_state()
         base, memory, index = state.receiver.open(
-            producer, fields, lambda: gpus.current().index_of(producer.gpu, "tc.header.producer.gpu", _ANOTHER_GPU)
+            producer,
+            metadata,
+            total,
+            lambda: gpus.current().index_of(producer.gpu, "tc.header.producer.gpu", _ANOTHER_GPU),
         )
         if device is not None and (device.type != "cuda" or device.index != index):
             base, memory = base.to(device, copy=True), None  # copied out; the message is released below
@@ -324,20 +333,7 @@ class CudaIpcTransport:
         if compiled.transport.name != self.name:
             raise DecodeError(f"{TRANSPORT_FIELD}: expected {self.name!r}, got {compiled.transport.name!r:.80}")
         _, total, producer = compiled.prepared
-        fields = _message_fields(metadata, total, producer)
-        _get_state().receiver.pass_unread(producer, fields)
-
-
-def _message_fields(metadata: dict, total: int, producer: ProducerIdentity) -> IpcFields:
-    """A received message's `tc.ipc.*` fields, once they and its producer's identity pass every
-    check that needs no CUDA: sizes and encodings, the same machine, the producer's own ledger."""
-    fields = parse_ipc_fields(metadata, total)
-    check_same_machine(producer)
-    if not producer.ledger.startswith(f"tc-{producer.pid}-"):
-        raise DecodeError(
-            f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
-        )
-    return fields
+        _get_state().receiver.pass_unread(producer, parse_ipc_fields(metadata, total))
 
 
 def _publish(

@@ -20,6 +20,9 @@ __all__ = [
     "IpcFields",
     "ProducerIdentity",
     "parse_ipc_fields",
+    "buffer_key",
+    "parse_slot",
+    "check_size",
     "check_empty_value",
     "buffer_metadata",
     "ipc_metadata",
@@ -126,13 +129,34 @@ def parse_ipc_fields(metadata: dict, total: int) -> IpcFields:
     handle = _b64(metadata, KEY_HANDLE, 3, MAX_HANDLE_BYTES)
     _check_handle(handle)
     offset = _int(metadata, KEY_OFFSET, 0, MAX_BUFFER_BYTES)
+    size = check_size(metadata, total)
+    event = _b64(metadata, KEY_EVENT, EVENT_HANDLE_BYTES, EVENT_HANDLE_BYTES)
+    slot, generation = parse_slot(metadata)
+    return IpcFields(handle, offset, size, event, slot, generation)
+
+
+def buffer_key(metadata: dict) -> tuple | None:
+    """The buffer keys of a message exactly as they came (`buffer_metadata`'s), for a receiver
+    that has parsed them before to know them again by; None where one is not of its type (then
+    `parse_ipc_fields` names what is wrong)."""
+    handle, offset, event = metadata.get(KEY_HANDLE), metadata.get(KEY_OFFSET), metadata.get(KEY_EVENT)
+    if type(handle) is str and type(offset) is int and type(event) is str:
+        return handle, offset, event
+    return None
+
+
+def parse_slot(metadata: dict) -> tuple[int, int]:
+    """-> (slot, generation): what a message whose buffer keys are known (`buffer_key`) still
+    carries of its own."""
+    return _int(metadata, KEY_SLOT, 0, MAX_SLOTS - 1), _int(metadata, KEY_GENERATION, 1, 2**63 - 1)
+
+
+def check_size(metadata: dict, total: int) -> int:
+    """-> the message's size, which must be `total`: what the header's leaves need."""
     size = _int(metadata, KEY_SIZE, 0, MAX_BUFFER_BYTES)
     if size != total:
         raise DecodeError(f"{KEY_SIZE}: expected {total} bytes (the end of the last leaf), got {size}")
-    event = _b64(metadata, KEY_EVENT, EVENT_HANDLE_BYTES, EVENT_HANDLE_BYTES)
-    slot = _int(metadata, KEY_SLOT, 0, MAX_SLOTS - 1)
-    generation = _int(metadata, KEY_GENERATION, 1, 2**63 - 1)
-    return IpcFields(handle, offset, size, event, slot, generation)
+    return size
 
 
 def buffer_metadata(handle: bytes, offset: int, event: bytes) -> dict:
