@@ -140,6 +140,7 @@ class LedgerFile:
         # The thread inside a locked section (None: none). A message's last view can die on any
         # line of a thread, and its release must not wait for a lock its own thread holds.
         self.owner: int | None = None
+        self.sections = 0  # locked sections entered, all told (each is two lockf calls)
 
     def locked(self, start: int, length: int):
         return _RangeLock(self, start, length)
@@ -163,6 +164,7 @@ class _RangeLock:
             self.f.thread_lock.release()
             raise
         self.f.owner = threading.get_ident()
+        self.f.sections += 1
 
     def __exit__(self, *exc):
         self.f.owner = None

@@ -1,0 +1,103 @@
+"""What a CUDA IPC message costs the codec, counted (issue 62), on the CPU stand-in: in steady
+state a stream of one tensor, dropped by its receiver as it comes, builds no plan or header,
+scans the ledger only once per batch of messages, takes at most LOCK_SECTIONS_PER_MESSAGE locked
+sections of a ledger per message and wakes no thread; a quiet receiver still gives memory back
+on the timer's next tick. Counts, not times: they hold on every machine."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+import tensor_codec as tc
+from tensor_codec import send_pipeline
+from tensor_codec.cuda_ipc import ledger as ledger_module
+from tensor_codec.cuda_ipc import receiving
+from tensor_codec.cuda_ipc import transport as cuda_ipc
+from tensor_codec.cuda_ipc.producing import COLLECT_BATCH
+from tests.support.waiting import wait_until
+
+MESSAGES = 400
+# A publish, a claim and a release: one each (docs/cuda-ipc-design.md, "Locks per message", says
+# why each is needed); a collect decides a batch of COLLECT_BATCH messages in one more.
+LOCK_SECTIONS_PER_MESSAGE = 3 + 1 / COLLECT_BATCH
+
+
+def _sections(state) -> int:
+    files = [state.producer.ledger.file, *(view.file for view in state.receiver.ledgers.values())]
+    return sum(f.sections for f in files)
+
+
+@pytest.mark.parametrize("size", [4096, 1 << 20], ids=["4KB", "1MB"])
+def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkeypatch, size):
+    t = torch.arange(size, dtype=torch.int32).to(torch.uint8)
+
+    def one() -> None:
+        value, metadata = tc.encode(t, transport="cuda-ipc")
+        got = tc.decode(value, metadata)
+        assert got.shape == t.shape
+        del got  # the receiver drops it: its release begins on this thread
+
+    for _ in range(2 * COLLECT_BATCH):  # warm-up: the buffers a batch needs, the header compiled
+        one()
+    counts = {"plans": 0, "headers": 0, "collects": 0}
+
+    def counting(name, real):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(send_pipeline, "make_plan", counting("plans", send_pipeline.make_plan))
+    monkeypatch.setattr(cuda_ipc, "header_metadata", counting("headers", cuda_ipc.header_metadata))
+    monkeypatch.setattr(
+        ledger_module.Ledger, "collect", counting("collects", ledger_module.Ledger.collect), raising=True
+    )
+    state = cuda_ipc._get_state()
+    sections, ticks, setup = _sections(state), state.receiver.timer_ticks, fake.setup_ops()
+    for _ in range(MESSAGES):
+        one()
+    assert counts["plans"] == 0 and counts["headers"] == 0, counts
+    assert counts["collects"] <= MESSAGES / COLLECT_BATCH + 1, counts
+    per_message = (_sections(state) - sections) / MESSAGES
+    assert per_message <= LOCK_SECTIONS_PER_MESSAGE, f"{per_message:.2f} locked sections per message"
+    assert state.receiver.timer_ticks == ticks and state.receiver.timer is None  # no thread woken, none started
+    assert fake.setup_ops() == setup
+    assert state.receiver.released == state.receiver.claimed
+
+
+def test_a_quiet_receiver_gives_memory_back_on_the_timers_next_tick(fake):
+    """Markers that complete after the last view died (the GPU still working): nothing on the
+    receiving thread polls, and the timer gives the message back on the tick after completion,
+    TIMER_S (<= 5 ms) later; after a while with nothing pending the timer thread ends."""
+    assert receiving.TIMER_S <= 0.005
+    fake.markers_done = False
+    value, metadata = tc.encode(torch.ones(4096, dtype=torch.uint8), transport="cuda-ipc")
+    got = tc.decode(value, metadata)
+    del got
+    gc.collect()
+    receiver = cuda_ipc._get_state().receiver
+    assert receiver.released == 0 and receiver.timer is not None  # waiting on its marker
+    ticks = receiver.timer_ticks
+    fake.markers[-1].done = True  # the GPU work queued before the release completed
+    wait_until(lambda: receiver.released == 1, describe="the timer's release")
+    assert receiver.timer_ticks - ticks <= 2  # the tick under way when it completed, or the next
+    wait_until(lambda: receiver.timer is None, describe="the idle timer thread to end")
+
+
+def test_a_view_that_dies_inside_its_own_ledgers_locked_section_waits_for_the_next_poll(fake):
+    """A message's last view can die on any line, even while its thread holds that ledger's
+    lock: the release is left pending (no wait for a lock its own thread holds; before, it
+    never returned) and given back once the section ends, by a poll or the timer."""
+    value, metadata = tc.encode(torch.ones(4096, dtype=torch.uint8), transport="cuda-ipc")
+    got = tc.decode(value, metadata)
+    receiver = cuda_ipc._get_state().receiver
+    (view,) = receiver.ledgers.values()
+    with view.file.locked(0, 1):
+        del got  # its finalizer runs here, on this thread, and returns
+        gc.collect()
+        assert receiver.released == 0
+    wait_until(lambda: (receiver.poll(), receiver.released)[1] == 1, describe="the release after the section")
