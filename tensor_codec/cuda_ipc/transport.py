@@ -43,7 +43,6 @@ from .receiving import Receiver
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
 
 PREPARED_MAX = 64  # signatures an output keeps (a stream has one, or a few in turn), and views a buffer keeps
-_AT_START = [0]  # a prepared message's one leaf: at its buffer's start
 # A TVTensor's attributes read as a plain tensor's, without its __torch_function__.
 _TORCH_FUNCTION_OFF = torch._C.DisableTorchFunctionSubclass
 
@@ -267,7 +266,8 @@ class CudaIpcTransport:
             return False
         buffer, ref = published
         metadata = message_metadata(prepared.metadata, _buffer_keys(buffer), prepared.nbytes, ref.slot, ref.generation)
-        return Outgoing(None, metadata, 0, _AT_START, self, ref, in_value=False)  # type: ignore[arg-type]
+        # One leaf, at its buffer's start; no plan was made (nothing reads one of a sent CUDA IPC message).
+        return Outgoing(None, metadata, 0, [0], self, ref, in_value=False)  # type: ignore[arg-type]
 
     def write(self, outgoing: Outgoing, dest: Destination) -> None:
         pass  # the Arrow value is empty: the bytes were written on the GPU by lay_out
