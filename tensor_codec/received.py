@@ -96,7 +96,10 @@ class Compiled:
             # tracked by nothing: each becomes its object (a BoundingBoxes) in place.
             handed_out = None if materialized.borrowed is None else []
             obj = self.build(tensors, handed_out)
-        if materialized.borrowed is not None:
+        if materialized.borrowed is not None and handed_out is tensors and materialized.locations == [0]:
+            # One plain tensor viewing its message from the start (a CUDA IPC stream's message).
+            lifetimes.register_leaf(name, obj, obj._version, materialized.borrowed, self.leaves, self.header["tree"])
+        elif materialized.borrowed is not None:
             assert handed_out is not None
             lifetimes.register_message(
                 name,

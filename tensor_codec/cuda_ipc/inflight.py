@@ -47,6 +47,11 @@ class InFlightLimit:
         self.waited_s = 0.0
         self._dropping = False  # inside a burst of drops (logged once)
 
+    def admit_room(self) -> bool:
+        """Admitted: there is room (a burst of drops, if any, is over)."""
+        self._dropping = False
+        return True
+
     def admit(self, nbytes: int, live_bytes: Callable[[], int], collect: Callable[[], object]) -> bool:
         """True: send it (room is there). False: dropped by policy. Raises on timeout."""
         if nbytes > self.max_bytes:
@@ -57,8 +62,7 @@ class InFlightLimit:
         # `live_bytes` counts what has not been collected yet: room by that count needs no look
         # at the ledger; only past the cap are finished messages collected first.
         if live_bytes() + nbytes <= self.max_bytes:
-            self._dropping = False
-            return True
+            return self.admit_room()
         collect()
         if live_bytes() + nbytes <= self.max_bytes:
             self._dropping = False

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import UsageError
 from ..wire.cuda_ipc import HOLDERS
@@ -38,15 +39,15 @@ from .progress import OutputProgress
 
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
+_NO_HOLDERS = bytes(SLOT_BYTES - SLOT_HEAD_BYTES)  # a published slot's holder entries
 SWEEP_NS = 10_000_000  # a full look at every live slot at most this often (dead receivers, timeouts)
 # A message that no receiver seen on its output claimed, or that a receiver which stopped claiming
 # never took, is taken for lost after this long (progress.py; dora can drop messages).
 CLAIM_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
-class SlotRef:
-    """What a message carries to name its slot."""
+class SlotRef(NamedTuple):
+    """What a message carries to name its slot (a tuple: one is made per message on each side)."""
 
     ledger: str  # file name under /dev/shm
     slot: int
@@ -104,12 +105,13 @@ class Ledger:
             if slot in self.live:
                 continue
             start = slot_offset(slot)
+            m = self.file.map
             with self.file.locked(start, SLOT_BYTES):
-                generation = SLOT_HEAD.unpack_from(self.file.map, start)[0] + 1
-                self.file.map[start : start + SLOT_BYTES] = bytes(SLOT_BYTES)
-                now = time.monotonic_ns()
-                SLOT_HEAD.pack_into(self.file.map, start, generation, LIVE, per_process, expected, 0, now, nbytes)
-                self.seen[slot] = signature(self.file.map, start)
+                generation = SLOT_HEAD.unpack_from(m, start)[0] + 1
+                head = SLOT_HEAD.pack(generation, LIVE, per_process, expected, 0, time.monotonic_ns(), nbytes)
+                m[start + SLOT_HEAD_BYTES : start + SLOT_BYTES] = _NO_HOLDERS
+                m[start : start + SLOT_HEAD_BYTES] = head
+            self.seen[slot] = head  # its `signature`: no holder claimed yet
             self.published += 1
             self.live[slot] = (generation, token, output, self.published, expected, per_process, start)
             if output not in self.progress:
@@ -259,7 +261,7 @@ class LedgerView:
             if claims >= HOLDERS:
                 raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
             holders = range(start + SLOT_HEAD_BYTES, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, HOLDER_BYTES)
-            mine = sum(HOLDER.unpack_from(m, at)[0] == self.pid for at in holders)  # released ones included
+            mine = sum(HOLDER.unpack_from(m, at)[0] == self.pid for at in holders) if claims else 0  # released ones too
             if mine >= per_process:
                 raise LedgerError(
                     f"ledger slot {ref.slot}, generation {ref.generation}: this process (pid {self.pid}) already "

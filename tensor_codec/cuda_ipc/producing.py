@@ -91,6 +91,9 @@ class ProducerBook:
 
     def admit(self, output_id: str, nbytes: int) -> bool:
         """Room for `nbytes` more on this output? Waits or drops by its policy (see inflight.py)."""
+        out = self.outputs.get(output_id)
+        if out is not None and out.live_bytes + nbytes <= out.limit.max_bytes:
+            return out.limit.admit_room()  # room by the count (InFlightLimit.admit's first answer)
         with self.lock:
             out = self.output(output_id)
         return out.limit.admit(nbytes, lambda: out.live_bytes, self.collect)

@@ -184,7 +184,7 @@ class Receiver:
         except Exception as e:  # never raise out of a deleter
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
-        with self.lock:
+        with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
             self.pending.append((marker, index, ledger, ref))
         self.poll()
         with self.lock:
@@ -194,6 +194,8 @@ class Receiver:
 
     def poll(self) -> int:
         """Release every pending message whose completion marker has fired; -> how many."""
+        if not self.pending:  # (read without the lock: one appended meanwhile waits for the next poll)
+            return 0
         with self.lock:
             if not self.pending:
                 return 0
