@@ -17,6 +17,7 @@ from tensor_codec.cuda_ipc import ledger as ledger_module
 from tensor_codec.cuda_ipc import receiving
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.cuda_ipc.producing import COLLECT_BATCH
+from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
 
 MESSAGES = 400
@@ -30,12 +31,32 @@ def _sections(state) -> int:
     return sum(f.sections for f in files)
 
 
+def _sender(how: str):
+    """-> a function that sends a tensor by CUDA IPC and returns its (value, metadata): with
+    `tc.encode`, or with `tc.send` on a dora output (a stand-in node wired to one receiver)."""
+    if how == "encode":
+        return lambda t: tc.encode(t, transport="cuda-ipc")
+    node = FakeNode(
+        node_id="cam",
+        descriptor={"nodes": [{"id": "cam", "outputs": ["image"]}, {"id": "a", "inputs": {"x": "cam/image"}}]},
+    )
+
+    def send(t):
+        tc.send(node, "image", t, {"seq": 1}, transport="cuda-ipc")
+        _, value, metadata = node.sent.pop()
+        return value, metadata
+
+    return send
+
+
+@pytest.mark.parametrize("how", ["encode", "send"])
 @pytest.mark.parametrize("size", [4096, 1 << 20], ids=["4KB", "1MB"])
-def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkeypatch, size):
+def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkeypatch, size, how):
     t = torch.arange(size, dtype=torch.int32).to(torch.uint8)
+    send = _sender(how)
 
     def one() -> None:
-        value, metadata = tc.encode(t, transport="cuda-ipc")
+        value, metadata = send(t)
         got = tc.decode(value, metadata)
         assert got.shape == t.shape
         del got  # the receiver drops it: its release begins on this thread
