@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import torch
 
 from . import gpus, routing
 from .plan import make_plan
 from .transports import Outgoing, Output, get_transport
-from .transports.names import CUDA_IPC, HOST, HOST_TO_GPU
-
-if TYPE_CHECKING:  # transports load on first use (tests/codec/test_hygiene.py)
-    from .cuda_ipc.transport import CudaIpcTransport
+from .transports.names import AUTO, HOST, HOST_TO_GPU
 
 __all__ = ["lay_out"]
 
@@ -30,8 +27,9 @@ def lay_out(
     """Plan `obj`, pick its transport (`requested`, with routing's rule; `route`: the output's
     consumers, asked for ``auto`` only, so None where there is no dataflow) and lay the message
     out; None where the output's in-flight policy dropped it (CUDA IPC past its cap)."""
-    if output.prepared and requested != HOST and isinstance(obj, torch.Tensor):  # a CUDA IPC stream's, maybe
-        prepared = cast("CudaIpcTransport", get_transport(CUDA_IPC)).lay_out_prepared(obj, requested, output)
+    keeper = output.prepared_by
+    if keeper is not None and requested != HOST and isinstance(obj, torch.Tensor):  # a prepared stream's, maybe
+        prepared = keeper.lay_out_prepared(obj, requested, _routed_by(requested), output)
         if prepared is not None:
             return None if prepared is False else prepared
     plan = make_plan(obj)
@@ -42,6 +40,12 @@ def lay_out(
         name, output = HOST, dataclasses.replace(output, onto_gpu=gpus.gpu_of(plan))
     transport = get_transport(name)
     outgoing = transport.lay_out(plan, output)
-    if name == CUDA_IPC and outgoing is not None:
-        cast("CudaIpcTransport", transport).remember(obj, requested, outgoing, output)
+    if outgoing is not None and name != HOST:
+        transport.remember(obj, requested, _routed_by(requested), outgoing, output)
     return outgoing
+
+
+def _routed_by(requested: str) -> Any:
+    """What the routing of a message sent as `requested` read of the environment (a prepared send
+    made under other values is not taken)."""
+    return routing.env_key() if requested == AUTO else None

@@ -95,18 +95,27 @@ class Receiver:
         except LedgerError as e:
             raise _slot_error(e) from None
 
-    def open(self, producer: Any, metadata: dict, total: int, local_index: Callable[[], int]) -> tuple[Any, Any, int]:
+    def open(
+        self,
+        producer: Any,
+        metadata: dict,
+        total: int,
+        check_producer: Callable[[Any], None],
+        local_index: Callable[[], int],
+    ) -> tuple[Any, Any, int]:
         """Claim, open, wait, view -> (uint8 tensor over the message of `total` bytes, its lifetime
         object, the index of its GPU here, found by `local_index()`, which may start CUDA: only
-        once claimed). A message in a producer buffer seen before (its keys as they came) is
-        known by them: its segment, event and GPU are those found then, and only its own fields
-        are read. DecodeError for every refusal; a claim is given back if anything after it fails."""
+        once claimed). A message in a producer buffer seen before (its ledger and keys as they
+        came) is known by them: its producer passed `check_producer`, its segment, event and GPU
+        are those found then, and only its own fields are read. DecodeError for every refusal; a
+        claim is given back if anything after it fails."""
         pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
         key = buffer_key(metadata)
         known = None if key is None else self.buffers.get((producer.ledger, *key))
         fields = None
         if known is None:
             fields = parse_ipc_fields(metadata, total)
+            check_producer(producer)
             slot, generation = fields.slot, fields.generation
         else:
             check_size(metadata, total)

@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 import torch
 
-from .. import gpus, limits, routing
+from .. import gpus, limits
 from ..errors import DecodeError, UsageError
 from ..layout import Destination, holds_dense_span, leaf_view, write_leaf
 from ..plan import Plan
 from ..transports.arrow_values import leaf_views
 from ..transports.base import Materialized, Outgoing, Output
-from ..transports.names import AUTO, CUDA_IPC
+from ..transports.names import CUDA_IPC
 from ..walk import plain_of
 from ..wire.buffer import CUDA_IPC_ALIGNMENT as ALIGNMENT
 from ..wire.buffer import check_canonical_offsets, layout_offsets
@@ -53,7 +53,7 @@ class PreparedSend:
 
     state: Any  # the process's CUDA IPC state it was sent under (its ledger, pool)
     generation: int  # of the codec's limits it was checked under
-    routed_by: tuple | None  # for transport="auto": the environment routing read (routing.env_key)
+    routed_by: Any  # what routing read of the environment for it (transport="auto"; else None)
     metadata: dict  # the codec's keys (the header, the producer's identity)
     nbytes: int
     index: int  # its GPU
@@ -201,7 +201,7 @@ class CudaIpcTransport:
         metadata = message_metadata(codec_metadata, _buffer_keys(buffer), total, ref.slot, ref.generation)
         return Outgoing(plan, metadata, 0, offsets, self, ref, in_value=False)
 
-    def remember(self, obj: Any, requested: str, outgoing: Outgoing, output: Output) -> None:
+    def remember(self, obj: Any, requested: str, routed_by: Any, outgoing: Outgoing, output: Output) -> None:
         """Keep what a sent message of one tensor fixed for its signature's next ones
         (`lay_out_prepared`): a bare tensor (no attributes) whose bytes are one dense span."""
         plan = outgoing.plan
@@ -213,10 +213,11 @@ class CudaIpcTransport:
         if len(output.prepared) >= PREPARED_MAX:
             output.prepared.clear()  # a stream has one signature, or a few in turn
         key = (type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
+        output.prepared_by = self
         output.prepared[key] = PreparedSend(
             _get_state(),
             limits.generation,
-            routing.env_key() if requested == AUTO else None,
+            routed_by,
             {k: v for k, v in outgoing.metadata.items() if k not in MESSAGE_KEYS},
             outgoing.offsets[-1] + leaf.nbytes,
             gpus.current().device_of(plan),
@@ -226,7 +227,9 @@ class CudaIpcTransport:
             (output.receivers(), output.receivers_per_process()),
         )
 
-    def lay_out_prepared(self, obj: Any, requested: str, output: Output) -> Outgoing | Literal[False] | None:
+    def lay_out_prepared(
+        self, obj: Any, requested: str, routed_by: Any, output: Output
+    ) -> Outgoing | Literal[False] | None:
         """A message of a signature `remember`ed: copied into a pooled buffer, published and its
         metadata filled in, with no plan, layout or header built (docs/cuda-ipc-design.md, "A
         stream's prepared sends"). -> its Outgoing; False where the output's policy dropped it;
@@ -245,7 +248,7 @@ class CudaIpcTransport:
                 prepared is None
                 or prepared.state is not _state
                 or prepared.generation != limits.generation
-                or (prepared.routed_by is not None and prepared.routed_by != routing.env_key())
+                or prepared.routed_by != routed_by
                 or t.requires_grad
                 or t.is_neg()
                 or (prepared.complex and t.is_conj())
@@ -278,18 +281,10 @@ class CudaIpcTransport:
 
     # ---------------------------------------------------------------- receiving
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:
-        """The header's layout and its producer, who must be a process of this machine with a
-        ledger of its own: checked once per header (cached with it), no message field needed."""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         if "producer" not in header:
             raise DecodeError("tc.header.producer: expected the producer's identity, missing")
-        producer = parse_producer(header["producer"])
-        check_same_machine(producer)
-        if not producer.ledger.startswith(f"tc-{producer.pid}-"):
-            raise DecodeError(
-                f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
-            )
-        return offsets, total, producer
+        return offsets, total, parse_producer(header["producer"])
 
     def in_place_layout(self, prepared: tuple) -> None:
         """No host view: every message opens (or finds) its producer's pool and waits on its event."""
@@ -312,6 +307,7 @@ class CudaIpcTransport:
             producer,
             metadata,
             total,
+            _check_producer,
             lambda: gpus.current().index_of(producer.gpu, "tc.header.producer.gpu", _ANOTHER_GPU),
         )
         if device is not None and (device.type != "cuda" or device.index != index):
@@ -333,7 +329,19 @@ class CudaIpcTransport:
         if compiled.transport.name != self.name:
             raise DecodeError(f"{TRANSPORT_FIELD}: expected {self.name!r}, got {compiled.transport.name!r:.80}")
         _, total, producer = compiled.prepared
-        _get_state().receiver.pass_unread(producer, parse_ipc_fields(metadata, total))
+        fields = parse_ipc_fields(metadata, total)
+        _check_producer(producer)
+        _get_state().receiver.pass_unread(producer, fields)
+
+
+def _check_producer(producer: ProducerIdentity) -> None:
+    """A producer whose messages this process may open: a process of this machine, with its own
+    ledger (the checks that need neither the message's fields nor CUDA)."""
+    check_same_machine(producer)
+    if not producer.ledger.startswith(f"tc-{producer.pid}-"):
+        raise DecodeError(
+            f"tc.header.producer.ledger: expected the ledger of process {producer.pid}, got {producer.ledger!r:.80}"
+        )
 
 
 def _publish(

@@ -30,7 +30,10 @@ class Output:
     onto_gpu: str | None = None  # the GPU (UUID) receivers restore host bytes onto (routing.HOST_TO_GPU)
     receivers_per_process: Callable[[], int] = lambda: 1  # how many of those one process may be
     announced: set = field(default_factory=set)  # (transport, why) pairs routing.resolve logged for it
-    prepared: dict = field(default_factory=dict)  # signature -> a CUDA IPC send prepared (cuda_ipc/transport.py)
+    # Prepared sends a transport keeps here (signature -> its own record: CUDA IPC's), and that
+    # transport (`Transport.remember`); host bytes' are the dora Output's (tensor_codec/dora/output.py).
+    prepared: dict = field(default_factory=dict)
+    prepared_by: Any = None
 
 
 @dataclass(slots=True)
@@ -81,6 +84,15 @@ class Transport(Protocol):
 
     def abandon(self, outgoing: Outgoing) -> None:
         """The message will not be sent after all: free what `lay_out` holds for it."""
+
+    def remember(self, obj: Any, requested: str, routed_by: Any, outgoing: Outgoing, output: Output) -> None:
+        """After `lay_out` of `obj` (sent as `requested`, routing having read `routed_by` of the
+        environment): keep on `output` what its signature's next messages can skip, as
+        `output.prepared` and `output.prepared_by`, for `lay_out_prepared`; or nothing."""
+
+    def lay_out_prepared(self, obj: Any, requested: str, routed_by: Any, output: Output) -> Outgoing | bool | None:
+        """A message of a signature `remember`ed, laid out in fewer steps; False: dropped by the
+        output's policy; None: not one (the full path takes it)."""
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
         """Validate the transport's own header and leaf fields, once per distinct header (cached
