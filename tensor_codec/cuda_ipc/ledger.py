@@ -185,11 +185,14 @@ class Ledger:
         holding = 0
         claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
         claimed_ns: dict[int, int] = {}
+        counted = 0
         for h in range(min(claims, HOLDERS)):
             pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
             if claimers[pid] < per_process:
                 claimers[pid] += 1
-            claimed_ns[pid] = max(claimed_ns.get(pid, 0), when)
+                counted += 1
+            if when > claimed_ns.get(pid, 0):
+                claimed_ns[pid] = when
             # A receiver that died holding it no longer uses it: its CUDA context is gone.
             if hstate == HOLDING and pid_alive(pid):
                 holding += 1
@@ -198,14 +201,14 @@ class Ledger:
         # Receivers never seen on this output (not tensor_codec nodes, or dora dropped all they
         # got) are given up on after the claim timeout, as nothing will tell otherwise.
         if holding or not (
-            claimers.total() >= expected
+            counted >= expected
             or progress.accounted(order, claimers, published, now, timeout) >= expected
             or (progress.known() < expected and now - published >= timeout)
         ):
             self.seen[slot] = signature(m, start)
             return None
         SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
-        return max(0, expected - claimers.total())
+        return max(0, expected - counted)
 
     def abandon(self, ref: SlotRef) -> object | None:
         """Take back a slot whose message never left (its send failed); -> its token, or None for a
@@ -249,9 +252,10 @@ class LedgerView:
             raise LedgerError(f"ledger slot: expected 0..{self.slots - 1}, got {ref.slot!r}")
         return slot_offset(ref.slot)
 
-    def claim(self, ref: SlotRef) -> None:
-        """Register this process as a user of the message; LedgerError if it is gone, or if this
-        process already claimed it as many times as it may (one per input wired to the output)."""
+    def claim(self, ref: SlotRef) -> int:
+        """Register this process as a user of the message -> its holder entry (for `release`);
+        LedgerError if it is gone, or if this process already claimed it as many times as it
+        may (one per input wired to the output)."""
         start = self._check(ref)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
@@ -270,6 +274,7 @@ class LedgerView:
                 )
             HOLDER.pack_into(m, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
             SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
+        return claims
 
     def pass_over(self, ref: SlotRef) -> bool:
         """Claim and release at once (a monitor's part in a message); -> False, doing nothing, for a
@@ -284,14 +289,21 @@ class LedgerView:
         self.release(ref)
         return True
 
-    def release(self, ref: SlotRef) -> None:
-        """This process is done with the message (its GPU work on it completed)."""
+    def release(self, ref: SlotRef, holder: int | None = None) -> None:
+        """This process is done with the message (its GPU work on it completed); `holder`: the
+        entry its claim took, where known (else this process's first entry still holding)."""
         start = self._check(ref)
         m = self.file.map
         with self.file.locked(start, SLOT_BYTES):
             gen, state, _, _, claims, _, _ = SLOT_HEAD.unpack_from(m, start)
             if gen != ref.generation or state != LIVE:
                 return  # already collected (this process was taken for dead, or released twice)
+            if holder is not None and 0 <= holder < min(claims, HOLDERS):
+                at = start + SLOT_HEAD_BYTES + holder * HOLDER_BYTES
+                pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
+                if pid == self.pid and hstate == HOLDING:
+                    HOLDER.pack_into(m, at, pid, RELEASED, claimed_ns)
+                    return
             for h in range(min(claims, HOLDERS)):
                 at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
                 pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)

@@ -153,6 +153,8 @@ class LedgerFile:
 
 
 class _RangeLock:
+    __slots__ = ("f", "start", "length")  # one is made per locked section
+
     def __init__(self, f: LedgerFile, start: int, length: int):
         self.f, self.start, self.length = f, start, length
 

@@ -47,7 +47,7 @@ class Receiver:
         self.buffers: dict[tuple, tuple] = {}
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
-        self.pending: list[tuple[Any, int, LedgerView, SlotRef]] = []  # (marker, GPU, ledger, slot)
+        self.pending: list[tuple[Any, int, LedgerView, SlotRef, int | None]] = []  # (marker, GPU, ledger, slot, holder)
         self.idle_markers: dict[int, list[Any]] = {}  # per GPU: markers whose last record completed
         self.timer: threading.Thread | None = None  # runs only while releases wait on markers
         self.timer_ticks = 0  # the timer thread's wake-ups, all told (a steady stream needs none)
@@ -122,7 +122,7 @@ class Receiver:
             slot, generation = parse_slot(metadata)
         ledger, ref = self._slot(producer, slot, generation)
         try:
-            ledger.claim(ref)
+            holder = ledger.claim(ref)
         except LedgerError as e:
             raise _slot_error(e) from None
         self.claimed += 1
@@ -157,7 +157,7 @@ class Receiver:
             raise DecodeError(
                 f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
-        weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index)
+        weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index, holder)
         return view, memory, index
 
     def pass_unread(self, producer: Any, fields: Any) -> None:
@@ -176,13 +176,13 @@ class Receiver:
                 self.passed_again += 1
 
     # ---- releasing
-    def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int) -> None:
+    def _on_last_view_gone(self, ledger: LedgerView, ref: SlotRef, index: int, holder: int | None = None) -> None:
         """Every view of a message died (called from torch's deleter, any thread): record its
         marker and give back, on this thread, whatever has completed (this message too, where
         its GPU work already has); only what still waits is left to the timer."""
         try:
             if sys.is_finalizing():
-                ledger.release(ref)  # exiting: no more GPU work of this process will run
+                ledger.release(ref, holder)  # exiting: no more GPU work of this process will run
                 return
             with self.lock:
                 idle = self.idle_markers.get(index)
@@ -194,7 +194,7 @@ class Receiver:
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
         with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
-            self.pending.append((marker, index, ledger, ref))
+            self.pending.append((marker, index, ledger, ref, holder))
         self.poll()
         with self.lock:
             if self.pending and self.timer is None:
@@ -226,12 +226,12 @@ class Receiver:
                 (ready if done else waiting).append(entry)
             self.pending.extend(waiting)
             self.releasing += len(ready)
-            for marker, index, _, _ in ready:
+            for marker, index, _, _, _ in ready:
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
-        for _, _, ledger, ref in ready:
+        for _, _, ledger, ref, holder in ready:
             try:
-                ledger.release(ref)
+                ledger.release(ref, holder)
             except Exception as e:
                 log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
         with self.lock:

@@ -487,7 +487,7 @@ def test_a_release_queued_while_the_receiver_polls_is_not_lost(tmp_path):
         class file:  # noqa: N801  (a LedgerView's file: no thread of this process inside its lock)
             owner = None
 
-        def release(self, ref):
+        def release(self, ref, holder=None):
             released.append(ref.slot)
 
     receiver = Receiver(FakeBackend(directory=str(tmp_path)))
@@ -498,6 +498,6 @@ def test_a_release_queued_while_the_receiver_polls_is_not_lost(tmp_path):
             receiver._on_last_view_gone(ledger, SlotRef("tc-1-000000000000", 2, 1), 0)
             return True
 
-    receiver.pending.append((MarkerWhoseQueryFinalizesAnother(), 0, ledger, SlotRef("tc-1-000000000000", 1, 1)))
+    receiver.pending.append((MarkerWhoseQueryFinalizesAnother(), 0, ledger, SlotRef("tc-1-000000000000", 1, 1), None))
     receiver.poll()
     wait_until(lambda: (receiver.poll(), sorted(released))[1] == [1, 2], describe="both releases")
