@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -183,13 +182,14 @@ class Ledger:
         if gen != generation or state != LIVE:
             raise LedgerError(f"ledger: slot {slot} was changed by another process")
         holding = 0
-        claimers: Counter = Counter()  # claims per receiving process, at most `per_process` each
+        claimers: dict[int, int] = {}  # claims per receiving process, at most `per_process` each
         claimed_ns: dict[int, int] = {}
         counted = 0
         for h in range(min(claims, HOLDERS)):
             pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
-            if claimers[pid] < per_process:
-                claimers[pid] += 1
+            times = claimers.get(pid, 0)
+            if times < per_process:
+                claimers[pid] = times + 1
                 counted += 1
             if when > claimed_ns.get(pid, 0):
                 claimed_ns[pid] = when

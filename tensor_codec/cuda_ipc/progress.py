@@ -6,8 +6,6 @@ starts CUDA, claims late but claims); the order of its claims can: docs/wire-for
 
 from __future__ import annotations
 
-from collections import Counter
-
 from .identity import pid_alive
 
 __all__ = ["OutputProgress", "MAX_RECEIVERS"]
@@ -24,7 +22,7 @@ class OutputProgress:
         self.reached: dict[int, list[int]] = {}
         self.last_claim_ns: dict[int, int] = {}
 
-    def saw(self, order: int, claims: Counter, claimed_ns: dict[int, int]) -> None:
+    def saw(self, order: int, claims: dict[int, int], claimed_ns: dict[int, int]) -> None:
         """Message `order` was claimed `claims[pid]` times by each pid (the latest at `claimed_ns`)."""
         for pid, times in claims.items():
             reached = self.reached.get(pid)
@@ -43,7 +41,7 @@ class OutputProgress:
             if when > self.last_claim_ns.get(pid, 0):
                 self.last_claim_ns[pid] = when
 
-    def accounted(self, order: int, claims: Counter, published_ns: int, now_ns: int, timeout_ns: int) -> int:
+    def accounted(self, order: int, claims: dict[int, int], published_ns: int, now_ns: int, timeout_ns: int) -> int:
         """Expected receptions of message `order` accounted for: claimed, or passed by their
         receiver, or their receiver gone or no longer claiming."""
         total = sum(times for pid, times in claims.items() if pid not in self.reached)

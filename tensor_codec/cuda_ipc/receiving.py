@@ -59,11 +59,13 @@ class Receiver:
 
     # ---- opening
     def _ledger(self, name: str) -> LedgerView:
-        with self.lock:
-            view = self.ledgers.get(name)
-            if view is not None:
+        view = self.ledgers.get(name)  # (each step on the OrderedDict is atomic: no lock for a hit)
+        if view is not None:
+            try:
                 self.ledgers.move_to_end(name)
-                return view
+            except KeyError:  # another thread forgot the producer just now
+                pass
+            return view
         view = LedgerView(name, directory=self.directory)  # LedgerError if the file is gone, or not ours
         with self.lock:
             self.ledgers[name] = view
@@ -81,11 +83,12 @@ class Receiver:
         if view is not None:
             view.close()
 
-    def _slot(self, producer: Any, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
+    def _slot(self, producer: Any, pid: int | None, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
         """Finish what completed, then find the message's ledger slot, before any CUDA work;
-        DecodeError if its producer has exited or its ledger cannot be opened."""
+        DecodeError if its producer has exited (`pid`: its pid where comparable with this
+        process's, else None) or its ledger cannot be opened."""
         self.poll()
-        if producer.pidns == pid_namespace() and not pid_alive(producer.pid):
+        if pid is not None and not pid_alive(pid):
             self._forget_producer(producer.ledger)
             raise DecodeError(
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
@@ -120,7 +123,7 @@ class Receiver:
         else:
             check_size(metadata, total)
             slot, generation = parse_slot(metadata)
-        ledger, ref = self._slot(producer, slot, generation)
+        ledger, ref = self._slot(producer, pid, slot, generation)
         try:
             holder = ledger.claim(ref)
         except LedgerError as e:
@@ -164,7 +167,8 @@ class Receiver:
         """Claim and release at once a message this process looks at but will not read (a
         monitor; docs/cuda-ipc-design.md, "Claims are per receiver"). DecodeError when the slot
         cannot be claimed (the producer has exited, or had already given the message up)."""
-        ledger, ref = self._slot(producer, fields.slot, fields.generation)
+        pid = producer.pid if producer.pidns == pid_namespace() else None
+        ledger, ref = self._slot(producer, pid, fields.slot, fields.generation)
         try:
             first = ledger.pass_over(ref)
         except LedgerError as e:

@@ -32,6 +32,7 @@ from ..wire.cuda_ipc import (
     parse_ipc_fields,
     parse_producer,
 )
+from ..wire.dtypes import by_torch
 from ..wire.header import ReceivedLeaf, header_metadata, leaf_table
 from ..wire.structure import is_bare_tensor
 from .identity import check_same_machine, host_identity, pid_namespace
@@ -57,7 +58,7 @@ class PreparedSend:
     metadata: dict  # the codec's keys (the header, the producer's identity)
     nbytes: int
     index: int  # its GPU
-    view: tuple  # (dtype, shape, strides) it is copied into at the buffer's start
+    view: tuple  # (torch dtype, shape, strides) it is copied into at the buffer's start
     element_size: int
     complex: bool  # the lazy conjugate bit exists only on complex tensors
     receivers: tuple[int, int]  # inputs wired to the output, the most of them in one process
@@ -221,7 +222,7 @@ class CudaIpcTransport:
             {k: v for k, v in outgoing.metadata.items() if k not in MESSAGE_KEYS},
             outgoing.offsets[-1] + leaf.nbytes,
             gpus.current().device_of(plan),
-            (leaf.dtype, leaf.shape, leaf.strides),
+            (t.dtype, leaf.shape, leaf.strides),
             t.element_size(),
             t.is_complex(),
             (output.receivers(), output.receivers_per_process()),
@@ -405,6 +406,7 @@ def _buffer_view(buffer: MessageBuffer, view: tuple) -> torch.Tensor:
             buffer.views.clear()
         memory = buffer.tensor
         dtype, shape, strides = view
+        dtype = by_torch(dtype, ())
         storage, start = memory.untyped_storage(), memory.storage_offset()
         tensor = buffer.views[view] = leaf_view(storage, dtype, start, shape, strides)
     return tensor
