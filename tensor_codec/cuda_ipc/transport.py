@@ -43,6 +43,10 @@ from .receiving import Receiver
 
 __all__ = ["CudaIpcTransport", "ALIGNMENT", "use_backend", "configure", "stats", "trim", "flush"]
 
+# tc.ipc_flush looks again after this long, doubling while nothing is released, up to the most
+# (a release is a write into shared memory: nothing can wake the producer for it).
+FLUSH_FIRST_PAUSE_S = 0.00005
+FLUSH_MAX_PAUSE_S = 0.005
 PREPARED_MAX = 64  # signatures an output keeps (a stream has one, or a few in turn), and views a buffer keeps
 # A TVTensor's attributes read as a plain tensor's, without its __torch_function__.
 _TORCH_FUNCTION_OFF = torch._C.DisableTorchFunctionSubclass
@@ -135,15 +139,17 @@ def flush(timeout_s: float = 10.0) -> bool:
     if state is None or not state.producer.has_ledger:
         return True
     deadline = time.monotonic() + timeout_s
-    pause = 0.0005
+    pause = FLUSH_FIRST_PAUSE_S
     while True:
-        state.producer.collect()
+        state.receiver.poll()  # what this process received itself and is done with goes back first
+        if state.producer.collect():
+            pause = FLUSH_FIRST_PAUSE_S  # receivers are releasing: the rest likely follows soon
         if not state.producer.in_flight():
             return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+        pause = min(pause * 2, FLUSH_MAX_PAUSE_S)
 
 
 class CudaIpcTransport:

@@ -7,6 +7,8 @@ on the timer's next tick. Counts, not times: they hold on every machine."""
 from __future__ import annotations
 
 import gc
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -122,3 +124,18 @@ def test_a_view_that_dies_inside_its_own_ledgers_locked_section_waits_for_the_ne
         gc.collect()
         assert receiver.released == 0
     wait_until(lambda: (receiver.poll(), receiver.released)[1] == 1, describe="the release after the section")
+
+
+def test_flush_gives_back_what_this_process_received_without_a_sleep(fake, monkeypatch):
+    """tc.ipc_flush waits on progress: a message this process received and dropped, whose GPU
+    work has completed, goes back at its first look (no fixed sleep first)."""
+    monkeypatch.setattr(receiving, "TIMER_S", 60.0)  # the timer stays out of it
+    fake.markers_done = False
+    value, metadata = tc.encode(torch.ones(4096, dtype=torch.uint8), transport="cuda-ipc")
+    got = tc.decode(value, metadata)
+    del got
+    gc.collect()
+    fake.markers[-1].done = True
+    sleeps: list[float] = []
+    monkeypatch.setattr(cuda_ipc, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleeps.append))
+    assert tc.ipc_flush(timeout_s=5) and sleeps == []
