@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torchvision import tv_tensors
 
 import tensor_codec as tc
 from tensor_codec import send_pipeline
@@ -19,6 +20,7 @@ from tensor_codec.cuda_ipc import ledger as ledger_module
 from tensor_codec.cuda_ipc import receiving
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.cuda_ipc.producing import COLLECT_BATCH
+from tensor_codec.testing import assert_identical
 from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
 
@@ -139,3 +141,44 @@ def test_flush_gives_back_what_this_process_received_without_a_sleep(fake, monke
     sleeps: list[float] = []
     monkeypatch.setattr(cuda_ipc, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleeps.append))
     assert tc.ipc_flush(timeout_s=5) and sleeps == []
+
+
+def _cases() -> dict:
+    from tensor_codec.testing import make_dtype_cases, make_layout_cases, make_tvtensor_cases
+
+    cases = {f"layout/{k}": v for k, v in make_layout_cases().items()}
+    cases.update({f"dtype/{k}": v for k, v in make_dtype_cases().items()})
+    cases.update({f"tv/{k}": v for k, v in make_tvtensor_cases().items() if isinstance(v, torch.Tensor)})
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
+def test_a_prepared_send_is_the_full_paths_message(fake, monkeypatch, name):
+    """Every layout, dtype and TVTensor sent twice: the second message (prepared where its
+    signature allows: a contiguous tensor, Image, Video or Mask always) is bit-exact, with the
+    first's header."""
+    t = _cases()[name]
+    first_value, first = tc.encode(t, transport="cuda-ipc")
+    plans = []
+    real = send_pipeline.make_plan
+    monkeypatch.setattr(send_pipeline, "make_plan", lambda obj: plans.append(obj) or real(obj))
+    value, metadata = tc.encode(t, transport="cuda-ipc")
+    plain = t.as_subclass(torch.Tensor)
+    bare = type(t) is torch.Tensor or isinstance(t, (tv_tensors.Image, tv_tensors.Video, tv_tensors.Mask))
+    resolved = not (plain.requires_grad or plain.is_conj() or plain.is_neg())
+    if bare and resolved and plain.is_contiguous() and plain.numel():
+        assert plans == [], "a contiguous tensor's second message was planned again"
+    assert metadata["tc.header"] == first["tc.header"]
+    assert_identical(tc.decode(value, metadata), t)
+    assert_identical(tc.decode(first_value, first), t)
+
+
+def test_a_prepared_send_copies_what_the_tensor_holds_when_sent(fake):
+    """Send-then-modify on the prepared path: each message holds the tensor's bytes at its send."""
+    t = torch.arange(1024, dtype=torch.float32)
+    messages = []
+    for step in range(4):
+        messages.append(tc.encode(t, transport="cuda-ipc"))
+        t += 1  # in place, after the send
+    for step, (value, metadata) in enumerate(messages):
+        assert torch.equal(tc.decode(value, metadata), torch.arange(1024, dtype=torch.float32) + step)
