@@ -177,7 +177,7 @@ def test_a_prepared_send_copies_what_the_tensor_holds_when_sent(fake):
     """Send-then-modify on the prepared path: each message holds the tensor's bytes at its send."""
     t = torch.arange(1024, dtype=torch.float32)
     messages = []
-    for step in range(4):
+    for _ in range(4):
         messages.append(tc.encode(t, transport="cuda-ipc"))
         t += 1  # in place, after the send
     for step, (value, metadata) in enumerate(messages):
