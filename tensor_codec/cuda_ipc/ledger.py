@@ -1,8 +1,8 @@
 """The release ledger: who still uses what a producer sent by CUDA IPC. One shared-memory file per
 producer process (ledger_file.py), a slot per message in flight, which the producer `publish`es
-(a new generation, so a stale reference never matches) and `collect`s, and each receiver `claim`s
-and `release`s. The rules: docs/wire-format.md, section 5a ("Lifetime"), and
-docs/cuda-ipc-design.md, "As built". Nothing here touches CUDA.
+(a new generation, so a stale reference never matches; a collect frees a slot at the next one)
+and `collect`s, and each receiver `claim`s and `release`s. The rules: docs/wire-format.md, section
+5a ("Lifetime"), and docs/cuda-ipc-design.md, "As built". Nothing here touches CUDA.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class Ledger:
         self.live: dict[int, tuple[int, object, str, int, int, int, int]] = {}
         self.progress: dict[str, OutputProgress] = {}  # output -> how far its receivers got
         self.seen: dict[int, bytes] = {}  # live slot -> its `signature` at the last full look
+        # Each slot's last generation published, the producer's own count (a receiver writing the
+        # file cannot change it); a slot is freed at the next one, which its next publish takes.
+        self.generations = [0] * slots
         self.last_sweep_ns = 0
         self.published = 0
         self.next_slot = 0
@@ -105,11 +108,14 @@ class Ledger:
                 continue
             start = slot_offset(slot)
             m = self.file.map
-            with self.file.locked(start, SLOT_BYTES):
-                generation = SLOT_HEAD.unpack_from(m, start)[0] + 1
-                head = SLOT_HEAD.pack(generation, LIVE, per_process, expected, 0, time.monotonic_ns(), nbytes)
-                m[start + SLOT_HEAD_BYTES : start + SLOT_BYTES] = _NO_HOLDERS
-                m[start : start + SLOT_HEAD_BYTES] = head
+            # No lock: the slot was freed (under the lock) at the generation this publish takes,
+            # so no receiver's reference can match it until this message is sent; a late one,
+            # of the message before, reads an older generation however these writes land.
+            generation = self.generations[slot] + 1
+            self.generations[slot] = generation
+            head = SLOT_HEAD.pack(generation, LIVE, per_process, expected, 0, time.monotonic_ns(), nbytes)
+            m[start + SLOT_HEAD_BYTES : start + SLOT_BYTES] = _NO_HOLDERS
+            m[start : start + SLOT_HEAD_BYTES] = head
             self.seen[slot] = head  # its `signature`: no holder claimed yet
             self.published += 1
             self.live[slot] = (generation, token, output, self.published, expected, per_process, start)
@@ -207,7 +213,7 @@ class Ledger:
         ):
             self.seen[slot] = signature(m, start)
             return None
-        SLOT_HEAD.pack_into(m, start, gen, FREE, per_process, expected, claims, published, 0)
+        SLOT_HEAD.pack_into(m, start, gen + 1, FREE, per_process, expected, claims, published, 0)
         return max(0, expected - counted)
 
     def abandon(self, ref: SlotRef) -> object | None:
@@ -221,7 +227,7 @@ class Ledger:
             gen, _, per_process, expected, claims, published, _ = SLOT_HEAD.unpack_from(self.file.map, start)
             if claims:
                 return None
-            SLOT_HEAD.pack_into(self.file.map, start, gen, FREE, per_process, expected, claims, published, 0)
+            SLOT_HEAD.pack_into(self.file.map, start, gen + 1, FREE, per_process, expected, claims, published, 0)
         del self.live[ref.slot]
         self.seen.pop(ref.slot, None)
         return entry[1]
@@ -261,7 +267,7 @@ class LedgerView:
         with self.file.locked(start, SLOT_BYTES):
             gen, state, per_process, expected, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
             if gen != ref.generation or state != LIVE:
-                raise LedgerError(_expired(ref, gen))
+                raise LedgerError(_expired(ref, gen if state == LIVE else max(gen - 1, 0)))
             if claims >= HOLDERS:
                 raise LedgerError(f"ledger slot {ref.slot}: more than {HOLDERS} receivers claimed one message")
             holders = range(start + SLOT_HEAD_BYTES, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, HOLDER_BYTES)
@@ -316,8 +322,9 @@ class LedgerView:
 
 
 def _expired(ref: SlotRef, generation: int) -> str:
-    """Why a slot at `generation` no longer holds the message `ref` names: freed (the same
-    generation, no longer live: its producer collected it) or reused (a newer generation)."""
+    """Why a slot whose last published generation is `generation` does not hold the message `ref`
+    names: freed (the same generation, no longer live: its producer collected it; a freed slot's
+    head holds the generation its next publish takes) or reused (a newer generation)."""
     where = f"slot {ref.slot}, generation {ref.generation}"
     why = (
         "every receiver it expected had taken it, or it had given it up for lost (this process claimed "

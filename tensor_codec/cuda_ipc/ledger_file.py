@@ -6,7 +6,7 @@ thread lock, so a claim's check-and-set is atomic across processes. Nothing here
 File header (HEADER_BYTES): the magic (8 bytes), u32 slots, u32 SLOT_BYTES, then the producer's
 pid namespace (for `remove_stale_ledgers`). Slot layout (little endian), SLOT_BYTES each:
 
-    0   u64  generation      (0 = never used)
+    0   u64  generation      (0 = never used; a freed slot holds the one its next publish takes)
     8   u16  state           (0 free, 1 live)
     10  u16  per_process     (claims one receiving process may make: its inputs on the output)
     12  u16  expected        (receivers the producer expects)
