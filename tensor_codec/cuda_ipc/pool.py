@@ -7,11 +7,14 @@ item).
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MessageBuffer", "BufferPool", "size_class", "MIN_CLASS_BYTES", "DEFAULT_MAX_IDLE_BYTES"]
+
+log = logging.getLogger("tensor_codec")
 
 MIN_CLASS_BYTES = 4096
 DEFAULT_MAX_IDLE_BYTES = 1 << 30  # per process: one output's default cap on bytes in flight
@@ -93,14 +96,15 @@ class BufferPool:
             self.events_made += made_event
         return MessageBuffer(tensor, capacity, index, handle, offset, *event_and_handle)
 
-    def give_back(self, buffer: MessageBuffer) -> None:
-        """Every receiver is done with the buffer's message: keep it for the next. Past the idle
-        bound the buffers idle longest are retired (not this one: a stream that changed sizes
-        keeps its new buffers and lets the old sizes go)."""
+    def give_back(self, *buffers: MessageBuffer) -> None:
+        """Every receiver is done with these buffers' messages: keep them for the next. Past the
+        idle bound the buffers idle longest are retired (not the last one given back: a stream
+        that changed sizes keeps its new buffers and lets the old sizes go)."""
         with self.lock:
-            self.idle.setdefault((buffer.index, buffer.capacity), []).append(buffer)
-            self.by_age[id(buffer)] = buffer
-            self.idle_bytes += buffer.capacity
+            for buffer in buffers:
+                self.idle.setdefault((buffer.index, buffer.capacity), []).append(buffer)
+                self.by_age[id(buffer)] = buffer
+                self.idle_bytes += buffer.capacity
             evicted = []
             while self.idle_bytes > self.max_idle_bytes and len(self.by_age) > 1:
                 _, oldest = self.by_age.popitem(last=False)
@@ -121,7 +125,11 @@ class BufferPool:
 
     def _retire(self, buffers: list[MessageBuffer]) -> None:
         for buffer in buffers:
-            self.backend.retire(buffer.tensor, buffer.event)  # waits for its last write
+            try:
+                self.backend.retire(buffer.tensor, buffer.event)  # waits for its last write
+            except Exception as e:  # one buffer's trouble must not keep the others from retiring
+                log.warning("cuda-ipc: could not retire a message buffer: %s: %s", type(e).__name__, e)
+                continue
             with self.lock:
                 self.retired += 1
                 self.spare_events.setdefault(buffer.index, []).append((buffer.event, buffer.event_handle))

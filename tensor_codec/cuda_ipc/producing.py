@@ -42,7 +42,7 @@ class _Output:
 class ProducerBook:
     """The sending process's bookkeeping: its ledger, per output what is in flight and the cap."""
 
-    def __init__(self, *, recycle: Callable[[Any], None], directory: str = SHM_DIR):
+    def __init__(self, *, recycle: Callable[..., None], directory: str = SHM_DIR):
         self._directory = directory  # where its ledger goes, and stale ones are looked for
         self._recycle = recycle
         self._ledger: Ledger | None = None
@@ -141,11 +141,12 @@ class ProducerBook:
         return len(finished)
 
     def _recycle_all(self, tokens: list) -> None:
-        for token in tokens:
-            try:
-                self._recycle(token)
-            except Exception as e:  # one buffer's trouble must not keep the others from the pool
-                log.warning("cuda-ipc: could not recycle a message buffer: %s: %s", type(e).__name__, e)
+        if not tokens:
+            return
+        try:
+            self._recycle(*tokens)  # (the pool keeps each one whatever another's trouble)
+        except Exception as e:
+            log.warning("cuda-ipc: could not recycle message buffers: %s: %s", type(e).__name__, e)
 
     def _forget(self, slot: int, lost: bool = False) -> None:
         entry = self.slot_output.pop(slot, None)

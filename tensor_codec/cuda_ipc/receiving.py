@@ -200,13 +200,10 @@ class Receiver:
         with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
             self.pending.append((marker, index, ledger, ref, holder))
         self.poll()
-        with self.lock:
-            if self.pending and self.timer is None:
-                self.timer = threading.Thread(target=self._tick, name="tc-ipc-release", daemon=True)
-                self.timer.start()
 
     def poll(self) -> int:
-        """Release every pending message whose completion marker has fired; -> how many."""
+        """Release every pending message whose completion marker has fired; -> how many. What
+        still waits is the timer's: started here if it is not running."""
         if not self.pending:  # (read without the lock: one appended meanwhile waits for the next poll)
             return 0
         with self.lock:
@@ -241,6 +238,9 @@ class Receiver:
         with self.lock:
             self.releasing -= len(ready)
             self.released += len(ready)
+            if self.pending and self.timer is None:
+                self.timer = threading.Thread(target=self._tick, name="tc-ipc-release", daemon=True)
+                self.timer.start()
         return len(ready)
 
     def settled(self) -> bool:
