@@ -27,8 +27,11 @@ from .ledger_file import (
     SLOT_BYTES,
     SLOT_HEAD,
     SLOT_HEAD_BYTES,
+    STATE_WORD,
+    STATE_WORD_AT,
     LedgerError,
     create_ledger_file,
+    holder_word,
     open_ledger_file,
     remove_stale_ledgers,
     signature,
@@ -191,8 +194,11 @@ class Ledger:
         claimers: dict[int, int] = {}  # claims per receiving process, at most `per_process` each
         claimed_ns: dict[int, int] = {}
         counted = 0
+        released = holder_word(RELEASED, gen)  # a release at another generation's is none of this one's
         for h in range(min(claims, HOLDERS)):
-            pid, hstate, when = HOLDER.unpack_from(m, start + SLOT_HEAD_BYTES + h * HOLDER_BYTES)
+            at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
+            pid, _, when = HOLDER.unpack_from(m, at)
+            word = STATE_WORD.unpack_from(m, at + STATE_WORD_AT)[0]  # (one read: a release writes it unlocked)
             times = claimers.get(pid, 0)
             if times < per_process:
                 claimers[pid] = times + 1
@@ -200,7 +206,7 @@ class Ledger:
             if when > claimed_ns.get(pid, 0):
                 claimed_ns[pid] = when
             # A receiver that died holding it no longer uses it: its CUDA context is gone.
-            if hstate == HOLDING and pid_alive(pid):
+            if word != released and pid_alive(pid):
                 holding += 1
         progress.saw(order, claimers, claimed_ns)
         timeout = self.claim_timeout_ns
@@ -278,7 +284,9 @@ class LedgerView:
                     f"claimed the message {mine} time(s), as many as its producer allows one process (its inputs "
                     f"wired to the output); a copy of a message counts once"
                 )
-            HOLDER.pack_into(m, start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES, self.pid, HOLDING, time.monotonic_ns())
+            at = start + SLOT_HEAD_BYTES + claims * HOLDER_BYTES
+            HOLDER.pack_into(m, at, self.pid, 0, time.monotonic_ns())
+            STATE_WORD.pack_into(m, at + STATE_WORD_AT, holder_word(HOLDING, gen))
             SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
         return claims
 
@@ -297,25 +305,27 @@ class LedgerView:
 
     def release(self, ref: SlotRef, holder: int | None = None) -> None:
         """This process is done with the message (its GPU work on it completed); `holder`: the
-        entry its claim took, where known (else this process's first entry still holding)."""
+        entry its claim took (`claim`'s answer; None: this process's first entry still holding).
+        No lock: the one write is this holder's state word, tagged with the generation it was
+        claimed at, so a release that comes after its slot was freed (this process taken for
+        dead) and claimed again is read as none by the producer."""
         start = self._check(ref)
         m = self.file.map
-        with self.file.locked(start, SLOT_BYTES):
-            gen, state, _, _, claims, _, _ = SLOT_HEAD.unpack_from(m, start)
-            if gen != ref.generation or state != LIVE:
-                return  # already collected (this process was taken for dead, or released twice)
-            if holder is not None and 0 <= holder < min(claims, HOLDERS):
-                at = start + SLOT_HEAD_BYTES + holder * HOLDER_BYTES
-                pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
-                if pid == self.pid and hstate == HOLDING:
-                    HOLDER.pack_into(m, at, pid, RELEASED, claimed_ns)
-                    return
-            for h in range(min(claims, HOLDERS)):
-                at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
-                pid, hstate, claimed_ns = HOLDER.unpack_from(m, at)
-                if pid == self.pid and hstate == HOLDING:
-                    HOLDER.pack_into(m, at, pid, RELEASED, claimed_ns)
-                    return
+        holding, released = holder_word(HOLDING, ref.generation), holder_word(RELEASED, ref.generation)
+        if SLOT_HEAD.unpack_from(m, start)[0] != ref.generation:
+            return  # already collected (this process was taken for dead, or released twice)
+        for h in range(HOLDERS) if holder is None else (holder,):
+            if not 0 <= h < HOLDERS:
+                return
+            at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
+            if HOLDER.unpack_from(m, at)[0] != self.pid:
+                continue
+            word = STATE_WORD.unpack_from(m, at + STATE_WORD_AT)[0]
+            # Its own entry, not released yet: whatever a late release of another process wrote
+            # over the word (read as none by the producer), this one's release still counts.
+            if word != released and (holder is not None or word == holding):
+                STATE_WORD.pack_into(m, at + STATE_WORD_AT, released)
+                return
 
     def close(self) -> None:
         self.file.close()

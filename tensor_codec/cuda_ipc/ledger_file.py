@@ -13,8 +13,12 @@ pid namespace (for `remove_stale_ledgers`). Slot layout (little endian), SLOT_BY
     14  u16  claims          (holder entries in use)
     16  u64  published_ns    (CLOCK_MONOTONIC, shared by every process of the machine)
     24  u64  nbytes          (for reports)
-    32  HOLDERS x 16 bytes:  i32 pid, u32 state (0 empty, 1 holding, 2 released),
-                             u64 claimed_ns (CLOCK_MONOTONIC)
+    32  HOLDERS x 16 bytes:  i32 pid, u32 state word, u64 claimed_ns (CLOCK_MONOTONIC)
+
+A holder's state word is its state (low byte: 0 empty, 1 holding, 2 released) and the low 24 bits
+of the generation it was claimed at (`holder_word`), in the machine's own byte order: a release
+writes it, and the producer reads it, as one aligned 4-byte access without the lock
+(docs/cuda-ipc-design.md, "Locks per message").
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ __all__ = [
     "signature",
 ]
 
-# 02: claims capped per process (`per_process` in the slot head); 03: no release event per holder
-MAGIC = b"tcledg03"
+# 02: claims capped per process (`per_process` in the slot head); 03: no release event per holder;
+# 04: a holder's state word carries its generation, releases take no lock, a freed slot holds the
+# generation its next publish takes
+MAGIC = b"tcledg04"
 MAGIC_FAMILY = MAGIC[:6]  # any version's: a stale ledger of an older tensor_codec is removed too
 HEADER_BYTES = 64
 SLOT_HEAD_BYTES = 32
@@ -57,6 +63,15 @@ _CLAIMS = struct.Struct("<H")  # the claims field, at offset 14 of a slot
 
 FREE, LIVE = 0, 1
 HOLDING, RELEASED = 1, 2  # a holder's state (0: an empty entry)
+# The state word alone, at offset 4 of a holder: native ('@') so that struct packs and unpacks it
+# with one memcpy of 4 bytes (one aligned access; its '<' form goes a byte at a time).
+STATE_WORD = struct.Struct("@I")
+STATE_WORD_AT = 4
+
+
+def holder_word(state: int, generation: int) -> int:
+    """A holder's state word: `state` claimed at `generation` (its low 24 bits)."""
+    return state | (generation & 0xFFFFFF) << 8
 
 
 class LedgerError(CodecError, RuntimeError):
@@ -137,9 +152,6 @@ class LedgerFile:
             raise LedgerError(f"ledger: {name!r} cannot be mapped: {e}") from None
         self.size = actual
         self.thread_lock = threading.Lock()
-        # The thread inside a locked section (None: none). A message's last view can die on any
-        # line of a thread, and its release must not wait for a lock its own thread holds.
-        self.owner: int | None = None
         self.sections = 0  # locked sections entered, all told (each is two lockf calls)
 
     def locked(self, start: int, length: int):
@@ -165,11 +177,9 @@ class _RangeLock:
         except BaseException:
             self.f.thread_lock.release()
             raise
-        self.f.owner = threading.get_ident()
         self.f.sections += 1
 
     def __exit__(self, *exc):
-        self.f.owner = None
         try:
             fcntl.lockf(self.f.fd, fcntl.LOCK_UN, self.length, self.start)
         finally:

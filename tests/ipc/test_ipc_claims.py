@@ -15,7 +15,7 @@ import torch
 
 import tensor_codec as tc
 from tensor_codec.cuda_ipc.ledger import HOLDERS, SWEEP_NS, Ledger, LedgerError, LedgerView, SlotRef
-from tensor_codec.cuda_ipc.ledger_file import HOLDER, HOLDER_BYTES, LIVE, RELEASED, SLOT_HEAD, slot_offset
+from tensor_codec.cuda_ipc.ledger_file import HOLDER, HOLDER_BYTES, LIVE, RELEASED, SLOT_HEAD, holder_word, slot_offset
 from tensor_codec.dora import Link
 from tensor_codec.transports import get_transport
 from tests.ipc.other_process import claim_and_release_elsewhere, slot_of
@@ -82,7 +82,7 @@ def forge_claims(ledger: Ledger, ref: SlotRef, pid: int) -> None:
     m, start = ledger.file.map, slot_offset(ref.slot)
     gen, state, _, _, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
     for h in range(claims, HOLDERS - 1):
-        HOLDER.pack_into(m, start + 32 + h * HOLDER_BYTES, pid, RELEASED, time.monotonic_ns())
+        HOLDER.pack_into(m, start + 32 + h * HOLDER_BYTES, pid, holder_word(RELEASED, gen), time.monotonic_ns())
     SLOT_HEAD.pack_into(m, start, gen, LIVE, HOLDERS, 1, HOLDERS - 1, published, nbytes)
 
 

@@ -90,7 +90,7 @@ def test_a_ledger_of_another_version_is_refused_naming_both(ledger):
     with open(ledger.file.path, "r+b") as f:
         f.write(b"tcledg02" + struct.pack("<II", 8, 32 + HOLDERS * 80))
     with pytest.raises(
-        LedgerError, match=r"of this version: expected b'tcledg03' with 288-byte slots, got b'tcledg02' with 1312"
+        LedgerError, match=r"of this version: expected b'tcledg04' with 288-byte slots, got b'tcledg02' with 1312"
     ):
         LedgerView(ledger.name)
 
@@ -437,3 +437,37 @@ def test_a_ledger_name_that_is_not_a_file_this_process_can_map_is_a_ledger_error
     finally:
         os.rmdir(paths[0])
         os.unlink(paths[1])
+
+
+def test_a_release_takes_no_lock_and_a_late_one_is_read_as_none():
+    """A release writes its holder's state word alone, tagged with the generation it claimed, so
+    one that lands after its slot was freed and claimed again (its process taken for dead, in the
+    moment between its look at the generation and its write) leaves the new claim holding, and
+    the new claim's own release still counts."""
+    ledger = Ledger(slots=1)
+    try:
+        view, other = LedgerView(ledger.name), LedgerView(ledger.name)
+        first = ledger.publish(expected=1, nbytes=1, token="first")
+        holder = view.claim(first)
+        sections = view.file.sections
+        view.release(first, holder)
+        assert view.file.sections == sections  # no locked section
+        assert [f.token for f in ledger.collect()] == ["first"]
+        second = ledger.publish(expected=1, nbytes=1, token="second")  # the one slot again
+        assert other.claim(second) == 0
+        view.release(first, holder)  # late: the generation moved on, nothing is written
+        at = ledger_file.slot_offset(0) + ledger_file.SLOT_HEAD_BYTES + ledger_file.STATE_WORD_AT
+        assert ledger_file.STATE_WORD.unpack_from(ledger.file.map, at)[0] == ledger_file.holder_word(
+            ledger_file.HOLDING, second.generation
+        )
+        # The write itself, had it passed its look at the generation just before the slot moved on:
+        ledger_file.STATE_WORD.pack_into(
+            ledger.file.map, at, ledger_file.holder_word(ledger_file.RELEASED, first.generation)
+        )
+        assert ledger.collect() == []  # read as none: `other` still holds it
+        other.release(second, 0)  # and its own release still counts
+        assert [f.token for f in ledger.collect()] == ["second"]
+        view.close()
+        other.close()
+    finally:
+        ledger.close()

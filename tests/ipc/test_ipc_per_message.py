@@ -25,9 +25,9 @@ from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
 
 MESSAGES = 400
-# A claim and a release: one each; a publish none; a collect decides a batch of COLLECT_BATCH
-# messages in one more (docs/cuda-ipc-design.md, "Locks per message", says why each is needed).
-LOCK_SECTIONS_PER_MESSAGE = 2 + 1 / COLLECT_BATCH
+# A claim: one; a publish and a release none; a collect decides a batch of COLLECT_BATCH messages
+# in one more (docs/cuda-ipc-design.md, "Locks per message", says why each is needed).
+LOCK_SECTIONS_PER_MESSAGE = 1 + 1 / COLLECT_BATCH
 
 
 def _sections(state) -> int:
@@ -113,10 +113,9 @@ def test_a_quiet_receiver_gives_memory_back_on_the_timers_next_tick(fake):
     wait_until(lambda: receiver.timer is None, describe="the idle timer thread to end")
 
 
-def test_a_view_that_dies_inside_its_own_ledgers_locked_section_waits_for_the_next_poll(fake):
-    """A message's last view can die on any line, even while its thread holds that ledger's
-    lock: the release is left pending (no wait for a lock its own thread holds; before, it
-    never returned) and given back once the section ends, by a poll or the timer."""
+def test_a_view_that_dies_inside_its_own_ledgers_locked_section_is_released_there(fake):
+    """A message's last view can die on any line, even while its thread holds that ledger's lock
+    (a claim): its release, which takes no lock, is given back there and then."""
     value, metadata = tc.encode(torch.ones(4096, dtype=torch.uint8), transport="cuda-ipc")
     got = tc.decode(value, metadata)
     receiver = cuda_ipc._get_state().receiver
@@ -124,8 +123,7 @@ def test_a_view_that_dies_inside_its_own_ledgers_locked_section_waits_for_the_ne
     with view.file.locked(0, 1):
         del got  # its finalizer runs here, on this thread, and returns
         gc.collect()
-        assert receiver.released == 0
-    wait_until(lambda: (receiver.poll(), receiver.released)[1] == 1, describe="the release after the section")
+        assert receiver.released == 1
 
 
 def test_flush_gives_back_what_this_process_received_without_a_sleep(fake, monkeypatch):

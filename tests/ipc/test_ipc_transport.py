@@ -484,9 +484,6 @@ def test_a_release_queued_while_the_receiver_polls_is_not_lost(tmp_path):
     released = []
 
     class Ledger:
-        class file:  # noqa: N801  (a LedgerView's file: no thread of this process inside its lock)
-            owner = None
-
         def release(self, ref, holder=None):
             released.append(ref.slot)
 
