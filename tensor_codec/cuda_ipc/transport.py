@@ -287,11 +287,16 @@ class CudaIpcTransport:
             _get_state().producer.abandon(outgoing.token)
 
     # ---------------------------------------------------------------- receiving
-    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any]:
+    def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> tuple[list[int], int, Any, tuple | None]:
+        """-> (offsets, total, the producer, the one leaf's (dtype, shape, strides) where a message
+        is one tensor that a dtype view of its buffer, set to its shape, gives: else None)."""
         offsets, total = check_canonical_offsets(leaves, ALIGNMENT)
         if "producer" not in header:
             raise DecodeError("tc.header.producer: expected the producer's identity, missing")
-        return offsets, total, parse_producer(header["producer"])
+        one = None
+        if len(leaves) == 1 and leaves[0].dtype.name != "complex32":  # (torch warns viewing complex32)
+            one = (leaves[0].dtype.torch_dtype, leaves[0].shape, leaves[0].strides)
+        return offsets, total, parse_producer(header["producer"]), one
 
     def in_place_layout(self, prepared: tuple) -> None:
         """No host view: every message opens (or finds) its producer's pool and waits on its event."""
@@ -307,7 +312,7 @@ class CudaIpcTransport:
         copy: bool,
         device: torch.device | None = None,
     ) -> Materialized:
-        offsets, total, producer = prepared
+        offsets, total, producer, one = prepared
         check_empty_value(value)
         state = _get_state()
         base, memory, index = state.receiver.open(
@@ -323,6 +328,12 @@ class CudaIpcTransport:
             base, memory = base.clone(), None
         borrowed = base if memory is not None else None
         del memory  # only the views keep the message now
+        if one is not None:
+            # A dtype view is no autograd view (no `_base`): a released leaf keeps nothing alive.
+            try:
+                return Materialized([base.view(one[0]).as_strided_(one[1], one[2])], borrowed, offsets)
+            except RuntimeError:  # a view torch will not make: leaf_views names it
+                pass
         return Materialized(leaf_views(base, leaves, offsets), borrowed, offsets)
 
     def pass_unread(self, metadata: dict) -> None:
@@ -335,7 +346,7 @@ class CudaIpcTransport:
         compiled = received.compile_header(read_metadata(metadata), transport_for_message)
         if compiled.transport.name != self.name:
             raise DecodeError(f"{TRANSPORT_FIELD}: expected {self.name!r}, got {compiled.transport.name!r:.80}")
-        _, total, producer = compiled.prepared
+        _, total, producer, _ = compiled.prepared
         fields = parse_ipc_fields(metadata, total)
         _check_producer(producer)
         _get_state().receiver.pass_unread(producer, fields)
