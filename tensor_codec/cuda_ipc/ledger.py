@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import UsageError
@@ -56,8 +55,7 @@ class SlotRef(NamedTuple):
     generation: int
 
 
-@dataclass
-class Finished:
+class Finished(NamedTuple):
     """A collected slot: its memory may be reused (every receiver's GPU work on it completed)."""
 
     slot: int
