@@ -267,8 +267,9 @@ class LedgerView:
         LedgerError if it is gone, or if this process already claimed it as many times as it
         may (one per input wired to the output)."""
         start = self._check(ref)
-        m = self.file.map
-        with self.file.locked(start, SLOT_BYTES):
+        m, f = self.file.map, self.file
+        f.lock(start, SLOT_BYTES)
+        try:
             gen, state, per_process, expected, claims, published, nbytes = SLOT_HEAD.unpack_from(m, start)
             if gen != ref.generation or state != LIVE:
                 raise LedgerError(_expired(ref, gen if state == LIVE else max(gen - 1, 0)))
@@ -286,6 +287,8 @@ class LedgerView:
             HOLDER.pack_into(m, at, self.pid, 0, time.monotonic_ns())
             STATE_WORD.pack_into(m, at + STATE_WORD_AT, holder_word(HOLDING, gen))
             SLOT_HEAD.pack_into(m, start, gen, state, per_process, expected, claims + 1, published, nbytes)
+        finally:
+            f.unlock(start, SLOT_BYTES)
         return claims
 
     def pass_over(self, ref: SlotRef) -> bool:

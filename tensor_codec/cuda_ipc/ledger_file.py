@@ -157,6 +157,23 @@ class LedgerFile:
     def locked(self, start: int, length: int):
         return _RangeLock(self, start, length)
 
+    def lock(self, start: int, length: int) -> None:
+        """Enter a locked section of bytes [start, start + length) (`locked`'s, without the
+        context object: the claim, once per message, calls it and `unlock` itself)."""
+        self.thread_lock.acquire()
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX, length, start)
+        except BaseException:
+            self.thread_lock.release()
+            raise
+        self.sections += 1
+
+    def unlock(self, start: int, length: int) -> None:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, length, start)
+        finally:
+            self.thread_lock.release()
+
     def close(self) -> None:
         try:
             self.map.close()
@@ -171,19 +188,10 @@ class _RangeLock:
         self.f, self.start, self.length = f, start, length
 
     def __enter__(self):
-        self.f.thread_lock.acquire()
-        try:
-            fcntl.lockf(self.f.fd, fcntl.LOCK_EX, self.length, self.start)
-        except BaseException:
-            self.f.thread_lock.release()
-            raise
-        self.f.sections += 1
+        self.f.lock(self.start, self.length)
 
     def __exit__(self, *exc):
-        try:
-            fcntl.lockf(self.f.fd, fcntl.LOCK_UN, self.length, self.start)
-        finally:
-            self.f.thread_lock.release()
+        self.f.unlock(self.start, self.length)
 
 
 def create_ledger_file(name: str, slots: int, directory: str = SHM_DIR) -> LedgerFile:

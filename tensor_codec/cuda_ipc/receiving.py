@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DecodeError
-from ..wire.cuda_ipc import buffer_key, check_size, parse_ipc_fields, parse_slot
+from ..wire.cuda_ipc import buffer_key, message_slot, parse_ipc_fields
 from .handle_cache import HandleCache
 from .identity import pid_alive, pid_namespace
 from .ledger import SHM_DIR, LedgerError, LedgerView, SlotRef
@@ -42,8 +42,9 @@ class Receiver:
         self.segments = HandleCache(backend.open_segment, max_entries=MAX_SEGMENTS)
         self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
-        # (ledger, a buffer's keys as they came) -> (segment, event, GPU index, offset): what a
-        # message in a producer buffer seen before opens with (`open`).
+        # (ledger, a buffer's keys as they came) -> (segment, event, GPU index, offset, the
+        # producer's pid where comparable): what a message in a producer buffer seen before opens
+        # with (`open`).
         self.buffers: dict[tuple, tuple] = {}
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
@@ -87,7 +88,8 @@ class Receiver:
         """Finish what completed, then find the message's ledger slot, before any CUDA work;
         DecodeError if its producer has exited (`pid`: its pid where comparable with this
         process's, else None) or its ledger cannot be opened."""
-        self.poll()
+        if self.pending:
+            self.poll()
         if pid is not None and not pid_alive(pid):
             self._forget_producer(producer.ledger)
             raise DecodeError(
@@ -112,7 +114,6 @@ class Receiver:
         came) is known by them: its producer passed `check_producer`, its segment, event and GPU
         are those found then, and only its own fields are read. DecodeError for every refusal; a
         claim is given back if anything after it fails."""
-        pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
         key = buffer_key(metadata)
         known = None if key is None else self.buffers.get((producer.ledger, *key))
         fields = None
@@ -120,9 +121,10 @@ class Receiver:
             fields = parse_ipc_fields(metadata, total)
             check_producer(producer)
             slot, generation = fields.slot, fields.generation
+            pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
         else:
-            check_size(metadata, total)
-            slot, generation = parse_slot(metadata)
+            slot, generation = message_slot(metadata, total)
+            pid = known[4]
         ledger, ref = self._slot(producer, pid, slot, generation)
         try:
             holder = ledger.claim(ref)
@@ -135,12 +137,12 @@ class Receiver:
                 index = local_index()
                 segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
                 event = self.events.get(producer.ledger, pid, fields.event, index)
-                known = (segment, event, index, fields.offset)
+                known = (segment, event, index, fields.offset, pid)
                 if key is not None:
                     if len(self.buffers) >= MAX_SEGMENTS:
                         self.buffers.clear()
                     self.buffers[(producer.ledger, *key)] = known
-            segment, event, index, offset = known
+            segment, event, index, offset, _ = known
             if segment.end is not None and segment.base + offset + total > segment.end:
                 raise DecodeError(
                     f"tc.ipc.offset: expected the message inside the producer's segment of "

@@ -21,8 +21,7 @@ __all__ = [
     "ProducerIdentity",
     "parse_ipc_fields",
     "buffer_key",
-    "parse_slot",
-    "check_size",
+    "message_slot",
     "check_empty_value",
     "buffer_metadata",
     "ipc_metadata",
@@ -41,6 +40,7 @@ CUDA_IPC_HANDLE_BYTES = 64
 MAX_HANDLE_BYTES = 1 << 20  # an expandable-segments handle lists one entry per page
 MAX_BUFFER_BYTES = 1 << 48
 MAX_SLOTS = 65536
+MAX_GENERATION = 2**63 - 1
 
 KEY_HANDLE = "tc.ipc.handle"
 KEY_OFFSET = "tc.ipc.offset"
@@ -146,9 +146,8 @@ def buffer_key(metadata: dict) -> tuple | None:
 
 
 def parse_slot(metadata: dict) -> tuple[int, int]:
-    """-> (slot, generation): what a message whose buffer keys are known (`buffer_key`) still
-    carries of its own."""
-    return _int(metadata, KEY_SLOT, 0, MAX_SLOTS - 1), _int(metadata, KEY_GENERATION, 1, 2**63 - 1)
+    """-> (slot, generation)."""
+    return _int(metadata, KEY_SLOT, 0, MAX_SLOTS - 1), _int(metadata, KEY_GENERATION, 1, MAX_GENERATION)
 
 
 def check_size(metadata: dict, total: int) -> int:
@@ -157,6 +156,24 @@ def check_size(metadata: dict, total: int) -> int:
     if size != total:
         raise DecodeError(f"{KEY_SIZE}: expected {total} bytes (the end of the last leaf), got {size}")
     return size
+
+
+def message_slot(metadata: dict, total: int) -> tuple[int, int]:
+    """-> (slot, generation) of a message whose buffer keys are known (`buffer_key`): what it
+    still carries of its own, its size checked against `total` (`check_size`, `parse_slot`; a
+    valid message is read in one step, with the caches cold between messages)."""
+    size, slot, generation = metadata.get(KEY_SIZE), metadata.get(KEY_SLOT), metadata.get(KEY_GENERATION)
+    if (
+        type(size) is int
+        and size == total
+        and type(slot) is int
+        and 0 <= slot < MAX_SLOTS
+        and type(generation) is int
+        and 1 <= generation <= MAX_GENERATION
+    ):
+        return slot, generation
+    check_size(metadata, total)
+    return parse_slot(metadata)
 
 
 def buffer_metadata(handle: bytes, offset: int, event: bytes) -> dict:

@@ -21,6 +21,7 @@ from tensor_codec.cuda_ipc import receiving
 from tensor_codec.cuda_ipc import transport as cuda_ipc
 from tensor_codec.cuda_ipc.producing import COLLECT_BATCH
 from tensor_codec.testing import assert_identical
+from tensor_codec.wire.cuda_ipc import buffer_key
 from tests.support.fakes import FakeNode
 from tests.support.waiting import wait_until
 
@@ -180,3 +181,32 @@ def test_a_prepared_send_copies_what_the_tensor_holds_when_sent(fake):
         t += 1  # in place, after the send
     for step, (value, metadata) in enumerate(messages):
         assert torch.equal(tc.decode(value, metadata), torch.arange(1024, dtype=torch.float32) + step)
+
+
+@pytest.mark.parametrize(
+    "key, bad, match",
+    [
+        ("tc.ipc.size", 4095, r"^tc\.ipc\.size: expected 4096 bytes"),
+        ("tc.ipc.size", "4096", r"^tc\.ipc\.size: expected an integer"),
+        ("tc.ipc.slot", 65536, r"^tc\.ipc\.slot: expected an integer 0\.\.65535"),
+        ("tc.ipc.slot", True, r"^tc\.ipc\.slot: expected an integer"),
+        ("tc.ipc.generation", 0, r"^tc\.ipc\.generation: expected an integer 1\.\."),
+        ("tc.ipc.generation", None, r"^tc\.ipc\.generation: expected an integer"),
+    ],
+)
+def test_a_message_in_a_known_buffer_still_has_its_own_fields_checked(fake, key, bad, match):
+    """A receiver that knows a message's buffer reads only the message's own fields: each is
+    still refused, naming it, before anything is claimed."""
+    t = torch.ones(4096, dtype=torch.uint8)
+    for _ in range(2 * COLLECT_BATCH + 1):  # every buffer the stream uses, received once
+        got = tc.decode(*tc.encode(t, transport="cuda-ipc"))
+        del got
+    value, metadata = tc.encode(t, transport="cuda-ipc")
+    receiver = cuda_ipc._get_state().receiver
+    assert (metadata["tc.header"] and buffer_key(metadata)) and any(
+        key[1:] == buffer_key(metadata) for key in receiver.buffers
+    ), "the message's buffer is known"
+    claimed = receiver.claimed
+    with pytest.raises(tc.DecodeError, match=match):
+        tc.decode(value, {**metadata, key: bad})
+    assert receiver.claimed == claimed
