@@ -7,6 +7,7 @@ and `collect`s, and each receiver `claim`s and `release`s. The rules: docs/wire-
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -38,6 +39,8 @@ from .ledger_file import (
 )
 from .progress import OutputProgress
 
+log = logging.getLogger("tensor_codec")
+
 __all__ = ["Ledger", "LedgerView", "LedgerError", "SlotRef", "Finished", "remove_stale_ledgers", "HOLDERS"]
 
 _NO_HOLDERS = bytes(SLOT_BYTES - SLOT_HEAD_BYTES)  # a published slot's holder entries
@@ -59,7 +62,7 @@ class Finished(NamedTuple):
     """A collected slot: its memory may be reused (every receiver's GPU work on it completed)."""
 
     slot: int
-    token: object
+    token: object  # None: forfeited (another process wrote its slot; the ledger keeps the token)
     unclaimed: int = 0  # expected claims it never got: > 0, given up for lost (dora dropped it, a receiver died)
 
 
@@ -89,6 +92,7 @@ class Ledger:
         # Each slot's last generation published, the producer's own count (a receiver writing the
         # file cannot change it); a slot is freed at the next one, which its next publish takes.
         self.generations = [0] * slots
+        self.forfeited: list[object] = []  # tokens of slots another process wrote: never given back
         self.last_sweep_ns = 0
         self.published = 0
         self.next_slot = 0
@@ -162,21 +166,22 @@ class Ledger:
         if not candidates:
             return done
         # One locked section for the batch: a claim of any slot waits for it (microseconds).
-        changed_by_others: list[str] = []
         with self.file.locked(slot_offset(0), self.slots * SLOT_BYTES):
             for slot, entry in candidates:
                 try:
                     unclaimed = self._finish_if_done(slot, entry, now)
-                except LedgerError as e:  # the rest of the batch is still decided
-                    changed_by_others.append(str(e))
+                except LedgerError as e:
+                    # Another process wrote the slot's head: whoever did may use its memory, so
+                    # the memory is kept, never reused (`forfeited`), and the message given up.
+                    log.warning("cuda-ipc: %s; its message buffer is kept aside, never reused", e)
+                    self.forfeited.append(entry[1])
+                    done.append(Finished(slot, None, entry[4]))
                     continue
                 if unclaimed is not None:
                     done.append(Finished(slot, entry[1], unclaimed))
         for f in done:
             del self.live[f.slot]
             self.seen.pop(f.slot, None)
-        if changed_by_others:
-            raise LedgerError("; ".join(changed_by_others))
         return done
 
     def _finish_if_done(self, slot: int, entry: tuple[int, object, str, int, int, int, int], now: int) -> int | None:
@@ -185,6 +190,9 @@ class Ledger:
         generation, _, output, order, expected, per_process, start = entry
         progress = self.progress[output]
         m = self.file.map
+        # Taken before the holders are read: a release (unlocked) that lands after makes the next
+        # collect's look differ; one taken after could hold a release this look did not see.
+        seen = signature(m, start)
         gen, state, _, _, claims, published, _ = SLOT_HEAD.unpack_from(m, start)
         if gen != generation or state != LIVE:
             raise LedgerError(f"ledger: slot {slot} was changed by another process")
@@ -215,7 +223,7 @@ class Ledger:
             or progress.accounted(order, claimers, published, now, timeout) >= expected
             or (progress.known() < expected and now - published >= timeout)
         ):
-            self.seen[slot] = signature(m, start)
+            self.seen[slot] = seen
             return None
         SLOT_HEAD.pack_into(m, start, gen + 1, FREE, per_process, expected, claims, published, 0)
         return max(0, expected - counted)
@@ -295,13 +303,13 @@ class LedgerView:
         """Claim and release at once (a monitor's part in a message); -> False, doing nothing, for a
         copy of a message this process passed over already. LedgerError as `claim` otherwise."""
         try:
-            self.claim(ref)
+            holder = self.claim(ref)
         except LedgerError:
             if self.passed.get(ref.slot) == ref.generation:
                 return False  # claimed before, and now collected or claimed as often as it may be
             raise
         self.passed[ref.slot] = ref.generation
-        self.release(ref)
+        self.release(ref, holder)
         return True
 
     def release(self, ref: SlotRef, holder: int | None = None) -> None:

@@ -57,6 +57,7 @@ class BufferPool:
         self.by_age: collections.OrderedDict[int, MessageBuffer] = collections.OrderedDict()  # oldest first
         self.idle_bytes = 0
         self.spare_events: dict[int, list[tuple[Any, bytes]]] = {}  # per GPU
+        self.unretired: list[MessageBuffer] = []  # buffers whose retiring failed: kept, never reused
         self.lock = threading.Lock()
         self.made = 0
         self.reused = 0
@@ -129,6 +130,8 @@ class BufferPool:
                 self.backend.retire(buffer.tensor, buffer.event)  # waits for its last write
             except Exception as e:  # one buffer's trouble must not keep the others from retiring
                 log.warning("cuda-ipc: could not retire a message buffer: %s: %s", type(e).__name__, e)
+                with self.lock:  # its last write may still run and receivers may hold its event: kept
+                    self.unretired.append(buffer)
                 continue
             with self.lock:
                 self.retired += 1

@@ -137,7 +137,7 @@ class ProducerBook:
                 self._forget(f.slot, f.unclaimed > 0)
         # After their slots are marked free (no receiver can claim them now), and outside the
         # lock: recycling may wait on the host for a retired buffer's last write.
-        self._recycle_all([f.token for f in finished])
+        self._recycle_all([f.token for f in finished if f.token is not None])
         return len(finished)
 
     def _recycle_all(self, tokens: list) -> None:

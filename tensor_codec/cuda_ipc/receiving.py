@@ -29,6 +29,9 @@ log = logging.getLogger("tensor_codec")
 MAX_LEDGERS = 64  # producers followed at once
 MAX_SEGMENTS = 256  # opened producer segments kept (a producer's pool holds a few per output)
 MAX_EVENTS = 1024  # opened producer events kept (one per pooled buffer)
+# Buffers known by their keys (`Receiver.buffers`) only where the handle's text is this short: a
+# cudaIpc handle is 88 characters; an expandable segment's lists a page each (up to 1.4 MB).
+MAX_KNOWN_HANDLE_CHARS = 4096
 # While a release waits on its marker, the timer looks this often: a quiet receiver (no decode to
 # poll at) gives memory back within about this long of its GPU work completing.
 TIMER_S = 0.002
@@ -43,8 +46,8 @@ class Receiver:
         self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
         # (ledger, a buffer's keys as they came) -> (segment, event, GPU index, offset, the
-        # producer's pid where comparable): what a message in a producer buffer seen before opens
-        # with (`open`).
+        # producer's pid where comparable, the producer's identity it was checked with): what a
+        # message in a producer buffer seen before opens with (`open`).
         self.buffers: dict[tuple, tuple] = {}
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
@@ -116,6 +119,8 @@ class Receiver:
         claim is given back if anything after it fails."""
         key = buffer_key(metadata)
         known = None if key is None else self.buffers.get((producer.ledger, *key))
+        if known is not None and known[5] is not producer and known[5] != producer:
+            known = None  # the same keys under another identity: checked in full, as any new one
         fields = None
         if known is None:
             fields = parse_ipc_fields(metadata, total)
@@ -137,12 +142,13 @@ class Receiver:
                 index = local_index()
                 segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
                 event = self.events.get(producer.ledger, pid, fields.event, index)
-                known = (segment, event, index, fields.offset, pid)
-                if key is not None:
-                    if len(self.buffers) >= MAX_SEGMENTS:
-                        self.buffers.clear()
-                    self.buffers[(producer.ledger, *key)] = known
-            segment, event, index, offset, _ = known
+                known = (segment, event, index, fields.offset, pid, producer)
+                if key is not None and len(key[0]) <= MAX_KNOWN_HANDLE_CHARS:
+                    with self.lock:
+                        if len(self.buffers) >= MAX_SEGMENTS:
+                            self.buffers.clear()
+                        self.buffers[(producer.ledger, *key)] = known
+            segment, event, index, offset = known[:4]
             if segment.end is not None and segment.base + offset + total > segment.end:
                 raise DecodeError(
                     f"tc.ipc.offset: expected the message inside the producer's segment of "
@@ -151,14 +157,14 @@ class Receiver:
             self.backend.wait(event, index)
             view, memory = self.backend.message_view(segment, offset, total, index)
         except DecodeError:
-            ledger.release(ref)
+            ledger.release(ref, holder)
             raise
         except ProcessLookupError as e:
-            ledger.release(ref)
+            ledger.release(ref, holder)
             self._forget_producer(producer.ledger)
             raise DecodeError(f"tc.header.producer.pid: {e}") from None
         except Exception as e:  # the driver refused the handle or event: a clear error, not a crash
-            ledger.release(ref)
+            ledger.release(ref, holder)
             raise DecodeError(
                 f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
@@ -236,9 +242,13 @@ class Receiver:
         with self.lock:
             self.releasing -= len(ready)
             self.released += len(ready)
-            if self.pending and self.timer is None:
-                self.timer = threading.Thread(target=self._tick, name="tc-ipc-release", daemon=True)
-                self.timer.start()
+            if self.pending and (self.timer is None or not self.timer.is_alive()):
+                timer = threading.Thread(target=self._tick, name="tc-ipc-release", daemon=True)
+                try:
+                    timer.start()
+                    self.timer = timer
+                except RuntimeError as e:  # no thread to be had (shutting down): the next poll tries again
+                    log.warning("cuda-ipc: no release timer thread: %s", e)
         return len(ready)
 
     def settled(self) -> bool:

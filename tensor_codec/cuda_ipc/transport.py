@@ -57,8 +57,7 @@ class PreparedSend:
     """What the first CUDA IPC message of a signature fixed for the next ones (`remember`)."""
 
     state: Any  # the process's CUDA IPC state it was sent under (its ledger, pool)
-    generation: int  # of the codec's limits it was checked under
-    routed_by: Any  # what routing read of the environment for it (transport="auto"; else None)
+    checked_under: Any  # the codec's limits generation and what routing read of the environment
     metadata: dict  # the codec's keys (the header, the producer's identity)
     nbytes: int
     index: int  # its GPU
@@ -208,7 +207,7 @@ class CudaIpcTransport:
         metadata = message_metadata(codec_metadata, _buffer_keys(buffer), total, ref.slot, ref.generation)
         return Outgoing(plan, metadata, 0, offsets, self, ref, in_value=False)
 
-    def remember(self, obj: Any, requested: str, routed_by: Any, outgoing: Outgoing, output: Output) -> None:
+    def remember(self, obj: Any, requested: str, checked_under: Any, outgoing: Outgoing, output: Output) -> None:
         """Keep what a sent message of one tensor fixed for its signature's next ones
         (`lay_out_prepared`): a bare tensor (no attributes) whose bytes are one dense span."""
         plan = outgoing.plan
@@ -223,8 +222,7 @@ class CudaIpcTransport:
         output.prepared_by = self
         output.prepared[key] = PreparedSend(
             _get_state(),
-            limits.generation,
-            routed_by,
+            checked_under,
             {k: v for k, v in outgoing.metadata.items() if k not in MESSAGE_KEYS},
             outgoing.offsets[-1] + leaf.nbytes,
             gpus.current().device_of(plan),
@@ -235,7 +233,7 @@ class CudaIpcTransport:
         )
 
     def lay_out_prepared(
-        self, obj: Any, requested: str, routed_by: Any, output: Output
+        self, obj: Any, requested: str, checked_under: Any, output: Output
     ) -> Outgoing | Literal[False] | None:
         """A message of a signature `remember`ed: copied into a pooled buffer, published and its
         metadata filled in, with no plan, layout or header built (docs/cuda-ipc-design.md, "A
@@ -254,8 +252,7 @@ class CudaIpcTransport:
             if (
                 prepared is None
                 or prepared.state is not _state
-                or prepared.generation != limits.generation
-                or prepared.routed_by != routed_by
+                or prepared.checked_under != checked_under
                 or t.requires_grad
                 or t.is_neg()
                 or (prepared.complex and t.is_conj())

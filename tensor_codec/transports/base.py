@@ -85,14 +85,16 @@ class Transport(Protocol):
     def abandon(self, outgoing: Outgoing) -> None:
         """The message will not be sent after all: free what `lay_out` holds for it."""
 
-    def remember(self, obj: Any, requested: str, routed_by: Any, outgoing: Outgoing, output: Output) -> None:
-        """After `lay_out` of `obj` (sent as `requested`, routing having read `routed_by` of the
-        environment): keep on `output` what its signature's next messages can skip, as
-        `output.prepared` and `output.prepared_by`, for `lay_out_prepared`; or nothing."""
+    def remember(self, obj: Any, requested: str, checked_under: Any, outgoing: Outgoing, output: Output) -> None:
+        """After `lay_out` of `obj` (sent as `requested`; `checked_under`: the codec's limits
+        generation and what routing read of the environment, taken before the layout): keep on
+        `output` what its signature's next messages can skip, as `output.prepared` and
+        `output.prepared_by`, for `lay_out_prepared`; or nothing."""
 
-    def lay_out_prepared(self, obj: Any, requested: str, routed_by: Any, output: Output) -> Outgoing | bool | None:
-        """A message of a signature `remember`ed, laid out in fewer steps; False: dropped by the
-        output's policy; None: not one (the full path takes it)."""
+    def lay_out_prepared(self, obj: Any, requested: str, checked_under: Any, output: Output) -> Outgoing | bool | None:
+        """A message of a signature `remember`ed under `checked_under` as it stands now, laid out
+        in fewer steps; False: dropped by the output's policy; None: not one (the full path
+        takes it)."""
 
     def prepare(self, header: dict, leaves: list[ReceivedLeaf]) -> Any:
         """Validate the transport's own header and leaf fields, once per distinct header (cached

@@ -93,10 +93,10 @@ class HostTransport:
             return None
         return pa.Array.from_buffers(_UINT8, nbytes, [None, pa.py_buffer(ctypes.string_at(src.data_ptr(), nbytes))])
 
-    def remember(self, obj: Any, requested: str, routed_by: Any, outgoing: Outgoing, output: Output) -> None:
+    def remember(self, obj: Any, requested: str, checked_under: Any, outgoing: Outgoing, output: Output) -> None:
         pass  # a stream of host tensors is prepared by the dora Output, which sends its bytes itself
 
-    def lay_out_prepared(self, obj: Any, requested: str, routed_by: Any, output: Output) -> None:
+    def lay_out_prepared(self, obj: Any, requested: str, checked_under: Any, output: Output) -> None:
         return None
 
     def abandon(self, outgoing: Outgoing) -> None:

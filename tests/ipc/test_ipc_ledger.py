@@ -471,3 +471,31 @@ def test_a_release_takes_no_lock_and_a_late_one_is_read_as_none():
         other.close()
     finally:
         ledger.close()
+
+
+def test_a_process_passing_over_a_message_it_also_reads_releases_its_own_entries(ledger):
+    """A process with two inputs on one output reads a message (entry 0, held) and passes over a
+    copy (entry 1, claimed and released at once): each release goes to its own entry, so the
+    slot finishes once the reading is done."""
+    ref = ledger.publish(expected=2, nbytes=1, token="m", per_process=2)
+    view = LedgerView(ref.ledger)
+    held = view.claim(ref)
+    assert view.pass_over(ref)
+    assert ledger.collect() == []  # entry 0 still held
+    view.release(ref, held)
+    assert [f.token for f in ledger.collect()] == ["m"]
+    view.close()
+
+
+def test_a_slot_another_process_wrote_is_forfeited_and_the_rest_of_the_batch_collected(ledger, caplog):
+    """A collect that finds a slot's head rewritten by another process gives that message up,
+    keeps its memory aside (never reused: whoever wrote the slot may use it) and still returns
+    every other finished slot of the batch; the next collect does not trip on it again."""
+    bad = ledger.publish(expected=0, nbytes=1, token="bad")
+    good = ledger.publish(expected=0, nbytes=1, token="good")
+    m, start = ledger.file.map, ledger_file.slot_offset(bad.slot)
+    ledger_file.SLOT_HEAD.pack_into(m, start, bad.generation + 7, ledger_file.LIVE, 1, 0, 0, 0, 1)
+    finished = ledger.collect()
+    assert sorted((f.slot, f.token) for f in finished) == sorted([(good.slot, "good"), (bad.slot, None)])
+    assert ledger.forfeited == ["bad"] and "changed by another process" in caplog.text
+    assert ledger.collect() == []

@@ -7,6 +7,7 @@ on the timer's next tick. Counts, not times: they hold on every machine."""
 from __future__ import annotations
 
 import gc
+import json
 import time
 from types import SimpleNamespace
 
@@ -210,3 +211,19 @@ def test_a_message_in_a_known_buffer_still_has_its_own_fields_checked(fake, key,
     with pytest.raises(tc.DecodeError, match=match):
         tc.decode(value, {**metadata, key: bad})
     assert receiver.claimed == claimed
+
+
+def test_a_known_buffer_named_under_another_identity_is_checked_in_full(fake):
+    """The keys of a buffer this receiver knows, in a header naming another GPU: the message is
+    checked as a new buffer's would be (refused: this process cannot see that GPU), not opened
+    with what the honest producer's messages were found to be."""
+    t = torch.ones(4096, dtype=torch.uint8)
+    for _ in range(2 * COLLECT_BATCH + 1):
+        got = tc.decode(*tc.encode(t, transport="cuda-ipc"))
+        del got
+    value, metadata = tc.encode(t, transport="cuda-ipc")
+    header = json.loads(metadata["tc.header"])
+    header["producer"]["gpu"] = "GPU-99999999-1111-2222-3333-444444444444"
+    with pytest.raises(tc.DecodeError, match=r"^tc\.header\.producer\.gpu"):
+        tc.decode(value, {**metadata, "tc.header": json.dumps(header)})
+    assert tc.decode(*tc.encode(t, transport="cuda-ipc")).shape == t.shape  # the honest stream goes on
