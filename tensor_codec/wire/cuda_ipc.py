@@ -24,7 +24,6 @@ __all__ = [
     "message_slot",
     "check_empty_value",
     "buffer_metadata",
-    "ipc_metadata",
     "message_metadata",
     "parse_producer",
     "check_gpu_uuid",
@@ -184,12 +183,6 @@ def buffer_metadata(handle: bytes, offset: int, event: bytes) -> dict:
         KEY_OFFSET: offset,
         KEY_EVENT: base64.b64encode(event).decode("ascii"),
     }
-
-
-def ipc_metadata(fields: IpcFields) -> dict:
-    """The flat metadata keys of one message, from its fields (`parse_ipc_fields`'s inverse)."""
-    buffer = buffer_metadata(fields.handle, fields.offset, fields.event)
-    return message_metadata({}, buffer, fields.size, fields.slot, fields.generation)
 
 
 def message_metadata(codec: dict, buffer: dict, size: int, slot: int, generation: int) -> dict:

@@ -12,7 +12,8 @@ import tensor_codec as tc
 from tensor_codec.cuda_ipc.identity import check_same_machine, host_identity, pid_namespace
 from tensor_codec.wire.cuda_ipc import (
     IpcFields,
-    ipc_metadata,
+    buffer_metadata,
+    message_metadata,
     parse_ipc_fields,
     parse_producer,
 )
@@ -20,6 +21,14 @@ from tensor_codec.wire.cuda_ipc import (
 HANDLE = b"\x03c" + bytes(range(64))
 EVENT = bytes(range(64, 128))
 GOOD = IpcFields(HANDLE, 1024, 4096, EVENT, 7, 3)
+
+
+def ipc_metadata(fields: IpcFields) -> dict:
+    """One message's metadata keys as its producer writes them (`parse_ipc_fields`'s inverse)."""
+    buffer = buffer_metadata(fields.handle, fields.offset, fields.event)
+    return message_metadata({}, buffer, fields.size, fields.slot, fields.generation)
+
+
 PRODUCER = {
     "host": "abc@box",
     "pidns": "pid:[4026531836]",
