@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DecodeError
 from ..wire.cuda_ipc import buffer_key, message_slot, parse_ipc_fields
@@ -38,6 +38,22 @@ TIMER_S = 0.002
 TIMER_IDLE_TICKS = 50  # ticks with nothing pending before the timer thread ends (started again on demand)
 
 
+class _KnownBuffer(NamedTuple):
+    """A producer buffer this receiver has opened a message in (`Receiver.buffers`)."""
+
+    segment: Any
+    event: Any
+    gpu: int  # its index here
+    offset: int  # of the buffer inside the segment
+    pid: int | None  # the producer's, where comparable with this process's (`_comparable_pid`)
+    producer: Any  # the identity it was checked with (another one is checked in full)
+
+
+def _comparable_pid(producer: Any) -> int | None:
+    """The producer's pid where it names a process of this pid namespace, else None."""
+    return producer.pid if producer.pidns == pid_namespace() else None
+
+
 class Receiver:
     def __init__(self, backend: Any, *, directory: str = SHM_DIR):
         self.backend = backend
@@ -45,10 +61,9 @@ class Receiver:
         self.segments = HandleCache(backend.open_segment, max_entries=MAX_SEGMENTS)
         self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
-        # (ledger, a buffer's keys as they came) -> (segment, event, GPU index, offset, the
-        # producer's pid where comparable, the producer's identity it was checked with): what a
-        # message in a producer buffer seen before opens with (`open`).
-        self.buffers: dict[tuple, tuple] = {}
+        # (ledger, a buffer's keys as they came) -> what a message in a producer buffer seen
+        # before opens with (`open`).
+        self.buffers: dict[tuple, _KnownBuffer] = {}
         # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
         self.lock = threading.RLock()
         self.pending: list[tuple[Any, int, LedgerView, SlotRef, int | None]] = []  # (marker, GPU, ledger, slot, holder)
@@ -119,17 +134,17 @@ class Receiver:
         claim is given back if anything after it fails."""
         key = buffer_key(metadata)
         known = None if key is None else self.buffers.get((producer.ledger, *key))
-        if known is not None and known[5] is not producer and known[5] != producer:
+        if known is not None and known.producer is not producer and known.producer != producer:
             known = None  # the same keys under another identity: checked in full, as any new one
         fields = None
         if known is None:
             fields = parse_ipc_fields(metadata, total)
             check_producer(producer)
             slot, generation = fields.slot, fields.generation
-            pid = producer.pid if producer.pidns == pid_namespace() else None  # comparable in one namespace only
+            pid = _comparable_pid(producer)
         else:
             slot, generation = message_slot(metadata, total)
-            pid = known[4]
+            pid = known.pid
         ledger, ref = self._slot(producer, pid, slot, generation)
         try:
             holder = ledger.claim(ref)
@@ -142,13 +157,13 @@ class Receiver:
                 index = local_index()
                 segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
                 event = self.events.get(producer.ledger, pid, fields.event, index)
-                known = (segment, event, index, fields.offset, pid, producer)
+                known = _KnownBuffer(segment, event, index, fields.offset, pid, producer)
                 if key is not None and len(key[0]) <= MAX_KNOWN_HANDLE_CHARS:
                     with self.lock:
                         if len(self.buffers) >= MAX_SEGMENTS:
                             self.buffers.clear()
                         self.buffers[(producer.ledger, *key)] = known
-            segment, event, index, offset = known[:4]
+            segment, event, index, offset = known.segment, known.event, known.gpu, known.offset
             if segment.end is not None and segment.base + offset + total > segment.end:
                 raise DecodeError(
                     f"tc.ipc.offset: expected the message inside the producer's segment of "
@@ -175,8 +190,7 @@ class Receiver:
         """Claim and release at once a message this process looks at but will not read (a
         monitor; docs/cuda-ipc-design.md, "Claims are per receiver"). DecodeError when the slot
         cannot be claimed (the producer has exited, or had already given the message up)."""
-        pid = producer.pid if producer.pidns == pid_namespace() else None
-        ledger, ref = self._slot(producer, pid, fields.slot, fields.generation)
+        ledger, ref = self._slot(producer, _comparable_pid(producer), fields.slot, fields.generation)
         try:
             first = ledger.pass_over(ref)
         except LedgerError as e:

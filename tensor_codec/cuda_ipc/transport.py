@@ -218,9 +218,8 @@ class CudaIpcTransport:
             return
         if len(output.prepared) >= PREPARED_MAX:
             output.prepared.clear()  # a stream has one signature, or a few in turn
-        key = (type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
         output.prepared_by = self
-        output.prepared[key] = PreparedSend(
+        output.prepared[_signature(type(obj), t, requested)] = PreparedSend(
             _get_state(),
             checked_under,
             {k: v for k, v in outgoing.metadata.items() if k not in MESSAGE_KEYS},
@@ -237,7 +236,7 @@ class CudaIpcTransport:
     ) -> Outgoing | Literal[False] | None:
         """A message of a signature `remember`ed: copied into a pooled buffer, published and its
         metadata filled in, with no plan, layout or header built (docs/cuda-ipc-design.md, "A
-        stream's prepared sends"). -> its Outgoing; False where the output's policy dropped it;
+        stream's prepared sends and receives"). -> its Outgoing; False where the output's policy dropped it;
         None where it is not one (the full path takes it)."""
         off = None if type(obj) is torch.Tensor else _TORCH_FUNCTION_OFF()
         if off is not None:
@@ -245,8 +244,7 @@ class CudaIpcTransport:
         try:
             t = obj
             try:
-                key = (type(obj), t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
-                prepared = output.prepared.get(key)
+                prepared = output.prepared.get(_signature(type(obj), t, requested))
             except RuntimeError:  # a tensor without strides (sparse, nested)
                 return None
             if (
@@ -347,6 +345,12 @@ class CudaIpcTransport:
         fields = parse_ipc_fields(metadata, total)
         _check_producer(producer)
         _get_state().receiver.pass_unread(producer, fields)
+
+
+def _signature(cls: type, t: torch.Tensor, requested: str) -> tuple:
+    """What a prepared send is kept by: the object's class, the tensor's dtype, shape, strides
+    and device (read with subclasses' __torch_function__ off), and the transport asked for."""
+    return (cls, t.dtype, t.shape, t.stride(), t.is_cuda, t.get_device(), requested)
 
 
 def _check_producer(producer: ProducerIdentity) -> None:
