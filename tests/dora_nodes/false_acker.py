@@ -4,7 +4,9 @@ found tensor senders wedged by (issue 60). It takes every message of every input
     MODE=stop_after:N   acknowledges the first N distinct messages it takes (echoing each copy's
                         tx, as tc-tensor-receiver does, and each later copy of them again, so an
                         ack dora lost is made good by the resend), then no other: alive and
-                        silent
+                        silent. Which N they are is dora's order of delivery: on a loaded host a
+                        message can reach it only after N others (its copies dropped or held),
+                        so it names the seqs it acknowledged at the end for a test to compare
     MODE=tx:T           acknowledges every copy it takes, echoing tx T instead of the copy's
 
 It ends when its event stream ends (every producer gone)."""
@@ -44,7 +46,12 @@ def main() -> int:
             continue
         node.send_output("ack", EMPTY, ack)
         acknowledged += 1
-    print(f"false acker ({kind}:{number}): took {len(taken)} messages, sent {acknowledged} acks", flush=True)
+    seqs = ",".join(str(seq) for seq in sorted(seq for _, seq in acked))
+    print(
+        f"false acker ({kind}:{number}): took {len(taken)} messages, sent {acknowledged} acks,",
+        f"acknowledged seqs [{seqs}]",
+        flush=True,
+    )
     return 0
 
 
