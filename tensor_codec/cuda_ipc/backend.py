@@ -15,7 +15,7 @@ import torch
 
 from ..wire.cuda_ipc import EVENT_HANDLE_BYTES
 
-__all__ = ["CudaBackend", "Segment"]
+__all__ = ["CudaBackend", "MessageMemory", "Segment"]
 
 log = logging.getLogger("tensor_codec")
 
@@ -32,13 +32,35 @@ class Segment:
     end: int | None  # the end of the mapped allocation, where the driver could tell
 
 
-class _MessageMemory:
-    """One received message's bytes as a ``__cuda_array_interface__``; torch keeps a reference to
-    it for as long as any view of the message lives."""
+class MessageMemory:
+    """One received message's bytes, as the object torch keeps a reference to for as long as any
+    view of the message lives (each backend's subclass adds the array interface it serves).
+    `on_gone`: (function, *arguments), called once, on the thread where the last view died, as
+    this object dies: a slot and a `__del__` rather than a `weakref.finalize` (which registers
+    every message in a global table and costs a dictionary round trip more per message)."""
 
-    __slots__ = ("__cuda_array_interface__", "segment", "__weakref__")
+    __slots__ = ("segment", "on_gone", "__weakref__")
+
+    def __init__(self, segment: Any):
+        self.segment = segment  # the mapping stays open while the message is in use
+        self.on_gone: tuple | None = None
+
+    def __del__(self) -> None:
+        gone, self.on_gone = self.on_gone, None
+        if gone is not None:
+            try:
+                gone[0](*gone[1:])
+            except Exception:  # (at interpreter exit the callee's module may be half gone)
+                pass
+
+
+class _MessageMemory(MessageMemory):
+    """A message's bytes as a ``__cuda_array_interface__``."""
+
+    __slots__ = ("__cuda_array_interface__",)
 
     def __init__(self, address: int, size: int, segment: Segment):
+        super().__init__(segment)
         self.__cuda_array_interface__ = {
             "shape": (size,),
             "typestr": "|u1",
@@ -46,7 +68,6 @@ class _MessageMemory:
             "version": 2,
             "strides": None,
         }
-        self.segment = segment  # the mapping stays open while the message is in use
 
 
 class CudaBackend:

@@ -12,7 +12,6 @@ import logging
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -64,7 +63,7 @@ class Receiver:
         # (ledger, a buffer's keys as they came) -> what a message in a producer buffer seen
         # before opens with (`open`).
         self.buffers: dict[tuple, _KnownBuffer] = {}
-        # Re-entrant: a message's last view can die (and its finalizer run) on any line of this thread.
+        # Re-entrant: a message's last view can die (and its memory's `on_gone` run) on any line of this thread.
         self.lock = threading.RLock()
         self.pending: list[tuple[Any, int, LedgerView, SlotRef, int | None]] = []  # (marker, GPU, ledger, slot, holder)
         self.idle_markers: dict[int, list[Any]] = {}  # per GPU: markers whose last record completed
@@ -183,7 +182,7 @@ class Receiver:
             raise DecodeError(
                 f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
-        weakref.finalize(memory, self._on_last_view_gone, ledger, ref, index, holder)
+        memory.on_gone = (self._on_last_view_gone, ledger, ref, index, holder)
         return view, memory, index
 
     def pass_unread(self, producer: Any, fields: Any) -> None:
@@ -219,9 +218,17 @@ class Receiver:
         except Exception as e:  # never raise out of a deleter
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
+        done = _completed(marker)
         with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
-            self.pending.append((marker, index, ledger, ref, holder))
-        self.poll()
+            if done:  # given back here and now, in the section that counts it (`settled` reads both)
+                if marker is not None:
+                    self.idle_markers.setdefault(index, []).append(marker)
+                _release(ledger, ref, holder)
+                self.released += 1
+            else:
+                self.pending.append((marker, index, ledger, ref, holder))
+        if self.pending:
+            self.poll()
 
     def poll(self) -> int:
         """Release every pending message whose completion marker has fired; -> how many. What
@@ -237,22 +244,14 @@ class Receiver:
             ready: list = []
             waiting: list = []
             for entry in entries:
-                marker = entry[0]
-                try:
-                    done = marker is None or marker.query()
-                except Exception:
-                    done = True  # the context is gone: nothing of ours still runs on it
-                (ready if done else waiting).append(entry)
+                (ready if _completed(entry[0]) else waiting).append(entry)
             self.pending.extend(waiting)
             self.releasing += len(ready)
             for marker, index, _, _, _ in ready:
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
         for _, _, ledger, ref, holder in ready:
-            try:
-                ledger.release(ref, holder)
-            except Exception as e:
-                log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
+            _release(ledger, ref, holder)
         with self.lock:
             self.releasing -= len(ready)
             self.released += len(ready)
@@ -304,3 +303,20 @@ class Receiver:
 def _slot_error(e: LedgerError) -> DecodeError:
     """A ledger's refusal as the codec's error, naming the message field it concerns."""
     return DecodeError(f"tc.ipc.slot: {e}")
+
+
+def _completed(marker: Any) -> bool:
+    """Whether the GPU work a completion marker follows has run (None: there is none to wait for)."""
+    try:
+        return marker is None or marker.query()
+    except Exception:
+        return True  # the context is gone: nothing of ours still runs on it
+
+
+def _release(ledger: LedgerView, ref: SlotRef, holder: int | None) -> None:
+    """Give a message back to its producer (`LedgerView.release`: no lock, no system call); never
+    raises (it runs in deleters and the timer)."""
+    try:
+        ledger.release(ref, holder)
+    except Exception as e:
+        log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)

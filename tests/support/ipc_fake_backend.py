@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from tensor_codec.cuda_ipc.backend import Segment
+from tensor_codec.cuda_ipc.backend import MessageMemory, Segment
 
 SEGMENT_BYTES = 64 << 10
 GRANULE = 512
@@ -38,14 +38,14 @@ _NAME = re.compile(rb"^tcfake-[0-9]+-[0-9]+$")
 _serial = itertools.count()
 
 
-class _Memory:
+class _Memory(MessageMemory):
     """Like backend._MessageMemory, with numpy's array interface instead of CUDA's."""
 
-    __slots__ = ("__array_interface__", "segment", "__weakref__")
+    __slots__ = ("__array_interface__",)
 
     def __init__(self, address: int, size: int, segment):
+        super().__init__(segment)
         self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
-        self.segment = segment
 
 
 @dataclass(eq=False)
