@@ -7,8 +7,9 @@ under TC_IPC_MIN_BYTES (host bytes the receiver restores onto the same GPU; the 
 floor above every size, so each of its auto sends takes it); ``cpu+host+cuda``, today's way:
 `.cpu()`, host bytes, `.cuda()` at the receiver.
 
-Codec overhead: the sender times `tc.send` minus the time inside dora's `send_output`; the
-receiver times `tc.receive` (claim, cached segment and event, stream wait queued, views).
+Codec overhead, by CUDA IPC and by host bytes (the `.cpu()` contender, its `.cpu()` not
+counted): the sender times `tc.send` minus the time inside dora's `send_output`; the receiver
+times `tc.receive` (by CUDA IPC: claim, cached segment and event, stream wait queued, views).
 
 Device calls (plan "count_reps" > 0): after the timed messages, the sender sends each size by
 CUDA IPC again, 2 messages to settle and then "count_reps" counted ones; both nodes count the
@@ -96,18 +97,20 @@ class TimedNode:
 
 
 def send(node: TimedNode, contender: str, tensor: torch.Tensor, metadata: dict, counter=None) -> int:
+    """Send one message of `contender`; -> the codec's time in `tc.send` (dora's excluded) for
+    CUDA IPC and for host bytes (its `.cpu()` not included), else 0."""
     metadata["t0"] = time.monotonic_ns()
-    if contender == "cuda-ipc":
-        node.in_dora_ns = 0
-        start = time.perf_counter_ns()
-        with counting(counter, f"send {metadata['size_kb']}"):
-            tc.send(node, "out", tensor, metadata, transport="cuda-ipc")
-        return time.perf_counter_ns() - start - node.in_dora_ns
     if contender == "host-to-gpu":
         tc.send(node._node, "out", tensor, metadata)  # auto, under the floor set in run_sender
         return 0
-    tc.send(node._node, "out", tensor.cpu(), metadata, transport="host")  # today's way: through the host
-    return 0
+    transport = "cuda-ipc" if contender == "cuda-ipc" else "host"
+    if transport == "host":
+        tensor = tensor.cpu()  # today's way: through the host
+    node.in_dora_ns = 0
+    start = time.perf_counter_ns()
+    with counting(counter, f"send {metadata['size_kb']}"):
+        tc.send(node, "out", tensor, metadata, transport=transport)
+    return time.perf_counter_ns() - start - node.in_dora_ns
 
 
 def run_sender() -> None:
@@ -144,8 +147,8 @@ def run_sender() -> None:
                 {"seq": seq, "contender": contender, "size_kb": size, "phase": phase},
                 counter if phase == COUNTED else None,
             )
-            if contender == "cuda-ipc" and phase == TIMED:
-                codec.append({"size_kb": size, "send_codec_ns": spent})
+            if contender != "host-to-gpu" and phase == TIMED:
+                codec.append({"contender": contender, "size_kb": size, "send_codec_ns": spent})
             seq += 1
             waiting_since = time.monotonic()
     tc.ipc_flush(10)

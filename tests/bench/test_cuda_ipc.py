@@ -22,8 +22,8 @@ TINY_PYTHON_COST = ["--inproc-sizes-kb", "4", "--python-batch", "2", "--python-b
 def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path, monkeypatch):
     """Two sizes, three messages each per contender: the sender node starts and iterates its
     events, every message reaches the receiver (CUDA IPC over the stand-in, and host bytes), the
-    codec's own time is measured on both sides, and the GPU goals are written unjudged; the
-    Python-cost goals (issue 62) are judged."""
+    codec's own time is measured on both sides (by CUDA IPC and by host bytes), and the GPU goals
+    are written unjudged; the Python-cost goals (issue 62) are judged."""
     data = run_script(
         "cuda_ipc",
         ["--stand-in", "--sizes-kb", "4,16", "--reps", "3", "--warmup", "1", "--count-reps", "2", *TINY_PYTHON_COST],
@@ -45,6 +45,8 @@ def test_cuda_ipc_bench_runs_both_contenders_through_dora(dora_cli, tmp_path, mo
     assert [r["size_kb"] for r in data["inproc"]] == [4]
     assert all(positive(r[k]) for r in data["inproc"] for k in ("host_us", "ipc_us", "ratio")), data["inproc"]
     assert positive(data["small_message_warm_us"]) and positive(data["codec_vs_small_message"])
+    # Host bytes' codec through the same dataflow, the scale the cold-cache cost shows on.
+    assert positive(data["host_codec_us"]) and positive(data["codec_vs_host_through_dora"])
     python_cost = data["goals"][5:]
     assert len(python_cost) == 2 and all(g["met"] in (True, False) for g in python_cost), python_cost
     assert all("Python cost on the CPU stand-in backend" in g["name"] for g in python_cost), python_cost
@@ -176,10 +178,11 @@ def test_the_python_cost_in_one_process_leaves_the_process_as_it_found_it(monkey
 
 def test_the_python_cost_goals_are_judged_and_say_what_they_measure(monkeypatch, capsys):
     """In one process: CUDA IPC within 2.5x host bytes meets its goal, past it does not, per size;
-    through dora: the codec at 3x small_message's figure meets it. Each goal names the stand-in."""
+    through dora: the codec at 3x small_message's figure meets it. Each goal names the stand-in;
+    host bytes' codec through the same dataflow is printed beside it, with CUDA IPC's ratio to it."""
     bench = load_module("cuda_ipc", monkeypatch)
     inproc = {4: {"host": 10e-6, "cuda-ipc": 25e-6}, 1024: {"host": 40e-6, "cuda-ipc": 120e-6}}
-    figures = bench.python_cost(inproc, 30.0, 10e-6, stand_in=True)
+    figures = bench.python_cost(inproc, 30.0, 10e-6, stand_in=True, host_codec_us=20.0)
     check_goals(figures["goals"])
     assert [g["met"] for g in figures["goals"]] == [True, False, True]
     assert all("Python cost on the CPU stand-in backend" in g["name"] for g in figures["goals"])
@@ -191,9 +194,11 @@ def test_the_python_cost_goals_are_judged_and_say_what_they_measure(monkeypatch,
         (1024, 40.0, 120.0, 3.0),
     ]
     assert round(figures["codec_vs_small_message"], 6) == 3.0 and round(figures["small_message_warm_us"], 6) == 10.0
+    assert round(figures["codec_vs_host_through_dora"], 6) == 1.5
     shown = capsys.readouterr().out
     assert "host us" in shown and "cuda-ipc us" in shown and "NOT met" in shown
-    on_gpu = bench.python_cost(inproc, 30.0, 10e-6, stand_in=False)["goals"][-1]["name"]
+    assert "host bytes' codec per message in the same dataflow" in shown and "1.50x host bytes' through dora" in shown
+    on_gpu = bench.python_cost(inproc, 30.0, 10e-6, stand_in=False, host_codec_us=20.0)["goals"][-1]["name"]
     assert "on this GPU" in on_gpu and "stand-in" not in on_gpu
 
 
