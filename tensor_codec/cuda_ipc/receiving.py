@@ -182,6 +182,9 @@ class Receiver:
             raise DecodeError(
                 f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
+        except BaseException:  # (KeyboardInterrupt, SystemExit): the claim is given back, not held till exit
+            ledger.release(ref, holder)
+            raise
         memory.on_gone = (self._on_last_view_gone, ledger, ref, index, holder)
         return view, memory, index
 

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import DecodeError
+from .buffer import CUDA_IPC_ALIGNMENT
 
 __all__ = [
     "IpcFields",
@@ -128,6 +129,13 @@ def parse_ipc_fields(metadata: dict, total: int) -> IpcFields:
     handle = _b64(metadata, KEY_HANDLE, 3, MAX_HANDLE_BYTES)
     _check_handle(handle)
     offset = _int(metadata, KEY_OFFSET, 0, MAX_BUFFER_BYTES)
+    if offset % CUDA_IPC_ALIGNMENT:
+        # A producer buffer starts at a block of torch's caching allocator (512-byte granules):
+        # a message elsewhere would view its leaves misaligned, a fault on the GPU.
+        raise DecodeError(
+            f"{KEY_OFFSET}: expected a multiple of {CUDA_IPC_ALIGNMENT} (where a producer buffer starts in its "
+            f"segment), got {offset}"
+        )
     size = check_size(metadata, total)
     event = _b64(metadata, KEY_EVENT, EVENT_HANDLE_BYTES, EVENT_HANDLE_BYTES)
     slot, generation = parse_slot(metadata)

@@ -70,6 +70,7 @@ def test_fields_round_trip():
         ({"tc.ipc.offset": -1}, r"tc.ipc.offset: expected an integer 0..281474976710656, got -1"),
         ({"tc.ipc.offset": True}, r"tc.ipc.offset: expected an integer"),
         ({"tc.ipc.offset": 2**60}, r"tc.ipc.offset: expected an integer"),
+        ({"tc.ipc.offset": 4104}, r"tc.ipc.offset: expected a multiple of 256 \(where a producer buffer .*got 4104"),
         ({"tc.ipc.size": 4095}, r"tc.ipc.size: expected 4096 bytes \(the end of the last leaf\), got 4095"),
         ({"tc.ipc.size": "4096"}, r"tc.ipc.size: expected an integer"),
         ({"tc.ipc.event": b64(bytes(63))}, r"tc.ipc.event: expected 64..64 bytes, got 63"),

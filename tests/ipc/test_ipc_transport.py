@@ -325,6 +325,7 @@ def _message(fake):
         ("tc.ipc.handle", base64.b64encode(b"\x01c" + bytes(64)).decode(), "tc.ipc.handle: could not open"),
         ("tc.ipc.offset", -1, r"tc.ipc.offset: expected an integer"),
         ("tc.ipc.offset", 1 << 40, r"tc.ipc.offset: expected the message inside the producer's segment"),
+        ("tc.ipc.offset", 8, r"tc.ipc.offset: expected a multiple of 256"),  # its leaves would be misaligned
         ("tc.ipc.size", 4096, "tc.ipc.size: expected 64 bytes"),
         ("tc.ipc.event", base64.b64encode(bytes(10)).decode(), r"tc.ipc.event: expected 64\.\.64 bytes, got 10"),
         ("tc.ipc.slot", 70000, "tc.ipc.slot: expected an integer"),
@@ -339,6 +340,22 @@ def test_hostile_ipc_fields_are_refused_naming_the_field(fake, key, bad, match):
     with pytest.raises(tc.DecodeError, match=match):
         tc.decode(value, metadata)
     drain()
+
+
+def test_a_receive_interrupted_after_its_claim_gives_the_claim_back(fake, monkeypatch):
+    """A KeyboardInterrupt (any BaseException) between the claim and the view: the claim is
+    given back at once, not held by this live process until it exits, and the interrupt goes on."""
+    value, metadata = _message(fake)
+
+    def interrupted(event, index):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fake, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tc.decode(value, metadata)
+    monkeypatch.undo()
+    wait_live_bytes(0)  # collected: nothing holds it
+    assert cuda_ipc._get_state().receiver.stats()["claimed"] == 1
 
 
 def test_missing_ipc_field(fake):
