@@ -57,7 +57,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, pid: int | None = None) -> None:
-    """CUDA IPC only works between processes of one kernel, and never inside one process."""
+    """CUDA IPC only works between processes of one kernel and one pid namespace, and never inside
+    one process."""
     host = host_identity() if host is None else host
     if producer.host != host:
         raise DecodeError(
@@ -66,7 +67,16 @@ def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, p
             f"{host_name(host)!r} ({host}); across machines send host bytes (transport='auto', the default, "
             f"does when the dataflow deploys the receiver on another machine; or transport='host')"
         )
-    if producer.pidns == pid_namespace() and producer.pid == (os.getpid() if pid is None else pid):
+    here = pid_namespace()
+    if producer.pidns != here:
+        raise DecodeError(
+            f"tc.header.producer.pidns: CUDA IPC needs sender and receiver in one pid namespace, but the "
+            f"message comes from {producer.pidns!r:.80} and this process is in {here!r}: CUDA IPC itself fails "
+            f"across pid namespaces where two processes share a pid, and the producer tells its receivers apart, "
+            f"and the dead from the living, by pid; run both in one (docker: --pid=host, or "
+            f"--pid=container:<the sender's>), or send host bytes (transport='host')"
+        )
+    if producer.pid == (os.getpid() if pid is None else pid):
         raise DecodeError(
             "tc.header.producer.pid: a CUDA IPC message cannot be opened by the process that sent it; "
             "inside one process pass tensors directly"

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from ..errors import DecodeError
 from ..wire.cuda_ipc import buffer_key, message_slot, parse_ipc_fields
 from .handle_cache import HandleCache
-from .identity import pid_alive, pid_namespace
+from .identity import pid_alive
 from .ledger import SHM_DIR, LedgerError, LedgerView, SlotRef
 
 __all__ = ["Receiver"]
@@ -44,13 +44,7 @@ class _KnownBuffer(NamedTuple):
     event: Any
     gpu: int  # its index here
     offset: int  # of the buffer inside the segment
-    pid: int | None  # the producer's, where comparable with this process's (`_comparable_pid`)
     producer: Any  # the identity it was checked with (another one is checked in full)
-
-
-def _comparable_pid(producer: Any) -> int | None:
-    """The producer's pid where it names a process of this pid namespace, else None."""
-    return producer.pid if producer.pidns == pid_namespace() else None
 
 
 class Receiver:
@@ -101,13 +95,13 @@ class Receiver:
         if view is not None:
             view.close()
 
-    def _slot(self, producer: Any, pid: int | None, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
+    def _slot(self, producer: Any, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
         """Finish what completed, then find the message's ledger slot, before any CUDA work;
-        DecodeError if its producer has exited (`pid`: its pid where comparable with this
-        process's, else None) or its ledger cannot be opened."""
+        DecodeError if its producer (of this pid namespace: `check_same_machine`) has exited or
+        its ledger cannot be opened."""
         if self.pending:
             self.poll()
-        if pid is not None and not pid_alive(pid):
+        if not pid_alive(producer.pid):
             self._forget_producer(producer.ledger)
             raise DecodeError(
                 f"tc.header.producer.pid: the producer (process {producer.pid}) has exited; its GPU memory is gone"
@@ -140,11 +134,9 @@ class Receiver:
             fields = parse_ipc_fields(metadata, total)
             check_producer(producer)
             slot, generation = fields.slot, fields.generation
-            pid = _comparable_pid(producer)
         else:
             slot, generation = message_slot(metadata, total)
-            pid = known.pid
-        ledger, ref = self._slot(producer, pid, slot, generation)
+        ledger, ref = self._slot(producer, slot, generation)
         try:
             holder = ledger.claim(ref)
         except LedgerError as e:
@@ -154,9 +146,10 @@ class Receiver:
             if known is None:
                 assert fields is not None
                 index = local_index()
+                pid = producer.pid
                 segment = self.segments.get(producer.ledger, pid, fields.handle, index, fields.offset, fields.size)
                 event = self.events.get(producer.ledger, pid, fields.event, index)
-                known = _KnownBuffer(segment, event, index, fields.offset, pid, producer)
+                known = _KnownBuffer(segment, event, index, fields.offset, producer)
                 if key is not None and len(key[0]) <= MAX_KNOWN_HANDLE_CHARS:
                     with self.lock:
                         if len(self.buffers) >= MAX_SEGMENTS:
@@ -192,7 +185,7 @@ class Receiver:
         """Claim and release at once a message this process looks at but will not read (a
         monitor; docs/cuda-ipc-design.md, "Claims are per receiver"). DecodeError when the slot
         cannot be claimed (the producer has exited, or had already given the message up)."""
-        ledger, ref = self._slot(producer, _comparable_pid(producer), fields.slot, fields.generation)
+        ledger, ref = self._slot(producer, fields.slot, fields.generation)
         try:
             first = ledger.pass_over(ref)
         except LedgerError as e:

@@ -131,6 +131,18 @@ def test_another_machine_is_refused_naming_both():
         check_same_machine(producer, host="2222@gpu-box-b", pid=1)
 
 
+def test_a_producer_of_another_pid_namespace_is_refused_naming_both_and_the_cure():
+    """Across pid namespaces CUDA IPC fails where two processes share a pid, and the ledger tells
+    receivers (and dead ones) apart by pid: refused before anything is claimed or opened."""
+    producer = parse_producer({**PRODUCER, "host": host_identity(), "pid": 1, "pidns": "pid:[4000000001]"})
+    with pytest.raises(
+        tc.DecodeError,
+        match=r"^tc.header.producer.pidns: CUDA IPC needs sender and receiver in one pid namespace, but the message "
+        r"comes from 'pid:\[4000000001\]' and this process is in .*--pid=host.*transport='host'",
+    ):
+        check_same_machine(producer)
+
+
 def test_the_sending_process_itself_is_refused():
     producer = parse_producer({**PRODUCER, "host": host_identity(), "pid": os.getpid(), "pidns": pid_namespace()})
     with pytest.raises(tc.DecodeError, match="cannot be opened by the process that sent it"):
