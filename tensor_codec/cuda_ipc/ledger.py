@@ -260,8 +260,12 @@ class LedgerView:
     """A receiver's side of one producer's ledger: claim and release slots."""
 
     def __init__(self, name: str, *, directory: str = SHM_DIR):
+        self.name = name
         self.file, self.slots = open_ledger_file(name, directory)
         self.pid = os.getpid()
+        # Claims of its receiver not given back yet, counted by receiving.Receiver (under its lock):
+        # a view it let go of stays open until the last of them is released.
+        self.holds = 0
         # slot -> the generation this process last passed over (`pass_over`); at most one entry per slot.
         self.passed: dict[int, int] = {}
 
@@ -319,6 +323,8 @@ class LedgerView:
         claimed at, so a release that comes after its slot was freed (this process taken for
         dead) and claimed again is read as none by the producer."""
         start = self._check(ref)
+        if self.file.closed:
+            return  # its producer is gone (receiving.Receiver closes a view others hold only then)
         m = self.file.map
         holding, released = holder_word(HOLDING, ref.generation), holder_word(RELEASED, ref.generation)
         if SLOT_HEAD.unpack_from(m, start)[0] != ref.generation:

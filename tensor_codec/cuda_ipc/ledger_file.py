@@ -37,6 +37,7 @@ from .identity import pid_alive, pid_namespace
 
 __all__ = [
     "LedgerError",
+    "LedgerClosed",
     "create_ledger_file",
     "open_ledger_file",
     "remove_stale_ledgers",
@@ -76,6 +77,10 @@ def holder_word(state: int, generation: int) -> int:
 
 class LedgerError(CodecError, RuntimeError):
     """A slot that cannot be claimed or released (expired, full, unknown ledger)."""
+
+
+class LedgerClosed(LedgerError):
+    """A ledger this process closed (a receiver let go of its view meanwhile): open it again."""
 
 
 def slot_offset(slot: int) -> int:
@@ -153,6 +158,7 @@ class LedgerFile:
         self.size = actual
         self.thread_lock = threading.Lock()
         self.sections = 0  # locked sections entered, all told (each is two lockf calls)
+        self.closed = False
 
     def locked(self, start: int, length: int):
         return _RangeLock(self, start, length)
@@ -161,6 +167,9 @@ class LedgerFile:
         """Enter a locked section of bytes [start, start + length) (`locked`'s, without the
         context object: the claim, once per message, calls it and `unlock` itself)."""
         self.thread_lock.acquire()
+        if self.closed:  # (its descriptor's number may name another file by now)
+            self.thread_lock.release()
+            raise LedgerClosed(f"ledger: {os.path.basename(self.path)!r} was closed by this process")
         try:
             fcntl.lockf(self.fd, fcntl.LOCK_EX, length, start)
         except BaseException:
@@ -175,10 +184,17 @@ class LedgerFile:
             self.thread_lock.release()
 
     def close(self) -> None:
-        try:
-            self.map.close()
-        finally:
-            os.close(self.fd)
+        """Unmap and close, once; a section entered after it is refused (`LedgerClosed`). (POSIX
+        record locks are the process's: closing any descriptor of the file drops all of them, so
+        a process keeps one open view of each ledger: receiving.Receiver.)"""
+        with self.thread_lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.map.close()
+            finally:
+                os.close(self.fd)
 
 
 class _RangeLock:

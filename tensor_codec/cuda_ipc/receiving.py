@@ -54,6 +54,7 @@ class Receiver:
         self.segments = HandleCache(backend.open_segment, max_entries=MAX_SEGMENTS)
         self.events = HandleCache(backend.open_event, max_entries=MAX_EVENTS)
         self.ledgers: collections.OrderedDict[str, LedgerView] = collections.OrderedDict()
+        self.retired: dict[str, LedgerView] = {}  # let go of while claims of it were held (`_ledger`)
         # (ledger, a buffer's keys as they came) -> what a message in a producer buffer seen
         # before opens with (`open`).
         self.buffers: dict[tuple, _KnownBuffer] = {}
@@ -71,29 +72,56 @@ class Receiver:
 
     # ---- opening
     def _ledger(self, name: str) -> LedgerView:
-        view = self.ledgers.get(name)  # (each step on the OrderedDict is atomic: no lock for a hit)
-        if view is not None:
-            try:
-                self.ledgers.move_to_end(name)
-            except KeyError:  # another thread forgot the producer just now
-                pass
-            return view
-        view = LedgerView(name, directory=self.directory)  # LedgerError if the file is gone, or not ours
+        """The view of producer ledger `name`, with a hold taken on it for the claim to come
+        (`_drop_hold` when that is done with: `_give_back`). At most MAX_LEDGERS are followed; one
+        let go of while claims of it are held is kept aside (`retired`) until the last is given
+        back. One view per ledger, opened under the lock: a POSIX record lock is the process's,
+        and closing any descriptor of the file would drop those another view holds."""
         with self.lock:
-            self.ledgers[name] = view
-            while len(self.ledgers) > MAX_LEDGERS:
-                _, old = self.ledgers.popitem(last=False)
-                old.close()
-        return view
+            view = self.ledgers.get(name)
+            if view is not None:
+                self.ledgers.move_to_end(name)
+            else:
+                view = self.retired.pop(name, None)
+                if view is None:
+                    view = LedgerView(name, directory=self.directory)  # LedgerError if the file is gone, or not ours
+                self.ledgers[name] = view
+                while len(self.ledgers) > MAX_LEDGERS:
+                    old_name, old = self.ledgers.popitem(last=False)
+                    if old.holds:
+                        self.retired[old_name] = old  # closed when its last claim is given back
+                    else:
+                        old.close()
+            view.holds += 1
+            return view
+
+    def _drop_hold(self, view: LedgerView) -> None:
+        """A hold `_ledger` took is done with (its claim given back, or never made): a view let go
+        of meanwhile closes with its last."""
+        with self.lock:
+            view.holds -= 1
+            if not view.holds and self.retired.get(view.name) is view:
+                del self.retired[view.name]
+                view.close()
+
+    def _give_back(self, view: LedgerView, ref: SlotRef, holder: int | None) -> None:
+        """Release a claim to its producer (`LedgerView.release`: no lock, no system call) and the
+        view's hold on it; never raises (it runs in deleters and the timer)."""
+        try:
+            view.release(ref, holder)
+        except Exception as e:
+            log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
+        self._drop_hold(view)
 
     def _forget_producer(self, ledger: str) -> None:
         self.segments.forget(ledger)
         self.events.forget(ledger)
         with self.lock:
             self.buffers = {key: known for key, known in self.buffers.items() if key[0] != ledger}
-            view = self.ledgers.pop(ledger, None)
-        if view is not None:
-            view.close()
+            views = [self.ledgers.pop(ledger, None), self.retired.pop(ledger, None)]
+        for view in views:
+            if view is not None:
+                view.close()  # its producer exited: what this process still holds of it is moot
 
     def _slot(self, producer: Any, slot: int, generation: int) -> tuple[LedgerView, SlotRef]:
         """Finish what completed, then find the message's ledger slot, before any CUDA work;
@@ -140,7 +168,11 @@ class Receiver:
         try:
             holder = ledger.claim(ref)
         except LedgerError as e:
+            self._drop_hold(ledger)
             raise _slot_error(e) from None
+        except BaseException:
+            self._drop_hold(ledger)
+            raise
         self.claimed += 1
         try:
             if known is None:
@@ -164,19 +196,19 @@ class Receiver:
             self.backend.wait(event, index)
             view, memory = self.backend.message_view(segment, offset, total, index)
         except DecodeError:
-            ledger.release(ref, holder)
+            self._give_back(ledger, ref, holder)
             raise
         except ProcessLookupError as e:
-            ledger.release(ref, holder)
+            self._give_back(ledger, ref, holder)
             self._forget_producer(producer.ledger)
             raise DecodeError(f"tc.header.producer.pid: {e}") from None
         except Exception as e:  # the driver refused the handle or event: a clear error, not a crash
-            ledger.release(ref, holder)
+            self._give_back(ledger, ref, holder)
             raise DecodeError(
                 f"tc.ipc.handle: could not open the producer's GPU memory: {type(e).__name__}: {str(e)[:300]}"
             ) from None
         except BaseException:  # (KeyboardInterrupt, SystemExit): the claim is given back, not held till exit
-            ledger.release(ref, holder)
+            self._give_back(ledger, ref, holder)
             raise
         memory.on_gone = (self._on_last_view_gone, ledger, ref, index, holder)
         return view, memory, index
@@ -190,6 +222,8 @@ class Receiver:
             first = ledger.pass_over(ref)
         except LedgerError as e:
             raise _slot_error(e) from None
+        finally:
+            self._drop_hold(ledger)
         with self.lock:
             if first:
                 self.passed += 1
@@ -203,7 +237,7 @@ class Receiver:
         its GPU work already has); only what still waits is left to the timer."""
         try:
             if sys.is_finalizing():
-                ledger.release(ref, holder)  # exiting: no more GPU work of this process will run
+                self._give_back(ledger, ref, holder)  # exiting: no more GPU work of this process will run
                 return
             with self.lock:
                 idle = self.idle_markers.get(index)
@@ -219,7 +253,7 @@ class Receiver:
             if done:  # given back here and now, in the section that counts it (`settled` reads both)
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
-                _release(ledger, ref, holder)
+                self._give_back(ledger, ref, holder)
                 self.released += 1
             else:
                 self.pending.append((marker, index, ledger, ref, holder))
@@ -247,7 +281,7 @@ class Receiver:
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
         for _, _, ledger, ref, holder in ready:
-            _release(ledger, ref, holder)
+            self._give_back(ledger, ref, holder)
         with self.lock:
             self.releasing -= len(ready)
             self.released += len(ready)
@@ -307,12 +341,3 @@ def _completed(marker: Any) -> bool:
         return marker is None or marker.query()
     except Exception:
         return True  # the context is gone: nothing of ours still runs on it
-
-
-def _release(ledger: LedgerView, ref: SlotRef, holder: int | None) -> None:
-    """Give a message back to its producer (`LedgerView.release`: no lock, no system call); never
-    raises (it runs in deleters and the timer)."""
-    try:
-        ledger.release(ref, holder)
-    except Exception as e:
-        log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)

@@ -358,6 +358,42 @@ def test_a_receive_interrupted_after_its_claim_gives_the_claim_back(fake, monkey
     assert cuda_ipc._get_state().receiver.stats()["claimed"] == 1
 
 
+def test_a_ledger_let_go_of_while_a_message_of_it_is_held_stays_open_until_it_is_given_back(fake, monkeypatch):
+    """A receiver follows at most MAX_LEDGERS producers: one let go of (another producer's message
+    came) while this process holds a message of it stays open, kept aside, and is taken back as it
+    was if its producer sends again; the release of the held message reaches the producer, and
+    then the view closes. (Closed at once, as it was, the release was lost on a closed mapping:
+    the producer kept that memory for as long as the receiver lived.)"""
+    from tensor_codec.cuda_ipc import receiving
+    from tensor_codec.cuda_ipc.ledger import Ledger
+
+    monkeypatch.setattr(receiving, "MAX_LEDGERS", 1)
+    held, _, _ = roundtrip(torch.arange(8))
+    receiver = cuda_ipc._get_state().receiver
+    ((name, view),) = receiver.ledgers.items()
+    assert view.holds == 1
+    other = Ledger(slots=4)  # a second producer's ledger
+    try:
+        ref = other.publish(expected=1, nbytes=8, token="memory")
+        other_view = receiver._ledger(other.name)  # (its hold, as a receive takes one)
+        holder = other_view.claim(ref)
+        assert list(receiver.ledgers) == [other.name] and receiver.retired == {name: view}
+        assert not view.file.closed
+        again, _, _ = roundtrip(torch.arange(4))  # its producer sends again: the same view, taken back
+        assert receiver.ledgers[name] is view and view.holds == 2 and other.name in receiver.retired
+        del again
+        wait_live_bytes(8 * 8)  # `held` still
+        del held
+        wait_live_bytes(0)  # given back through the view kept open
+        receiver._give_back(other_view, ref, holder)
+        (finished,) = other.collect()
+        assert finished.token == "memory"
+        assert other_view.file.closed and not receiver.retired  # let go of, and its last hold given back
+        assert not view.file.closed
+    finally:
+        other.close()
+
+
 def test_missing_ipc_field(fake):
     value, metadata = _message(fake)
     del metadata["tc.ipc.event"]
@@ -501,6 +537,9 @@ def test_a_release_queued_while_the_receiver_polls_is_not_lost(tmp_path):
     released = []
 
     class Ledger:
+        name = "tc-1-000000000000"
+        holds = 2  # the two claims (`Receiver._ledger` counts them)
+
         def release(self, ref, holder=None):
             released.append(ref.slot)
 
