@@ -1,7 +1,7 @@
 """What a CUDA IPC message costs the codec, counted (issue 62), on the CPU stand-in: in steady
 state a stream of one tensor, dropped by its receiver as it comes, builds no plan or header,
 scans the ledger only once per batch of messages, takes at most LOCK_SECTIONS_PER_MESSAGE locked
-sections of a ledger per message and wakes no thread; a quiet receiver still gives memory back
+sections of a ledger per message, registers no finalizer and wakes no thread; a quiet receiver still gives memory back
 on the timer's next tick. Counts, not times: they hold on every machine."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -69,7 +70,7 @@ def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkey
 
     for _ in range(2 * COLLECT_BATCH):  # warm-up: the buffers a batch needs, the header compiled
         one()
-    counts = {"plans": 0, "headers": 0, "collects": 0}
+    counts = {"plans": 0, "headers": 0, "collects": 0, "finalizers": 0}
 
     def counting(name, real):
         def wrapper(*args, **kwargs):
@@ -79,6 +80,9 @@ def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkey
         return wrapper
 
     monkeypatch.setattr(send_pipeline, "make_plan", counting("plans", send_pipeline.make_plan))
+    # A message's memory gives it back from its own __del__ (backend.MessageMemory.on_gone): a
+    # weakref.finalize per message would register each in a global table.
+    monkeypatch.setattr(weakref, "finalize", counting("finalizers", weakref.finalize))
     monkeypatch.setattr(cuda_ipc, "header_metadata", counting("headers", cuda_ipc.header_metadata))
     monkeypatch.setattr(
         ledger_module.Ledger, "collect", counting("collects", ledger_module.Ledger.collect), raising=True
@@ -87,7 +91,7 @@ def test_a_dropped_stream_costs_no_plan_no_header_no_scan_no_wakeup(fake, monkey
     sections, ticks, setup = _sections(state), state.receiver.timer_ticks, fake.setup_ops()
     for _ in range(MESSAGES):
         one()
-    assert counts["plans"] == 0 and counts["headers"] == 0, counts
+    assert counts["plans"] == 0 and counts["headers"] == 0 and counts["finalizers"] == 0, counts
     assert counts["collects"] <= MESSAGES / COLLECT_BATCH + 1, counts
     per_message = (_sections(state) - sections) / MESSAGES
     assert per_message <= LOCK_SECTIONS_PER_MESSAGE, f"{per_message:.2f} locked sections per message"
@@ -123,7 +127,7 @@ def test_a_view_that_dies_inside_its_own_ledgers_locked_section_is_released_ther
     receiver = cuda_ipc._get_state().receiver
     (view,) = receiver.ledgers.values()
     with view.file.locked(0, 1):
-        del got  # its finalizer runs here, on this thread, and returns
+        del got  # its memory's on_gone runs here, on this thread, and returns
         gc.collect()
         assert receiver.released == 1
 
