@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +51,9 @@ class MessageMemory:
         if gone is not None:
             try:
                 gone[0](*gone[1:])
-            except Exception:  # (at interpreter exit the callee's module may be half gone)
-                pass
+            except Exception as e:  # never raise out of a deleter
+                if not sys.is_finalizing():  # (at interpreter exit the callee's module may be half gone)
+                    log.warning("cuda-ipc: a received message's release failed: %s: %s", type(e).__name__, e)
 
 
 class _MessageMemory(MessageMemory):

@@ -45,6 +45,10 @@ def pid_namespace() -> str:
         return ""
 
 
+def _namespace(name: str) -> str:
+    return repr(name[:80]) if name else "an unknown one (/proc/self/ns/pid could not be read)"
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process of this pid namespace still exists (someone else's counts as alive)."""
     try:
@@ -71,9 +75,9 @@ def check_same_machine(producer: ProducerIdentity, *, host: str | None = None, p
     if producer.pidns != here:
         raise DecodeError(
             f"tc.header.producer.pidns: CUDA IPC needs sender and receiver in one pid namespace, but the "
-            f"message comes from {producer.pidns!r:.80} and this process is in {here!r}: CUDA IPC itself fails "
-            f"across pid namespaces where two processes share a pid, and the producer tells its receivers apart, "
-            f"and the dead from the living, by pid; run both in one (docker: --pid=host, or "
+            f"message comes from {_namespace(producer.pidns)} and this process is in {_namespace(here)}: CUDA IPC "
+            f"itself fails across pid namespaces where two processes share a pid, and the producer tells its "
+            f"receivers apart, and the dead from the living, by pid; run both in one (docker: --pid=host, or "
             f"--pid=container:<the sender's>), or send host bytes (transport='host')"
         )
     if producer.pid == (os.getpid() if pid is None else pid):

@@ -167,10 +167,9 @@ class LedgerFile:
         """Enter a locked section of bytes [start, start + length) (`locked`'s, without the
         context object: the claim, once per message, calls it and `unlock` itself)."""
         self.thread_lock.acquire()
-        if self.closed:  # (its descriptor's number may name another file by now)
-            self.thread_lock.release()
-            raise LedgerClosed(f"ledger: {os.path.basename(self.path)!r} was closed by this process")
         try:
+            if self.closed:  # (its descriptor's number may name another file by now)
+                raise LedgerClosed(f"ledger: {os.path.basename(self.path)!r} was closed by this process")
             fcntl.lockf(self.fd, fcntl.LOCK_EX, length, start)
         except BaseException:
             self.thread_lock.release()

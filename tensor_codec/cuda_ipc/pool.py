@@ -12,6 +12,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import EncodeError
+from ..wire.buffer import CUDA_IPC_ALIGNMENT
+
 __all__ = ["MessageBuffer", "BufferPool", "size_class", "MIN_CLASS_BYTES", "DEFAULT_MAX_IDLE_BYTES"]
 
 log = logging.getLogger("tensor_codec")
@@ -89,6 +92,12 @@ class BufferPool:
         backend = self.backend
         tensor = backend.allocate(capacity, index)
         handle, offset = backend.export(tensor)
+        if offset % CUDA_IPC_ALIGNMENT:  # receivers refuse such a message (wire.cuda_ipc.parse_ipc_fields)
+            raise EncodeError(
+                f"CUDA IPC: the allocator placed a message buffer at byte {offset} of its segment, expected a "
+                f"multiple of {CUDA_IPC_ALIGNMENT} (torch's caching allocator's blocks are): every receiver would "
+                f"refuse its messages; use torch's default allocator, or send host bytes (transport='host')"
+            )
         made_event = event_and_handle is None
         if event_and_handle is None:
             event_and_handle = backend.new_event(index)

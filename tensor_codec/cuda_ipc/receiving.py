@@ -105,12 +105,10 @@ class Receiver:
                 view.close()
 
     def _give_back(self, view: LedgerView, ref: SlotRef, holder: int | None) -> None:
-        """Release a claim to its producer (`LedgerView.release`: no lock, no system call) and the
-        view's hold on it; never raises (it runs in deleters and the timer)."""
-        try:
-            view.release(ref, holder)
-        except Exception as e:
-            log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)
+        """Release a claim to its producer and drop the view's hold on it (`_drop_hold`: the
+        receiver's lock, re-entrant, and a close where the view was let go of); never raises (it
+        runs in deleters and the timer)."""
+        _release(view, ref, holder)
         self._drop_hold(view)
 
     def _forget_producer(self, ledger: str) -> None:
@@ -173,8 +171,8 @@ class Receiver:
         except BaseException:
             self._drop_hold(ledger)
             raise
-        self.claimed += 1
         try:
+            self.claimed += 1
             if known is None:
                 assert fields is not None
                 index = local_index()
@@ -235,10 +233,12 @@ class Receiver:
         """Every view of a message died (called from torch's deleter, any thread): record its
         marker and give back, on this thread, whatever has completed (this message too, where
         its GPU work already has); only what still waits is left to the timer."""
+        if sys.is_finalizing():
+            # Nothing given back from here: GPU work this process queued on the message may still
+            # run. Its producer takes the message back once this process is gone (a holder whose
+            # pid has exited holds nothing: ledger.Ledger.collect).
+            return
         try:
-            if sys.is_finalizing():
-                self._give_back(ledger, ref, holder)  # exiting: no more GPU work of this process will run
-                return
             with self.lock:
                 idle = self.idle_markers.get(index)
                 marker = idle.pop() if idle else None
@@ -248,14 +248,17 @@ class Receiver:
         except Exception as e:  # never raise out of a deleter
             log.warning("cuda-ipc: releasing a message without a completion marker: %s", e)
             marker = None
-        done = _completed(marker)
-        with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
-            if done:  # given back here and now, in the section that counts it (`settled` reads both)
+        if _completed(marker):
+            # Given back here and now, without the pending list: the release outside the lock
+            # (it may log), its bookkeeping in one section.
+            _release(ledger, ref, holder)
+            with self.lock:
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
-                self._give_back(ledger, ref, holder)
+                self._drop_hold(ledger)
                 self.released += 1
-            else:
+        else:
+            with self.lock:  # (poll swaps the list: an append outside the lock could land in one it has read)
                 self.pending.append((marker, index, ledger, ref, holder))
         if self.pending:
             self.poll()
@@ -281,8 +284,10 @@ class Receiver:
                 if marker is not None:
                     self.idle_markers.setdefault(index, []).append(marker)
         for _, _, ledger, ref, holder in ready:
-            self._give_back(ledger, ref, holder)
+            _release(ledger, ref, holder)
         with self.lock:
+            for _, _, ledger, _, _ in ready:
+                self._drop_hold(ledger)
             self.releasing -= len(ready)
             self.released += len(ready)
             if self.pending and (self.timer is None or not self.timer.is_alive()):
@@ -341,3 +346,12 @@ def _completed(marker: Any) -> bool:
         return marker is None or marker.query()
     except Exception:
         return True  # the context is gone: nothing of ours still runs on it
+
+
+def _release(view: LedgerView, ref: SlotRef, holder: int | None) -> None:
+    """Give a claimed message back to its producer (`LedgerView.release`: no lock, no system
+    call); never raises (it runs in deleters and the timer)."""
+    try:
+        view.release(ref, holder)
+    except Exception as e:
+        log.warning("cuda-ipc: could not release ledger slot %d: %s", ref.slot, e)

@@ -394,6 +394,17 @@ def test_a_ledger_let_go_of_while_a_message_of_it_is_held_stays_open_until_it_is
         other.close()
 
 
+def test_a_buffer_the_allocator_placed_unaligned_is_refused_at_the_send(fake, monkeypatch):
+    """Receivers refuse a message whose buffer is not 256-aligned in its segment, so the producer
+    refuses to send from one, saying why and what to do, instead of every receiver refusing."""
+    real_export = fake.export
+    monkeypatch.setattr(fake, "export", lambda buffer: (real_export(buffer)[0], real_export(buffer)[1] + 8))
+    with pytest.raises(
+        tc.EncodeError, match=r"at byte \d+ of its segment, expected a multiple of 256 .*transport='host'"
+    ):
+        tc.encode(torch.arange(8), transport="cuda-ipc")
+
+
 def test_missing_ipc_field(fake):
     value, metadata = _message(fake)
     del metadata["tc.ipc.event"]
