@@ -52,6 +52,48 @@ def _settle() -> None:
     state.producer.collect()
 
 
+def _live_slots(state) -> list[dict]:
+    """What the producer's ledger holds of the messages it has not collected: each slot's head
+    and holder entries as the file has them now (what a failed collect assertion shows)."""
+    from tensor_codec.cuda_ipc.identity import pid_alive
+    from tensor_codec.cuda_ipc.ledger_file import (
+        HOLDER,
+        HOLDER_BYTES,
+        SLOT_HEAD,
+        SLOT_HEAD_BYTES,
+        STATE_WORD,
+        STATE_WORD_AT,
+        slot_offset,
+    )
+
+    ledger = state.producer.ledger
+    m, slots = ledger.file.map, []
+    for slot, entry in ledger.live.items():
+        start = slot_offset(slot)
+        generation, slot_state, per_process, expected, claims, _, nbytes = SLOT_HEAD.unpack_from(m, start)
+        holders = []
+        for h in range(claims):
+            at = start + SLOT_HEAD_BYTES + h * HOLDER_BYTES
+            pid = HOLDER.unpack_from(m, at)[0]
+            word = STATE_WORD.unpack_from(m, at + STATE_WORD_AT)[0]
+            holders.append({"pid": pid, "alive": pid_alive(pid), "state": word & 0xFF, "generation": word >> 8})
+        slots.append(
+            {
+                "slot": slot,
+                "generation": generation,
+                "published_generation": entry[0],
+                "state": slot_state,
+                "expected": expected,
+                "per_process": per_process,
+                "claims": claims,
+                "nbytes": nbytes,
+                "holders": holders,
+                "seen": ledger.seen.get(slot, b"").hex(),
+            }
+        )
+    return slots
+
+
 def _delta(after: Counter, before: Counter) -> dict:
     return {name: after.get(name, 0) - before.get(name, 0) for name in set(after) | set(before)}
 
@@ -196,7 +238,7 @@ def test_two_receiving_processes_one_killed_midway(fake, tmp_path):
                 for r in [survivor] if i > MESSAGES // 2 else receivers:
                     acked(seq, r)
             state.producer.collect()
-            assert state.producer.in_flight() == 0, f"message {seq} was not collected"
+            assert state.producer.in_flight() == 0, f"message {seq} was not collected: {_live_slots(state)}"
             seq += 1
 
         producer = _delta(fake.ops, before)
