@@ -80,7 +80,8 @@ class LedgerError(CodecError, RuntimeError):
 
 
 class LedgerClosed(LedgerError):
-    """A ledger this process closed (a receiver let go of its view meanwhile): open it again."""
+    """A ledger this process has closed: a receiver closes a view others may still use only when
+    its producer has exited (receiving.Receiver), so a claim on it is refused as expired."""
 
 
 def slot_offset(slot: int) -> int:

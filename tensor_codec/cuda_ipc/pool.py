@@ -86,9 +86,6 @@ class BufferPool:
         if buffer is not None:
             return buffer
         capacity = size_class(nbytes)
-        with self.lock:
-            spare = self.spare_events.get(index)
-            event_and_handle = spare.pop() if spare else None
         backend = self.backend
         tensor = backend.allocate(capacity, index)
         handle, offset = backend.export(tensor)
@@ -98,6 +95,9 @@ class BufferPool:
                 f"multiple of {CUDA_IPC_ALIGNMENT} (torch's caching allocator's blocks are): every receiver would "
                 f"refuse its messages; use torch's default allocator, or send host bytes (transport='host')"
             )
+        with self.lock:  # (after the checks: a refused buffer takes no spare event with it)
+            spare = self.spare_events.get(index)
+            event_and_handle = spare.pop() if spare else None
         made_event = event_and_handle is None
         if event_and_handle is None:
             event_and_handle = backend.new_event(index)
